@@ -1,0 +1,58 @@
+# Warren — see README.md. `make run` and `make test` do all set-up on a
+# fresh Debian 12 machine (as root).
+SHELL := /bin/bash
+GO ?= go
+export CGO_ENABLED := 0
+
+BIN := $(CURDIR)/bin
+VAR := $(CURDIR)/var
+BASE_ROOTFS := $(VAR)/base-rootfs.tar
+
+# Paths the tests read; a test whose prerequisite is missing skips locally
+# and fails under CI=true.
+export WARREN_RUNSC := $(BIN)/runsc
+export WARREN_ENVD := $(BIN)/envd
+export WARREN_WARREN := $(BIN)/warren
+export WARREN_TEST_ROOTFS_TAR := $(BASE_ROOTFS)
+
+.PHONY: all deps build run test test-unit test-e2e generate check-generate base-rootfs clean
+
+all: build
+
+deps:
+	scripts/install-deps.sh
+
+build: $(BIN)/warren $(BIN)/envd $(BIN)/runsc
+
+$(BIN)/warren: FORCE
+	$(GO) build -o $@ ./cmd/warren
+
+$(BIN)/envd: FORCE
+	$(GO) build -ldflags="-s -w" -o $@ ./cmd/envd
+
+# runsc is pinned in tools/runsc/go.mod (a tool directive) and built static.
+$(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum
+	cd tools/runsc && $(GO) build -ldflags="-s -w" -o $@ gvisor.dev/gvisor/runsc
+
+base-rootfs: $(BASE_ROOTFS)
+
+$(BASE_ROOTFS): scripts/build-base-rootfs.sh
+	mkdir -p $(VAR)
+	scripts/build-base-rootfs.sh $@
+
+generate:
+	scripts/generate.sh
+
+check-generate:
+	scripts/check-generate.sh
+
+run: deps build
+	$(BIN)/warren serve --data-dir $(VAR)/data $(ARGS)
+
+test: deps build base-rootfs check-generate
+	scripts/test.sh
+
+clean:
+	rm -rf $(BIN)
+
+FORCE:

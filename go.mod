@@ -1,0 +1,3 @@
+module github.com/warren-sandbox/warren
+
+go 1.26

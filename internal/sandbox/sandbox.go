@@ -1,0 +1,115 @@
+// Package sandbox holds the small domain types that every Warren component
+// shares: sandbox states, kill reasons and resource specifications.
+//
+// It has no dependencies inside Warren, so the control plane, the node agent,
+// the runtime drivers and the store can all speak of a sandbox the same way.
+package sandbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// State is the lifecycle state of a sandbox.
+//
+//	starting ──▶ running ──▶ pausing ──▶ paused
+//	               ▲                        │
+//	               └──────── resume ────────┘
+//	any state ──▶ killed
+type State string
+
+// The lifecycle states.
+const (
+	StateStarting State = "starting"
+	StateRunning  State = "running"
+	StatePausing  State = "pausing"
+	StatePaused   State = "paused"
+	StateKilled   State = "killed"
+)
+
+// Valid reports whether s is one of the known states.
+func (s State) Valid() bool {
+	switch s {
+	case StateStarting, StateRunning, StatePausing, StatePaused, StateKilled:
+		return true
+	}
+	return false
+}
+
+// KillReason says why a sandbox was stopped. It appears on the killed event,
+// the sandbox_killed_total metric and every log line of the kill path.
+type KillReason string
+
+// The kill reasons. The zero value reads as "unknown".
+const (
+	KillRequest         KillReason = "request"          // the user asked (DELETE)
+	KillTimeout         KillReason = "timeout"          // TTL expired, no auto-pause
+	KillAdmin           KillReason = "admin"            // an operator asked
+	KillOrphaned        KillReason = "orphaned"         // running on a node, unknown to the control plane
+	KillTTLBackstop     KillReason = "ttl_backstop"     // the node's backstop timer fired
+	KillResumeFailed    KillReason = "resume_failed"    // a resume could not bring it back
+	KillTemplateMissing KillReason = "template_missing" // its template is gone
+	KillOOM             KillReason = "oom"              // its memory limit killed its init
+	KillNodeLost        KillReason = "node_lost"        // its node disappeared
+	KillExited          KillReason = "exited"           // its init exited by itself
+)
+
+// String returns the reason, or "unknown" for the empty reason.
+func (r KillReason) String() string {
+	if r == "" {
+		return "unknown"
+	}
+	return string(r)
+}
+
+// Resources are the limits of one sandbox.
+type Resources struct {
+	VCPUs    int   // CPU quota in whole CPUs
+	MemoryMB int64 // memory limit
+	DiskMB   int64 // size of the writable layer
+	Pids     int64 // maximum number of tasks; 0 means the node's default
+}
+
+// NewID returns a new random sandbox ID: 20 lowercase alphanumeric
+// characters, safe in host names, cgroup names and file names.
+func NewID() string { return randomID(20) }
+
+// NewExecutionID returns a new ID for one incarnation (create or resume) of a
+// sandbox.
+func NewExecutionID() string { return randomID(16) }
+
+func randomID(n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+// ValidID reports whether id could be a sandbox ID: non-empty, at most 64
+// characters of [a-z0-9-].
+func ValidID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	return strings.Trim(id, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
+}
+
+// HostName returns the prefix used for every host object of sandbox id
+// (cgroups, network namespaces, state directories): "sbx-<id>".
+func HostName(id string) string { return "sbx-" + id }
+
+// RandomToken returns n random bytes as lowercase hex.
+func RandomToken(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every test tier this machine can run: unit and integration tests
+# (root, real runsc/runc, real SQLite and Postgres), then the end-to-end
+# tests with the real e2b npm SDK. Called by `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+eval "$(scripts/start-postgres.sh "$PWD/var/pgdata" 55432)"
+trap 'eval "$WARREN_TEST_POSTGRES_STOP" >/dev/null 2>&1 || true' EXIT
+
+echo "== go test"
+go test -count=1 -timeout 40m -p 2 ./...
+
+if [ -d e2e ] && [ -f e2e/package.json ]; then
+  echo "== e2e (real e2b SDK)"
+  (cd e2e && npm ci --no-audit --no-fund --silent)
+  go test -count=1 -timeout 30m -tags e2e ./e2e/...
+fi
