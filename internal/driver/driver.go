@@ -94,11 +94,10 @@ type Spec struct {
 	ID        string // sandbox ID; host objects are named sandbox.HostName(ID)
 	BundleDir string // a directory owned by this sandbox for the driver's files (OCI bundle)
 
-	// RootFS is the template's root filesystem, mounted read-only and shared.
+	// RootFS is the sandbox's root filesystem, prepared by the node agent:
+	// an overlay of the template's shared read-only tree and the sandbox's
+	// own writable layer (size-limited where the node can).
 	RootFS string
-	// UpperDir is this sandbox's writable layer (an overlay upper directory,
-	// already limited to Resources.DiskMB by the node agent where it can).
-	UpperDir string
 
 	Hostname   string
 	Hosts      string // contents of /etc/hosts
