@@ -1,0 +1,162 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migration is one versioned schema change. Versions are applied in order,
+// each in its own transaction, and recorded in schema_migrations. A
+// released migration is never edited: add a new one.
+type migration struct {
+	version  int
+	sqlite   string
+	postgres string
+}
+
+// migrations of both dialects. Timestamps are BIGINT Unix nanoseconds (UTC)
+// in both, so the two implementations share every query.
+var migrations = []migration{
+	{
+		version: 1,
+		sqlite: `
+CREATE TABLE teams (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  max_concurrent INTEGER NOT NULL DEFAULT 0,
+  max_timeout_ms BIGINT NOT NULL DEFAULT 0,
+  max_vcpus INTEGER NOT NULL DEFAULT 0,
+  max_memory_mb BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE api_keys (
+  id TEXT PRIMARY KEY,
+  team_id TEXT NOT NULL REFERENCES teams(id) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  hash TEXT NOT NULL UNIQUE,
+  mask TEXT NOT NULL,
+  created_at BIGINT NOT NULL
+);
+CREATE TABLE sandboxes (
+  id TEXT PRIMARY KEY,
+  team_id TEXT NOT NULL,
+  template_id TEXT NOT NULL,
+  state TEXT NOT NULL,
+  epoch BIGINT NOT NULL,
+  started_at BIGINT NOT NULL,
+  end_at BIGINT NOT NULL,
+  created_at BIGINT NOT NULL,
+  updated_at BIGINT NOT NULL,
+  killed_at BIGINT NOT NULL DEFAULT 0,
+  kill_reason TEXT NOT NULL DEFAULT '',
+  spec TEXT NOT NULL
+);
+CREATE INDEX sandboxes_team_state ON sandboxes(team_id, state);
+CREATE INDEX sandboxes_state_end ON sandboxes(state, end_at);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  sandbox_id TEXT NOT NULL,
+  team_id TEXT NOT NULL,
+  type TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  epoch BIGINT NOT NULL,
+  at BIGINT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX events_sandbox ON events(sandbox_id, id);
+`,
+		postgres: `
+CREATE TABLE teams (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  max_concurrent INTEGER NOT NULL DEFAULT 0,
+  max_timeout_ms BIGINT NOT NULL DEFAULT 0,
+  max_vcpus INTEGER NOT NULL DEFAULT 0,
+  max_memory_mb BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE api_keys (
+  id TEXT PRIMARY KEY,
+  team_id TEXT NOT NULL REFERENCES teams(id) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  hash TEXT NOT NULL UNIQUE,
+  mask TEXT NOT NULL,
+  created_at BIGINT NOT NULL
+);
+CREATE TABLE sandboxes (
+  id TEXT PRIMARY KEY,
+  team_id TEXT NOT NULL,
+  template_id TEXT NOT NULL,
+  state TEXT NOT NULL,
+  epoch BIGINT NOT NULL,
+  started_at BIGINT NOT NULL,
+  end_at BIGINT NOT NULL,
+  created_at BIGINT NOT NULL,
+  updated_at BIGINT NOT NULL,
+  killed_at BIGINT NOT NULL DEFAULT 0,
+  kill_reason TEXT NOT NULL DEFAULT '',
+  spec JSONB NOT NULL
+);
+CREATE INDEX sandboxes_team_state ON sandboxes(team_id, state);
+CREATE INDEX sandboxes_state_end ON sandboxes(state, end_at);
+CREATE TABLE events (
+  id BIGSERIAL PRIMARY KEY,
+  sandbox_id TEXT NOT NULL,
+  team_id TEXT NOT NULL,
+  type TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  epoch BIGINT NOT NULL,
+  at BIGINT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX events_sandbox ON events(sandbox_id, id);
+`,
+	},
+}
+
+// migrate applies the migrations newer than the database's version.
+func migrate(ctx context.Context, db *sql.DB, d dialect) error {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	if d.name == "postgres" {
+		// Serialise concurrent migrators (several API replicas starting).
+		if _, err := db.ExecContext(ctx, `SELECT pg_advisory_lock(7461737)`); err != nil {
+			return fmt.Errorf("migration lock: %w", err)
+		}
+		defer db.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(7461737)`) //nolint:errcheck
+	}
+	var current int
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	for _, m := range migrations {
+		if m.version <= current {
+			continue
+		}
+		body := m.sqlite
+		if d.name == "postgres" {
+			body = m.postgres
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("migration %d: %w", m.version, err)
+		}
+		if _, err := tx.ExecContext(ctx, body); err != nil {
+			tx.Rollback() //nolint:errcheck
+			return fmt.Errorf("migration %d: %w", m.version, err)
+		}
+		if _, err := tx.ExecContext(ctx, d.rebind(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), m.version, nowNanos()); err != nil {
+			tx.Rollback() //nolint:errcheck
+			return fmt.Errorf("migration %d: %w", m.version, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %d: %w", m.version, err)
+		}
+	}
+	return nil
+}
+
+// SchemaVersion is the version the newest migration brings a database to.
+func SchemaVersion() int { return migrations[len(migrations)-1].version }

@@ -1,0 +1,463 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" driver
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// dialect holds what differs between SQLite and Postgres.
+type dialect struct {
+	name      string
+	forUpdate string
+}
+
+// rebind turns the ? placeholders of q into $1, $2, ... for Postgres.
+func (d dialect) rebind(q string) string {
+	if d.name != "postgres" {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+var (
+	sqliteDialect   = dialect{name: "sqlite"}
+	postgresDialect = dialect{name: "postgres", forUpdate: " FOR UPDATE"}
+)
+
+// SQL is the Store over database/sql, for SQLite and Postgres.
+type SQL struct {
+	db  *sql.DB
+	d   dialect
+	log *slog.Logger
+}
+
+var _ Store = (*SQL)(nil)
+
+// Open opens the store named by dsn: a postgres:// or postgresql:// URL
+// opens Postgres, anything else is the path of a SQLite database file.
+func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		return OpenPostgres(ctx, dsn, log)
+	}
+	return OpenSQLite(ctx, dsn, log)
+}
+
+// OpenSQLite opens (creating it if needed) the SQLite database at path and
+// brings its schema up to date. The database runs in WAL mode so that a
+// second process (warren keys) can use it while the server runs.
+func OpenSQLite(ctx context.Context, path string, log *slog.Logger) (*SQL, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("store %q: %w", path, err)
+	}
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store %q: %w", path, err)
+	}
+	// One writer at a time is all SQLite allows; one connection also makes
+	// UpdateSandbox's read-modify-write serial within this process.
+	db.SetMaxOpenConns(1)
+	return open(ctx, db, sqliteDialect, log)
+}
+
+// OpenPostgres connects to the Postgres server at dsn and brings its schema
+// up to date.
+func OpenPostgres(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store postgres: %w", err)
+	}
+	db.SetMaxOpenConns(16)
+	return open(ctx, db, postgresDialect, log)
+}
+
+func open(ctx context.Context, db *sql.DB, d dialect, log *slog.Logger) (*SQL, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: %w: %w", d.name, errdefs.ErrUnavailable, err)
+	}
+	if err := migrate(ctx, db, d); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: %w", d.name, err)
+	}
+	return &SQL{db: db, d: d, log: log}, nil
+}
+
+// Dialect returns "sqlite" or "postgres".
+func (s *SQL) Dialect() string { return s.d.name }
+
+// Close implements Store.
+func (s *SQL) Close() error { return s.db.Close() }
+
+func nowNanos() int64 { return time.Now().UnixNano() }
+
+func toNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// classify maps driver errors onto errdefs classes.
+func classify(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "UNIQUE constraint") || strings.Contains(msg, "duplicate key") ||
+		strings.Contains(msg, "PRIMARY KEY constraint") {
+		return fmt.Errorf("%s: %w", what, errdefs.ErrAlreadyExists)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// CreateTeam implements Store.
+func (s *SQL) CreateTeam(ctx context.Context, t *Team) error {
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = time.Now().UTC()
+	}
+	_, err := s.db.ExecContext(ctx, s.d.rebind(`INSERT INTO teams (id, name, created_at, max_concurrent, max_timeout_ms, max_vcpus, max_memory_mb) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		t.ID, t.Name, toNanos(t.CreatedAt), t.Limits.MaxConcurrent, t.Limits.MaxTimeout.Milliseconds(), t.Limits.MaxVCPUs, t.Limits.MaxMemoryMB)
+	return classify(err, fmt.Sprintf("team %q", t.ID))
+}
+
+const teamCols = `id, name, created_at, max_concurrent, max_timeout_ms, max_vcpus, max_memory_mb`
+
+func scanTeam(sc interface{ Scan(...any) error }) (*Team, error) {
+	var t Team
+	var created, maxTimeout int64
+	if err := sc.Scan(&t.ID, &t.Name, &created, &t.Limits.MaxConcurrent, &maxTimeout, &t.Limits.MaxVCPUs, &t.Limits.MaxMemoryMB); err != nil {
+		return nil, err
+	}
+	t.CreatedAt = fromNanos(created)
+	t.Limits.MaxTimeout = time.Duration(maxTimeout) * time.Millisecond
+	return &t, nil
+}
+
+// GetTeam implements Store.
+func (s *SQL) GetTeam(ctx context.Context, id string) (*Team, error) {
+	t, err := scanTeam(s.db.QueryRowContext(ctx, s.d.rebind(`SELECT `+teamCols+` FROM teams WHERE id = ?`), id))
+	return t, classify(err, fmt.Sprintf("team %q", id))
+}
+
+// ListTeams implements Store.
+func (s *SQL) ListTeams(ctx context.Context) ([]*Team, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+teamCols+` FROM teams ORDER BY created_at, id`)
+	if err != nil {
+		return nil, classify(err, "teams")
+	}
+	defer rows.Close()
+	var out []*Team
+	for rows.Next() {
+		t, err := scanTeam(rows)
+		if err != nil {
+			return nil, classify(err, "teams")
+		}
+		out = append(out, t)
+	}
+	return out, classify(rows.Err(), "teams")
+}
+
+// CreateAPIKey implements Store.
+func (s *SQL) CreateAPIKey(ctx context.Context, k *APIKey) error {
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = time.Now().UTC()
+	}
+	_, err := s.db.ExecContext(ctx, s.d.rebind(`INSERT INTO api_keys (id, team_id, name, hash, mask, created_at) VALUES (?, ?, ?, ?, ?, ?)`),
+		k.ID, k.TeamID, k.Name, k.Hash, k.Mask, toNanos(k.CreatedAt))
+	if err != nil && strings.Contains(err.Error(), "FOREIGN KEY") || err != nil && strings.Contains(err.Error(), "foreign key") {
+		return fmt.Errorf("api key %q: team %q: %w", k.ID, k.TeamID, errdefs.ErrNotFound)
+	}
+	return classify(err, fmt.Sprintf("api key %q", k.ID))
+}
+
+const keyCols = `id, team_id, name, hash, mask, created_at`
+
+func scanKey(sc interface{ Scan(...any) error }) (*APIKey, error) {
+	var k APIKey
+	var created int64
+	if err := sc.Scan(&k.ID, &k.TeamID, &k.Name, &k.Hash, &k.Mask, &created); err != nil {
+		return nil, err
+	}
+	k.CreatedAt = fromNanos(created)
+	return &k, nil
+}
+
+// APIKeyByHash implements Store.
+func (s *SQL) APIKeyByHash(ctx context.Context, hash string) (*APIKey, error) {
+	k, err := scanKey(s.db.QueryRowContext(ctx, s.d.rebind(`SELECT `+keyCols+` FROM api_keys WHERE hash = ?`), hash))
+	return k, classify(err, "api key")
+}
+
+// ListAPIKeys implements Store.
+func (s *SQL) ListAPIKeys(ctx context.Context, teamID string) ([]*APIKey, error) {
+	q, args := `SELECT `+keyCols+` FROM api_keys ORDER BY created_at, id`, []any{}
+	if teamID != "" {
+		q, args = `SELECT `+keyCols+` FROM api_keys WHERE team_id = ? ORDER BY created_at, id`, []any{teamID}
+	}
+	rows, err := s.db.QueryContext(ctx, s.d.rebind(q), args...)
+	if err != nil {
+		return nil, classify(err, "api keys")
+	}
+	defer rows.Close()
+	var out []*APIKey
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, classify(err, "api keys")
+		}
+		out = append(out, k)
+	}
+	return out, classify(rows.Err(), "api keys")
+}
+
+// DeleteAPIKey implements Store.
+func (s *SQL) DeleteAPIKey(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, s.d.rebind(`DELETE FROM api_keys WHERE id = ?`), id)
+	if err != nil {
+		return classify(err, fmt.Sprintf("api key %q", id))
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("api key %q: %w", id, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+const sandboxCols = `id, team_id, template_id, state, epoch, started_at, end_at, created_at, updated_at, killed_at, kill_reason, spec`
+
+func scanSandbox(sc interface{ Scan(...any) error }) (*Sandbox, error) {
+	var sb Sandbox
+	var started, end, created, updated, killed int64
+	var state, reason string
+	var spec []byte
+	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.TemplateID, &state, &sb.Epoch, &started, &end, &created, &updated, &killed, &reason, &spec); err != nil {
+		return nil, err
+	}
+	sb.State, sb.KillReason = sandbox.State(state), sandbox.KillReason(reason)
+	sb.StartedAt, sb.EndAt, sb.CreatedAt = fromNanos(started), fromNanos(end), fromNanos(created)
+	sb.UpdatedAt, sb.KilledAt = fromNanos(updated), fromNanos(killed)
+	if err := json.Unmarshal(spec, &sb.Spec); err != nil {
+		return nil, fmt.Errorf("sandbox %q: decode spec: %w", sb.ID, err)
+	}
+	return &sb, nil
+}
+
+func validate(sb *Sandbox) error {
+	if !sandbox.ValidID(sb.ID) {
+		return fmt.Errorf("sandbox %q: id: %w", sb.ID, errdefs.ErrInvalid)
+	}
+	if !sb.State.Valid() {
+		return fmt.Errorf("sandbox %q: state %q: %w", sb.ID, sb.State, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
+// CreateSandbox implements Store.
+func (s *SQL) CreateSandbox(ctx context.Context, sb *Sandbox) error {
+	if err := validate(sb); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	if sb.CreatedAt.IsZero() {
+		sb.CreatedAt = now
+	}
+	sb.UpdatedAt = now
+	spec, err := json.Marshal(sb.Spec)
+	if err != nil {
+		return fmt.Errorf("sandbox %q: encode spec: %w", sb.ID, err)
+	}
+	_, err = s.db.ExecContext(ctx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		sb.ID, sb.TeamID, sb.TemplateID, string(sb.State), sb.Epoch, toNanos(sb.StartedAt), toNanos(sb.EndAt),
+		toNanos(sb.CreatedAt), toNanos(sb.UpdatedAt), toNanos(sb.KilledAt), string(sb.KillReason), string(spec))
+	return classify(err, fmt.Sprintf("sandbox %q", sb.ID))
+}
+
+// GetSandbox implements Store.
+func (s *SQL) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	sb, err := scanSandbox(s.db.QueryRowContext(ctx, s.d.rebind(`SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`), id))
+	return sb, classify(err, fmt.Sprintf("sandbox %q", id))
+}
+
+// UpdateSandbox implements Store.
+func (s *SQL) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) error) (*Sandbox, error) {
+	what := fmt.Sprintf("sandbox %q", id)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, classify(err, what)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	sb, err := scanSandbox(tx.QueryRowContext(ctx, s.d.rebind(`SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`+s.d.forUpdate), id))
+	if err != nil {
+		return nil, classify(err, what)
+	}
+	if err := fn(sb); err != nil {
+		return nil, err
+	}
+	if sb.ID != id {
+		return nil, fmt.Errorf("%s: id changed: %w", what, errdefs.ErrInvalid)
+	}
+	if err := validate(sb); err != nil {
+		return nil, err
+	}
+	sb.UpdatedAt = time.Now().UTC()
+	spec, err := json.Marshal(sb.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: encode spec: %w", what, err)
+	}
+	_, err = tx.ExecContext(ctx, s.d.rebind(`UPDATE sandboxes SET team_id = ?, template_id = ?, state = ?, epoch = ?, started_at = ?, end_at = ?, updated_at = ?, killed_at = ?, kill_reason = ?, spec = ? WHERE id = ?`),
+		sb.TeamID, sb.TemplateID, string(sb.State), sb.Epoch, toNanos(sb.StartedAt), toNanos(sb.EndAt),
+		toNanos(sb.UpdatedAt), toNanos(sb.KilledAt), string(sb.KillReason), string(spec), id)
+	if err != nil {
+		return nil, classify(err, what)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, classify(err, what)
+	}
+	return sb, nil
+}
+
+// ListSandboxes implements Store.
+func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error) {
+	var where []string
+	var args []any
+	if f.TeamID != "" {
+		where, args = append(where, "team_id = ?"), append(args, f.TeamID)
+	}
+	states := f.States
+	if len(states) == 0 {
+		states = LiveStates
+	}
+	ph := make([]string, len(states))
+	for i, st := range states {
+		ph[i] = "?"
+		args = append(args, string(st))
+	}
+	where = append(where, "state IN ("+strings.Join(ph, ", ")+")")
+	if f.TemplateID != "" {
+		where, args = append(where, "template_id = ?"), append(args, f.TemplateID)
+	}
+	if !f.StartedAfter.IsZero() {
+		where, args = append(where, "started_at > ?"), append(args, toNanos(f.StartedAfter))
+	}
+	q := `SELECT ` + sandboxCols + ` FROM sandboxes WHERE ` + strings.Join(where, " AND ") + ` ORDER BY started_at, id`
+	rows, err := s.db.QueryContext(ctx, s.d.rebind(q), args...)
+	if err != nil {
+		return nil, classify(err, "sandboxes")
+	}
+	defer rows.Close()
+	var out []*Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, classify(err, "sandboxes")
+		}
+		out = append(out, sb)
+	}
+	return out, classify(rows.Err(), "sandboxes")
+}
+
+// CountSandboxes implements Store.
+func (s *SQL) CountSandboxes(ctx context.Context, teamID string, states ...sandbox.State) (int, error) {
+	if len(states) == 0 {
+		states = LiveStates
+	}
+	args := []any{teamID}
+	ph := make([]string, len(states))
+	for i, st := range states {
+		ph[i] = "?"
+		args = append(args, string(st))
+	}
+	var n int
+	err := s.db.QueryRowContext(ctx, s.d.rebind(`SELECT COUNT(*) FROM sandboxes WHERE team_id = ? AND state IN (`+strings.Join(ph, ", ")+`)`), args...).Scan(&n)
+	return n, classify(err, fmt.Sprintf("team %q sandboxes", teamID))
+}
+
+// DeleteSandbox implements Store.
+func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
+	what := fmt.Sprintf("sandbox %q", id)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err, what)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM sandboxes WHERE id = ?`), id)
+	if err != nil {
+		return classify(err, what)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+	}
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM events WHERE sandbox_id = ?`), id); err != nil {
+		return classify(err, what)
+	}
+	return classify(tx.Commit(), what)
+}
+
+// AppendEvent implements Store.
+func (s *SQL) AppendEvent(ctx context.Context, e *Event) error {
+	if e.At.IsZero() {
+		e.At = time.Now().UTC()
+	}
+	q := s.d.rebind(`INSERT INTO events (sandbox_id, team_id, type, reason, epoch, at, message) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`)
+	err := s.db.QueryRowContext(ctx, q, e.SandboxID, e.TeamID, e.Type, string(e.Reason), e.Epoch, toNanos(e.At), e.Message).Scan(&e.ID)
+	return classify(err, fmt.Sprintf("sandbox %q event", e.SandboxID))
+}
+
+// ListEvents implements Store.
+func (s *SQL) ListEvents(ctx context.Context, sandboxID string) ([]*Event, error) {
+	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT id, sandbox_id, team_id, type, reason, epoch, at, message FROM events WHERE sandbox_id = ? ORDER BY id`), sandboxID)
+	if err != nil {
+		return nil, classify(err, "events")
+	}
+	defer rows.Close()
+	var out []*Event
+	for rows.Next() {
+		var e Event
+		var reason string
+		var at int64
+		if err := rows.Scan(&e.ID, &e.SandboxID, &e.TeamID, &e.Type, &reason, &e.Epoch, &at, &e.Message); err != nil {
+			return nil, classify(err, "events")
+		}
+		e.Reason, e.At = sandbox.KillReason(reason), fromNanos(at)
+		out = append(out, &e)
+	}
+	return out, classify(rows.Err(), "events")
+}

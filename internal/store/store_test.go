@@ -1,0 +1,279 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/store/storetest"
+)
+
+// backends returns a constructor per available database. Postgres needs
+// $WARREN_TEST_POSTGRES_DSN (skip locally, fail under CI=true).
+func backends(t *testing.T) map[string]func(t *testing.T) *store.SQL {
+	t.Helper()
+	return map[string]func(t *testing.T) *store.SQL{
+		"sqlite": func(t *testing.T) *store.SQL {
+			return storetest.SQLite(t)
+		},
+		"postgres": func(t *testing.T) *store.SQL {
+			return storetest.Postgres(t)
+		},
+	}
+}
+
+func TestStore(t *testing.T) {
+	t.Parallel()
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("teams and keys", func(t *testing.T) { testTeamsAndKeys(t, open(t)) })
+			t.Run("sandboxes", func(t *testing.T) { testSandboxes(t, open(t)) })
+			t.Run("update is atomic", func(t *testing.T) { testUpdateAtomic(t, open(t)) })
+			t.Run("events", func(t *testing.T) { testEvents(t, open(t)) })
+		})
+	}
+}
+
+func testTeamsAndKeys(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	team := &store.Team{ID: "team-a", Name: "A", Limits: store.Limits{MaxConcurrent: 3, MaxTimeout: time.Hour, MaxVCPUs: 4, MaxMemoryMB: 2048}}
+	if err := s.CreateTeam(ctx, team); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTeam(ctx, &store.Team{ID: "team-a", Name: "again"}); !errdefs.IsAlreadyExists(err) {
+		t.Fatalf("duplicate team: got %v, want already exists", err)
+	}
+	got, err := s.GetTeam(ctx, "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != "A" || got.Limits != team.Limits {
+		t.Fatalf("team = %+v, want %+v", got, team)
+	}
+	if _, err := s.GetTeam(ctx, "nope"); !errdefs.IsNotFound(err) {
+		t.Fatalf("missing team: got %v", err)
+	}
+	k := &store.APIKey{ID: "k1", TeamID: "team-a", Name: "default", Hash: "abc", Mask: "e2b_…"}
+	if err := s.CreateAPIKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateAPIKey(ctx, &store.APIKey{ID: "k2", TeamID: "team-a", Hash: "abc"}); !errdefs.IsAlreadyExists(err) {
+		t.Fatalf("duplicate hash: got %v", err)
+	}
+	if err := s.CreateAPIKey(ctx, &store.APIKey{ID: "k3", TeamID: "no-team", Hash: "def"}); err == nil {
+		t.Fatal("key of a missing team accepted")
+	}
+	byHash, err := s.APIKeyByHash(ctx, "abc")
+	if err != nil || byHash.ID != "k1" || byHash.TeamID != "team-a" {
+		t.Fatalf("APIKeyByHash = %+v, %v", byHash, err)
+	}
+	keys, err := s.ListAPIKeys(ctx, "team-a")
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("ListAPIKeys = %v, %v", keys, err)
+	}
+	if err := s.DeleteAPIKey(ctx, "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteAPIKey(ctx, "k1"); !errdefs.IsNotFound(err) {
+		t.Fatalf("second delete: %v", err)
+	}
+	if _, err := s.APIKeyByHash(ctx, "abc"); !errdefs.IsNotFound(err) {
+		t.Fatalf("revoked key still found: %v", err)
+	}
+}
+
+func newSandbox(id, team string, state sandbox.State, started time.Time) *store.Sandbox {
+	return &store.Sandbox{
+		ID: id, TeamID: team, TemplateID: "base", State: state, Epoch: 1,
+		StartedAt: started, EndAt: started.Add(5 * time.Minute),
+		Spec: store.Spec{Metadata: map[string]string{"k": id}, EnvdVersion: "0.6.13", Resources: sandbox.Resources{VCPUs: 2, MemoryMB: 512}},
+	}
+}
+
+func testSandboxes(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	for i, sb := range []*store.Sandbox{
+		newSandbox("aaa", "t1", sandbox.StateRunning, t0.Add(2*time.Second)),
+		newSandbox("bbb", "t1", sandbox.StatePaused, t0.Add(1*time.Second)),
+		newSandbox("ccc", "t1", sandbox.StateKilled, t0),
+		newSandbox("ddd", "t2", sandbox.StateRunning, t0),
+	} {
+		if err := s.CreateSandbox(ctx, sb); err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+	}
+	if err := s.CreateSandbox(ctx, newSandbox("aaa", "t1", sandbox.StateRunning, t0)); !errdefs.IsAlreadyExists(err) {
+		t.Fatalf("duplicate sandbox: %v", err)
+	}
+	if err := s.CreateSandbox(ctx, newSandbox("BAD ID", "t1", sandbox.StateRunning, t0)); !errdefs.IsInvalid(err) {
+		t.Fatalf("bad id: %v", err)
+	}
+	got, err := s.GetSandbox(ctx, "aaa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.StartedAt.Equal(t0.Add(2*time.Second)) || got.Spec.Metadata["k"] != "aaa" || got.Spec.Resources.VCPUs != 2 {
+		t.Fatalf("round trip: %+v", got)
+	}
+	tests := []struct {
+		name string
+		f    store.SandboxFilter
+		want []string
+	}{
+		{"team live", store.SandboxFilter{TeamID: "t1"}, []string{"bbb", "aaa"}},
+		{"running", store.SandboxFilter{TeamID: "t1", States: []sandbox.State{sandbox.StateRunning}}, []string{"aaa"}},
+		{"killed", store.SandboxFilter{States: []sandbox.State{sandbox.StateKilled}}, []string{"ccc"}},
+		{"all teams", store.SandboxFilter{}, []string{"ddd", "bbb", "aaa"}},
+		{"started after", store.SandboxFilter{TeamID: "t1", StartedAfter: t0.Add(time.Second)}, []string{"aaa"}},
+		{"template", store.SandboxFilter{TemplateID: "other"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			list, err := s.ListSandboxes(ctx, tc.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, sb := range list {
+				ids = append(ids, sb.ID)
+			}
+			if len(ids) != len(tc.want) {
+				t.Fatalf("ids = %v, want %v", ids, tc.want)
+			}
+			for i := range ids {
+				if ids[i] != tc.want[i] {
+					t.Fatalf("ids = %v, want %v", ids, tc.want)
+				}
+			}
+		})
+	}
+	n, err := s.CountSandboxes(ctx, "t1", store.ActiveStates...)
+	if err != nil || n != 1 {
+		t.Fatalf("count active = %d, %v", n, err)
+	}
+	up, err := s.UpdateSandbox(ctx, "aaa", func(sb *store.Sandbox) error {
+		sb.State, sb.Epoch, sb.KillReason = sandbox.StateKilled, 2, sandbox.KillTimeout
+		sb.KilledAt = t0.Add(time.Hour)
+		return nil
+	})
+	if err != nil || up.State != sandbox.StateKilled {
+		t.Fatalf("update: %+v %v", up, err)
+	}
+	got, _ = s.GetSandbox(ctx, "aaa")
+	if got.KillReason != sandbox.KillTimeout || got.Epoch != 2 || !got.KilledAt.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("after update: %+v", got)
+	}
+	sentinel := errors.New("no")
+	if _, err := s.UpdateSandbox(ctx, "bbb", func(sb *store.Sandbox) error { sb.Epoch = 99; return sentinel }); !errors.Is(err, sentinel) {
+		t.Fatalf("fn error: %v", err)
+	}
+	if got, _ := s.GetSandbox(ctx, "bbb"); got.Epoch != 1 {
+		t.Fatalf("failed update was written: epoch %d", got.Epoch)
+	}
+	if _, err := s.UpdateSandbox(ctx, "zzz", func(*store.Sandbox) error { return nil }); !errdefs.IsNotFound(err) {
+		t.Fatalf("update missing: %v", err)
+	}
+	if err := s.DeleteSandbox(ctx, "ccc"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSandbox(ctx, "ccc"); !errdefs.IsNotFound(err) {
+		t.Fatalf("deleted sandbox: %v", err)
+	}
+}
+
+// testUpdateAtomic increments a counter from many goroutines; a lost
+// update shows as a smaller total.
+func testUpdateAtomic(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if err := s.CreateSandbox(ctx, newSandbox("ctr", "t1", sandbox.StateRunning, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	const workers, each = 4, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				_, err := s.UpdateSandbox(ctx, "ctr", func(sb *store.Sandbox) error { sb.Epoch++; return nil })
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got, _ := s.GetSandbox(ctx, "ctr")
+	if got.Epoch != 1+workers*each {
+		t.Fatalf("epoch = %d, want %d", got.Epoch, 1+workers*each)
+	}
+}
+
+func testEvents(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for i, typ := range []string{store.EventCreated, store.EventKilled} {
+		e := &store.Event{SandboxID: "s1", TeamID: "t1", Type: typ, Epoch: int64(i + 1)}
+		if typ == store.EventKilled {
+			e.Reason = sandbox.KillTimeout
+		}
+		if err := s.AppendEvent(ctx, e); err != nil || e.ID == 0 {
+			t.Fatalf("append: id %d, %v", e.ID, err)
+		}
+	}
+	evs, err := s.ListEvents(ctx, "s1")
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("events = %v, %v", evs, err)
+	}
+	if evs[1].Type != store.EventKilled || evs[1].Reason != sandbox.KillTimeout || evs[0].ID >= evs[1].ID {
+		t.Fatalf("events = %+v %+v", evs[0], evs[1])
+	}
+}
+
+// TestSQLiteReopen checks that migrations are idempotent and data survives
+// a reopen (what a restart of warren serve does).
+func TestSQLiteReopen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "w.db")
+	s, err := store.OpenSQLite(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSandbox(ctx, newSandbox("keep", "t", sandbox.StateRunning, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = store.OpenSQLite(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.GetSandbox(ctx, "keep"); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v int
+	if err := db.QueryRow(`SELECT MAX(version) FROM schema_migrations`).Scan(&v); err != nil || v != store.SchemaVersion() {
+		t.Fatalf("schema version = %d, %v", v, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,76 @@
+// Package storetest opens real stores for tests: a SQLite file in a
+// temporary directory, or a fresh schema on the Postgres server named by
+// $WARREN_TEST_POSTGRES_DSN.
+package storetest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// SQLite opens a new SQLite store in t's temporary directory.
+func SQLite(t testing.TB) *store.SQL {
+	t.Helper()
+	s, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "warren.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// PostgresDSN returns $WARREN_TEST_POSTGRES_DSN, skipping the test when it
+// is unset (failing instead under CI=true).
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv("WARREN_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("WARREN_TEST_POSTGRES_DSN is not set (scripts/test.sh starts a server)")
+		}
+		t.Skip("WARREN_TEST_POSTGRES_DSN is not set; run: eval \"$(scripts/start-postgres.sh var/pgdata 55432)\"")
+	}
+	return dsn
+}
+
+// Postgres opens a store on a new, empty schema of the test server; the
+// schema is dropped when the test ends.
+func Postgres(t testing.TB) *store.SQL {
+	t.Helper()
+	dsn := PostgresDSN(t)
+	ctx := context.Background()
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := "t_" + sandbox.RandomToken(6)
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		admin.Close()
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
+		admin.Close()
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	s, err := store.OpenPostgres(ctx, u.String(), nil)
+	if err != nil {
+		t.Fatal(fmt.Errorf("open postgres: %w", err))
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
