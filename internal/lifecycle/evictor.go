@@ -1,0 +1,246 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// arm schedules the evictor to look at sandbox id at t.
+func (m *Manager) arm(id string, t time.Time) {
+	m.evMu.Lock()
+	m.deadlines[id] = t
+	m.evMu.Unlock()
+	m.poke()
+}
+
+func (m *Manager) disarm(id string) {
+	m.evMu.Lock()
+	delete(m.deadlines, id)
+	m.evMu.Unlock()
+	m.poke()
+}
+
+func (m *Manager) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Deadline returns the time the evictor will next look at sandbox id.
+func (m *Manager) Deadline(id string) (time.Time, bool) {
+	m.evMu.Lock()
+	defer m.evMu.Unlock()
+	t, ok := m.deadlines[id]
+	return t, ok
+}
+
+// Run reconciles the store with the node, re-arms every deadline from the
+// store, then runs the evictor and the node event watcher until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	events, err := m.node.Watch(ctx)
+	if err != nil {
+		return fmt.Errorf("watch node: %w", err)
+	}
+	if err := m.Reconcile(ctx); err != nil {
+		return err
+	}
+	m.wg.Go(func() { m.watch(ctx, events) })
+	defer m.wg.Wait()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		var next time.Time
+		var due []string
+		m.evMu.Lock()
+		for id, t := range m.deadlines {
+			if !t.After(now) {
+				due = append(due, id)
+				delete(m.deadlines, id)
+			} else if next.IsZero() || t.Before(next) {
+				next = t
+			}
+		}
+		m.evMu.Unlock()
+		for _, id := range due {
+			m.wg.Go(func() { m.expire(ctx, id) })
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = next.Sub(now)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// Reconcile makes the store and the node agree, as after a restart of
+// either: sandboxes the node lost are marked killed (node_lost), sandboxes
+// the node runs but the store does not know are killed (orphaned), and the
+// deadline of every running sandbox is re-armed.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	live, err := m.st.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	onNode, err := m.node.List(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: list node: %w", err)
+	}
+	byID := map[string]*node.Sandbox{}
+	for _, ns := range onNode {
+		byID[ns.ID] = ns
+	}
+	known := map[string]bool{}
+	for _, sb := range live {
+		if sb.Spec.NodeID != "" && sb.Spec.NodeID != m.cfg.NodeID {
+			continue
+		}
+		known[sb.ID] = true
+		ns, ok := byID[sb.ID]
+		if !ok {
+			if _, err := m.markKilled(ctx, sb.ID, sandbox.KillNodeLost, ""); err == nil {
+				m.log.Warn("sandbox lost by its node", "sandbox_id", sb.ID, "kill_reason", sandbox.KillNodeLost.String())
+			}
+			continue
+		}
+		want := ns.State
+		if want != sandbox.StateRunning && want != sandbox.StatePaused {
+			want = sb.State
+		}
+		if want != sb.State {
+			sb, err = m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
+				s.State = want
+				if want == sandbox.StatePaused {
+					s.Epoch++
+					s.Spec.PausedWithMemory = ns.PausedWithMemory
+				}
+				if s.Spec.EnvdVersion == "" {
+					s.Spec.EnvdVersion = ns.EnvdVersion
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("reconcile: %w", err)
+			}
+		}
+		if sb.State == sandbox.StateRunning {
+			m.arm(sb.ID, sb.EndAt)
+		}
+	}
+	for _, ns := range onNode {
+		if known[ns.ID] {
+			continue
+		}
+		m.log.Warn("killing sandbox unknown to the control plane", "sandbox_id", ns.ID, "kill_reason", sandbox.KillOrphaned.String())
+		if err := m.node.Kill(ctx, ns.ID, sandbox.KillOrphaned); err != nil && !errdefs.IsNotFound(err) {
+			m.log.Warn("kill orphan", "sandbox_id", ns.ID, "error", err)
+		}
+	}
+	return nil
+}
+
+// expire handles a deadline that came due: kill with reason timeout, or
+// pause when the sandbox asked for auto-pause.
+func (m *Manager) expire(ctx context.Context, id string) {
+	defer m.lock(id)()
+	sb, err := m.st.GetSandbox(ctx, id)
+	if err != nil {
+		if !errdefs.IsNotFound(err) {
+			m.log.Warn("evictor read", "sandbox_id", id, "error", err)
+			m.arm(id, time.Now().Add(m.cfg.PauseRetry))
+		}
+		return
+	}
+	if sb.State != sandbox.StateRunning {
+		return
+	}
+	now := time.Now()
+	if sb.EndAt.After(now) {
+		m.arm(id, sb.EndAt) // moved since it was armed
+		return
+	}
+	if !sb.Spec.AutoPause {
+		if err := m.killLocked(ctx, id, sandbox.KillTimeout); err != nil && !errdefs.IsNotFound(err) {
+			m.log.Warn("evictor kill", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "error", err)
+			m.arm(id, now.Add(m.cfg.PauseRetry))
+		}
+		return
+	}
+	memory := sb.Spec.AutoPauseMemory
+	if !sb.Spec.PauseRefusedAt.IsZero() && now.Sub(sb.Spec.PauseRefusedAt) >= m.cfg.PauseOverstay {
+		memory = false // LIFECYCLE-RULES §3: degrade to a filesystem-only pause
+	}
+	err = m.pauseLocked(ctx, sb, memory)
+	switch {
+	case err == nil:
+	case errdefs.IsExhausted(err):
+		sb, uerr := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+			if s.Spec.PauseRefusedAt.IsZero() {
+				s.Spec.PauseRefusedAt = now.UTC()
+			}
+			return nil
+		})
+		if uerr == nil {
+			m.event(ctx, sb, store.EventPauseRefused, "", err.Error())
+		}
+		m.log.Info("auto-pause refused, will retry", "sandbox_id", id, "error", err)
+		m.arm(id, now.Add(m.cfg.PauseRetry))
+	case errdefs.IsNotFound(err):
+	default:
+		m.log.Warn("auto-pause failed, killing", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "error", err)
+		if err := m.killLocked(ctx, id, sandbox.KillTimeout); err != nil && !errdefs.IsNotFound(err) {
+			m.arm(id, now.Add(m.cfg.PauseRetry))
+		}
+	}
+}
+
+// watch turns the node's own events (exit, oom, backstop) into store
+// transitions.
+func (m *Manager) watch(ctx context.Context, events <-chan node.Event) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			m.handle(ctx, ev)
+		}
+	}
+}
+
+func (m *Manager) handle(ctx context.Context, ev node.Event) {
+	switch ev.Type {
+	case node.EventExited, node.EventKilled:
+	default:
+		return
+	}
+	reason := ev.Reason
+	if reason == "" && ev.Type == node.EventExited {
+		reason = sandbox.KillExited
+	}
+	defer m.lock(ev.SandboxID)()
+	sb, err := m.markKilled(ctx, ev.SandboxID, reason, ev.ExecutionID)
+	switch {
+	case err == nil:
+		m.log.Info("sandbox ended on its node", "sandbox_id", ev.SandboxID, "team_id", sb.TeamID, "kill_reason", reason.String())
+	case errdefs.IsNotFound(err), errdefs.IsConflict(err):
+		// Already killed, or an event of an older execution: stale.
+	default:
+		m.log.Warn("record node event", "sandbox_id", ev.SandboxID, "error", err)
+	}
+}

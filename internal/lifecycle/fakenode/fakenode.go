@@ -1,0 +1,277 @@
+// Package fakenode is a hand-written, in-memory node.Service for
+// control-plane tests: sandboxes are map entries, every call is recorded,
+// and errors and events can be injected.
+package fakenode
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// Node is the fake. The zero value is not usable; call New.
+type Node struct {
+	mu        sync.Mutex
+	sandboxes map[string]*node.Sandbox
+	calls     []string
+	watchers  []chan node.Event
+
+	// Address and Host are given to every sandbox (e.g. an httptest
+	// server standing in for envd). Defaults: 127.0.0.1:49983, 127.0.0.1.
+	Address string
+	Host    string
+	// CreateErr, PauseErr, ResumeErr, when set, are returned by the
+	// matching call (PauseErr is consulted on every call, so a test can
+	// refuse the first pauses and accept later ones).
+	CreateErr error
+	PauseErr  func(id string) error
+	ResumeErr error
+	// Caps is returned by Capabilities.
+	Caps node.Capabilities
+}
+
+var _ node.Service = (*Node)(nil)
+
+// New returns an empty fake node.
+func New() *Node {
+	return &Node{
+		sandboxes: map[string]*node.Sandbox{},
+		Address:   "127.0.0.1:49983",
+		Host:      "127.0.0.1",
+		Caps:      node.Capabilities{Driver: "fakenode", MemoryCheckpoint: true, Freeze: true, Fork: true},
+	}
+}
+
+func (n *Node) record(format string, args ...any) {
+	n.calls = append(n.calls, fmt.Sprintf(format, args...))
+}
+
+// Calls returns the calls made so far, e.g. "kill abc timeout".
+func (n *Node) Calls() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.calls)
+}
+
+func clone(s *node.Sandbox) *node.Sandbox {
+	c := *s
+	c.Metadata = maps.Clone(s.Metadata)
+	return &c
+}
+
+// Create implements node.Service.
+func (n *Node) Create(_ context.Context, req node.CreateRequest) (*node.Sandbox, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.record("create %s", req.ID)
+	if n.CreateErr != nil {
+		return nil, n.CreateErr
+	}
+	if _, ok := n.sandboxes[req.ID]; ok {
+		return nil, fmt.Errorf("sandbox %q: %w", req.ID, errdefs.ErrAlreadyExists)
+	}
+	s := &node.Sandbox{
+		ID: req.ID, ExecutionID: req.ExecutionID, TemplateID: req.Template.ID, BuildID: req.Template.BuildID,
+		TeamID: req.TeamID, State: sandbox.StateRunning, Epoch: 1, StartedAt: time.Now(), EndAt: req.EndAt,
+		Resources: req.Resources, Network: req.Network, Address: n.Address, Host: n.Host,
+		EnvdVersion: "0.6.13", Metadata: maps.Clone(req.Metadata),
+	}
+	n.sandboxes[req.ID] = s
+	return clone(s), nil
+}
+
+func (n *Node) get(id string) (*node.Sandbox, error) {
+	s, ok := n.sandboxes[id]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return s, nil
+}
+
+// Get implements node.Service.
+func (n *Node) Get(_ context.Context, id string) (*node.Sandbox, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s, err := n.get(id)
+	if err != nil {
+		return nil, err
+	}
+	return clone(s), nil
+}
+
+// List implements node.Service.
+func (n *Node) List(context.Context) ([]*node.Sandbox, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []*node.Sandbox
+	for _, s := range n.sandboxes {
+		out = append(out, clone(s))
+	}
+	return out, nil
+}
+
+// SetEndTime implements node.Service.
+func (n *Node) SetEndTime(_ context.Context, id string, endAt time.Time) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.record("setendtime %s", id)
+	s, err := n.get(id)
+	if err != nil {
+		return err
+	}
+	s.EndAt = endAt
+	return nil
+}
+
+// UpdateNetwork implements node.Service.
+func (n *Node) UpdateNetwork(_ context.Context, id string, p netslot.Policy) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.record("network %s", id)
+	s, err := n.get(id)
+	if err != nil {
+		return err
+	}
+	s.Network = p
+	return nil
+}
+
+// Pause implements node.Service.
+func (n *Node) Pause(_ context.Context, id string, req node.PauseRequest) (*node.Sandbox, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.record("pause %s memory=%t", id, req.Memory)
+	s, err := n.get(id)
+	if err != nil {
+		return nil, err
+	}
+	if n.PauseErr != nil {
+		if err := n.PauseErr(id); err != nil {
+			return nil, err
+		}
+	}
+	if s.State != sandbox.StateRunning {
+		return nil, fmt.Errorf("sandbox %q is %s: %w", id, s.State, errdefs.ErrConflict)
+	}
+	s.State, s.Epoch, s.PausedWithMemory = sandbox.StatePaused, s.Epoch+1, req.Memory
+	return clone(s), nil
+}
+
+// Resume implements node.Service.
+func (n *Node) Resume(_ context.Context, id string, req node.ResumeRequest) (*node.Sandbox, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.record("resume %s", id)
+	s, err := n.get(id)
+	if err != nil {
+		return nil, err
+	}
+	if n.ResumeErr != nil {
+		return nil, n.ResumeErr
+	}
+	if s.State != sandbox.StatePaused {
+		return nil, fmt.Errorf("sandbox %q is %s: %w", id, s.State, errdefs.ErrConflict)
+	}
+	s.State, s.Epoch, s.ExecutionID, s.EndAt = sandbox.StateRunning, s.Epoch+1, req.ExecutionID, req.EndAt
+	return clone(s), nil
+}
+
+// Fork implements node.Service.
+func (n *Node) Fork(_ context.Context, id string, req node.ForkRequest) ([]*node.Sandbox, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.record("fork %s %d", id, len(req.IDs))
+	s, err := n.get(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.State != sandbox.StateRunning {
+		return nil, fmt.Errorf("sandbox %q is %s: %w", id, s.State, errdefs.ErrConflict)
+	}
+	var out []*node.Sandbox
+	for i, nid := range req.IDs {
+		c := clone(s)
+		c.ID, c.Epoch, c.StartedAt, c.EndAt = nid, 1, time.Now(), req.EndAt
+		if i < len(req.ExecutionIDs) {
+			c.ExecutionID = req.ExecutionIDs[i]
+		}
+		n.sandboxes[nid] = c
+		out = append(out, clone(c))
+	}
+	return out, nil
+}
+
+// Kill implements node.Service.
+func (n *Node) Kill(_ context.Context, id string, reason sandbox.KillReason) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.record("kill %s %s", id, reason)
+	if _, err := n.get(id); err != nil {
+		return err
+	}
+	delete(n.sandboxes, id)
+	return nil
+}
+
+// Stats implements node.Service.
+func (n *Node) Stats(_ context.Context, id string) (*node.Stats, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s, err := n.get(id)
+	if err != nil {
+		return nil, err
+	}
+	return &node.Stats{At: time.Now(), CPUCount: s.Resources.VCPUs, CPUUsedPct: 1.5,
+		MemoryUsedBytes: 64 << 20, MemoryTotal: uint64(s.Resources.MemoryMB) << 20,
+		DiskUsedBytes: 1 << 20, DiskTotalBytes: 1 << 30}, nil
+}
+
+// Watch implements node.Service.
+func (n *Node) Watch(ctx context.Context) (<-chan node.Event, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ch := make(chan node.Event, 16)
+	n.watchers = append(n.watchers, ch)
+	go func() {
+		<-ctx.Done()
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.watchers = slices.DeleteFunc(n.watchers, func(c chan node.Event) bool { return c == ch })
+		close(ch)
+	}()
+	return ch, nil
+}
+
+// Exit makes a sandbox end by itself (as if its init exited) and tells the
+// watchers.
+func (n *Node) Exit(id string, reason sandbox.KillReason) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s, ok := n.sandboxes[id]
+	if !ok {
+		return
+	}
+	delete(n.sandboxes, id)
+	ev := node.Event{Type: node.EventExited, SandboxID: id, ExecutionID: s.ExecutionID, Reason: reason, At: time.Now()}
+	for _, w := range n.watchers {
+		w <- ev
+	}
+}
+
+// Put adds a sandbox directly (e.g. one the control plane does not know).
+func (n *Node) Put(s *node.Sandbox) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.sandboxes[s.ID] = clone(s)
+}
+
+// Capabilities implements node.Service.
+func (n *Node) Capabilities(context.Context) (node.Capabilities, error) { return n.Caps, nil }

@@ -1,0 +1,611 @@
+// Package lifecycle owns the life of every sandbox on the control plane
+// side: create, kill, pause, resume and connect, end-time changes, the TTL
+// evictor (kill with reason timeout, or auto-pause), auto-resume when
+// traffic reaches a paused sandbox, and the node's own events.
+//
+// States and transitions (internal/sandbox):
+//
+//	starting ──▶ running ──▶ pausing ──▶ paused
+//	               ▲  ▲          │          │
+//	               │  └─ refused ┘          │
+//	               └──────── resume ────────┘
+//	any state ──▶ killed (with a KillReason)
+//
+// The store is the source of truth. Every transition is one store update
+// that checks the state it starts from and increments the lifecycle epoch
+// on start, pause and resume; a timer or a node answer that belongs to an
+// older epoch is dropped. Deadlines live in the store (end_at), so a
+// restarted Manager re-arms them all in Run.
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Config configures a Manager. Store and Node are required.
+type Config struct {
+	Store  store.Store
+	Node   node.Service
+	NodeID string // recorded on each sandbox; default "local"
+	Logger *slog.Logger
+	// PauseRetry is how often a refused auto-pause is retried (default
+	// 10 s); PauseOverstay is how long after the first refusal the pause
+	// degrades to filesystem-only (default 120 s). LIFECYCLE-RULES §3.
+	PauseRetry    time.Duration
+	PauseOverstay time.Duration
+	// AutoResumeTimeout is the TTL given to a sandbox woken by traffic
+	// (default 5 min).
+	AutoResumeTimeout time.Duration
+}
+
+// Manager runs sandbox lifecycles. Create it with New and start its
+// evictor and node watcher with Run.
+type Manager struct {
+	cfg   Config
+	st    store.Store
+	node  node.Service
+	log   *slog.Logger
+	locks [64]sync.Mutex // striped per-sandbox locks
+	// createMu makes the concurrency-limit check and the insert atomic.
+	createMu sync.Mutex
+
+	evMu      sync.Mutex
+	deadlines map[string]time.Time
+	wake      chan struct{}
+	wg        sync.WaitGroup
+}
+
+// New returns a Manager.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.Node == nil {
+		return nil, fmt.Errorf("lifecycle: store and node are required: %w", errdefs.ErrInvalid)
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = "local"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PauseRetry <= 0 {
+		cfg.PauseRetry = 10 * time.Second
+	}
+	if cfg.PauseOverstay <= 0 {
+		cfg.PauseOverstay = 120 * time.Second
+	}
+	if cfg.AutoResumeTimeout <= 0 {
+		cfg.AutoResumeTimeout = 5 * time.Minute
+	}
+	return &Manager{
+		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
+		deadlines: map[string]time.Time{}, wake: make(chan struct{}, 1),
+	}, nil
+}
+
+func (m *Manager) lock(id string) func() {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	mu := &m.locks[h.Sum32()%uint32(len(m.locks))]
+	mu.Lock()
+	return mu.Unlock
+}
+
+// CreateParams describes a new sandbox.
+type CreateParams struct {
+	TeamID    string
+	Template  node.Template
+	Alias     string
+	Timeout   time.Duration
+	Resources sandbox.Resources
+	Metadata  map[string]string
+	EnvVars   map[string]string
+	// Secure issues an envd access token.
+	Secure bool
+	// TrafficToken issues a traffic access token, required by the proxy for
+	// the sandbox's other ports.
+	TrafficToken    bool
+	AutoPause       bool
+	AutoPauseMemory bool
+	AutoResume      bool
+	AllowInternet   *bool
+	Policy          netslot.Policy
+	// Network and VolumeMounts are the API's documents, kept for display.
+	Network      json.RawMessage
+	VolumeMounts json.RawMessage
+	// MaxConcurrent, when positive, limits the team's active sandboxes.
+	MaxConcurrent int
+}
+
+// Create starts a sandbox and returns its record once it runs. A team over
+// its concurrency limit gets an ErrExhausted error wrapped in LimitError.
+func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, error) {
+	now := time.Now().UTC()
+	sb := &store.Sandbox{
+		ID: sandbox.NewID(), TeamID: p.TeamID, TemplateID: p.Template.ID, State: sandbox.StateStarting,
+		Epoch: 1, StartedAt: now, EndAt: now.Add(p.Timeout),
+		Spec: store.Spec{
+			Alias: p.Alias, BuildID: p.Template.BuildID, NodeID: m.cfg.NodeID, ExecutionID: sandbox.NewExecutionID(),
+			Resources: p.Resources, Metadata: maps.Clone(p.Metadata), AutoPause: p.AutoPause,
+			AutoPauseMemory: p.AutoPauseMemory, AutoResume: p.AutoResume, AllowInternet: p.AllowInternet,
+			Network: p.Network, VolumeMounts: p.VolumeMounts,
+		},
+	}
+	if p.Secure {
+		sb.Spec.EnvdAccessToken = sandbox.RandomToken(32)
+	}
+	if p.TrafficToken {
+		sb.Spec.TrafficAccessToken = sandbox.RandomToken(32)
+	}
+	if err := m.reserve(ctx, sb, p.MaxConcurrent); err != nil {
+		return nil, err
+	}
+	log := m.log.With("sandbox_id", sb.ID, "team_id", sb.TeamID, "template_id", sb.TemplateID)
+	ns, err := m.node.Create(ctx, node.CreateRequest{
+		ID: sb.ID, ExecutionID: sb.Spec.ExecutionID, TeamID: sb.TeamID, Template: p.Template,
+		Resources: p.Resources, EndAt: sb.EndAt, Network: p.Policy, EnvVars: p.EnvVars,
+		EnvdAccessToken: sb.Spec.EnvdAccessToken, Metadata: p.Metadata,
+	})
+	if err != nil {
+		// The sandbox never ran: forget it rather than list a corpse.
+		if derr := m.st.DeleteSandbox(context.WithoutCancel(ctx), sb.ID); derr != nil {
+			log.Warn("forget failed sandbox", "error", derr)
+		}
+		return nil, fmt.Errorf("create sandbox %q: %w", sb.ID, err)
+	}
+	sb, err = m.st.UpdateSandbox(context.WithoutCancel(ctx), sb.ID, func(s *store.Sandbox) error {
+		if s.State != sandbox.StateStarting {
+			return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+		}
+		s.State = sandbox.StateRunning
+		s.Spec.EnvdVersion = ns.EnvdVersion
+		if !ns.StartedAt.IsZero() {
+			s.StartedAt = ns.StartedAt.UTC()
+		}
+		return nil
+	})
+	if err != nil {
+		// Killed while starting (e.g. by a concurrent DELETE): stop it.
+		m.node.Kill(context.WithoutCancel(ctx), ns.ID, sandbox.KillRequest) //nolint:errcheck
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	m.event(ctx, sb, store.EventCreated, "", "")
+	m.arm(sb.ID, sb.EndAt)
+	log.Info("sandbox created", "end_at", sb.EndAt)
+	return sb, nil
+}
+
+// LimitError is returned by Create when a team is at its concurrency
+// limit. It wraps errdefs.ErrExhausted.
+type LimitError struct{ Limit int }
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("you have reached the maximum number of concurrent sandboxes (%d); kill a sandbox or ask for a higher limit", e.Limit)
+}
+
+// Unwrap makes LimitError an ErrExhausted.
+func (e *LimitError) Unwrap() error { return errdefs.ErrExhausted }
+
+func (m *Manager) reserve(ctx context.Context, sb *store.Sandbox, limit int) error {
+	m.createMu.Lock()
+	defer m.createMu.Unlock()
+	if limit > 0 {
+		n, err := m.st.CountSandboxes(ctx, sb.TeamID, store.ActiveStates...)
+		if err != nil {
+			return err
+		}
+		if n >= limit {
+			return &LimitError{Limit: limit}
+		}
+	}
+	return m.st.CreateSandbox(ctx, sb)
+}
+
+// Get returns a live (not killed) sandbox of the team; teamID "" matches
+// any team.
+func (m *Manager) Get(ctx context.Context, teamID, id string) (*store.Sandbox, error) {
+	sb, err := m.st.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == sandbox.StateKilled || (teamID != "" && sb.TeamID != teamID) {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, nil
+}
+
+// event records a lifecycle event; a failure is logged, not returned: the
+// transition itself is already stored.
+func (m *Manager) event(ctx context.Context, sb *store.Sandbox, typ string, reason sandbox.KillReason, msg string) {
+	e := &store.Event{SandboxID: sb.ID, TeamID: sb.TeamID, Type: typ, Reason: reason, Epoch: sb.Epoch, Message: msg}
+	if err := m.st.AppendEvent(context.WithoutCancel(ctx), e); err != nil {
+		m.log.Warn("record event", "sandbox_id", sb.ID, "event", typ, "error", err)
+	}
+}
+
+// Kill stops a sandbox for reason. An unknown or already killed sandbox is
+// ErrNotFound.
+func (m *Manager) Kill(ctx context.Context, teamID, id string, reason sandbox.KillReason) error {
+	defer m.lock(id)()
+	if _, err := m.Get(ctx, teamID, id); err != nil {
+		return err
+	}
+	return m.killLocked(ctx, id, reason)
+}
+
+func (m *Manager) killLocked(ctx context.Context, id string, reason sandbox.KillReason) error {
+	ctx = context.WithoutCancel(ctx)
+	if err := m.node.Kill(ctx, id, reason); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("kill sandbox %q: %w", id, err)
+	}
+	sb, err := m.markKilled(ctx, id, reason, "")
+	if err != nil {
+		return err
+	}
+	m.log.Info("sandbox killed", "sandbox_id", id, "team_id", sb.TeamID, "kill_reason", reason.String())
+	return nil
+}
+
+// markKilled records the kill; executionID, when set, must match the
+// sandbox's current execution (a stale node event is dropped).
+func (m *Manager) markKilled(ctx context.Context, id string, reason sandbox.KillReason, executionID string) (*store.Sandbox, error) {
+	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if s.State == sandbox.StateKilled {
+			return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		}
+		if executionID != "" && s.Spec.ExecutionID != executionID {
+			return fmt.Errorf("sandbox %q: stale execution %q: %w", id, executionID, errdefs.ErrConflict)
+		}
+		s.State, s.KillReason, s.KilledAt = sandbox.StateKilled, reason, time.Now().UTC()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.disarm(id)
+	m.event(ctx, sb, store.EventKilled, reason, "")
+	return sb, nil
+}
+
+// SetTimeout sets the sandbox's end time to now+d; it may shorten it.
+func (m *Manager) SetTimeout(ctx context.Context, teamID, id string, d time.Duration) error {
+	return m.setEnd(ctx, teamID, id, d, false)
+}
+
+// Extend moves the end time to now+d unless it is already later.
+func (m *Manager) Extend(ctx context.Context, teamID, id string, d time.Duration) error {
+	return m.setEnd(ctx, teamID, id, d, true)
+}
+
+func (m *Manager) setEnd(ctx context.Context, teamID, id string, d time.Duration, extendOnly bool) error {
+	defer m.lock(id)()
+	if _, err := m.Get(ctx, teamID, id); err != nil {
+		return err
+	}
+	end := time.Now().UTC().Add(d)
+	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if s.State == sandbox.StateKilled {
+			return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		}
+		if extendOnly && s.EndAt.After(end) {
+			end = s.EndAt
+		}
+		s.EndAt = end
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if sb.State == sandbox.StateRunning {
+		if err := m.node.SetEndTime(ctx, id, sb.EndAt); err != nil && !errdefs.IsNotFound(err) {
+			m.log.Warn("node set end time", "sandbox_id", id, "error", err)
+		}
+		m.arm(id, sb.EndAt)
+	}
+	m.event(ctx, sb, store.EventTimeoutSet, "", sb.EndAt.Format(time.RFC3339Nano))
+	return nil
+}
+
+// Pause pauses a running sandbox. A paused one is ErrConflict.
+func (m *Manager) Pause(ctx context.Context, teamID, id string, memory bool) error {
+	defer m.lock(id)()
+	sb, err := m.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	if sb.State != sandbox.StateRunning {
+		return fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	return m.pauseLocked(ctx, sb, memory)
+}
+
+// pauseLocked moves a running sandbox to paused through pausing. A node
+// refusal puts it back to running and is returned.
+func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory bool) error {
+	ctx = context.WithoutCancel(ctx)
+	if memory {
+		if caps, err := m.node.Capabilities(ctx); err == nil && !caps.MemoryCheckpoint {
+			memory = false
+		}
+	}
+	epoch := sb.Epoch
+	_, err := m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
+		if s.State != sandbox.StateRunning || s.Epoch != epoch {
+			return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+		}
+		s.State = sandbox.StatePausing
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	ns, perr := m.node.Pause(ctx, sb.ID, node.PauseRequest{Memory: memory})
+	out, err := m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
+		if s.State != sandbox.StatePausing {
+			return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+		}
+		if perr != nil {
+			s.State = sandbox.StateRunning
+			return nil
+		}
+		s.State, s.Epoch = sandbox.StatePaused, s.Epoch+1
+		s.Spec.PausedWithMemory = ns.PausedWithMemory
+		s.Spec.PauseRefusedAt = time.Time{}
+		return nil
+	})
+	if perr != nil {
+		if errdefs.IsNotFound(perr) {
+			m.markKilled(ctx, sb.ID, sandbox.KillNodeLost, "") //nolint:errcheck
+		}
+		return fmt.Errorf("pause sandbox %q: %w", sb.ID, perr)
+	}
+	if err != nil {
+		return err
+	}
+	m.disarm(sb.ID)
+	m.event(ctx, out, store.EventPaused, "", fmt.Sprintf("memory=%t", ns.PausedWithMemory))
+	m.log.Info("sandbox paused", "sandbox_id", sb.ID, "memory", ns.PausedWithMemory)
+	return nil
+}
+
+// Connect makes sure the sandbox runs and its end time is at least now+d.
+// resumed tells whether it had to be resumed.
+func (m *Manager) Connect(ctx context.Context, teamID, id string, d time.Duration) (sb *store.Sandbox, resumed bool, err error) {
+	unlock := m.lock(id)
+	sb, err = m.Get(ctx, teamID, id)
+	if err != nil {
+		unlock()
+		return nil, false, err
+	}
+	if sb.State == sandbox.StatePaused {
+		sb, err = m.resumeLocked(ctx, sb, d)
+		unlock()
+		return sb, err == nil, err
+	}
+	unlock()
+	if sb.State != sandbox.StateRunning {
+		return nil, false, fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	if err := m.Extend(ctx, teamID, id, d); err != nil {
+		return nil, false, err
+	}
+	sb, err = m.Get(ctx, teamID, id)
+	return sb, false, err
+}
+
+// Resume resumes a paused sandbox (the deprecated resume route); a running
+// one is ErrConflict.
+func (m *Manager) Resume(ctx context.Context, teamID, id string, d time.Duration, autoPause *bool) (*store.Sandbox, error) {
+	defer m.lock(id)()
+	sb, err := m.Get(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != sandbox.StatePaused {
+		return nil, fmt.Errorf("sandbox %q is already %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	if autoPause != nil {
+		sb.Spec.AutoPause = *autoPause
+	}
+	return m.resumeLocked(ctx, sb, d)
+}
+
+func (m *Manager) resumeLocked(ctx context.Context, sb *store.Sandbox, d time.Duration) (*store.Sandbox, error) {
+	ctx = context.WithoutCancel(ctx)
+	end := time.Now().UTC().Add(d)
+	exec := sandbox.NewExecutionID()
+	autoPause := sb.Spec.AutoPause
+	ns, err := m.node.Resume(ctx, sb.ID, node.ResumeRequest{ExecutionID: exec, EndAt: end})
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			m.markKilled(ctx, sb.ID, sandbox.KillResumeFailed, "") //nolint:errcheck
+			return nil, fmt.Errorf("resume sandbox %q: %w", sb.ID, errdefs.ErrNotFound)
+		}
+		return nil, fmt.Errorf("resume sandbox %q: %w", sb.ID, err)
+	}
+	out, err := m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
+		if s.State != sandbox.StatePaused {
+			return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+		}
+		s.State, s.Epoch, s.EndAt = sandbox.StateRunning, s.Epoch+1, end
+		s.Spec.ExecutionID, s.Spec.AutoPause = exec, autoPause
+		if ns.EnvdVersion != "" {
+			s.Spec.EnvdVersion = ns.EnvdVersion
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.arm(sb.ID, end)
+	m.event(ctx, out, store.EventResumed, "", "")
+	m.log.Info("sandbox resumed", "sandbox_id", sb.ID, "end_at", end)
+	return out, nil
+}
+
+// UpdateNetwork replaces a running sandbox's egress policy.
+func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, p netslot.Policy, doc json.RawMessage, allowInternet *bool) error {
+	defer m.lock(id)()
+	sb, err := m.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	if sb.State != sandbox.StateRunning {
+		return fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	if err := m.node.UpdateNetwork(ctx, id, p); err != nil {
+		return fmt.Errorf("update network of sandbox %q: %w", id, err)
+	}
+	_, err = m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		s.Spec.Network, s.Spec.AllowInternet = doc, allowInternet
+		return nil
+	})
+	return err
+}
+
+// ForkResult is the outcome of one fork.
+type ForkResult struct {
+	Sandbox *store.Sandbox
+	Err     error
+}
+
+// Fork makes count copies of a running sandbox, each living for d.
+func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time.Duration, maxConcurrent int) ([]ForkResult, error) {
+	src, err := m.Get(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	if src.State != sandbox.StateRunning {
+		return nil, fmt.Errorf("sandbox %q is %s: %w", id, src.State, errdefs.ErrConflict)
+	}
+	now := time.Now().UTC()
+	results := make([]ForkResult, count)
+	var ids, execs []string
+	var idx []int
+	for i := range count {
+		c := *src
+		c.ID, c.State, c.Epoch, c.StartedAt, c.EndAt, c.CreatedAt = sandbox.NewID(), sandbox.StateStarting, 1, now, now.Add(d), time.Time{}
+		c.Spec.ExecutionID = sandbox.NewExecutionID()
+		c.Spec.Metadata = maps.Clone(src.Spec.Metadata)
+		if err := m.reserve(ctx, &c, maxConcurrent); err != nil {
+			results[i].Err = err
+			continue
+		}
+		ids, execs, idx = append(ids, c.ID), append(execs, c.Spec.ExecutionID), append(idx, i)
+	}
+	if len(ids) == 0 {
+		return results, nil
+	}
+	forks, ferr := m.node.Fork(context.WithoutCancel(ctx), id, node.ForkRequest{IDs: ids, ExecutionIDs: execs, EndAt: now.Add(d)})
+	got := map[string]*node.Sandbox{}
+	for _, f := range forks {
+		got[f.ID] = f
+	}
+	for k, fid := range ids {
+		i := idx[k]
+		f, ok := got[fid]
+		if !ok {
+			m.st.DeleteSandbox(context.WithoutCancel(ctx), fid) //nolint:errcheck
+			results[i].Err = ferr
+			if results[i].Err == nil {
+				results[i].Err = fmt.Errorf("fork %q: node did not start it: %w", fid, errdefs.ErrUnavailable)
+			}
+			continue
+		}
+		sb, err := m.st.UpdateSandbox(context.WithoutCancel(ctx), fid, func(s *store.Sandbox) error {
+			s.State = sandbox.StateRunning
+			if f.EnvdVersion != "" {
+				s.Spec.EnvdVersion = f.EnvdVersion
+			}
+			return nil
+		})
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		m.event(ctx, sb, store.EventCreated, "", "fork of "+id)
+		m.arm(fid, sb.EndAt)
+		results[i].Sandbox = sb
+	}
+	if len(forks) == 0 && ferr != nil && (errdefs.IsUnsupported(ferr) || errdefs.IsNotFound(ferr) || errdefs.IsConflict(ferr)) {
+		return nil, fmt.Errorf("fork sandbox %q: %w", id, ferr)
+	}
+	return results, nil
+}
+
+// Stats returns a running sandbox's resource usage.
+func (m *Manager) Stats(ctx context.Context, teamID, id string) (*node.Stats, error) {
+	sb, err := m.Get(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != sandbox.StateRunning {
+		return nil, nil
+	}
+	return m.node.Stats(ctx, id)
+}
+
+// Route is where the edge proxy sends a sandbox's traffic.
+type Route struct {
+	SandboxID string
+	TeamID    string
+	// Address is envd's host:port; Host is where the other ports are.
+	Address            string
+	Host               string
+	EnvdAccessToken    string
+	TrafficAccessToken string
+}
+
+// ErrPaused is returned (wrapped with ErrConflict) by Route for a paused
+// sandbox that does not allow auto-resume.
+var ErrPaused = errors.New("sandbox is paused")
+
+// Route finds where a sandbox's traffic goes, resuming a paused sandbox
+// that allows auto-resume. A missing or killed sandbox is ErrNotFound.
+func (m *Manager) Route(ctx context.Context, id string) (*Route, error) {
+	sb, err := m.Get(ctx, "", id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == sandbox.StatePaused || sb.State == sandbox.StatePausing {
+		if !sb.Spec.AutoResume || !sb.Spec.PausedWithMemory && sb.State == sandbox.StatePaused {
+			return nil, fmt.Errorf("sandbox %q: %w: %w", id, ErrPaused, errdefs.ErrConflict)
+		}
+		unlock := m.lock(id)
+		sb, err = m.Get(ctx, "", id)
+		if err == nil && sb.State == sandbox.StatePaused && !sb.Spec.PausedWithMemory {
+			err = fmt.Errorf("sandbox %q: %w: %w", id, ErrPaused, errdefs.ErrConflict)
+		}
+		if err == nil && sb.State == sandbox.StatePaused {
+			sb, err = m.resumeLocked(ctx, sb, m.cfg.AutoResumeTimeout)
+			if err == nil {
+				m.log.Info("sandbox auto-resumed by traffic", "sandbox_id", id)
+			}
+		}
+		unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	if sb.State != sandbox.StateRunning {
+		return nil, fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrUnavailable)
+	}
+	ns, err := m.node.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
+		EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken}, nil
+}
