@@ -1,0 +1,538 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// EnvdVersion is the envd protocol version the node reports for its
+// sandboxes. TODO: take it from the envd package once it exports one.
+const EnvdVersion = "0.6.13"
+
+// Defaults of Config.
+const (
+	DefaultEnvdPort         = 49983
+	DefaultBackstopGrace    = 2 * time.Minute
+	DefaultReclaimInterval  = 5 * time.Minute
+	DefaultReadyTimeout     = 60 * time.Second
+	DefaultMinFreeDiskBytes = 1 << 30
+	// envdMountPath is where envd's binary is bound, read-only, in every
+	// sandbox.
+	envdMountPath = "/.warren/envd"
+	// startCmdTag is the envd process tag of a template's start command.
+	startCmdTag = "start-cmd"
+)
+
+// Config configures an Agent. Driver, Cgroups, Net and Layers are required.
+type Config struct {
+	// DataDir holds the per-sandbox directories (state record, OCI bundle,
+	// memory snapshot) under DataDir/sandboxes/sbx-<id>/.
+	DataDir string
+	Driver  driver.Driver
+	Cgroups cgroup.Manager
+	Net     netslot.Pool
+	Layers  Layers
+	// EnvdPath is the host path of the envd binary bound into sandboxes.
+	EnvdPath string
+	// EnvdPort is the port envd listens on inside the sandbox (49983).
+	EnvdPort int
+	// Envd talks to the envds; nil means HTTP (NewHTTPEnvd).
+	Envd Envd
+	// BackstopGrace is how long after a sandbox's end time the node stops
+	// it by itself (LIFECYCLE-RULES §2); default 2 minutes.
+	BackstopGrace time.Duration
+	// DefaultResources fill the zero fields of a create's resources.
+	DefaultResources sandbox.Resources
+	// ReadyTimeout bounds the wait for a new sandbox's envd.
+	ReadyTimeout time.Duration
+	// MinFreeDiskBytes is the free space under DataDir below which a pause
+	// with memory is refused (ErrExhausted); default 1 GiB. Negative
+	// disables the check.
+	MinFreeDiskBytes int64
+	// FreeDisk reports the free bytes of the file system holding path; nil
+	// means statfs.
+	FreeDisk func(path string) (uint64, error)
+	// ReclaimInterval is how often leaked host objects are looked for
+	// after the start-up pass; default 5 minutes, negative disables.
+	ReclaimInterval time.Duration
+	// Hostname, ResolvConf and Hosts shape every sandbox's network
+	// identity; empty means the defaults below.
+	Hostname   string
+	ResolvConf string
+	// Registry receives the agent's metrics; nil registers nothing.
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+	// Clock is the time source; nil means the real clock.
+	Clock Clock
+}
+
+func (c *Config) setDefaults() error {
+	if c.DataDir == "" {
+		return fmt.Errorf("node config: data dir: %w", errdefs.ErrInvalid)
+	}
+	if c.Driver == nil || c.Cgroups == nil || c.Net == nil || c.Layers == nil {
+		return fmt.Errorf("node config: driver, cgroups, net and layers are required: %w", errdefs.ErrInvalid)
+	}
+	if c.EnvdPort == 0 {
+		c.EnvdPort = DefaultEnvdPort
+	}
+	if c.Envd == nil {
+		c.Envd = NewHTTPEnvd(nil)
+	}
+	if c.BackstopGrace == 0 {
+		c.BackstopGrace = DefaultBackstopGrace
+	}
+	if c.BackstopGrace < 0 {
+		return fmt.Errorf("node config: backstop grace %s: %w", c.BackstopGrace, errdefs.ErrInvalid)
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.MinFreeDiskBytes == 0 {
+		c.MinFreeDiskBytes = DefaultMinFreeDiskBytes
+	}
+	if c.FreeDisk == nil {
+		c.FreeDisk = freeDisk
+	}
+	if c.ReclaimInterval == 0 {
+		c.ReclaimInterval = DefaultReclaimInterval
+	}
+	if c.Hostname == "" {
+		c.Hostname = "e2b.local"
+	}
+	if c.ResolvConf == "" {
+		c.ResolvConf = "nameserver 8.8.8.8\nnameserver 1.1.1.1\n"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	r := &c.DefaultResources
+	if r.VCPUs == 0 {
+		r.VCPUs = 2
+	}
+	if r.MemoryMB == 0 {
+		r.MemoryMB = 512
+	}
+	if r.DiskMB == 0 {
+		r.DiskMB = 1024
+	}
+	if r.Pids == 0 {
+		r.Pids = 1024
+	}
+	return nil
+}
+
+// Agent is the node agent. It implements Service.
+type Agent struct {
+	cfg   Config
+	log   *slog.Logger
+	clock Clock
+	drv   driver.Driver
+
+	// reclaimMu is held for reading while host objects of a sandbox are
+	// made (create, resume, fork) and for writing by the periodic reclaim,
+	// so that a reclaim never sees objects of a sandbox not yet known.
+	reclaimMu sync.RWMutex
+
+	mu        sync.Mutex
+	sandboxes map[string]*sbx
+	subs      map[chan Event]struct{}
+	backlog   []Event
+	reclaimed map[string]int
+	closed    bool
+
+	reclaimCounter *prometheus.CounterVec
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// sbx is the agent's in-memory view of one sandbox.
+type sbx struct {
+	// op serialises the operations that change the sandbox's host objects
+	// (create, pause, resume, fork's checkpoint, kill, exit handling).
+	op sync.Mutex
+	// persistMu orders the writes of the state record.
+	persistMu sync.Mutex
+
+	// Guarded by Agent.mu.
+	rec           record
+	cg            cgroup.Cgroup
+	backstop      Timer
+	backstopAt    time.Time
+	backstopFloor time.Time // a refused pause pushed the backstop to at least this
+	stopWatch     context.CancelFunc
+	checkpointing bool
+	gone          bool // killed or exited; removed from the map
+	lastCPU       uint64
+	lastCPUAt     time.Time
+}
+
+var _ Service = (*Agent)(nil)
+
+// New starts an agent on cfg.DataDir: it recovers the sandboxes an earlier
+// agent left (adopting running ones, keeping paused ones) and reclaims the
+// host objects that belong to no known sandbox.
+func New(ctx context.Context, cfg Config) (*Agent, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(sandboxesDir(cfg.DataDir), 0o700); err != nil {
+		return nil, fmt.Errorf("node data dir %s: %w", cfg.DataDir, err)
+	}
+	a := &Agent{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		clock:     cfg.Clock,
+		drv:       cfg.Driver,
+		sandboxes: map[string]*sbx{},
+		subs:      map[chan Event]struct{}{},
+		reclaimed: map[string]int{},
+		reclaimCounter: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_leaked_objects_reclaimed_total",
+			Help: "Host objects (cgroups, network namespaces, mounts, loop devices, runtime containers, state directories) found belonging to no sandbox and destroyed.",
+		}, []string{"kind"}),
+	}
+	if cfg.Registry != nil {
+		if err := cfg.Registry.Register(a.reclaimCounter); err != nil {
+			return nil, fmt.Errorf("node metrics: %w", err)
+		}
+	}
+	a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := a.recover(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if cfg.ReclaimInterval > 0 {
+		a.wg.Go(a.reclaimLoop)
+	}
+	return a, nil
+}
+
+// Close stops the agent's timers and watchers. Sandboxes keep running; a
+// new agent on the same DataDir adopts them.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	for _, s := range a.sandboxes {
+		a.stopTimersLocked(s)
+	}
+	for ch := range a.subs {
+		delete(a.subs, ch)
+		close(ch)
+	}
+	a.mu.Unlock()
+	a.cancel()
+	a.wg.Wait()
+	return nil
+}
+
+// Reclaimed returns how many leaked objects of each kind this agent has
+// destroyed since it started.
+func (a *Agent) Reclaimed() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.reclaimed)
+}
+
+func (a *Agent) lookup(id string) (*sbx, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.sandboxes[id]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return s, nil
+}
+
+// Get implements Service.
+func (a *Agent) Get(ctx context.Context, id string) (*Sandbox, error) {
+	s, err := a.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.viewLocked(s), nil
+}
+
+// List implements Service.
+func (a *Agent) List(ctx context.Context) ([]*Sandbox, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*Sandbox, 0, len(a.sandboxes))
+	for _, s := range a.sandboxes {
+		if s.rec.State == sandbox.StateStarting {
+			continue
+		}
+		out = append(out, a.viewLocked(s))
+	}
+	slices.SortFunc(out, func(x, y *Sandbox) int {
+		if x.ID < y.ID {
+			return -1
+		}
+		if x.ID > y.ID {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+func (a *Agent) viewLocked(s *sbx) *Sandbox {
+	r := &s.rec
+	v := &Sandbox{
+		ID:               r.ID,
+		ExecutionID:      r.ExecutionID,
+		TemplateID:       r.Template.ID,
+		BuildID:          r.Template.BuildID,
+		TeamID:           r.TeamID,
+		State:            r.State,
+		Epoch:            r.Epoch,
+		StartedAt:        r.StartedAt,
+		EndAt:            r.EndAt,
+		Resources:        r.Resources,
+		Network:          clonePolicy(r.Network),
+		EnvdVersion:      r.EnvdVersion,
+		Metadata:         maps.Clone(r.Metadata),
+		PausedWithMemory: r.PausedWithMemory,
+	}
+	if r.State == sandbox.StateRunning && r.Slot != nil {
+		v.Host = r.Slot.GuestIP.String()
+		v.Address = a.envdAddr(r.Slot)
+	}
+	return v
+}
+
+func (a *Agent) envdAddr(slot *netslot.Slot) string {
+	return netip.AddrPortFrom(slot.GuestIP, uint16(a.cfg.EnvdPort)).String()
+}
+
+func clonePolicy(p netslot.Policy) netslot.Policy {
+	return netslot.Policy{Internet: p.Internet, AllowOut: slices.Clone(p.AllowOut), DenyOut: slices.Clone(p.DenyOut)}
+}
+
+// SetEndTime implements Service: it re-arms the TTL backstop.
+func (a *Agent) SetEndTime(ctx context.Context, id string, endAt time.Time) error {
+	s, err := a.lookup(id)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	if s.gone {
+		a.mu.Unlock()
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	s.rec.EndAt = endAt
+	if s.rec.State == sandbox.StateRunning {
+		a.armBackstopLocked(s)
+	}
+	a.mu.Unlock()
+	a.log.Debug("end time set", "sandbox_id", id, "end_at", endAt)
+	return a.persist(s)
+}
+
+// UpdateNetwork implements Service.
+func (a *Agent) UpdateNetwork(ctx context.Context, id string, policy netslot.Policy) error {
+	s, err := a.lookup(id)
+	if err != nil {
+		return err
+	}
+	s.op.Lock()
+	defer s.op.Unlock()
+	a.mu.Lock()
+	state, slot, gone := s.rec.State, s.rec.Slot, s.gone
+	a.mu.Unlock()
+	if gone {
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if state == sandbox.StateRunning && slot != nil {
+		if err := a.cfg.Net.Update(ctx, slot, policy); err != nil {
+			return fmt.Errorf("sandbox %q: update network: %w", id, err)
+		}
+	}
+	// A paused sandbox takes the policy when it resumes.
+	a.mu.Lock()
+	s.rec.Network = clonePolicy(policy)
+	a.mu.Unlock()
+	return a.persist(s)
+}
+
+// Stats implements Service.
+func (a *Agent) Stats(ctx context.Context, id string) (*Stats, error) {
+	s, err := a.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	state, cg, res := s.rec.State, s.cg, s.rec.Resources
+	a.mu.Unlock()
+	if state != sandbox.StateRunning || cg == nil {
+		return nil, fmt.Errorf("sandbox %q is %s: %w", id, state, errdefs.ErrConflict)
+	}
+	cs, err := cg.Stats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: stats: %w", id, err)
+	}
+	now := a.clock.Now()
+	st := &Stats{
+		At:              now,
+		CPUCount:        res.VCPUs,
+		MemoryUsedBytes: cs.MemoryBytes,
+		MemoryPeakBytes: cs.MemoryPeakBytes,
+		MemoryTotal:     cs.MemoryLimit,
+	}
+	if st.MemoryTotal == 0 {
+		st.MemoryTotal = uint64(res.MemoryMB) << 20
+	}
+	if used, total, err := a.cfg.Layers.Usage(ctx, id); err == nil {
+		st.DiskUsedBytes, st.DiskTotalBytes = used, total
+	} else {
+		a.log.Debug("layer usage", "sandbox_id", id, "error", err)
+	}
+	a.mu.Lock()
+	if !s.lastCPUAt.IsZero() && now.After(s.lastCPUAt) && cs.CPUUsageNanos >= s.lastCPU && res.VCPUs > 0 {
+		st.CPUUsedPct = 100 * float64(cs.CPUUsageNanos-s.lastCPU) / float64(now.Sub(s.lastCPUAt).Nanoseconds()) / float64(res.VCPUs)
+	}
+	s.lastCPU, s.lastCPUAt = cs.CPUUsageNanos, now
+	a.mu.Unlock()
+	return st, nil
+}
+
+// Capabilities implements Service.
+func (a *Agent) Capabilities(ctx context.Context) (Capabilities, error) {
+	dc := a.drv.Capabilities()
+	_, ckpt := a.drv.(driver.Checkpointer)
+	_, frz := a.drv.(driver.Freezer)
+	return Capabilities{
+		Driver:           a.drv.Name(),
+		MemoryCheckpoint: dc.MemoryCheckpoint && ckpt,
+		Freeze:           dc.Freeze && frz,
+		Fork:             dc.MemoryCheckpoint && ckpt,
+	}, nil
+}
+
+// Watch implements Service. Events that happened before the first watcher
+// (recovery after a restart) are delivered to it first.
+func (a *Agent) Watch(ctx context.Context) (<-chan Event, error) {
+	ch := make(chan Event, 256)
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("node agent: %w", errdefs.ErrUnavailable)
+	}
+	for _, ev := range a.backlog {
+		ch <- ev
+	}
+	a.backlog = nil
+	a.subs[ch] = struct{}{}
+	a.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if _, ok := a.subs[ch]; ok {
+			delete(a.subs, ch)
+			close(ch)
+		}
+	})
+	return ch, nil
+}
+
+const maxBacklog = 256
+
+func (a *Agent) emit(ev Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.subs) == 0 {
+		if len(a.backlog) < maxBacklog {
+			a.backlog = append(a.backlog, ev)
+		}
+		return
+	}
+	for ch := range a.subs {
+		select {
+		case ch <- ev:
+		default:
+			a.log.Warn("watcher too slow, event dropped", "sandbox_id", ev.SandboxID, "event", ev.Type)
+		}
+	}
+}
+
+// persist writes s's record.
+func (a *Agent) persist(s *sbx) error {
+	s.persistMu.Lock()
+	defer s.persistMu.Unlock()
+	a.mu.Lock()
+	r := s.rec
+	gone := s.gone
+	a.mu.Unlock()
+	if gone {
+		return nil
+	}
+	return writeRecord(sandboxDir(a.cfg.DataDir, r.ID), &r)
+}
+
+func (a *Agent) countReclaimed(kind string, n int) {
+	if n <= 0 {
+		return
+	}
+	a.mu.Lock()
+	a.reclaimed[kind] += n
+	a.mu.Unlock()
+	a.reclaimCounter.WithLabelValues(kind).Add(float64(n))
+}
+
+func (a *Agent) reclaimLoop() {
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-time.After(a.cfg.ReclaimInterval):
+		}
+		a.reclaimMu.Lock()
+		a.mu.Lock()
+		known := map[string]bool{}
+		for id := range a.sandboxes {
+			known[id] = true
+		}
+		a.mu.Unlock()
+		if err := a.reclaim(a.ctx, known, known); err != nil {
+			a.log.Warn("periodic reclaim of leaked objects", "error", err)
+		}
+		a.reclaimMu.Unlock()
+	}
+}
+
+// mergeEnv returns the template's environment overridden by the
+// create-time variables.
+func mergeEnv(tmpl, create map[string]string) map[string]string {
+	out := maps.Clone(tmpl)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, create)
+	return out
+}

@@ -1,0 +1,178 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// exitSettle is how long a firing backstop waits for an exit that is ready
+// at the same moment: the exit wins (LIFECYCLE-RULES §2).
+const exitSettle = 100 * time.Millisecond
+
+// Kill implements Service. The reason is on every log line of the kill path
+// and on the killed event.
+func (a *Agent) Kill(ctx context.Context, id string, reason sandbox.KillReason) error {
+	s, err := a.lookup(id)
+	if err != nil {
+		return err
+	}
+	s.op.Lock()
+	defer s.op.Unlock()
+	a.mu.Lock()
+	gone, execID, state := s.gone, s.rec.ExecutionID, s.rec.State
+	a.mu.Unlock()
+	if gone {
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	log := a.log.With("sandbox_id", id, "execution_id", execID, "kill_reason", reason.String())
+	log.Info("killing sandbox", "state", state)
+	a.destroy(ctx, s, log)
+	log.Info("sandbox killed")
+	a.emit(Event{Type: EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
+	return nil
+}
+
+// startWatcherLocked starts the goroutine that waits for s's init to exit.
+// a.mu is held.
+func (a *Agent) startWatcherLocked(s *sbx) {
+	if s.stopWatch != nil {
+		s.stopWatch()
+	}
+	ctx, cancel := context.WithCancel(a.ctx)
+	s.stopWatch = cancel
+	id, epoch := s.rec.ID, s.rec.Epoch
+	a.wg.Go(func() {
+		exit, err := a.drv.Wait(ctx, id)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !errdefs.IsNotFound(err) {
+			a.log.Warn("wait for sandbox init", "sandbox_id", id, "error", err)
+			return
+		}
+		a.handleExit(s, epoch, exit.Code, exit.OOM)
+	})
+}
+
+// handleExit tears down a sandbox whose init ended by itself, unless the
+// agent stopped it (kill, pause) or it moved to another epoch meanwhile.
+func (a *Agent) handleExit(s *sbx, epoch int64, code int, oom bool) {
+	s.op.Lock()
+	defer s.op.Unlock()
+	a.mu.Lock()
+	if s.gone || s.rec.Epoch != epoch || s.rec.State != sandbox.StateRunning {
+		a.mu.Unlock()
+		return
+	}
+	id, execID, cg := s.rec.ID, s.rec.ExecutionID, s.cg
+	a.mu.Unlock()
+	ctx := a.ctx
+	reason := sandbox.KillExited
+	if !oom && cg != nil {
+		if o, err := cg.OOMKilled(ctx); err == nil && o {
+			oom = true
+		}
+	}
+	if oom {
+		reason = sandbox.KillOOM
+	}
+	log := a.log.With("sandbox_id", id, "execution_id", execID, "kill_reason", reason.String())
+	log.Info("sandbox init exited by itself", "exit_code", code)
+	a.destroy(context.WithoutCancel(ctx), s, log)
+	a.emit(Event{Type: EventExited, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
+}
+
+// armBackstopLocked (re)arms the TTL backstop of running sandbox s at its
+// end time plus the grace, or later if a refused pause pushed it forward.
+// a.mu is held.
+func (a *Agent) armBackstopLocked(s *sbx) {
+	if s.backstop != nil {
+		s.backstop.Stop()
+		s.backstop = nil
+	}
+	s.backstopAt = time.Time{}
+	if s.rec.EndAt.IsZero() {
+		return
+	}
+	at := s.rec.EndAt.Add(a.cfg.BackstopGrace)
+	if s.backstopFloor.After(at) {
+		at = s.backstopFloor
+	}
+	s.backstopAt = at
+	epoch := s.rec.Epoch
+	s.backstop = a.clock.AfterFunc(at.Sub(a.clock.Now()), func() {
+		a.mu.Lock()
+		if a.closed {
+			a.mu.Unlock()
+			return
+		}
+		a.wg.Add(1)
+		a.mu.Unlock()
+		defer a.wg.Done()
+		a.fireBackstop(s, epoch)
+	})
+}
+
+// pushBackstopLocked moves s's backstop to at least now plus the grace:
+// the control plane is still trying to pause it (LIFECYCLE-RULES §3).
+func (a *Agent) pushBackstopLocked(s *sbx) {
+	floor := a.clock.Now().Add(a.cfg.BackstopGrace)
+	if floor.After(s.backstopFloor) {
+		s.backstopFloor = floor
+	}
+	if s.rec.State == sandbox.StateRunning {
+		a.armBackstopLocked(s)
+	}
+}
+
+// BackstopDeadline reports when sandbox id's TTL backstop fires (zero if
+// it is not armed).
+func (a *Agent) BackstopDeadline(id string) (time.Time, error) {
+	s, err := a.lookup(id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return s.backstopAt, nil
+}
+
+// fireBackstop stops s with reason ttl_backstop: the control plane did not
+// act by its end time plus the grace.
+func (a *Agent) fireBackstop(s *sbx, epoch int64) {
+	s.op.Lock()
+	defer s.op.Unlock()
+	a.mu.Lock()
+	if s.gone || s.rec.Epoch != epoch || s.rec.State != sandbox.StateRunning ||
+		s.backstopAt.IsZero() || a.clock.Now().Before(s.backstopAt) {
+		// Stale: the sandbox moved on or its end time moved later.
+		a.mu.Unlock()
+		return
+	}
+	id, execID, endAt, at := s.rec.ID, s.rec.ExecutionID, s.rec.EndAt, s.backstopAt
+	a.mu.Unlock()
+	ctx := a.ctx
+	// An exit that is ready at the same moment wins: the exit watcher
+	// records it once this returns.
+	wctx, cancel := context.WithTimeout(ctx, exitSettle)
+	_, err := a.drv.Wait(wctx, id)
+	cancel()
+	if err == nil || errdefs.IsNotFound(err) {
+		a.log.Debug("sandbox exited as its TTL backstop fired; the exit wins", "sandbox_id", id)
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	reason := sandbox.KillTTLBackstop
+	log := a.log.With("sandbox_id", id, "execution_id", execID, "kill_reason", reason.String())
+	log.Info("TTL backstop: the control plane did not stop the sandbox by its end time plus grace",
+		"end_at", endAt, "grace", a.cfg.BackstopGrace, "deadline", at)
+	a.destroy(ctx, s, log)
+	log.Info("sandbox killed")
+	a.emit(Event{Type: EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
+}

@@ -1,0 +1,381 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// startMode says how bringUp starts a sandbox.
+type startMode struct {
+	// restoreDir is a memory image to restore; empty means a cold start.
+	restoreDir string
+	// layerExists mounts the sandbox's existing writable layer (resume,
+	// fork child) instead of creating one.
+	layerExists bool
+	// runStartCmd runs the template's start command after envd is ready.
+	runStartCmd bool
+}
+
+// Create implements Service.
+func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	if !sandbox.ValidID(req.ID) {
+		return nil, fmt.Errorf("sandbox id %q: %w", req.ID, errdefs.ErrInvalid)
+	}
+	if req.Template.RootFS == "" && req.Template.SnapshotDir == "" {
+		return nil, fmt.Errorf("sandbox %q: template %q has no root filesystem on this node: %w", req.ID, req.Template.ID, errdefs.ErrInvalid)
+	}
+	if req.Template.SnapshotDir != "" {
+		if _, ok := a.checkpointer(); !ok {
+			return nil, fmt.Errorf("sandbox %q: template %q starts from a memory snapshot, which driver %s cannot restore: %w", req.ID, req.Template.ID, a.drv.Name(), errdefs.ErrUnsupported)
+		}
+	}
+	execID := req.ExecutionID
+	if execID == "" {
+		execID = sandbox.NewExecutionID()
+	}
+	s := &sbx{rec: record{
+		ID:          req.ID,
+		ExecutionID: execID,
+		TeamID:      req.TeamID,
+		Template:    req.Template,
+		State:       sandbox.StateStarting,
+		EndAt:       req.EndAt,
+		Resources:   a.resources(req.Resources),
+		Network:     clonePolicy(req.Network),
+		EnvVars:     maps.Clone(req.EnvVars),
+		Metadata:    maps.Clone(req.Metadata),
+		EnvdVersion: EnvdVersion,
+		AccessToken: req.EnvdAccessToken,
+		InitToken:   sandbox.RandomToken(32),
+	}}
+	s.op.Lock()
+	defer s.op.Unlock()
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("node agent: %w", errdefs.ErrUnavailable)
+	}
+	if _, ok := a.sandboxes[req.ID]; ok {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %q: %w", req.ID, errdefs.ErrAlreadyExists)
+	}
+	a.sandboxes[req.ID] = s
+	a.mu.Unlock()
+	a.reclaimMu.RLock()
+	defer a.reclaimMu.RUnlock()
+
+	log := a.log.With("sandbox_id", req.ID, "execution_id", execID, "template_id", req.Template.ID, "team_id", req.TeamID)
+	fail := func(err error) (*Sandbox, error) {
+		a.forget(s)
+		if rmErr := os.RemoveAll(sandboxDir(a.cfg.DataDir, req.ID)); rmErr != nil {
+			log.Warn("remove state dir of failed create", "error", rmErr)
+		}
+		log.Debug("create failed", "error", err)
+		return nil, fmt.Errorf("sandbox %q: create: %w", req.ID, err)
+	}
+	dir := sandboxDir(a.cfg.DataDir, req.ID)
+	// A directory without a sandbox in memory is a leftover: replace it.
+	if err := os.RemoveAll(dir); err != nil {
+		return fail(err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fail(err)
+	}
+	if err := a.persist(s); err != nil {
+		return fail(err)
+	}
+	m := startMode{restoreDir: req.Template.SnapshotDir, runStartCmd: req.Template.SnapshotDir == ""}
+	if err := a.bringUp(ctx, s, m, log); err != nil {
+		return fail(err)
+	}
+	a.mu.Lock()
+	s.rec.State = sandbox.StateRunning
+	s.rec.Epoch++
+	s.rec.StartedAt = a.clock.Now()
+	a.armBackstopLocked(s)
+	a.startWatcherLocked(s)
+	v := a.viewLocked(s)
+	a.mu.Unlock()
+	if err := a.persist(s); err != nil {
+		log.Warn("persist state of new sandbox", "error", err)
+	}
+	log.Info("sandbox created", "address", v.Address)
+	return v, nil
+}
+
+// forget removes s from the agent's map and stops its timers.
+func (a *Agent) forget(s *sbx) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s.gone = true
+	a.stopTimersLocked(s)
+	if a.sandboxes[s.rec.ID] == s {
+		delete(a.sandboxes, s.rec.ID)
+	}
+}
+
+func (a *Agent) stopTimersLocked(s *sbx) {
+	if s.backstop != nil {
+		s.backstop.Stop()
+		s.backstop = nil
+	}
+	if s.stopWatch != nil {
+		s.stopWatch()
+		s.stopWatch = nil
+	}
+}
+
+func (a *Agent) resources(r sandbox.Resources) sandbox.Resources {
+	d := a.cfg.DefaultResources
+	if r.VCPUs <= 0 {
+		r.VCPUs = d.VCPUs
+	}
+	if r.MemoryMB <= 0 {
+		r.MemoryMB = d.MemoryMB
+	}
+	if r.DiskMB <= 0 {
+		r.DiskMB = d.DiskMB
+	}
+	if r.Pids <= 0 {
+		r.Pids = d.Pids
+	}
+	return r
+}
+
+func (a *Agent) checkpointer() (driver.Checkpointer, bool) {
+	c, ok := a.drv.(driver.Checkpointer)
+	if !ok || !a.drv.Capabilities().MemoryCheckpoint {
+		return nil, false
+	}
+	return c, true
+}
+
+// bringUp makes the host objects of s (network slot, cgroup, root
+// filesystem), starts or restores it in the driver, initialises envd and
+// runs the start command. On success the objects are recorded in s; on
+// failure everything it made is undone (a resumed layer is unmounted, not
+// destroyed).
+func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logger) (err error) {
+	a.mu.Lock()
+	r := s.rec
+	a.mu.Unlock()
+	id := r.ID
+	var undo []func()
+	defer func() {
+		if err == nil {
+			return
+		}
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}()
+	cctx := context.WithoutCancel(ctx)
+
+	slot, err := a.cfg.Net.Acquire(ctx, id, r.Network)
+	if err != nil {
+		return fmt.Errorf("network slot: %w", err)
+	}
+	undo = append(undo, func() {
+		if err := a.cfg.Net.Release(cctx, slot); err != nil {
+			log.Warn("undo: release network slot", "error", err)
+		}
+	})
+
+	cgName := sandbox.HostName(id)
+	cg, err := a.cfg.Cgroups.Create(ctx, cgName, r.Resources)
+	if errdefs.IsAlreadyExists(err) {
+		// Left by an earlier incarnation whose teardown failed.
+		if old, oerr := a.cfg.Cgroups.Open(ctx, cgName); oerr == nil {
+			_ = old.KillAll(ctx)
+		}
+		cg, err = a.cfg.Cgroups.Create(ctx, cgName, r.Resources)
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	undo = append(undo, func() {
+		if err := cg.KillAll(cctx); err != nil {
+			log.Warn("undo: remove cgroup", "error", err)
+		}
+	})
+
+	lower := r.Template.RootFS
+	var root string
+	if m.layerExists {
+		root, err = a.cfg.Layers.Mount(ctx, id, lower)
+		undo = append(undo, func() {
+			if err := a.cfg.Layers.Unmount(cctx, id); err != nil {
+				log.Warn("undo: unmount root filesystem", "error", err)
+			}
+		})
+	} else {
+		root, err = a.cfg.Layers.Create(ctx, id, lower, r.Resources.DiskMB)
+		undo = append(undo, func() {
+			if err := a.cfg.Layers.Destroy(cctx, id); err != nil {
+				log.Warn("undo: destroy root filesystem", "error", err)
+			}
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("root filesystem: %w", err)
+	}
+
+	bundle := filepath.Join(sandboxDir(a.cfg.DataDir, id), "bundle")
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return fmt.Errorf("bundle dir: %w", err)
+	}
+	sum := sha256.Sum256([]byte(r.InitToken))
+	spec := driver.Spec{
+		ID:           id,
+		BundleDir:    bundle,
+		RootFS:       root,
+		Hostname:     a.cfg.Hostname,
+		Hosts:        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + a.cfg.Hostname + "\n",
+		ResolvConf:   a.cfg.ResolvConf,
+		NetNSPath:    slot.NetNSPath,
+		CgroupParent: a.cfg.Cgroups.Path(cgName),
+		Resources:    r.Resources,
+		Init: driver.Process{
+			Args: []string{envdMountPath, "--port", strconv.Itoa(a.cfg.EnvdPort), "--init-token-sha256", hex.EncodeToString(sum[:])},
+			Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+			Cwd:  "/",
+		},
+		Mounts: []driver.Mount{{Source: a.cfg.EnvdPath, Destination: envdMountPath, ReadOnly: true, Type: "bind"}},
+	}
+	if m.restoreDir != "" {
+		ckpt, ok := a.checkpointer()
+		if !ok {
+			return fmt.Errorf("driver %s cannot restore a memory image: %w", a.drv.Name(), errdefs.ErrUnsupported)
+		}
+		err = ckpt.Restore(ctx, spec, m.restoreDir)
+	} else {
+		err = a.drv.Start(ctx, spec)
+	}
+	// Undo the runtime container even when Start failed half-way.
+	undo = append(undo, func() {
+		if err := a.drv.Kill(cctx, id); err != nil && !errdefs.IsNotFound(err) {
+			log.Debug("undo: kill runtime container", "error", err)
+		}
+		if err := a.drv.Delete(cctx, id); err != nil {
+			log.Warn("undo: delete runtime container", "error", err)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("start in %s: %w", a.drv.Name(), err)
+	}
+
+	addr := a.envdAddr(slot)
+	rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
+	defer cancel()
+	if err := a.cfg.Envd.WaitHealthy(rctx, addr); err != nil {
+		return fmt.Errorf("envd at %s did not become healthy: %w", addr, err)
+	}
+	env := mergeEnv(r.Template.Env, r.EnvVars)
+	init := EnvdInit{
+		EnvVars:        env,
+		AccessToken:    r.AccessToken,
+		DefaultUser:    orDefault(r.Template.User, "user"),
+		DefaultWorkdir: orDefault(r.Template.Workdir, "/home/user"),
+		Timestamp:      a.clock.Now().UTC(),
+	}
+	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
+		return fmt.Errorf("envd init at %s: %w", addr, err)
+	}
+	if m.runStartCmd && r.Template.StartCmd != "" {
+		p := EnvdProcess{
+			Tag:  startCmdTag,
+			Cmd:  "/bin/bash",
+			Args: []string{"-l", "-c", r.Template.StartCmd},
+			Envs: env,
+			Cwd:  init.DefaultWorkdir,
+			User: init.DefaultUser,
+		}
+		if err := a.cfg.Envd.Start(rctx, addr, r.AccessToken, p); err != nil {
+			return fmt.Errorf("template start command: %w", err)
+		}
+	}
+
+	a.mu.Lock()
+	s.rec.Slot = slot
+	s.rec.Cgroup = cgName
+	s.rec.RootFS = root
+	s.cg = cg
+	s.lastCPU, s.lastCPUAt = 0, a.clock.Now()
+	a.mu.Unlock()
+	return nil
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// releaseRuntime stops s's runtime container and releases its cgroup and
+// network slot. It goes on past errors and returns them joined.
+func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger) error {
+	a.mu.Lock()
+	id, slot, cg, cgName := s.rec.ID, s.rec.Slot, s.cg, s.rec.Cgroup
+	a.mu.Unlock()
+	var errs []error
+	if err := a.drv.Kill(ctx, id); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+		log.Debug("kill runtime container", "error", err)
+	}
+	if err := a.drv.Delete(ctx, id); err != nil {
+		errs = append(errs, fmt.Errorf("runtime container: %w", err))
+	}
+	if cg == nil && cgName != "" {
+		if c, err := a.cfg.Cgroups.Open(ctx, cgName); err == nil {
+			cg = c
+		}
+	}
+	if cg != nil {
+		if err := cg.KillAll(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("cgroup: %w", err))
+		}
+	}
+	if slot != nil {
+		if err := a.cfg.Net.Release(ctx, slot); err != nil {
+			errs = append(errs, fmt.Errorf("network slot: %w", err))
+		}
+	}
+	a.mu.Lock()
+	s.rec.Slot, s.rec.Cgroup, s.rec.RootFS, s.cg = nil, "", "", nil
+	a.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// destroy removes s from the agent and deletes every host object it holds:
+// runtime container, cgroup, network slot, root filesystem and layer,
+// snapshot and state directory. Failures are logged (with log's
+// attributes, kill_reason among them) and left to the leak reclaim.
+func (a *Agent) destroy(ctx context.Context, s *sbx, log *slog.Logger) {
+	ctx = context.WithoutCancel(ctx)
+	a.forget(s)
+	id := s.rec.ID
+	if err := a.releaseRuntime(ctx, s, log); err != nil {
+		log.Warn("release sandbox host objects; the leak reclaim will retry", "error", err)
+	}
+	if err := a.cfg.Layers.Destroy(ctx, id); err != nil {
+		log.Warn("destroy root filesystem; the leak reclaim will retry", "error", err)
+	}
+	s.persistMu.Lock()
+	defer s.persistMu.Unlock()
+	if err := os.RemoveAll(sandboxDir(a.cfg.DataDir, id)); err != nil {
+		log.Warn("remove state dir; the leak reclaim will retry", "error", err)
+	}
+	log.Debug("sandbox host objects released")
+}

@@ -1,0 +1,236 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// Kinds of reclaimed objects, the values of the kind label of
+// sandbox_leaked_objects_reclaimed_total (the layers add their own).
+const (
+	KindContainer = "container"
+	KindCgroup    = "cgroup"
+	KindNetwork   = "network"
+	KindStateDir  = "state_dir"
+)
+
+// recover reads the state records under DataDir: running sandboxes whose
+// runtime container still runs are adopted, paused ones are kept, and every
+// host object that belongs to none of them is reclaimed.
+func (a *Agent) recover(ctx context.Context) error {
+	entries, err := os.ReadDir(sandboxesDir(a.cfg.DataDir))
+	if err != nil {
+		return fmt.Errorf("node data dir: %w", err)
+	}
+	ids, err := a.drv.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list runtime containers: %w", err)
+	}
+	live := map[string]bool{}
+	for _, id := range ids {
+		live[id] = true
+	}
+	running := map[string]bool{} // runtime objects to keep
+	known := map[string]bool{}   // layers and state dirs to keep
+	var lost []Event
+	for _, e := range entries {
+		id, ok := strings.CutPrefix(e.Name(), "sbx-")
+		if !ok || !e.IsDir() || !sandbox.ValidID(id) {
+			continue
+		}
+		dir := filepath.Join(sandboxesDir(a.cfg.DataDir), e.Name())
+		log := a.log.With("sandbox_id", id)
+		r, err := readRecord(dir)
+		switch {
+		case errors.Is(err, errNewerRecord):
+			// Written by a newer agent: touch nothing of it.
+			log.Warn("state record of a newer agent; leaving the sandbox alone", "error", err)
+			running[id], known[id] = true, true
+			continue
+		case err != nil:
+			log.Warn("unreadable state record; the sandbox's objects are reclaimed", "error", err)
+			continue
+		}
+		switch r.State {
+		case sandbox.StatePaused:
+			known[id] = true
+			a.sandboxes[id] = &sbx{rec: *r}
+			log.Info("recovered paused sandbox", "execution_id", r.ExecutionID, "memory", r.PausedWithMemory)
+		case sandbox.StateRunning, sandbox.StatePausing:
+			if live[id] {
+				if err := a.adopt(ctx, r); err == nil {
+					running[id], known[id] = true, true
+					continue
+				} else {
+					log.Warn("cannot adopt running sandbox; it is stopped", "execution_id", r.ExecutionID, "error", err)
+				}
+			}
+			reason := sandbox.KillExited
+			if cg, err := a.cfg.Cgroups.Open(ctx, sandbox.HostName(id)); err == nil {
+				if oom, _ := cg.OOMKilled(ctx); oom {
+					reason = sandbox.KillOOM
+				}
+			}
+			log.Info("sandbox stopped while the agent was away; its objects are reclaimed", "execution_id", r.ExecutionID, "kill_reason", reason.String())
+			lost = append(lost, Event{Type: EventExited, SandboxID: id, ExecutionID: r.ExecutionID, Reason: reason, At: a.clock.Now()})
+		default:
+			// starting or killed: an operation the agent did not finish.
+			log.Info("sandbox left half made; its objects are reclaimed", "state", r.State)
+		}
+	}
+	if err := a.reclaim(ctx, running, known); err != nil {
+		return err
+	}
+	for _, ev := range lost {
+		a.emit(ev)
+	}
+	return nil
+}
+
+// adopt takes back a sandbox that kept running while no agent ran.
+func (a *Agent) adopt(ctx context.Context, r *record) error {
+	st, err := a.drv.Status(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	if st.State != driver.StateRunning && st.State != driver.StateFrozen {
+		return fmt.Errorf("runtime container is %s: %w", st.State, errdefs.ErrConflict)
+	}
+	if r.Slot == nil {
+		return fmt.Errorf("no network slot recorded: %w", errdefs.ErrInvalid)
+	}
+	if err := a.cfg.Net.Adopt(ctx, r.Slot); err != nil {
+		return fmt.Errorf("adopt network slot: %w", err)
+	}
+	cg, err := a.cfg.Cgroups.Open(ctx, r.Cgroup)
+	if err != nil {
+		return fmt.Errorf("open cgroup: %w", err)
+	}
+	if st.State == driver.StateFrozen {
+		if f, ok := a.drv.(driver.Freezer); ok {
+			if err := f.Thaw(ctx, r.ID); err != nil {
+				return fmt.Errorf("thaw: %w", err)
+			}
+		}
+	}
+	s := &sbx{rec: *r, cg: cg}
+	if r.State == sandbox.StatePausing {
+		// The pause did not finish; the sandbox still runs.
+		s.rec.State = sandbox.StateRunning
+		s.rec.Epoch++
+	}
+	a.mu.Lock()
+	a.sandboxes[r.ID] = s
+	s.lastCPUAt = a.clock.Now()
+	a.armBackstopLocked(s)
+	a.startWatcherLocked(s)
+	a.mu.Unlock()
+	if err := a.persist(s); err != nil {
+		a.log.Warn("persist adopted sandbox", "sandbox_id", r.ID, "error", err)
+	}
+	a.log.Info("adopted running sandbox", "sandbox_id", r.ID, "execution_id", r.ExecutionID, "epoch", s.rec.Epoch)
+	return nil
+}
+
+// reclaim destroys host objects whose sandbox is not in running (runtime
+// containers, cgroups, network objects, mounts) or not in known (layers,
+// state directories), counting them by kind. Each object's owner is checked
+// from its name before it is touched.
+func (a *Agent) reclaim(ctx context.Context, running, known map[string]bool) error {
+	var errs []error
+	ids, err := a.drv.List(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list runtime containers: %w", err))
+	}
+	n := 0
+	for _, id := range ids {
+		if running[id] {
+			continue
+		}
+		_ = a.drv.Kill(ctx, id)
+		if err := a.drv.Delete(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("runtime container %q: %w", id, err))
+			continue
+		}
+		a.log.Info("reclaimed leaked runtime container", "sandbox_id", id)
+		n++
+	}
+	a.countReclaimed(KindContainer, n)
+
+	names, err := a.cfg.Cgroups.List(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list cgroups: %w", err))
+	}
+	n = 0
+	for _, name := range names {
+		id, ok := strings.CutPrefix(name, "sbx-")
+		if !ok || running[id] {
+			continue
+		}
+		cg, err := a.cfg.Cgroups.Open(ctx, name)
+		if errdefs.IsNotFound(err) {
+			continue
+		}
+		if err == nil {
+			err = cg.KillAll(ctx)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cgroup %q: %w", name, err))
+			continue
+		}
+		a.log.Info("reclaimed leaked cgroup", "sandbox_id", id, "cgroup", name)
+		n++
+	}
+	a.countReclaimed(KindCgroup, n)
+
+	n, err = a.cfg.Net.ReclaimLeaked(ctx, running)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("network objects: %w", err))
+	}
+	if n > 0 {
+		a.log.Info("reclaimed leaked network objects", "count", n)
+	}
+	a.countReclaimed(KindNetwork, n)
+
+	counts, err := a.cfg.Layers.ReclaimLeaked(ctx, running, known)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("root filesystems: %w", err))
+	}
+	for kind, n := range counts {
+		if n > 0 {
+			a.log.Info("reclaimed leaked root filesystem objects", "kind", kind, "count", n)
+		}
+		a.countReclaimed(kind, n)
+	}
+
+	entries, err := os.ReadDir(sandboxesDir(a.cfg.DataDir))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("state dirs: %w", err))
+	}
+	n = 0
+	for _, e := range entries {
+		id, ok := strings.CutPrefix(e.Name(), "sbx-")
+		if !ok || !sandbox.ValidID(id) || known[id] {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(sandboxesDir(a.cfg.DataDir), e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("state dir %q: %w", e.Name(), err))
+			continue
+		}
+		a.log.Info("reclaimed leaked state dir", "sandbox_id", id)
+		n++
+	}
+	a.countReclaimed(KindStateDir, n)
+	if len(errs) > 0 {
+		a.log.Warn("some leaked objects could not be reclaimed", "error", errors.Join(errs...))
+	}
+	return nil
+}
