@@ -208,7 +208,9 @@ func (m *Cgroups) Get(name string) (*Cgroup, bool) {
 }
 
 // Plant adds a cgroup as if an earlier agent had left it.
-func (m *Cgroups) Plant(name string) { _, _ = m.Create(context.Background(), name, sandbox.Resources{}) }
+func (m *Cgroups) Plant(name string) {
+	_, _ = m.Create(context.Background(), name, sandbox.Resources{})
+}
 
 // Names returns the existing cgroups, sorted.
 func (m *Cgroups) Names() []string { n, _ := m.List(context.Background()); return n }
