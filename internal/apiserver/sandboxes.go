@@ -1,0 +1,503 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/pkg/client"
+)
+
+// Default TTLs (E2B-COMPAT §3).
+const (
+	defaultTimeoutV1      = 15 * time.Second
+	defaultTimeoutV2      = 300 * time.Second
+	defaultConnectTimeout = 300 * time.Second
+	defaultRefresh        = 60 * time.Second
+	maxRefresh            = time.Hour
+)
+
+func (s *Server) createV1(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.create(w, r, c, false)
+}
+
+func (s *Server) createV2(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.create(w, r, c, true)
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, c *caller, v2 bool) {
+	if c.teamID == "" {
+		writeError(w, http.StatusBadRequest, "an admin creating a sandbox must name the team in X-Team-ID")
+		return
+	}
+	var req client.NewSandbox
+	if err := decode(r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	p, err := s.createParams(r, c, &req, v2)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb, err := s.lc.Create(r.Context(), *p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
+}
+
+// timeoutOf validates a TTL in seconds against the team's maximum.
+func (s *Server) timeoutOf(c *caller, field string, secs *int, def time.Duration) (time.Duration, error) {
+	if secs == nil {
+		return def, nil
+	}
+	if *secs < 0 {
+		return 0, invalid(field, "must not be negative, got %d", *secs)
+	}
+	d := time.Duration(*secs) * time.Second
+	if max := s.limits(c).MaxTimeout; d > max {
+		if max%time.Hour == 0 {
+			return 0, fmt.Errorf("Timeout cannot be greater than %d hours: %w", max/time.Hour, errdefs.ErrInvalid)
+		}
+		return 0, fmt.Errorf("Timeout cannot be greater than %d seconds: %w", int(max.Seconds()), errdefs.ErrInvalid)
+	}
+	return d, nil
+}
+
+func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox, v2 bool) (*lifecycle.CreateParams, error) {
+	if strings.TrimSpace(req.TemplateID) == "" {
+		return nil, invalid("templateID", "required")
+	}
+	def := defaultTimeoutV1
+	if v2 {
+		def = defaultTimeoutV2
+	}
+	if req.Timeout != nil && *req.Timeout == 0 {
+		req.Timeout = nil
+	}
+	timeout, err := s.timeoutOf(c, "timeout", req.Timeout, def)
+	if err != nil {
+		return nil, err
+	}
+	lim := s.limits(c)
+	res := s.cfg.DefaultResources
+	if res.VCPUs > lim.MaxVCPUs {
+		return nil, fmt.Errorf("cpuCount %d exceeds the team's limit of %d: %w", res.VCPUs, lim.MaxVCPUs, errdefs.ErrInvalid)
+	}
+	if res.MemoryMB > lim.MaxMemoryMB {
+		return nil, fmt.Errorf("memoryMB %d exceeds the team's limit of %d: %w", res.MemoryMB, lim.MaxMemoryMB, errdefs.ErrInvalid)
+	}
+	autoPause := req.AutoPause != nil && *req.AutoPause
+	autoPauseMemory := req.AutoPauseMemory == nil || *req.AutoPauseMemory
+	autoResume := req.AutoResume != nil && req.AutoResume.Enabled
+	if autoResume && !autoPauseMemory {
+		return nil, invalid("autoResume", "cannot be combined with autoPauseMemory=false")
+	}
+	allow := req.AllowInternetAccess
+	internet := allow == nil || *allow
+	var policy netslot.Policy
+	var netDoc json.RawMessage
+	traffic := false
+	if req.Network != nil {
+		if policy, err = policyOf("network", req.Network.AllowOut, req.Network.DenyOut); err != nil {
+			return nil, err
+		}
+		if len(req.Network.EgressProxy) > 0 && string(req.Network.EgressProxy) != "null" {
+			return nil, fmt.Errorf("network.egressProxy is not supported by this server: %w", errdefs.ErrInvalid)
+		}
+		traffic = req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic
+		netDoc, _ = json.Marshal(req.Network)
+	}
+	policy.Internet = internet
+	for k := range req.Metadata {
+		if k == "" {
+			return nil, invalid("metadata", "keys must not be empty")
+		}
+	}
+	tmpl, err := s.cfg.Templates.Resolve(r.Context(), c.teamID, req.TemplateID)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("template '%s' not found: %w", req.TemplateID, errdefs.ErrNotFound)
+		}
+		return nil, err
+	}
+	alias := ""
+	if req.TemplateID != tmpl.ID {
+		alias = req.TemplateID
+	}
+	var volumes json.RawMessage
+	if len(req.VolumeMounts) > 0 {
+		return nil, fmt.Errorf("volumeMounts are not supported by this server: %w", errdefs.ErrInvalid)
+	}
+	secure := v2 || req.Secure == nil || *req.Secure
+	return &lifecycle.CreateParams{
+		TeamID: c.teamID, Template: tmpl, Alias: alias, Timeout: timeout, Resources: res,
+		Metadata: req.Metadata, EnvVars: req.EnvVars, Secure: secure, TrafficToken: traffic,
+		AutoPause: autoPause, AutoPauseMemory: autoPauseMemory, AutoResume: autoResume,
+		AllowInternet: allow, Policy: policy, Network: netDoc, VolumeMounts: volumes,
+		MaxConcurrent: lim.MaxConcurrent,
+	}, nil
+}
+
+// policyOf parses allow/deny lists of CIDRs or bare IPs.
+func policyOf(field string, allow, deny []string) (netslot.Policy, error) {
+	var p netslot.Policy
+	parse := func(name string, in []string) ([]netip.Prefix, error) {
+		var out []netip.Prefix
+		for i, v := range in {
+			if pfx, err := netip.ParsePrefix(v); err == nil {
+				out = append(out, pfx.Masked())
+				continue
+			}
+			if a, err := netip.ParseAddr(v); err == nil {
+				out = append(out, netip.PrefixFrom(a, a.BitLen()))
+				continue
+			}
+			path := fmt.Sprintf("%s[%d]", name, i)
+			if field != "" {
+				path = field + "." + path
+			}
+			return nil, invalid(path, "%q is not a CIDR or IP address (domain names are not supported)", v)
+		}
+		return out, nil
+	}
+	var err error
+	if p.AllowOut, err = parse("allowOut", allow); err != nil {
+		return p, err
+	}
+	if p.DenyOut, err = parse("denyOut", deny); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+func (s *Server) sandboxJSON(sb *store.Sandbox) client.Sandbox {
+	out := client.Sandbox{
+		TemplateID: sb.TemplateID, SandboxID: sb.ID, Alias: sb.Spec.Alias, ClientID: "warren",
+		EnvdVersion: sb.Spec.EnvdVersion, EnvdAccessToken: sb.Spec.EnvdAccessToken,
+	}
+	if sb.Spec.TrafficAccessToken != "" {
+		out.TrafficAccessToken = &sb.Spec.TrafficAccessToken
+	}
+	if s.cfg.Domain != "" {
+		d := s.cfg.Domain
+		out.Domain = &d
+	}
+	return out
+}
+
+// apiState maps lifecycle states onto the API's running|paused.
+func apiState(st sandbox.State) string {
+	switch st {
+	case sandbox.StatePaused, sandbox.StatePausing:
+		return "paused"
+	default:
+		return "running"
+	}
+}
+
+func listedJSON(sb *store.Sandbox) client.ListedSandbox {
+	var vols []client.VolumeMount
+	if len(sb.Spec.VolumeMounts) > 0 {
+		json.Unmarshal(sb.Spec.VolumeMounts, &vols) //nolint:errcheck
+	}
+	md := sb.Spec.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return client.ListedSandbox{
+		TemplateID: sb.TemplateID, Alias: sb.Spec.Alias, SandboxID: sb.ID, ClientID: "warren",
+		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: sb.Spec.Resources.VCPUs,
+		MemoryMB: sb.Spec.Resources.MemoryMB, DiskSizeMB: sb.Spec.Resources.DiskMB, Metadata: md,
+		State: apiState(sb.State), EnvdVersion: sb.Spec.EnvdVersion, VolumeMounts: vols,
+	}
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	sb, err := s.lc.Get(r.Context(), c.teamID, id)
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	d := client.SandboxDetail{ListedSandbox: listedJSON(sb), EnvdAccessToken: sb.Spec.EnvdAccessToken, AllowInternetAccess: sb.Spec.AllowInternet}
+	if s.cfg.Domain != "" {
+		dom := s.cfg.Domain
+		d.Domain = &dom
+	}
+	if len(sb.Spec.Network) > 0 {
+		var n client.NetworkConfig
+		if json.Unmarshal(sb.Spec.Network, &n) == nil {
+			d.Network = &n
+		}
+	}
+	onTimeout := "kill"
+	if sb.Spec.AutoPause {
+		onTimeout = "pause"
+	}
+	d.Lifecycle = &client.Lifecycle{AutoResume: sb.Spec.AutoResume, OnTimeout: onTimeout}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	reason := sandbox.KillRequest
+	if c.admin {
+		reason = sandbox.KillAdmin
+	}
+	if err := s.lc.Kill(r.Context(), c.teamID, id, reason); err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	var req struct {
+		Timeout *int `json:"timeout"`
+	}
+	if err := decode(r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Timeout == nil {
+		s.fail(w, r, invalid("timeout", "required"))
+		return
+	}
+	d, err := s.timeoutOf(c, "timeout", req.Timeout, 0)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.lc.SetTimeout(r.Context(), c.teamID, id, d); err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	var req client.RefreshRequest
+	if err := decode(r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d := defaultRefresh
+	if req.Duration != nil {
+		if *req.Duration < 0 || time.Duration(*req.Duration)*time.Second > maxRefresh {
+			s.fail(w, r, invalid("duration", "must be between 0 and %d seconds, got %d", int(maxRefresh.Seconds()), *req.Duration))
+			return
+		}
+		d = time.Duration(*req.Duration) * time.Second
+	}
+	if err := s.lc.Extend(r.Context(), c.teamID, id, d); err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	var req client.PauseRequest
+	if err := decode(r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	memory := req.Memory == nil || *req.Memory
+	if err := s.lc.Pause(r.Context(), c.teamID, id, memory); err != nil {
+		if errdefs.IsConflict(err) {
+			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", id))
+			return
+		}
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	var req client.ResumeRequest
+	if err := decode(r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d, err := s.timeoutOf(c, "timeout", req.Timeout, defaultTimeoutV1)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb, err := s.lc.Resume(r.Context(), c.teamID, id, d, req.AutoPause)
+	if err != nil {
+		if errdefs.IsConflict(err) {
+			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already running", id))
+			return
+		}
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
+}
+
+func (s *Server) connectV1(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.connect(w, r, c, true)
+}
+func (s *Server) connectV2(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.connect(w, r, c, false)
+}
+
+func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *caller, timeoutRequired bool) {
+	id := r.PathValue("id")
+	var req client.ConnectRequest
+	if err := decode(r, &req, timeoutRequired); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if timeoutRequired && req.Timeout == nil {
+		s.fail(w, r, invalid("timeout", "required"))
+		return
+	}
+	if req.Memory != nil && !*req.Memory {
+		s.fail(w, r, fmt.Errorf("memory=false (resume from disk only) is not supported by this server: %w", errdefs.ErrInvalid))
+		return
+	}
+	d, err := s.timeoutOf(c, "timeout", req.Timeout, defaultConnectTimeout)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb, resumed, err := s.lc.Connect(r.Context(), c.teamID, id, d)
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	status := http.StatusOK
+	if resumed {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, s.sandboxJSON(sb))
+}
+
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	var req client.NetworkUpdate
+	if err := decode(r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	p, err := policyOf("", req.AllowOut, req.DenyOut)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if len(req.EgressProxy) > 0 && string(req.EgressProxy) != "null" {
+		s.fail(w, r, fmt.Errorf("egressProxy is not supported by this server: %w", errdefs.ErrInvalid))
+		return
+	}
+	p.Internet = req.AllowInternetAccess == nil || *req.AllowInternetAccess
+	sb, err := s.lc.Get(r.Context(), c.teamID, id)
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	var doc client.NetworkConfig
+	if len(sb.Spec.Network) > 0 {
+		json.Unmarshal(sb.Spec.Network, &doc) //nolint:errcheck
+	}
+	doc.AllowOut, doc.DenyOut, doc.Rules = req.AllowOut, req.DenyOut, req.Rules
+	raw, _ := json.Marshal(doc)
+	if err := s.lc.UpdateNetwork(r.Context(), c.teamID, id, p, raw, req.AllowInternetAccess); err != nil {
+		if errdefs.IsConflict(err) {
+			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
+			return
+		}
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	var req client.ForkRequest
+	if err := decode(r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	count := 1
+	if req.Count != nil {
+		if *req.Count < 1 || *req.Count > 100 {
+			s.fail(w, r, invalid("count", "must be between 1 and 100, got %d", *req.Count))
+			return
+		}
+		count = *req.Count
+	}
+	d, err := s.timeoutOf(c, "timeout", req.Timeout, defaultTimeoutV1)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	results, err := s.lc.Fork(r.Context(), c.teamID, id, count, d, s.limits(c).MaxConcurrent)
+	if err != nil {
+		if errdefs.IsConflict(err) {
+			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
+			return
+		}
+		if errdefs.IsUnsupported(err) {
+			writeError(w, http.StatusServiceUnavailable, "fork is not supported by this node's runtime driver")
+			return
+		}
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	out := make([]client.ForkResult, len(results))
+	for i, res := range results {
+		if res.Err != nil {
+			status := errdefs.HTTPStatus(res.Err)
+			msg := clientMessage(res.Err)
+			if status == http.StatusInternalServerError {
+				s.log.Error("fork", "sandbox_id", id, "error", res.Err)
+				msg = "internal error"
+			}
+			out[i].Error = &client.Error{Code: status, Message: msg}
+			continue
+		}
+		sb := s.sandboxJSON(res.Sandbox)
+		out[i].Sandbox = &sb
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	if _, err := s.lc.Get(r.Context(), c.teamID, id); err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	writeError(w, http.StatusNotImplemented, "snapshots are not supported by this server yet")
+}
+
+// listSnapshots answers the (always empty) snapshot list: this server
+// cannot make snapshots yet.
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, _ *caller) {
+	if v := r.URL.Query().Get("limit"); v != "" {
+		if _, err := parseLimit(v); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, []any{})
+}

@@ -1,0 +1,359 @@
+// Package apiserver is Warren's E2B-compatible REST API: sandbox endpoints
+// (create, list, get, kill, timeout, refresh, connect, pause, resume,
+// metrics, logs, fork, network), teams and API keys, an admin token and
+// per-team limits.
+//
+// Wire conventions (E2B-COMPAT §2): every error body is
+// {"code": <HTTP status>, "message": "..."}; empty successes are 204;
+// unknown JSON fields are accepted and invalid values are rejected with a
+// message naming the field. Lifecycle work is delegated to
+// internal/lifecycle; templates are resolved through TemplateResolver.
+package apiserver
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/pkg/client"
+)
+
+// TemplateResolver turns a template ID or alias, as a team sees it, into
+// what a node needs to start a sandbox. templates.Catalog implements it.
+type TemplateResolver interface {
+	Resolve(ctx context.Context, teamID, ref string) (node.Template, error)
+}
+
+// Config configures the API server. Store, Lifecycle and Templates are
+// required.
+type Config struct {
+	Store     store.Store
+	Lifecycle *lifecycle.Manager
+	Templates TemplateResolver
+	Logger    *slog.Logger
+	// AdminToken, when set, authenticates X-Admin-Token requests.
+	AdminToken string
+	// Domain is returned as the sandboxes' domain; empty returns null so
+	// the SDK keeps its own E2B_DOMAIN.
+	Domain string
+	// DefaultResources are given to each sandbox (default 2 vCPU, 512 MiB,
+	// 10 GiB disk).
+	DefaultResources sandbox.Resources
+	// DefaultLimits apply to teams whose own limits are zero (defaults: 20
+	// concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB).
+	DefaultLimits store.Limits
+	// RetryAfter is the Retry-After sent with a concurrency 429 (default
+	// 5 s).
+	RetryAfter time.Duration
+}
+
+// Server serves the API. It is an http.Handler.
+type Server struct {
+	cfg Config
+	st  store.Store
+	lc  *lifecycle.Manager
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Lifecycle == nil || cfg.Templates == nil {
+		return nil, fmt.Errorf("apiserver: store, lifecycle and templates are required: %w", errdefs.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &cfg.DefaultResources
+	if d.VCPUs == 0 {
+		d.VCPUs = 2
+	}
+	if d.MemoryMB == 0 {
+		d.MemoryMB = 512
+	}
+	if d.DiskMB == 0 {
+		d.DiskMB = 10 * 1024
+	}
+	l := &cfg.DefaultLimits
+	if l.MaxConcurrent == 0 {
+		l.MaxConcurrent = 20
+	}
+	if l.MaxTimeout == 0 {
+		l.MaxTimeout = 24 * time.Hour
+	}
+	if l.MaxVCPUs == 0 {
+		l.MaxVCPUs = 8
+	}
+	if l.MaxMemoryMB == 0 {
+		l.MaxMemoryMB = 8192
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = 5 * time.Second
+	}
+	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux()}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	team := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, false) }
+	admin := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, true) }
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK); io.WriteString(w, "{}") })
+	s.mux.Handle("GET /teams", team(s.listTeams))
+
+	s.mux.Handle("POST /sandboxes", team(s.createV1))
+	s.mux.Handle("POST /v2/sandboxes", team(s.createV2))
+	s.mux.Handle("GET /sandboxes", team(s.listV1))
+	s.mux.Handle("GET /v2/sandboxes", team(s.listV2))
+	s.mux.Handle("GET /sandboxes/metrics", team(s.batchMetrics))
+	s.mux.Handle("GET /sandboxes/{id}", team(s.getSandbox))
+	s.mux.Handle("DELETE /sandboxes/{id}", team(s.kill))
+	s.mux.Handle("POST /sandboxes/{id}/timeout", team(s.setTimeout))
+	s.mux.Handle("POST /sandboxes/{id}/refreshes", team(s.refresh))
+	s.mux.Handle("POST /sandboxes/{id}/pause", team(s.pause))
+	s.mux.Handle("POST /sandboxes/{id}/resume", team(s.resume))
+	s.mux.Handle("POST /sandboxes/{id}/connect", team(s.connectV1))
+	s.mux.Handle("POST /v2/sandboxes/{id}/connect", team(s.connectV2))
+	s.mux.Handle("GET /sandboxes/{id}/metrics", team(s.metrics))
+	s.mux.Handle("GET /sandboxes/{id}/logs", team(s.logsV1))
+	s.mux.Handle("GET /v2/sandboxes/{id}/logs", team(s.logsV2))
+	s.mux.Handle("POST /sandboxes/{id}/fork", team(s.fork))
+	s.mux.Handle("PUT /sandboxes/{id}/network", team(s.updateNetwork))
+	s.mux.Handle("POST /sandboxes/{id}/snapshots", team(s.createSnapshot))
+	s.mux.Handle("GET /snapshots", team(s.listSnapshots))
+
+	s.mux.Handle("POST /admin/teams/{teamID}/sandboxes/kill", admin(s.adminKillTeam))
+	s.mux.Handle("GET /admin/sandboxes/running-counts", admin(s.adminRunningCounts))
+	s.mux.Handle("POST /admin/teams/{teamID}/api-keys", admin(s.adminCreateKey))
+	s.mux.Handle("DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}", admin(s.adminDeleteKey))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// Handle adds a route served behind the API's authentication (other
+// packages' endpoints, e.g. templates). The handler finds the team with
+// TeamFrom.
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+	}, false))
+}
+
+// TeamFrom returns the authenticated team of a request served through
+// Handle ("" for an admin acting on no team).
+func TeamFrom(ctx context.Context) string {
+	if c, ok := ctx.Value(callerKey{}).(*caller); ok {
+		return c.teamID
+	}
+	return ""
+}
+
+type callerKey struct{}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("api handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+			writeError(w, http.StatusInternalServerError, "internal error")
+		}
+	}()
+	s.mux.ServeHTTP(w, r)
+}
+
+// caller is who made a request.
+type caller struct {
+	teamID string // "" only for an admin without X-Team-ID
+	team   *store.Team
+	admin  bool
+}
+
+func (s *Server) auth(h func(http.ResponseWriter, *http.Request, *caller), adminOnly bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, status, msg := s.authenticate(r)
+		if status == 0 && adminOnly && !c.admin {
+			status, msg = http.StatusForbidden, "this endpoint needs the admin token (X-Admin-Token)"
+		}
+		if status != 0 {
+			writeError(w, status, msg)
+			return
+		}
+		h(w, r, c)
+	})
+}
+
+func (s *Server) authenticate(r *http.Request) (*caller, int, string) {
+	ctx := r.Context()
+	if tok := r.Header.Get("X-Admin-Token"); tok != "" {
+		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) != 1 {
+			return nil, http.StatusUnauthorized, "invalid admin token"
+		}
+		c := &caller{admin: true, teamID: r.Header.Get("X-Team-ID")}
+		if c.teamID != "" {
+			t, err := s.st.GetTeam(ctx, c.teamID)
+			if err != nil {
+				return nil, http.StatusBadRequest, fmt.Sprintf("X-Team-ID: team %q does not exist", c.teamID)
+			}
+			c.team = t
+		}
+		return c, 0, ""
+	}
+	key := r.Header.Get("X-API-Key")
+	if key == "" {
+		if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && strings.HasPrefix(b, KeyPrefix) {
+			key = b
+		}
+	}
+	if key == "" {
+		return nil, http.StatusUnauthorized, "missing API key: set the X-API-Key header"
+	}
+	k, err := s.st.APIKeyByHash(ctx, HashKey(key))
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, http.StatusUnauthorized, "invalid API key"
+		}
+		s.log.Error("api key lookup", "error", err)
+		return nil, http.StatusInternalServerError, "internal error"
+	}
+	t, err := s.st.GetTeam(ctx, k.TeamID)
+	if err != nil {
+		return nil, http.StatusUnauthorized, "invalid API key: its team no longer exists"
+	}
+	return &caller{teamID: t.ID, team: t}, 0, ""
+}
+
+// limits returns the caller's effective limits.
+func (s *Server) limits(c *caller) store.Limits {
+	l := s.cfg.DefaultLimits
+	if c.team == nil {
+		return l
+	}
+	t := c.team.Limits
+	if t.MaxConcurrent != 0 {
+		l.MaxConcurrent = t.MaxConcurrent
+	}
+	if t.MaxTimeout != 0 {
+		l.MaxTimeout = t.MaxTimeout
+	}
+	if t.MaxVCPUs != 0 {
+		l.MaxVCPUs = t.MaxVCPUs
+	}
+	if t.MaxMemoryMB != 0 {
+		l.MaxMemoryMB = t.MaxMemoryMB
+	}
+	return l
+}
+
+// writeJSON writes v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b) //nolint:errcheck
+}
+
+// writeError writes the E2B error body: code equals the HTTP status.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	b, _ := json.Marshal(client.Error{Code: status, Message: msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b) //nolint:errcheck
+}
+
+// fail maps err onto a status and a client-facing message. Errors of no
+// class are logged and answered with a generic 500.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var le *lifecycle.LimitError
+	if errors.As(err, &le) {
+		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
+		writeError(w, http.StatusTooManyRequests, le.Error())
+		return
+	}
+	status := errdefs.HTTPStatus(err)
+	if status == http.StatusInternalServerError {
+		s.log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		writeError(w, status, "internal error")
+		return
+	}
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
+	}
+	writeError(w, status, clientMessage(err))
+}
+
+// clientMessage is err's text without the trailing error-class words
+// ("...: not found"), which the status already says.
+func clientMessage(err error) string {
+	msg := err.Error()
+	for _, class := range []error{errdefs.ErrNotFound, errdefs.ErrAlreadyExists, errdefs.ErrInvalid, errdefs.ErrConflict,
+		errdefs.ErrExhausted, errdefs.ErrUnavailable, errdefs.ErrUnsupported, errdefs.ErrUnauthorized, errdefs.ErrForbidden} {
+		if m, ok := strings.CutSuffix(msg, ": "+class.Error()); ok {
+			return m
+		}
+	}
+	return msg
+}
+
+// notFound answers the E2B not-found error for sandbox id.
+func notFound(w http.ResponseWriter, id string) {
+	writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q doesn't exist or you don't have access to it", id))
+}
+
+// sandboxErr answers err of an operation on sandbox id.
+func (s *Server) sandboxErr(w http.ResponseWriter, r *http.Request, id string, err error) {
+	if errdefs.IsNotFound(err) {
+		notFound(w, id)
+		return
+	}
+	s.fail(w, r, err)
+}
+
+// decode reads an optional JSON body into v. Unknown fields are accepted;
+// a value of the wrong type is rejected naming the field.
+func decode(r *http.Request, v any, required bool) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("read body: %w", errdefs.ErrInvalid)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		if required {
+			return fmt.Errorf("request body is required: %w", errdefs.ErrInvalid)
+		}
+		return nil
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return fmt.Errorf("invalid value for field '%s': expected %s, got %s: %w", te.Field, te.Type, te.Value, errdefs.ErrInvalid)
+		}
+		return fmt.Errorf("invalid JSON body: %v: %w", err, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
+// invalid builds a 400 error naming field.
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("invalid value for field '%s': %s: %w", field, fmt.Sprintf(format, args...), errdefs.ErrInvalid)
+}

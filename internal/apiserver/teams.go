@@ -1,0 +1,133 @@
+package apiserver
+
+import (
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+type nodeStats = node.Stats
+
+type teamJSON struct {
+	TeamID    string `json:"teamID"`
+	Name      string `json:"name"`
+	APIKey    string `json:"apiKey"`
+	IsDefault bool   `json:"isDefault"`
+}
+
+// listTeams answers GET /teams with the caller's team (the CLI's
+// auth configure reads it). Keys are stored hashed, so apiKey is the
+// masked form.
+func (s *Server) listTeams(w http.ResponseWriter, r *http.Request, c *caller) {
+	var teams []*store.Team
+	if c.team != nil {
+		teams = []*store.Team{c.team}
+	} else {
+		var err error
+		if teams, err = s.st.ListTeams(r.Context()); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	out := make([]teamJSON, 0, len(teams))
+	for i, t := range teams {
+		mask := ""
+		if keys, err := s.st.ListAPIKeys(r.Context(), t.ID); err == nil && len(keys) > 0 {
+			mask = keys[0].Mask
+		}
+		out = append(out, teamJSON{TeamID: t.ID, Name: t.Name, APIKey: mask, IsDefault: i == 0})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// adminKillTeam kills every live sandbox of a team.
+func (s *Server) adminKillTeam(w http.ResponseWriter, r *http.Request, _ *caller) {
+	teamID := r.PathValue("teamID")
+	sbs, err := s.st.ListSandboxes(r.Context(), store.SandboxFilter{TeamID: teamID})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var killed, failed int
+	for _, sb := range sbs {
+		if err := s.lc.Kill(r.Context(), teamID, sb.ID, sandbox.KillAdmin); err != nil {
+			failed++
+			s.log.Warn("admin kill", "sandbox_id", sb.ID, "error", err)
+			continue
+		}
+		killed++
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"killedCount": killed, "failedCount": failed})
+}
+
+// adminRunningCounts answers the number of running sandboxes per team.
+func (s *Server) adminRunningCounts(w http.ResponseWriter, r *http.Request, _ *caller) {
+	sbs, err := s.st.ListSandboxes(r.Context(), store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning}})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	counts := map[string]int{}
+	for _, sb := range sbs {
+		counts[sb.TeamID]++
+	}
+	type row struct {
+		TeamID string `json:"teamID"`
+		Count  int    `json:"count"`
+	}
+	out := make([]row, 0, len(counts))
+	for id, n := range counts {
+		out = append(out, row{id, n})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].TeamID < out[j].TeamID })
+	writeJSON(w, http.StatusOK, out)
+}
+
+// adminCreateKey issues a key for a team; the clear key is in the answer
+// only.
+func (s *Server) adminCreateKey(w http.ResponseWriter, r *http.Request, _ *caller) {
+	teamID := r.PathValue("teamID")
+	var req struct {
+		Name string `json:"name"`
+	}
+	if err := decode(r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if _, err := s.st.GetTeam(r.Context(), teamID); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	key, k, err := AddKey(r.Context(), s.st, teamID, req.Name, "")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"id": k.ID, "name": k.Name, "key": key, "mask": map[string]string{"maskedValue": k.Mask},
+		"createdAt": k.CreatedAt.Format(time.RFC3339Nano),
+	})
+}
+
+func (s *Server) adminDeleteKey(w http.ResponseWriter, r *http.Request, _ *caller) {
+	keys, err := s.st.ListAPIKeys(r.Context(), r.PathValue("teamID"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, k := range keys {
+		if k.ID == r.PathValue("apiKeyID") {
+			if err := s.st.DeleteAPIKey(r.Context(), k.ID); err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "api key not found")
+}
