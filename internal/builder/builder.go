@@ -1,0 +1,375 @@
+// Package builder is Warren's template build engine. A build starts from a
+// base (an image from any OCI registry, flattened to a root filesystem, or
+// another template's build) and applies steps — RUN, COPY/ADD, ENV/ARG,
+// WORKDIR, USER — each as one layer: an overlay upper directory over the
+// layers below, cached under a key that hashes the previous key, the step
+// and its files. A build then checks its start and ready commands and
+// flattens its layers into the build's root filesystem in the template
+// catalog (internal/templates).
+//
+// RUN steps and the start/ready commands execute in build sandboxes from a
+// Runner. Steps come from the E2B build API (Service) or from a Dockerfile
+// (ParseDockerfile). Build logs are entries (timestamp, level, message,
+// step) stored with the build, read with an offset as E2B's status polling
+// does.
+package builder
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// Step types.
+const (
+	StepRun     = "RUN"
+	StepCopy    = "COPY"
+	StepAdd     = "ADD"
+	StepEnv     = "ENV"
+	StepArg     = "ARG"
+	StepWorkdir = "WORKDIR"
+	StepUser    = "USER"
+)
+
+// Step is one build step with E2B's argument layout:
+//
+//	RUN     [cmd] or [cmd, user]
+//	COPY    [src, dest, user|"", mode-octal|""]   (ADD alike)
+//	ENV     [k1, v1, k2, v2, ...]
+//	ARG     [name, value]                          (build-time only)
+//	WORKDIR [dir]
+//	USER    [user]
+type Step struct {
+	Type string   `json:"type"`
+	Args []string `json:"args"`
+	// Force rebuilds this step (and so every later one) without the cache.
+	Force bool `json:"force,omitempty"`
+	// FilesHash names the uploaded context of a COPY step (Service.PutFiles).
+	FilesHash string `json:"filesHash,omitempty"`
+}
+
+// Spec is what to build.
+type Spec struct {
+	// FromImage is an image reference ("python:3.12", "reg:5000/x/y:t");
+	// FromTemplate is a template "alias[:tag]" or ID. Exactly one is set;
+	// neither means the base template.
+	FromImage    string        `json:"fromImage,omitempty"`
+	FromTemplate string        `json:"fromTemplate,omitempty"`
+	RegistryAuth *RegistryAuth `json:"-"`
+	Steps        []Step        `json:"steps"`
+	StartCmd     string        `json:"startCmd,omitempty"`
+	ReadyCmd     string        `json:"readyCmd,omitempty"`
+	// Force skips the layer cache for the whole build.
+	Force bool `json:"force,omitempty"`
+	// ContextDir holds COPY sources for steps without FilesHash
+	// (Dockerfile builds).
+	ContextDir string `json:"contextDir,omitempty"`
+	// TeamID is whose templates FromTemplate may name.
+	TeamID string `json:"teamId,omitempty"`
+}
+
+// Config configures a Builder.
+type Config struct {
+	// DataDir holds the layer cache (layers/), uploaded files (files/) and
+	// scratch space (work/); on the same file system as the catalog.
+	DataDir string
+	Catalog *templates.Catalog
+	Runner  Runner
+	Logger  *slog.Logger
+	// InsecureRegistries are registry hosts reached over plain HTTP
+	// (loopback and RFC 1918 addresses already are).
+	InsecureRegistries []string
+	// Transport, when set, carries registry traffic.
+	Transport http.RoundTripper
+	// ReadyTimeout bounds the wait for the ready command (10 min by
+	// default); ReadyInterval is the pause between tries (2 s).
+	ReadyTimeout  time.Duration
+	ReadyInterval time.Duration
+	// Network gives RUN steps outbound network access (true in serve).
+	Network bool
+}
+
+// Builder runs builds. It is safe for concurrent use; builds of the same
+// layers share the cache.
+type Builder struct {
+	cfg Config
+	cat *templates.Catalog
+	log *slog.Logger
+}
+
+// New returns a Builder.
+func New(cfg Config) (*Builder, error) {
+	if cfg.DataDir == "" || cfg.Catalog == nil || cfg.Runner == nil {
+		return nil, fmt.Errorf("builder: DataDir, Catalog and Runner are required: %w", errdefs.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 10 * time.Minute
+	}
+	if cfg.ReadyInterval <= 0 {
+		cfg.ReadyInterval = 2 * time.Second
+	}
+	for _, d := range []string{"layers", "files", "work"} {
+		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("builder: %w", err)
+		}
+	}
+	return &Builder{cfg: cfg, cat: cfg.Catalog, log: cfg.Logger}, nil
+}
+
+// StepError is a failed build step: which, its output's tail and exit code.
+type StepError struct {
+	Step     string // "1", "2", ... or "base", "ready", "finalize"
+	Command  string
+	ExitCode int
+	Output   string
+	Err      error
+}
+
+func (e *StepError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("step %s (%s): %v", e.Step, e.Command, e.Err)
+	}
+	msg := fmt.Sprintf("step %s (%s) failed with exit code %d", e.Step, e.Command, e.ExitCode)
+	if e.Output != "" {
+		msg += ": " + e.Output
+	}
+	return msg
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// state is the build's position after a step.
+type state struct {
+	Key     string            `json:"key"`
+	Layers  []string          `json:"layers"` // layer directories, bottom first
+	Env     map[string]string `json:"env"`
+	Args    map[string]string `json:"args,omitempty"`
+	User    string            `json:"user"`
+	Workdir string            `json:"workdir"`
+	Cmd     []string          `json:"cmd,omitempty"`
+	// ExplicitUser is set once a USER step ran.
+	ExplicitUser bool `json:"explicitUser,omitempty"`
+}
+
+func (s *state) clone() *state {
+	c := *s
+	c.Layers = append([]string(nil), s.Layers...)
+	c.Env = templates.MergeEnv(s.Env, nil, nil)
+	c.Args = templates.MergeEnv(s.Args, nil, nil)
+	c.Cmd = append([]string(nil), s.Cmd...)
+	return &c
+}
+
+func hashKey(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s\n", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:40]
+}
+
+// Build runs spec as the build buildID of the catalog: it marks the build
+// building, runs every step, and finishes it ready or failed (with the
+// failing step, its output and exit code as the reason). The returned
+// error is the build's failure, if any.
+func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err error) {
+	bl := &buildLog{store: b.cat.Store(), buildID: buildID, log: b.log}
+	if _, err := b.cat.UpdateBuild(ctx, buildID, func(bd *templates.Build) error {
+		bd.Status = templates.BuildBuilding
+		bd.StartCmd, bd.ReadyCmd = spec.StartCmd, spec.ReadyCmd
+		return nil
+	}); err != nil {
+		return err
+	}
+	start := time.Now()
+	defer func() {
+		var reason *templates.Reason
+		if err != nil {
+			reason = &templates.Reason{Message: err.Error()}
+			var se *StepError
+			if errors.As(err, &se) {
+				reason.Step = se.Step
+			}
+			bl.add(templates.LogError, reason.Step, "Build failed: "+err.Error())
+		} else {
+			bl.add(templates.LogInfo, "", fmt.Sprintf("Build finished in %s", time.Since(start).Round(time.Millisecond)))
+		}
+		bl.flush()
+		if _, ferr := b.cat.FinishBuild(context.WithoutCancel(ctx), buildID, reason); ferr != nil {
+			b.log.Error("record build result", "build_id", buildID, "error", ferr)
+		}
+	}()
+	bl.add(templates.LogInfo, "", "Building template (build "+buildID+")")
+
+	st, err := b.base(ctx, spec, bl)
+	if err != nil {
+		return err
+	}
+	cached := !spec.Force
+	for i, step := range spec.Steps {
+		name := fmt.Sprint(i + 1)
+		if step.Force {
+			cached = false
+		}
+		st, cached, err = b.step(ctx, buildID, name, step, st, spec, cached, bl)
+		if err != nil {
+			return err
+		}
+	}
+	st, err = b.finalize(ctx, buildID, st, cached, bl)
+	if err != nil {
+		return err
+	}
+	rootfs := filepath.Join(b.cat.BuildDir(buildID), "rootfs")
+	if err := b.flatten(ctx, st.Layers, rootfs); err != nil {
+		return &StepError{Step: "finalize", Command: "flatten layers", Err: err}
+	}
+	startCmd := spec.StartCmd
+	if startCmd == "" && len(st.Cmd) > 0 && spec.FromImage != "" {
+		startCmd = shellJoin(st.Cmd)
+	}
+	if startCmd != "" || spec.ReadyCmd != "" {
+		if err := b.checkReady(ctx, buildID, rootfs, st, startCmd, spec.ReadyCmd, bl); err != nil {
+			return err
+		}
+	}
+	_, err = b.cat.UpdateBuild(ctx, buildID, func(bd *templates.Build) error {
+		bd.RootFSDir = rootfs
+		bd.Env = st.Env
+		bd.User = st.User
+		bd.Workdir = st.Workdir
+		bd.StartCmd = startCmd
+		return nil
+	})
+	return err
+}
+
+// flatten writes the merged layers to dst atomically.
+func (b *Builder) flatten(ctx context.Context, layers []string, dst string) error {
+	tmp := dst + ".partial"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := flattenLayers(ctx, layers, tmp); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// buildLog collects a build's log entries and stores them.
+type buildLog struct {
+	mu      sync.Mutex
+	store   templates.Store
+	buildID string
+	log     *slog.Logger
+	pending []templates.LogEntry
+}
+
+func (l *buildLog) add(level templates.LogLevel, step, msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending = append(l.pending, templates.LogEntry{Timestamp: time.Now().UTC(), Level: level, Message: msg, Step: step})
+	l.flushLocked()
+}
+
+func (l *buildLog) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.flushLocked()
+}
+
+func (l *buildLog) flushLocked() {
+	if len(l.pending) == 0 {
+		return
+	}
+	if err := l.store.AppendLogs(context.Background(), l.buildID, l.pending...); err != nil {
+		l.log.Warn("store build log", "build_id", l.buildID, "error", err)
+	}
+	l.pending = l.pending[:0]
+}
+
+// lineWriter turns a process's output into log entries, one a line, and
+// keeps the last lines for a failure's reason.
+type lineWriter struct {
+	bl    *buildLog
+	step  string
+	buf   []byte
+	tail  []string
+	limit int
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			if len(w.buf) > 8192 {
+				w.line(string(w.buf))
+				w.buf = w.buf[:0]
+			}
+			return len(p), nil
+		}
+		w.line(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+}
+
+func (w *lineWriter) line(s string) {
+	s = strings.TrimRight(s, "\r")
+	w.bl.add(templates.LogInfo, w.step, s)
+	w.tail = append(w.tail, s)
+	if len(w.tail) > 10 {
+		w.tail = w.tail[1:]
+	}
+}
+
+func (w *lineWriter) close() {
+	if len(w.buf) > 0 {
+		w.line(string(w.buf))
+		w.buf = nil
+	}
+}
+
+func (w *lineWriter) lastLines() string { return strings.Join(w.tail, "\n") }
+
+// shellJoin renders argv as one shell command line.
+func shellJoin(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`*?[]{}()<>|&;#~!") {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

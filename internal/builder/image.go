@@ -1,0 +1,122 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/warren-sandbox/warren/internal/builder/layer"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// RegistryAuth is how to log in to a registry; nil or empty means
+// anonymous.
+type RegistryAuth struct {
+	Username string
+	Password string
+}
+
+// imageConfig is what a build takes from an image's configuration.
+type imageConfig struct {
+	Env     map[string]string
+	User    string
+	Workdir string
+	Cmd     []string
+}
+
+// remoteImage finds ref in its registry.
+func (b *Builder) remoteImage(ctx context.Context, ref string, auth *RegistryAuth) (v1.Image, string, error) {
+	var opts []name.Option
+	if b.insecure(ref) {
+		opts = append(opts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, opts...)
+	if err != nil {
+		return nil, "", fmt.Errorf("image %q: %v: %w", ref, err, errdefs.ErrInvalid)
+	}
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"})}
+	if auth != nil && (auth.Username != "" || auth.Password != "") {
+		ropts = append(ropts, remote.WithAuth(&authn.Basic{Username: auth.Username, Password: auth.Password}))
+	} else {
+		ropts = append(ropts, remote.WithAuth(authn.Anonymous))
+	}
+	if b.cfg.Transport != nil {
+		ropts = append(ropts, remote.WithTransport(b.cfg.Transport))
+	}
+	img, err := remote.Image(r, ropts...)
+	if err != nil {
+		return nil, "", classifyRegistryError(ref, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return nil, "", classifyRegistryError(ref, err)
+	}
+	return img, d.String(), nil
+}
+
+func (b *Builder) insecure(ref string) bool {
+	for _, reg := range b.cfg.InsecureRegistries {
+		if strings.HasPrefix(ref, reg+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// classifyRegistryError turns a registry failure into a clear message of
+// the right class.
+func classifyRegistryError(ref string, err error) error {
+	var te *transport.Error
+	if errors.As(err, &te) {
+		switch te.StatusCode {
+		case http.StatusNotFound:
+			return fmt.Errorf("image %q not found in its registry: %w", ref, errdefs.ErrNotFound)
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return fmt.Errorf("image %q: the registry refused the credentials (HTTP %d): %w", ref, te.StatusCode, errdefs.ErrUnauthorized)
+		}
+		for _, d := range te.Errors {
+			switch d.Code {
+			case transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode:
+				return fmt.Errorf("image %q not found in its registry: %w", ref, errdefs.ErrNotFound)
+			case transport.UnauthorizedErrorCode, transport.DeniedErrorCode:
+				return fmt.Errorf("image %q: the registry refused the credentials: %w", ref, errdefs.ErrUnauthorized)
+			}
+		}
+	}
+	return fmt.Errorf("image %q: %v: %w", ref, err, errdefs.ErrUnavailable)
+}
+
+// readImageConfig extracts the parts of an image's config a build uses.
+func readImageConfig(img v1.Image) (imageConfig, error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return imageConfig{}, err
+	}
+	ic := imageConfig{Env: map[string]string{}}
+	for _, kv := range cf.Config.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if k != "" {
+			ic.Env[k] = v
+		}
+	}
+	ic.User = cf.Config.User
+	ic.Workdir = cf.Config.WorkingDir
+	ic.Cmd = append(append([]string{}, cf.Config.Entrypoint...), cf.Config.Cmd...)
+	return ic, nil
+}
+
+// unpackImage writes the flattened file system of img into dir.
+func unpackImage(ctx context.Context, img v1.Image, dir string) error {
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	return layer.Unpack(ctx, rc, dir, nil)
+}

@@ -1,0 +1,378 @@
+package builder
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// UploadPathPrefix is where Service.UploadHandler expects to be mounted:
+// PUT UploadPathPrefix + "<templateID>/<hash>?token=..." with a gzip'd tar.
+const UploadPathPrefix = "/builder/files/"
+
+// ServiceConfig configures a Service.
+type ServiceConfig struct {
+	Builder *Builder
+	Logger  *slog.Logger
+	// UploadSecret signs upload URLs; random per process when empty (URLs
+	// then end with the process, which the SDK's upload-then-build flow
+	// does not notice).
+	UploadSecret []byte
+	// MaxConcurrentBuilds bounds builds running at once (default 2).
+	MaxConcurrentBuilds int
+	// MaxUploadBytes bounds one upload (default 4 GiB).
+	MaxUploadBytes int64
+}
+
+// Service is what the API server calls for E2B's template build API and
+// what `warren template build` uses in process: create a build, start it,
+// poll its status and logs, and take uploaded COPY contexts.
+type Service struct {
+	b      *Builder
+	cat    *templates.Catalog
+	log    *slog.Logger
+	secret []byte
+	maxUp  int64
+	slots  chan struct{}
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	done   map[string]chan struct{} // running builds
+	wg     sync.WaitGroup
+}
+
+// NewService returns a Service running builds with cfg.Builder.
+func NewService(cfg ServiceConfig) (*Service, error) {
+	if cfg.Builder == nil {
+		return nil, fmt.Errorf("build service: no builder: %w", errdefs.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = cfg.Builder.log
+	}
+	if len(cfg.UploadSecret) == 0 {
+		cfg.UploadSecret = make([]byte, 32)
+		rand.Read(cfg.UploadSecret)
+	}
+	if cfg.MaxConcurrentBuilds <= 0 {
+		cfg.MaxConcurrentBuilds = 2
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = 4 << 30
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{
+		b: cfg.Builder, cat: cfg.Builder.cat, log: cfg.Logger, secret: cfg.UploadSecret, maxUp: cfg.MaxUploadBytes,
+		slots: make(chan struct{}, cfg.MaxConcurrentBuilds), ctx: ctx, cancel: cancel, done: map[string]chan struct{}{},
+	}, nil
+}
+
+// Recover marks builds that a previous process left waiting or building
+// as failed: their work died with that process. Call once at start.
+func (s *Service) Recover(ctx context.Context) error {
+	all, err := s.cat.List(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, t := range all {
+		builds, err := s.cat.Builds(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		for _, b := range builds {
+			if b.Status != templates.BuildBuilding && b.Status != templates.BuildWaiting {
+				continue
+			}
+			s.mu.Lock()
+			_, running := s.done[b.ID]
+			s.mu.Unlock()
+			if running {
+				continue
+			}
+			if _, err := s.cat.FinishBuild(ctx, b.ID, &templates.Reason{Message: "the build was interrupted by a restart of Warren"}); err != nil {
+				return err
+			}
+			s.log.Info("build interrupted by restart", "template_id", t.ID, "build_id", b.ID)
+		}
+	}
+	return nil
+}
+
+// Close cancels running builds and waits for them to record their end.
+func (s *Service) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// CreateTemplate makes a waiting build (POST /v3/templates).
+func (s *Service) CreateTemplate(ctx context.Context, req templates.CreateRequest) (*templates.Template, *templates.Build, error) {
+	return s.cat.CreateBuild(ctx, req)
+}
+
+// StartRequest starts a build (POST /v2/templates/{id}/builds/{buildID}).
+type StartRequest struct {
+	TeamID     string
+	TemplateID string
+	// BuildID is the waiting build made by CreateTemplate; when empty a
+	// new build is made from Create (the CLI's one-call path).
+	BuildID string
+	Create  templates.CreateRequest
+	Spec    Spec
+}
+
+// StartBuild validates req and starts the build in the background; it
+// returns the build's ID at once. Poll Status, or Wait.
+func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, error) {
+	if req.BuildID == "" {
+		req.Create.TeamID = req.TeamID
+		t, b, err := s.cat.CreateBuild(ctx, req.Create)
+		if err != nil {
+			return "", err
+		}
+		req.TemplateID, req.BuildID = t.ID, b.ID
+	}
+	t, err := s.owned(ctx, req.TeamID, req.TemplateID)
+	if err != nil {
+		return "", err
+	}
+	bd, err := s.cat.Build(ctx, req.BuildID)
+	if err != nil {
+		return "", err
+	}
+	if bd.TemplateID != t.ID {
+		return "", fmt.Errorf("build %q of template %q: %w", req.BuildID, req.TemplateID, errdefs.ErrNotFound)
+	}
+	if bd.Status != templates.BuildWaiting {
+		return "", fmt.Errorf("build %q is %s, not waiting: %w", req.BuildID, bd.Status, errdefs.ErrConflict)
+	}
+	for i, st := range req.Spec.Steps {
+		if err := validateStep(st); err != nil {
+			return "", fmt.Errorf("step %d: %w", i+1, err)
+		}
+		if st.FilesHash != "" {
+			p, err := s.b.filesPath(t.ID, st.FilesHash)
+			if err != nil {
+				return "", err
+			}
+			if _, err := os.Stat(p); err != nil {
+				return "", fmt.Errorf("step %d: files %s were not uploaded: %w", i+1, st.FilesHash, errdefs.ErrInvalid)
+			}
+		}
+	}
+	req.Spec.TeamID = req.TeamID
+	done := make(chan struct{})
+	s.mu.Lock()
+	if _, ok := s.done[req.BuildID]; ok {
+		s.mu.Unlock()
+		return "", fmt.Errorf("build %q is already running: %w", req.BuildID, errdefs.ErrConflict)
+	}
+	s.done[req.BuildID] = done
+	s.mu.Unlock()
+	s.wg.Go(func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.done, req.BuildID)
+			s.mu.Unlock()
+			close(done)
+		}()
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.ctx.Done():
+			s.cat.FinishBuild(context.Background(), req.BuildID, &templates.Reason{Message: "Warren is shutting down"})
+			return
+		}
+		defer func() { <-s.slots }()
+		log := s.log.With("template_id", t.ID, "build_id", req.BuildID)
+		log.Info("build started")
+		if err := s.b.Build(s.ctx, req.BuildID, req.Spec); err != nil {
+			log.Info("build failed", "error", err)
+			return
+		}
+		log.Info("build ready")
+	})
+	return req.BuildID, nil
+}
+
+// Wait blocks until the build is no longer running in this process (or
+// ctx ends) and returns its record.
+func (s *Service) Wait(ctx context.Context, buildID string) (*templates.Build, error) {
+	s.mu.Lock()
+	done, ok := s.done[buildID]
+	s.mu.Unlock()
+	if ok {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.cat.Build(ctx, buildID)
+}
+
+func (s *Service) owned(ctx context.Context, teamID, templateID string) (*templates.Template, error) {
+	t, err := s.cat.Find(ctx, teamID, templateID)
+	if err != nil {
+		return nil, err
+	}
+	if t.TeamID != teamID {
+		return nil, fmt.Errorf("template %q belongs to another team: %w", templateID, errdefs.ErrForbidden)
+	}
+	return t, nil
+}
+
+// Status is a build's state with its log entries from an offset
+// (GET /templates/{id}/builds/{buildID}/status?logsOffset=N).
+type Status struct {
+	TemplateID string
+	BuildID    string
+	Status     templates.BuildStatus
+	// LogEntries is never nil (the SDK maps it unconditionally).
+	LogEntries []templates.LogEntry
+	Reason     *templates.Reason
+}
+
+// Status reports a build of team's template with the log entries from
+// logsOffset on.
+func (s *Service) Status(ctx context.Context, teamID, templateID, buildID string, logsOffset int) (*Status, error) {
+	t, err := s.cat.Find(ctx, teamID, templateID)
+	if err != nil {
+		return nil, err
+	}
+	bd, err := s.cat.Build(ctx, buildID)
+	if err != nil {
+		return nil, err
+	}
+	if bd.TemplateID != t.ID {
+		return nil, fmt.Errorf("build %q of template %q: %w", buildID, templateID, errdefs.ErrNotFound)
+	}
+	if logsOffset < 0 {
+		logsOffset = 0
+	}
+	entries, err := s.cat.Store().Logs(ctx, buildID, logsOffset)
+	if err != nil {
+		return nil, err
+	}
+	if entries == nil {
+		entries = []templates.LogEntry{}
+	}
+	return &Status{TemplateID: t.ID, BuildID: bd.ID, Status: bd.Status, LogEntries: entries, Reason: bd.Reason}, nil
+}
+
+// Files answers GET /templates/{id}/files/{hash}: whether the COPY context
+// with hash is already stored for team's template, and if not the path
+// (under UploadPathPrefix, signed) to PUT it to.
+func (s *Service) Files(ctx context.Context, teamID, templateID, hash string) (present bool, uploadPath string, err error) {
+	t, err := s.owned(ctx, teamID, templateID)
+	if err != nil {
+		return false, "", err
+	}
+	p, err := s.b.filesPath(t.ID, hash)
+	if err != nil {
+		return false, "", err
+	}
+	if _, err := os.Stat(p); err == nil {
+		return true, "", nil
+	}
+	return false, UploadPathPrefix + t.ID + "/" + hash + "?token=" + s.token(t.ID, hash), nil
+}
+
+func (s *Service) token(templateID, hash string) string {
+	m := hmac.New(sha256.New, s.secret)
+	m.Write([]byte(templateID + "/" + hash))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// UploadHandler takes PUTs of gzip'd tars at the paths Files hands out.
+// The token in the path authenticates the request; mount it without API
+// key checks at UploadPathPrefix.
+func (s *Service) UploadHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut {
+			w.Header().Set("Allow", http.MethodPut)
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		rest := strings.TrimPrefix(r.URL.Path, UploadPathPrefix)
+		templateID, hash, ok := strings.Cut(rest, "/")
+		if !ok || !hmac.Equal([]byte(r.URL.Query().Get("token")), []byte(s.token(templateID, hash))) {
+			http.Error(w, "invalid upload URL", http.StatusForbidden)
+			return
+		}
+		if err := s.PutFiles(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp)); err != nil {
+			s.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
+			status := errdefs.HTTPStatus(err)
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				status = http.StatusRequestEntityTooLarge
+			}
+			http.Error(w, "upload failed", status)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+}
+
+// PutFiles stores a gzip'd tar as the COPY context hash of a template.
+func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Reader) error {
+	p, err := s.b.filesPath(templateID, hash)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".upload-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	var magic [2]byte
+	n, err := io.ReadFull(r, magic[:])
+	if err != nil || n != 2 || magic != [2]byte{0x1f, 0x8b} {
+		f.Close()
+		return fmt.Errorf("files %s: the upload is not gzip'd: %w", hash, errdefs.ErrInvalid)
+	}
+	f.Write(magic[:])
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return fmt.Errorf("files %s: %w", hash, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), p)
+}
+
+// filesPath is where the COPY context hash of a template is stored.
+func (b *Builder) filesPath(templateID, hash string) (string, error) {
+	if !safeName(templateID) || !safeName(hash) {
+		return "", fmt.Errorf("files %q of template %q: bad name: %w", hash, templateID, errdefs.ErrInvalid)
+	}
+	return filepath.Join(b.cfg.DataDir, "files", templateID, hash+".tar.gz"), nil
+}
+
+func safeName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}

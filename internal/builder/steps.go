@@ -1,0 +1,465 @@
+package builder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/builder/layer"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// e2bBaseImage is the image E2B's SDK names when a template has no base;
+// Warren serves it from its own base template, with no registry.
+const e2bBaseImage = "e2bdev/base"
+
+func isE2BBase(ref string) bool {
+	name, _, _ := strings.Cut(ref, "@")
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		name = name[:i]
+	}
+	name = strings.TrimPrefix(strings.TrimPrefix(name, "docker.io/"), "index.docker.io/")
+	return name == e2bBaseImage
+}
+
+// base returns the state the steps start from.
+func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, error) {
+	if spec.FromImage != "" && spec.FromTemplate != "" {
+		return nil, &StepError{Step: "base", Command: "FROM", Err: fmt.Errorf("fromImage and fromTemplate are exclusive: %w", errdefs.ErrInvalid)}
+	}
+	ref := spec.FromTemplate
+	if spec.FromImage != "" && isE2BBase(spec.FromImage) {
+		bl.add(templates.LogInfo, "base", "Image "+spec.FromImage+" is served by the local base template")
+		ref = templates.BaseID
+	} else if spec.FromImage == "" && ref == "" {
+		ref = templates.BaseID
+	}
+	if ref != "" {
+		bl.add(templates.LogInfo, "base", "FROM template "+ref)
+		nt, err := b.cat.Resolve(ctx, spec.TeamID, ref)
+		if err != nil {
+			return nil, &StepError{Step: "base", Command: "FROM template " + ref, Err: err}
+		}
+		return &state{
+			Key:     hashKey("template", nt.BuildID),
+			Layers:  []string{nt.RootFS},
+			Env:     templates.MergeEnv(nt.Env, nil, nil),
+			Args:    map[string]string{},
+			User:    "root",
+			Workdir: nt.Workdir,
+		}, nil
+	}
+	bl.add(templates.LogInfo, "base", "FROM "+spec.FromImage)
+	img, digest, err := b.remoteImage(ctx, spec.FromImage, spec.RegistryAuth)
+	if err != nil {
+		return nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: err}
+	}
+	ic, err := readImageConfig(img)
+	if err != nil {
+		return nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: fmt.Errorf("image config: %w", err)}
+	}
+	key := hashKey("image", digest)
+	dir := b.layerDir(key)
+	if _, err := os.Stat(dir); err != nil {
+		bl.add(templates.LogInfo, "base", "Pulling "+spec.FromImage+" ("+digest+")")
+		tmp := dir + ".pulling." + templates.NewTemplateID()[:8]
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return nil, err
+		}
+		if err := unpackImage(ctx, img, tmp); err != nil {
+			os.RemoveAll(tmp)
+			return nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: classifyRegistryError(spec.FromImage, err)}
+		}
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			os.RemoveAll(tmp) // another build won the race: same content
+		}
+	} else {
+		bl.add(templates.LogInfo, "base", "CACHED "+spec.FromImage+" ("+digest+")")
+	}
+	env := ic.Env
+	if _, ok := env["PATH"]; !ok {
+		env["PATH"] = templates.DefaultPath
+	}
+	user := ic.User
+	if user == "" {
+		user = "root"
+	}
+	return &state{Key: key, Layers: []string{dir}, Env: env, Args: map[string]string{}, User: user, Workdir: ic.Workdir, Cmd: ic.Cmd}, nil
+}
+
+func (b *Builder) layerDir(key string) string {
+	return filepath.Join(b.cfg.DataDir, "layers", key, "diff")
+}
+
+func (b *Builder) stateFile(key string) string {
+	return filepath.Join(b.cfg.DataDir, "layers", key, "state.json")
+}
+
+// cacheLoad returns the cached state after the step with key, if its
+// layers are all still there.
+func (b *Builder) cacheLoad(key string) (*state, bool) {
+	data, err := os.ReadFile(b.stateFile(key))
+	if err != nil {
+		return nil, false
+	}
+	var st state
+	if json.Unmarshal(data, &st) != nil || st.Key != key {
+		return nil, false
+	}
+	for _, l := range st.Layers {
+		if _, err := os.Stat(l); err != nil {
+			return nil, false
+		}
+	}
+	return &st, true
+}
+
+func (b *Builder) cacheStore(st *state) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	p := b.stateFile(st.Key)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	tmp := p + ".tmp." + templates.NewTemplateID()[:8]
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// describe renders a step for logs.
+func describe(s Step) string {
+	return strings.TrimSpace(s.Type + " " + strings.Join(s.Args, " "))
+}
+
+// step runs (or takes from the cache) one step. cached says whether the
+// cache may be used; it stays true only while every step was a hit.
+func (b *Builder) step(ctx context.Context, buildID, name string, s Step, st *state, spec Spec, cached bool, bl *buildLog) (*state, bool, error) {
+	desc := describe(s)
+	fail := func(err error) (*state, bool, error) {
+		return nil, false, &StepError{Step: name, Command: desc, Err: err}
+	}
+	if err := validateStep(s); err != nil {
+		return fail(err)
+	}
+	filesPart := ""
+	var contextDir string
+	if s.Type == StepCopy || s.Type == StepAdd {
+		var cleanup func()
+		var err error
+		contextDir, filesPart, cleanup, err = b.copyContext(ctx, buildID, s, spec)
+		if err != nil {
+			return fail(err)
+		}
+		defer cleanup()
+	}
+	key := hashKey(st.Key, s.Type, mustJSON(s.Args), filesPart)
+	if cached {
+		if ns, ok := b.cacheLoad(key); ok {
+			bl.add(templates.LogInfo, name, "CACHED ["+name+"] "+desc)
+			return ns, true, nil
+		}
+	}
+	bl.add(templates.LogInfo, name, "["+name+"] "+desc)
+	ns := st.clone()
+	ns.Key = key
+	var err error
+	switch s.Type {
+	case StepEnv:
+		for i := 0; i+1 < len(s.Args); i += 2 {
+			ns.Env[s.Args[i]] = s.Args[i+1]
+		}
+	case StepArg:
+		if _, set := ns.Args[s.Args[0]]; !set || len(s.Args) > 1 {
+			v := ""
+			if len(s.Args) > 1 {
+				v = s.Args[1]
+			}
+			ns.Args[s.Args[0]] = v
+		}
+	case StepWorkdir:
+		dir := s.Args[0]
+		if !path.IsAbs(dir) {
+			dir = path.Join(orRoot(ns.Workdir), dir)
+		}
+		ns.Workdir = path.Clean(dir)
+		err = b.withLayer(ctx, buildID, name, ns, func(root string) error {
+			u, err := lookupUser(root, ns.User)
+			if err != nil {
+				return err
+			}
+			return mkdirAllOwned(root, ns.Workdir, u.UID, u.GID)
+		})
+	case StepUser:
+		ns.User = s.Args[0]
+		ns.ExplicitUser = true
+		err = b.withLayer(ctx, buildID, name, ns, func(root string) error {
+			_, err := ensureUser(root, ns.User, false)
+			return err
+		})
+	case StepRun:
+		err = b.withLayer(ctx, buildID, name, ns, func(root string) error {
+			return b.run(ctx, buildID, name, root, s, ns, bl)
+		})
+	case StepCopy, StepAdd:
+		err = b.withLayer(ctx, buildID, name, ns, func(root string) error {
+			return copyStep(root, contextDir, s, ns)
+		})
+	}
+	if err != nil {
+		var se *StepError
+		if errors.As(err, &se) {
+			return nil, false, err
+		}
+		return fail(err)
+	}
+	if err := b.cacheStore(ns); err != nil {
+		b.log.Warn("store layer cache entry", "build_id", buildID, "error", err)
+	}
+	return ns, false, nil
+}
+
+func orRoot(dir string) string {
+	if dir == "" {
+		return "/"
+	}
+	return dir
+}
+
+func validateStep(s Step) error {
+	n := len(s.Args)
+	ok := true
+	switch s.Type {
+	case StepRun:
+		ok = n == 1 || n == 2
+	case StepCopy, StepAdd:
+		ok = n >= 2 && n <= 4
+	case StepEnv:
+		ok = n >= 2 && n%2 == 0
+	case StepArg:
+		ok = n == 1 || n == 2
+	case StepWorkdir, StepUser:
+		ok = n == 1 && s.Args[0] != ""
+	default:
+		return fmt.Errorf("unsupported step type %q (supported: RUN, COPY, ADD, ENV, ARG, WORKDIR, USER): %w", s.Type, errdefs.ErrInvalid)
+	}
+	if !ok || (n > 0 && s.Type != StepEnv && s.Type != StepArg && s.Args[0] == "") {
+		return fmt.Errorf("%s: wrong arguments %q: %w", s.Type, s.Args, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
+// withLayer mounts the state's layers with a new upper directory, lets fn
+// change the tree, and adds the upper directory as the state's new layer.
+func (b *Builder) withLayer(ctx context.Context, buildID, name string, ns *state, fn func(root string) error) error {
+	scratch, err := os.MkdirTemp(filepath.Join(b.cfg.DataDir, "work"), "step-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	m, err := layer.MountOverlay(ns.Layers, scratch)
+	if err != nil {
+		return err
+	}
+	ferr := fn(m.Merged)
+	if err := m.Unmount(); err != nil {
+		return err
+	}
+	if ferr != nil {
+		return ferr
+	}
+	dst := b.layerDir(ns.Key)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	if _, err := os.Stat(dst); err == nil {
+		// A forced rebuild (or a concurrent build) made this layer before.
+		old := dst + ".old." + templates.NewTemplateID()[:8]
+		if err := os.Rename(dst, old); err != nil {
+			return err
+		}
+		defer os.RemoveAll(old)
+	}
+	if err := os.Rename(m.Upper, dst); err != nil {
+		return err
+	}
+	ns.Layers = append(ns.Layers, dst)
+	return nil
+}
+
+// runEnv is the environment of a build process: the template's (image and
+// ENV steps) through the one merge function, with ARG values and HOME and
+// PATH defaults where the template sets none.
+func runEnv(ns *state, home string) []string {
+	env := templates.MergeEnv(ns.Env, nil, nil)
+	for k, v := range ns.Args {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
+	if _, ok := env["PATH"]; !ok {
+		env["PATH"] = templates.DefaultPath
+	}
+	if _, ok := env["HOME"]; !ok && home != "" {
+		env["HOME"] = home
+	}
+	return templates.EnvList(env)
+}
+
+// run executes a RUN step in a build sandbox over root.
+func (b *Builder) run(ctx context.Context, buildID, name, root string, s Step, ns *state, bl *buildLog) error {
+	user := ns.User
+	if len(s.Args) > 1 && s.Args[1] != "" {
+		user = s.Args[1]
+	}
+	u, err := lookupUser(root, user)
+	if err != nil {
+		return err
+	}
+	cwd := orRoot(ns.Workdir)
+	if err := mkdirAllOwned(root, cwd, 0, 0); err != nil {
+		return err
+	}
+	sb, err := b.cfg.Runner.Start(ctx, SandboxRequest{ID: "build-" + shortID(buildID) + "-" + name, RootFS: root, Network: b.cfg.Network})
+	if err != nil {
+		return fmt.Errorf("start build sandbox: %w", err)
+	}
+	defer sb.Stop(context.WithoutCancel(ctx))
+	out := &lineWriter{bl: bl, step: name}
+	code, err := sb.Exec(ctx, Process{
+		Args: []string{"/bin/sh", "-c", s.Args[0]}, Env: runEnv(ns, u.Home), Cwd: cwd,
+		UID: u.UID, GID: u.GID, Stdout: out, Stderr: out,
+	})
+	out.close()
+	if err != nil {
+		return &StepError{Step: name, Command: describe(s), Err: err}
+	}
+	if code != 0 {
+		return &StepError{Step: name, Command: describe(s), ExitCode: code, Output: out.lastLines()}
+	}
+	return nil
+}
+
+func shortID(id string) string {
+	id = strings.ReplaceAll(id, "-", "")
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// finalize makes the template's default user exist: the last USER step's
+// user, else the base template's, else `user` (created like E2B's, with
+// passwordless sudo when sudo is installed).
+func (b *Builder) finalize(ctx context.Context, buildID string, st *state, cached bool, bl *buildLog) (*state, error) {
+	ns := st.clone()
+	if !st.ExplicitUser {
+		ns.User = templates.DefaultUser
+	}
+	key := hashKey(st.Key, "finalize", ns.User, ns.Workdir)
+	if cached {
+		if cs, ok := b.cacheLoad(key); ok {
+			return cs, nil
+		}
+	}
+	ns.Key = key
+	err := b.withLayer(ctx, buildID, "finalize", ns, func(root string) error {
+		u, err := ensureUser(root, ns.User, !st.ExplicitUser)
+		if err != nil {
+			return err
+		}
+		if ns.Workdir == "" || ns.Workdir == "/" {
+			ns.Workdir = orRoot(u.Home)
+		}
+		return mkdirAllOwned(root, ns.Workdir, u.UID, u.GID)
+	})
+	if err != nil {
+		return nil, &StepError{Step: "finalize", Command: "default user " + ns.User, Err: err}
+	}
+	if err := b.cacheStore(ns); err != nil {
+		b.log.Warn("store layer cache entry", "build_id", buildID, "error", err)
+	}
+	bl.add(templates.LogInfo, "finalize", fmt.Sprintf("Default user %s, working directory %s", ns.User, ns.Workdir))
+	return ns, nil
+}
+
+// checkReady starts a sandbox of the finished root filesystem, runs the
+// start command in the background and the ready command every
+// ReadyInterval until it passes or ReadyTimeout ends.
+func (b *Builder) checkReady(ctx context.Context, buildID, rootfs string, st *state, startCmd, readyCmd string, bl *buildLog) error {
+	if readyCmd == "" {
+		bl.add(templates.LogInfo, "ready", "No ready command: the start command runs when a sandbox starts")
+		return nil
+	}
+	scratch, err := os.MkdirTemp(filepath.Join(b.cfg.DataDir, "work"), "ready-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	m, err := layer.MountOverlay([]string{rootfs}, scratch)
+	if err != nil {
+		return &StepError{Step: "ready", Command: readyCmd, Err: err}
+	}
+	defer m.Unmount()
+	u, err := lookupUser(m.Merged, st.User)
+	if err != nil {
+		return &StepError{Step: "ready", Command: readyCmd, Err: err}
+	}
+	sb, err := b.cfg.Runner.Start(ctx, SandboxRequest{ID: "build-" + shortID(buildID) + "-ready", RootFS: m.Merged, Network: b.cfg.Network})
+	if err != nil {
+		return &StepError{Step: "ready", Command: readyCmd, Err: err}
+	}
+	defer sb.Stop(context.WithoutCancel(ctx))
+	env := runEnv(&state{Env: st.Env}, u.Home)
+	if startCmd != "" {
+		bl.add(templates.LogInfo, "start", "Start command: "+startCmd)
+		out := &lineWriter{bl: bl, step: "start"}
+		if err := sb.Spawn(ctx, Process{Args: []string{"/bin/sh", "-c", startCmd}, Env: env, Cwd: orRoot(st.Workdir), UID: u.UID, GID: u.GID, Stdout: out, Stderr: out}); err != nil {
+			return &StepError{Step: "start", Command: startCmd, Err: err}
+		}
+	}
+	bl.add(templates.LogInfo, "ready", "Waiting for ready command: "+readyCmd)
+	deadline := time.Now().Add(b.cfg.ReadyTimeout)
+	var last *lineWriter
+	var lastCode int
+	for {
+		last = &lineWriter{bl: bl, step: "ready"}
+		code, err := sb.Exec(ctx, Process{Args: []string{"/bin/sh", "-c", readyCmd}, Env: env, Cwd: orRoot(st.Workdir), UID: u.UID, GID: u.GID, Stdout: last, Stderr: last})
+		last.close()
+		if err != nil {
+			return &StepError{Step: "ready", Command: readyCmd, Err: err}
+		}
+		if code == 0 {
+			bl.add(templates.LogInfo, "ready", "Ready command passed")
+			bl.add(templates.LogInfo, "ready", "Snapshot on ready: not taken by this builder yet; sandboxes cold-start and run the start command")
+			return nil
+		}
+		lastCode = code
+		if time.Now().After(deadline) {
+			return &StepError{Step: "ready", Command: readyCmd, ExitCode: lastCode, Output: "ready command did not pass within " + b.cfg.ReadyTimeout.String() + ": " + last.lastLines()}
+		}
+		t := time.NewTimer(b.cfg.ReadyInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// flattenLayers is layer.Flatten; a variable so tests can count calls.
+var flattenLayers = layer.Flatten

@@ -1,0 +1,510 @@
+package templates
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/builder/layer"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node"
+)
+
+// Config configures a Catalog.
+type Config struct {
+	// DataDir holds the catalog's files: the file store (store/), unpacked
+	// build root filesystems (builds/<buildID>/rootfs) and the base tar.
+	DataDir string
+	// Store, when set, replaces the file store under DataDir/store.
+	Store Store
+	// Logger receives the catalog's log; nil discards it.
+	Logger *slog.Logger
+
+	// BaseRootFSTar, when set and present, is a pre-built root filesystem
+	// tar for the base template (e.g. var/base-rootfs.tar from `make
+	// base-rootfs`); EnsureBase then skips mmdebstrap.
+	BaseRootFSTar string
+	// Mmdebstrap is the mmdebstrap binary; "mmdebstrap" by default.
+	Mmdebstrap string
+	// DebianMirror is the mirror mmdebstrap uses; Debian's by default.
+	DebianMirror string
+
+	// Now returns the current time; time.Now by default.
+	Now func() time.Time
+}
+
+// Catalog is the template catalog of one Warren installation.
+type Catalog struct {
+	cfg    Config
+	store  Store
+	log    *slog.Logger
+	now    func() time.Time
+	baseMu sync.Mutex
+	// unpackMu serialises unpacking of build root filesystems.
+	unpackMu sync.Mutex
+}
+
+// New opens the catalog in cfg.DataDir.
+func New(cfg Config) (*Catalog, error) {
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("template catalog: no data directory: %w", errdefs.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Mmdebstrap == "" {
+		cfg.Mmdebstrap = "mmdebstrap"
+	}
+	if cfg.DebianMirror == "" {
+		cfg.DebianMirror = "http://deb.debian.org/debian"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	st := cfg.Store
+	if st == nil {
+		fs, err := NewFileStore(filepath.Join(cfg.DataDir, "store"))
+		if err != nil {
+			return nil, err
+		}
+		st = fs
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "builds"), 0o755); err != nil {
+		return nil, fmt.Errorf("template catalog: %w", err)
+	}
+	return &Catalog{cfg: cfg, store: st, log: cfg.Logger, now: cfg.Now}, nil
+}
+
+// Store returns the catalog's store (for the build engine's logs).
+func (c *Catalog) Store() Store { return c.store }
+
+// BuildDir is the directory that holds a build's files on this machine; its
+// root filesystem goes to BuildDir(id)/rootfs.
+func (c *Catalog) BuildDir(buildID string) string {
+	return filepath.Join(c.cfg.DataDir, "builds", filepath.Base(buildID))
+}
+
+// visible reports whether team may use t.
+func visible(t *Template, teamID string) bool {
+	return t.Public || t.TeamID == "" || t.TeamID == teamID
+}
+
+// Find returns the template with ID or alias name, as seen by team
+// (another team's private template is not found).
+func (c *Catalog) Find(ctx context.Context, teamID, idOrAlias string) (*Template, error) {
+	t, err := c.store.GetTemplate(ctx, idOrAlias)
+	if errdefs.IsNotFound(err) {
+		t, err = c.store.TemplateByAlias(ctx, idOrAlias)
+	}
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("template %q: %w", idOrAlias, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !visible(t, teamID) {
+		return nil, fmt.Errorf("template %q: %w", idOrAlias, errdefs.ErrNotFound)
+	}
+	return t, nil
+}
+
+// Lookup resolves "idOrAlias[:tag]" for team to the template and its build
+// behind the tag. The build must be ready.
+func (c *Catalog) Lookup(ctx context.Context, teamID, ref string) (*Template, *Build, error) {
+	name, tag := ParseRef(ref)
+	t, err := c.Find(ctx, teamID, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	tg, ok := t.Tags[tag]
+	if !ok {
+		if tag == DefaultTag {
+			return nil, nil, fmt.Errorf("template %q has no ready build: %w", name, errdefs.ErrNotFound)
+		}
+		return nil, nil, fmt.Errorf("template %q: tag %q: %w", name, tag, errdefs.ErrNotFound)
+	}
+	b, err := c.store.GetBuild(ctx, tg.BuildID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("template %q: %w", ref, err)
+	}
+	if b.Status != BuildReady {
+		return nil, nil, fmt.Errorf("template %q: build %s is %s: %w", ref, b.ID, b.Status, errdefs.ErrConflict)
+	}
+	return t, b, nil
+}
+
+// Resolve returns what a node needs to start a sandbox of ref
+// ("idOrAlias[:tag]") for team, the root filesystem unpacked on this
+// machine.
+func (c *Catalog) Resolve(ctx context.Context, teamID, ref string) (node.Template, error) {
+	t, b, err := c.Lookup(ctx, teamID, ref)
+	if err != nil {
+		return node.Template{}, err
+	}
+	dir, err := c.ensureRootFS(ctx, b)
+	if err != nil {
+		return node.Template{}, fmt.Errorf("template %q: %w", ref, err)
+	}
+	nt := b.NodeTemplate()
+	nt.ID = t.ID
+	nt.RootFS = dir
+	return nt, nil
+}
+
+// NodeTemplate is the node's view of a ready build.
+func (b *Build) NodeTemplate() node.Template {
+	user, wd := b.User, b.Workdir
+	if user == "" {
+		user = DefaultUser
+	}
+	if wd == "" {
+		wd = DefaultWorkdir
+	}
+	return node.Template{
+		ID:          b.TemplateID,
+		BuildID:     b.ID,
+		RootFS:      b.RootFSDir,
+		Env:         MergeEnv(b.Env, nil, nil),
+		User:        user,
+		Workdir:     wd,
+		StartCmd:    b.StartCmd,
+		SnapshotDir: b.SnapshotDir,
+	}
+}
+
+// ensureRootFS returns the build's unpacked root filesystem, unpacking its
+// tar first when the tree is missing on this machine.
+func (c *Catalog) ensureRootFS(ctx context.Context, b *Build) (string, error) {
+	dir := b.RootFSDir
+	if dir == "" {
+		dir = filepath.Join(c.BuildDir(b.ID), "rootfs")
+	}
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return dir, nil
+	}
+	if b.RootFSTar == "" {
+		return "", fmt.Errorf("build %s: root filesystem %s is missing: %w", b.ID, dir, errdefs.ErrUnavailable)
+	}
+	c.unpackMu.Lock()
+	defer c.unpackMu.Unlock()
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return dir, nil
+	}
+	if err := c.unpackTar(ctx, b.RootFSTar, dir, nil); err != nil {
+		return "", fmt.Errorf("build %s: %w", b.ID, err)
+	}
+	return dir, nil
+}
+
+// unpackTar unpacks tarPath into dir atomically: into a temporary sibling
+// first, renamed into place when complete.
+func (c *Catalog) unpackTar(ctx context.Context, tarPath, dir string, progress func(done, total int64)) error {
+	f, err := os.Open(tarPath)
+	if err != nil {
+		return fmt.Errorf("root filesystem tar: %w", err)
+	}
+	defer f.Close()
+	var total int64
+	if fi, err := f.Stat(); err == nil {
+		total = fi.Size()
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	tmp := dir + ".unpacking"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return err
+	}
+	var cb func(int64)
+	if progress != nil {
+		cb = func(n int64) { progress(n, total) }
+	}
+	if err := layer.Unpack(ctx, f, tmp, cb); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	return nil
+}
+
+// List returns the templates team owns, or every template when teamID is
+// empty, oldest first.
+func (c *Catalog) List(ctx context.Context, teamID string) ([]*Template, error) {
+	all, err := c.store.ListTemplates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if teamID == "" {
+		return all, nil
+	}
+	out := all[:0]
+	for _, t := range all {
+		if t.TeamID == teamID {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// Builds returns a template's builds, oldest first.
+func (c *Catalog) Builds(ctx context.Context, templateID string) ([]*Build, error) {
+	return c.store.ListBuilds(ctx, templateID)
+}
+
+// Build returns one build.
+func (c *Catalog) Build(ctx context.Context, buildID string) (*Build, error) {
+	return c.store.GetBuild(ctx, buildID)
+}
+
+// owned returns the template if team may change it.
+func (c *Catalog) owned(ctx context.Context, teamID, idOrAlias string) (*Template, error) {
+	t, err := c.Find(ctx, teamID, idOrAlias)
+	if err != nil {
+		return nil, err
+	}
+	if t.TeamID != teamID {
+		return nil, fmt.Errorf("template %q belongs to another team: %w", idOrAlias, errdefs.ErrForbidden)
+	}
+	return t, nil
+}
+
+// Delete removes a template of team, its builds and their files.
+func (c *Catalog) Delete(ctx context.Context, teamID, idOrAlias string) error {
+	t, err := c.owned(ctx, teamID, idOrAlias)
+	if err != nil {
+		return err
+	}
+	builds, err := c.store.ListBuilds(ctx, t.ID)
+	if err != nil {
+		return err
+	}
+	if err := c.store.DeleteTemplate(ctx, t.ID); err != nil {
+		return err
+	}
+	for _, b := range builds {
+		if err := os.RemoveAll(c.BuildDir(b.ID)); err != nil {
+			c.log.Warn("remove build files", "template_id", t.ID, "build_id", b.ID, "error", err)
+		}
+	}
+	return nil
+}
+
+// SetPublic makes a template of team public or private.
+func (c *Catalog) SetPublic(ctx context.Context, teamID, idOrAlias string, public bool) (*Template, error) {
+	t, err := c.owned(ctx, teamID, idOrAlias)
+	if err != nil {
+		return nil, err
+	}
+	return c.store.UpdateTemplate(ctx, t.ID, func(t *Template) error {
+		t.Public = public
+		t.UpdatedAt = c.now()
+		return nil
+	})
+}
+
+// CreateRequest asks for a new build of a template (POST /v3/templates).
+type CreateRequest struct {
+	TeamID string
+	// Name is "alias" or "alias:tag"; an existing alias of the same team
+	// gets a new build, a new one a new template.
+	Name string
+	// Tags are assigned to the build when it is ready, besides the tag in
+	// Name; none means DefaultTag.
+	Tags     []string
+	CPUCount *int
+	MemoryMB *int64
+	DiskMB   int64
+	Limits   Limits
+}
+
+// CreateBuild makes a waiting build (and its template when new) for req.
+func (c *Catalog) CreateBuild(ctx context.Context, req CreateRequest) (*Template, *Build, error) {
+	alias, tag := ParseRef(req.Name)
+	if err := ValidateAlias(alias); err != nil {
+		return nil, nil, err
+	}
+	cpu, mem, err := ValidateResources(req.CPUCount, req.MemoryMB, req.Limits)
+	if err != nil {
+		return nil, nil, err
+	}
+	disk := req.DiskMB
+	if disk <= 0 {
+		disk = DefaultDiskMB
+	}
+	tags := []string{tag}
+	for _, tg := range req.Tags {
+		if !slices.Contains(tags, tg) && tg != "" {
+			tags = append(tags, tg)
+		}
+	}
+	now := c.now()
+	t, err := c.store.TemplateByAlias(ctx, alias)
+	switch {
+	case errdefs.IsNotFound(err):
+		t = &Template{
+			ID: NewTemplateID(), TeamID: req.TeamID, Aliases: []string{alias}, Tags: map[string]Tag{},
+			CPUCount: cpu, MemoryMB: mem, DiskMB: disk, CreatedAt: now, UpdatedAt: now,
+		}
+		if err := c.store.CreateTemplate(ctx, t); err != nil {
+			return nil, nil, err
+		}
+	case err != nil:
+		return nil, nil, err
+	case t.TeamID != req.TeamID:
+		return nil, nil, fmt.Errorf("template name %q is taken by another team: %w", alias, errdefs.ErrConflict)
+	default:
+		t, err = c.store.UpdateTemplate(ctx, t.ID, func(t *Template) error {
+			t.CPUCount, t.MemoryMB, t.DiskMB, t.UpdatedAt = cpu, mem, disk, now
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	b := &Build{
+		ID: NewBuildID(), TemplateID: t.ID, Status: BuildWaiting, Tags: tags,
+		User: DefaultUser, Workdir: DefaultWorkdir,
+		CPUCount: cpu, MemoryMB: mem, DiskMB: disk, CreatedAt: now, UpdatedAt: now,
+	}
+	if err := c.store.CreateBuild(ctx, b); err != nil {
+		return nil, nil, err
+	}
+	return t, b, nil
+}
+
+// UpdateBuild changes a build that is not finished (the build engine's
+// progress: status, metadata as steps run).
+func (c *Catalog) UpdateBuild(ctx context.Context, buildID string, fn func(*Build) error) (*Build, error) {
+	return c.store.UpdateBuild(ctx, buildID, func(b *Build) error {
+		if b.Status == BuildReady || b.Status == BuildError {
+			return fmt.Errorf("build %s is already %s: %w", b.ID, b.Status, errdefs.ErrConflict)
+		}
+		if err := fn(b); err != nil {
+			return err
+		}
+		b.UpdatedAt = c.now()
+		return nil
+	})
+}
+
+// FinishBuild marks a build ready, or failed when reason is set. A ready
+// build takes its tags (and DefaultTag when the template has none yet).
+func (c *Catalog) FinishBuild(ctx context.Context, buildID string, reason *Reason) (*Build, error) {
+	b, err := c.UpdateBuild(ctx, buildID, func(b *Build) error {
+		b.FinishedAt = c.now()
+		if reason != nil {
+			b.Status, b.Reason = BuildError, reason
+			return nil
+		}
+		b.Status = BuildReady
+		return nil
+	})
+	if err != nil || reason != nil {
+		return b, err
+	}
+	_, err = c.store.UpdateTemplate(ctx, b.TemplateID, func(t *Template) error {
+		if t.Tags == nil {
+			t.Tags = map[string]Tag{}
+		}
+		tags := b.Tags
+		if _, ok := t.Tags[DefaultTag]; !ok && !slices.Contains(tags, DefaultTag) {
+			tags = append(slices.Clone(tags), DefaultTag)
+		}
+		for _, tg := range tags {
+			t.Tags[tg] = Tag{BuildID: b.ID, CreatedAt: b.FinishedAt}
+		}
+		t.UpdatedAt = b.FinishedAt
+		return nil
+	})
+	return b, err
+}
+
+// AssignTags points tags at the build behind target ("alias:tag" or
+// "alias", meaning its default tag) and returns that build's ID.
+func (c *Catalog) AssignTags(ctx context.Context, teamID, target string, tags []string) (string, error) {
+	name, tag := ParseRef(target)
+	t, err := c.owned(ctx, teamID, name)
+	if err != nil {
+		return "", err
+	}
+	src, ok := t.Tags[tag]
+	if !ok {
+		return "", fmt.Errorf("template %q: tag %q: %w", name, tag, errdefs.ErrNotFound)
+	}
+	_, err = c.store.UpdateTemplate(ctx, t.ID, func(t *Template) error {
+		now := c.now()
+		for _, tg := range tags {
+			if tg == "" {
+				return fmt.Errorf("empty tag: %w", errdefs.ErrInvalid)
+			}
+			t.Tags[tg] = Tag{BuildID: src.BuildID, CreatedAt: now}
+		}
+		t.UpdatedAt = now
+		return nil
+	})
+	return src.BuildID, err
+}
+
+// DeleteTags removes tags from a template of team. Removing DefaultTag is
+// allowed: the bare alias then resolves to nothing until a build is tagged
+// again.
+func (c *Catalog) DeleteTags(ctx context.Context, teamID, name string, tags []string) error {
+	t, err := c.owned(ctx, teamID, name)
+	if err != nil {
+		return err
+	}
+	for _, tg := range tags {
+		if _, ok := t.Tags[tg]; !ok {
+			return fmt.Errorf("template %q: tag %q: %w", name, tg, errdefs.ErrNotFound)
+		}
+	}
+	_, err = c.store.UpdateTemplate(ctx, t.ID, func(t *Template) error {
+		for _, tg := range tags {
+			delete(t.Tags, tg)
+		}
+		t.UpdatedAt = c.now()
+		return nil
+	})
+	return err
+}
+
+// TagInfo is one tag as listed.
+type TagInfo struct {
+	Tag       string
+	BuildID   string
+	CreatedAt time.Time
+}
+
+// ListTags returns a template's tags, oldest first.
+func (c *Catalog) ListTags(ctx context.Context, teamID, idOrAlias string) ([]TagInfo, error) {
+	t, err := c.Find(ctx, teamID, idOrAlias)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TagInfo, 0, len(t.Tags))
+	for name, tg := range t.Tags {
+		out = append(out, TagInfo{Tag: name, BuildID: tg.BuildID, CreatedAt: tg.CreatedAt})
+	}
+	slices.SortFunc(out, func(a, b TagInfo) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		if a.Tag < b.Tag {
+			return -1
+		}
+		return 1
+	})
+	return out, nil
+}
