@@ -1,0 +1,191 @@
+// Package auth decides who may call envd and as which user: the access
+// token (X-Access-Token), signed /files URLs, the node's /init token, and
+// the user named by Basic auth.
+package auth
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/envd/identity"
+	"github.com/warren-sandbox/warren/internal/envd/state"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// Header names.
+const (
+	AccessTokenHeader = "X-Access-Token"
+	InitTokenHeader   = "X-Warren-Init-Token"
+)
+
+// Messages of the 401 answers.
+const (
+	MsgMissingToken     = "unauthorized access, please provide a valid access token or method signing if supported"
+	MsgSignatureExpired = "signature is already expired"
+	MsgSignatureInvalid = "invalid signature"
+)
+
+// Auth checks requests against the runtime state.
+type Auth struct {
+	state *state.State
+	now   func() time.Time
+}
+
+// New returns an Auth reading the access token from st.
+func New(st *state.State) *Auth { return &Auth{state: st, now: time.Now} }
+
+// exempt lists the routes that check their own credentials or need none.
+func exempt(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/health", "/files", "/init":
+		return true
+	}
+	return false
+}
+
+// Middleware rejects requests without the access token when one is set,
+// except on /health, /files (token or signature, checked there) and /init
+// (node token, checked there).
+func (a *Auth) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !exempt(r) && a.state.HasToken() && !a.state.TokenMatches(r.Header.Get(AccessTokenHeader)) {
+			WriteError(w, http.StatusUnauthorized, MsgMissingToken)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// HasValidToken reports whether r carries the access token, or no token is
+// set at all.
+func (a *Auth) HasValidToken(r *http.Request) bool {
+	return !a.state.HasToken() || a.state.TokenMatches(r.Header.Get(AccessTokenHeader))
+}
+
+// Operations a signature can grant.
+const (
+	OpRead  = "read"
+	OpWrite = "write"
+)
+
+// Sign computes the signature of a /files URL as the E2B SDKs do:
+// "v1_" + unpadded base64 of sha256("path:op:user:token[:expiration]").
+// expiration 0 means none.
+func Sign(path, op, username, token string, expiration int64) string {
+	s := path + ":" + op + ":" + username + ":" + token
+	if expiration != 0 {
+		s += ":" + strconv.FormatInt(expiration, 10)
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+}
+
+// CheckFiles authorises a /files request for op: the access token or a
+// valid, unexpired signature over the raw path and username query values.
+// It returns the message of the 401 answer, or "" when allowed.
+func (a *Auth) CheckFiles(r *http.Request, op string) string {
+	if a.HasValidToken(r) {
+		return ""
+	}
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if sig == "" {
+		return MsgMissingToken
+	}
+	var exp int64
+	if e := q.Get("signature_expiration"); e != "" {
+		v, err := strconv.ParseInt(e, 10, 64)
+		if err != nil {
+			return MsgSignatureInvalid
+		}
+		exp = v
+	}
+	if exp != 0 && a.now().Unix() > exp {
+		return MsgSignatureExpired
+	}
+	want := Sign(q.Get("path"), op, q.Get("username"), a.state.Token(), exp)
+	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
+		return MsgSignatureInvalid
+	}
+	return ""
+}
+
+// BasicUser returns the user name of a Basic Authorization header ("" when
+// there is none).
+func BasicUser(h http.Header) string {
+	r := http.Request{Header: h}
+	name, _, ok := r.BasicAuth()
+	if !ok {
+		return ""
+	}
+	return name
+}
+
+// User resolves the user a request acts as: name when given, else the
+// default user. An unknown user is an unauthorized error.
+func (a *Auth) User(name string) (*identity.User, error) {
+	if name == "" {
+		name = a.state.DefaultUserName()
+	}
+	u, err := identity.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("invalid username: '%s': %w", name, errdefs.ErrUnauthorized)
+	}
+	return u, nil
+}
+
+// InitGate decides whether a caller may call /init.
+type InitGate struct {
+	hash []byte // sha256 of the node's init token; nil when not configured
+	st   *state.State
+}
+
+// NewInitGate returns a gate. tokenSHA256Hex is the hex sha256 of the
+// token the node sends in X-Warren-Init-Token; empty means the upstream
+// rule: /init is open until an access token is set and then requires it.
+func NewInitGate(tokenSHA256Hex string, st *state.State) (*InitGate, error) {
+	g := &InitGate{st: st}
+	if tokenSHA256Hex != "" {
+		h, err := hex.DecodeString(strings.ToLower(tokenSHA256Hex))
+		if err != nil || len(h) != sha256.Size {
+			return nil, fmt.Errorf("init token sha256 %q: want 64 hex digits: %w", tokenSHA256Hex, errdefs.ErrInvalid)
+		}
+		g.hash = h
+	}
+	return g, nil
+}
+
+// Allowed reports whether r may call /init.
+func (g *InitGate) Allowed(r *http.Request) bool {
+	if g.hash != nil {
+		got := r.Header.Get(InitTokenHeader)
+		if got == "" {
+			return false
+		}
+		sum := sha256.Sum256([]byte(got))
+		return subtle.ConstantTimeCompare(sum[:], g.hash) == 1
+	}
+	if !g.st.HasToken() {
+		return true
+	}
+	return g.st.TokenMatches(r.Header.Get(AccessTokenHeader))
+}
+
+// WriteError writes the JSON error body of envd's HTTP routes:
+// {"code":<status>,"message":"..."}.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, msg})
+}

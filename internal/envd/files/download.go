@@ -1,0 +1,85 @@
+package files
+
+import (
+	"compress/gzip"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/warren-sandbox/warren/internal/envd/auth"
+	"github.com/warren-sandbox/warren/internal/envd/identity"
+)
+
+func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
+	u, ok := h.begin(w, r, auth.OpRead)
+	if !ok {
+		return
+	}
+	raw := r.URL.Query().Get("path")
+	if raw == "" {
+		auth.WriteError(w, http.StatusBadRequest, "path is required")
+		return
+	}
+	path := u.ResolvePath(raw, "")
+	st, err := os.Stat(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			auth.WriteError(w, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", path))
+			return
+		}
+		httpError(w, classify(err), fmt.Sprintf("cannot stat '%s'", path))
+		return
+	}
+	if st.IsDir() {
+		auth.WriteError(w, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", path))
+		return
+	}
+	if !st.Mode().IsRegular() {
+		auth.WriteError(w, http.StatusBadRequest, fmt.Sprintf("path '%s' is not a regular file", path))
+		return
+	}
+	if err := u.CheckAccess(path, identity.Read); err != nil {
+		httpError(w, err, fmt.Sprintf("user '%s' may not read '%s'", u.Name, path))
+		return
+	}
+	useGzip, acceptable := acceptsGzip(r.Header.Get("Accept-Encoding"))
+	conditional := r.Header.Get("Range") != "" || r.Header.Get("If-Modified-Since") != "" ||
+		r.Header.Get("If-None-Match") != "" || r.Header.Get("If-Range") != ""
+	if !acceptable {
+		auth.WriteError(w, http.StatusNotAcceptable, "no acceptable content encoding; supported: gzip, identity")
+		return
+	}
+	if conditional {
+		useGzip = false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		httpError(w, classify(err), fmt.Sprintf("cannot open '%s'", path))
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Vary", "Accept-Encoding")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": filepath.Base(path)}))
+	if !useGzip {
+		http.ServeContent(w, r, path, st.ModTime(), f)
+		return
+	}
+	ct := mime.TypeByExtension(filepath.Ext(path))
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Encoding", "gzip")
+	if r.Method == http.MethodHead {
+		return
+	}
+	gw := gzip.NewWriter(w)
+	if _, err := io.Copy(gw, f); err != nil {
+		h.log.Debug("download aborted", "path", path, "error", err)
+		return
+	}
+	_ = gw.Close()
+}

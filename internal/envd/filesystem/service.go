@@ -1,0 +1,211 @@
+// Package filesystem implements envd's filesystem.Filesystem Connect
+// service: stat, list, make directories, move, remove, and watch, acting as
+// the selected user (see package identity for how paths resolve and how
+// access is checked).
+package filesystem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/warren-sandbox/warren/api/envd/filesystem"
+	"github.com/warren-sandbox/warren/api/envd/filesystem/filesystemconnect"
+	"github.com/warren-sandbox/warren/internal/envd/auth"
+	"github.com/warren-sandbox/warren/internal/envd/identity"
+	"github.com/warren-sandbox/warren/internal/envd/rpcerr"
+	"github.com/warren-sandbox/warren/internal/envd/state"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// Service is the filesystem.Filesystem handler.
+type Service struct {
+	log      *slog.Logger
+	auth     *auth.Auth
+	state    *state.State
+	watchers *watcherSet
+}
+
+var _ filesystemconnect.FilesystemHandler = (*Service)(nil)
+
+// NewService returns the service.
+func NewService(log *slog.Logger, a *auth.Auth, st *state.State) *Service {
+	return &Service{log: log, auth: a, state: st, watchers: newWatcherSet()}
+}
+
+// Handler returns the mount path and HTTP handler of the service.
+func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
+	return filesystemconnect.NewFilesystemHandler(s, opts...)
+}
+
+// Close stops every polling watcher.
+func (s *Service) Close() { s.watchers.closeAll() }
+
+// userPath resolves the request's user and a path against the user's home.
+func (s *Service) userPath(h http.Header, p string) (*identity.User, string, error) {
+	u, err := s.auth.User(auth.BasicUser(h))
+	if err != nil {
+		return nil, "", err
+	}
+	return u, u.ResolvePath(p, ""), nil
+}
+
+// Stat describes one entry.
+func (s *Service) Stat(_ context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
+	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, rpcerr.From(err)
+	}
+	if err := u.CheckAccess(filepath.Dir(path), identity.Execute); err != nil {
+		return nil, rpcerr.From(err)
+	}
+	e, err := Entry(path)
+	if err != nil {
+		return nil, rpcerr.From(err)
+	}
+	return connect.NewResponse(&pb.StatResponse{Entry: e}), nil
+}
+
+// MakeDir creates a directory and its parents.
+func (s *Service) MakeDir(_ context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
+	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, rpcerr.From(err)
+	}
+	if st, err := os.Stat(path); err == nil {
+		if st.IsDir() {
+			return nil, rpcerr.From(fmt.Errorf("directory already exists: %s: %w", path, errdefs.ErrAlreadyExists))
+		}
+		return nil, rpcerr.From(fmt.Errorf("path already exists but is not a directory: %s: %w", path, errdefs.ErrInvalid))
+	}
+	if err := u.CheckCreate(path); err != nil {
+		return nil, rpcerr.From(err)
+	}
+	created, err := u.MkdirAll(path)
+	if err != nil {
+		return nil, rpcerr.From(err)
+	}
+	if !created {
+		return nil, rpcerr.From(fmt.Errorf("directory already exists: %s: %w", path, errdefs.ErrAlreadyExists))
+	}
+	e, err := Entry(path)
+	if err != nil {
+		return nil, rpcerr.From(err)
+	}
+	return connect.NewResponse(&pb.MakeDirResponse{Entry: e}), nil
+}
+
+// Move renames an entry, creating the destination's parents.
+func (s *Service) Move(_ context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
+	u, src, err := s.userPath(req.Header(), req.Msg.GetSource())
+	if err != nil {
+		return nil, rpcerr.From(err)
+	}
+	dst := u.ResolvePath(req.Msg.GetDestination(), "")
+	if _, err := os.Lstat(src); err != nil {
+		return nil, rpcerr.From(statErr(src, err))
+	}
+	if err := u.CheckRemove(src); err != nil {
+		return nil, rpcerr.From(err)
+	}
+	if err := u.CheckCreate(dst); err != nil {
+		return nil, rpcerr.From(err)
+	}
+	if _, err := u.MkdirAll(filepath.Dir(dst)); err != nil {
+		return nil, rpcerr.From(err)
+	}
+	if err := os.Rename(src, dst); err != nil {
+		return nil, rpcerr.From(fmt.Errorf("move %s to %s: %w", src, dst, classify(err)))
+	}
+	e, err := Entry(dst)
+	if err != nil {
+		return nil, rpcerr.From(err)
+	}
+	return connect.NewResponse(&pb.MoveResponse{Entry: e}), nil
+}
+
+// Remove removes a file or a directory tree. A missing path is not an error.
+func (s *Service) Remove(_ context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
+	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, rpcerr.From(err)
+	}
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return connect.NewResponse(&pb.RemoveResponse{}), nil
+	}
+	if err := u.CheckRemove(path); err != nil {
+		return nil, rpcerr.From(err)
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return nil, rpcerr.From(fmt.Errorf("remove %s: %w", path, classify(err)))
+	}
+	return connect.NewResponse(&pb.RemoveResponse{}), nil
+}
+
+// ListDir lists a directory down to the requested depth (at least 1).
+// Symbolic links are listed, not followed.
+func (s *Service) ListDir(_ context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
+	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, rpcerr.From(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, rpcerr.From(statErr(path, err))
+	}
+	if !st.IsDir() {
+		return nil, rpcerr.From(fmt.Errorf("path is not a directory: %s: %w", path, errdefs.ErrInvalid))
+	}
+	if err := u.CheckAccess(path, identity.Read|identity.Execute); err != nil {
+		return nil, rpcerr.From(err)
+	}
+	depth := int(req.Msg.GetDepth())
+	if depth < 1 {
+		depth = 1
+	}
+	resp := &pb.ListDirResponse{}
+	if err := list(u, path, depth, &resp.Entries); err != nil {
+		return nil, rpcerr.From(err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func list(u *identity.User, dir string, depth int, out *[]*pb.EntryInfo) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, classify(err))
+	}
+	for _, de := range des {
+		p := filepath.Join(dir, de.Name())
+		info, err := de.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		*out = append(*out, entryFromInfo(p, info))
+		if depth > 1 && de.IsDir() && u.CheckAccess(p, identity.Read|identity.Execute) == nil {
+			_ = list(u, p, depth-1, out)
+		}
+	}
+	return nil
+}
+
+// classify wraps an OS error in its class.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%w: %w", err, errdefs.ErrForbidden)
+	case errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("%w: %w", err, errdefs.ErrAlreadyExists)
+	default:
+		return err
+	}
+}

@@ -1,0 +1,52 @@
+package envd
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/envd/auth"
+	"github.com/warren-sandbox/warren/internal/envd/state"
+)
+
+// initRequest is the body of POST /init. Fields of upstream's schema that
+// Warren does not use are accepted and ignored.
+type initRequest struct {
+	EnvVars        map[string]string `json:"envVars"`
+	AccessToken    *string           `json:"accessToken"`
+	DefaultUser    *string           `json:"defaultUser"`
+	DefaultWorkdir *string           `json:"defaultWorkdir"`
+	Timestamp      *time.Time        `json:"timestamp"`
+}
+
+// maxInitBody bounds the /init body.
+const maxInitBody = 1 << 20
+
+func (s *Server) init(w http.ResponseWriter, r *http.Request) {
+	if !s.initGate.Allowed(r) {
+		auth.WriteError(w, http.StatusUnauthorized, "init is reserved to the node")
+		return
+	}
+	var req initRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxInitBody))
+	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		auth.WriteError(w, http.StatusBadRequest, "invalid init body: "+err.Error())
+		return
+	}
+	s.state.Apply(state.Update{
+		EnvVars:        req.EnvVars,
+		AccessToken:    req.AccessToken,
+		DefaultUser:    req.DefaultUser,
+		DefaultWorkdir: req.DefaultWorkdir,
+	})
+	if req.Timestamp != nil && s.cfg.Init {
+		if err := syncClock(*req.Timestamp); err != nil {
+			s.log.Warn("clock not set", "error", err)
+		}
+	}
+	s.log.Info("init applied", "env_vars", len(req.EnvVars), "token_set", req.AccessToken != nil && *req.AccessToken != "",
+		"default_user", s.state.DefaultUserName())
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,222 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	pb "github.com/warren-sandbox/warren/api/envd/process"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// drainSilence is how long a reader keeps reading after the process exited
+// while no output arrives; it stops output held open by a background
+// grandchild from delaying the end event forever.
+const drainSilence = 100 * time.Millisecond
+
+// proc is one started process: its output fan-out and its input.
+type proc struct {
+	pid    uint32
+	tag    *string
+	config *pb.ProcessConfig
+	pty    *os.File // PTY master; nil for pipe processes
+
+	inMu  sync.Mutex
+	stdin *os.File // write end of stdin; nil when closed or not kept
+
+	mu   sync.Mutex
+	subs map[*subscriber]struct{}
+	end  *pb.ProcessEvent_EndEvent
+	done chan struct{} // closed after the end event is set
+
+	exited atomic.Bool
+	outs   []*os.File // output read ends, for the drain deadline
+}
+
+// subscriber receives the data events of one stream.
+type subscriber struct {
+	ch   chan *pb.ProcessEvent
+	gone chan struct{}
+}
+
+func newProc(cfg *pb.ProcessConfig, tag *string) *proc {
+	return &proc{config: cfg, tag: tag, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
+}
+
+// subscribe attaches a new stream. It returns nil and the end event when
+// the process already ended.
+func (p *proc) subscribe() (*subscriber, *pb.ProcessEvent_EndEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.end != nil {
+		return nil, p.end
+	}
+	s := &subscriber{ch: make(chan *pb.ProcessEvent, 64), gone: make(chan struct{})}
+	p.subs[s] = struct{}{}
+	return s, nil
+}
+
+func (p *proc) unsubscribe(s *subscriber) {
+	p.mu.Lock()
+	delete(p.subs, s)
+	p.mu.Unlock()
+	close(s.gone)
+}
+
+// publish hands ev to every subscriber, waiting for slow ones (output is
+// never dropped for a connected stream) unless they leave.
+func (p *proc) publish(ev *pb.ProcessEvent) {
+	p.mu.Lock()
+	subs := make([]*subscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	for _, s := range subs {
+		select {
+		case s.ch <- ev:
+		case <-s.gone:
+		}
+	}
+}
+
+// read copies one output stream into data events until EOF, or until the
+// process has exited and the stream stays silent for drainSilence.
+func (p *proc) read(f *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent) {
+	buf := make([]byte, 32<<10)
+	for {
+		if p.exited.Load() {
+			_ = f.SetReadDeadline(time.Now().Add(drainSilence))
+		}
+		n, err := f.Read(buf)
+		if n > 0 {
+			data := make([]byte, n)
+			copy(data, buf[:n])
+			p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: wrap(data)}})
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// finish records the end event once the exit status is known and the
+// readers have stopped.
+func (p *proc) finish(ws unix.WaitStatus, readers *sync.WaitGroup) {
+	p.exited.Store(true)
+	for _, f := range p.outs {
+		_ = f.SetReadDeadline(time.Now().Add(drainSilence))
+	}
+	readers.Wait()
+	for _, f := range p.outs {
+		_ = f.Close()
+	}
+	p.closeStdin()
+	end := endEvent(ws)
+	p.mu.Lock()
+	p.end = end
+	p.mu.Unlock()
+	close(p.done)
+}
+
+func endEvent(ws unix.WaitStatus) *pb.ProcessEvent_EndEvent {
+	e := &pb.ProcessEvent_EndEvent{ExitCode: -1}
+	switch {
+	case ws.Exited():
+		e.Exited = true
+		e.ExitCode = int32(ws.ExitStatus())
+		e.Status = fmt.Sprintf("exit status %d", ws.ExitStatus())
+	case ws.Signaled():
+		e.Status = "signal: " + ws.Signal().String()
+	default:
+		e.Status = fmt.Sprintf("wait status %d", int(ws))
+	}
+	if !(e.Exited && e.ExitCode == 0) {
+		msg := e.Status
+		e.Error = &msg
+	}
+	return e
+}
+
+// writeInput writes to the PTY or to stdin.
+func (p *proc) writeInput(in *pb.ProcessInput) error {
+	switch v := in.GetInput().(type) {
+	case *pb.ProcessInput_Pty:
+		if p.pty == nil {
+			return fmt.Errorf("process %d has no pty: %w", p.pid, errdefs.ErrInvalid)
+		}
+		_, err := p.pty.Write(v.Pty)
+		return inputErr(p.pid, err)
+	case *pb.ProcessInput_Stdin:
+		p.inMu.Lock()
+		defer p.inMu.Unlock()
+		if p.stdin == nil {
+			if p.pty != nil {
+				_, err := p.pty.Write(v.Stdin)
+				return inputErr(p.pid, err)
+			}
+			return fmt.Errorf("process %d: stdin is closed or was not requested: %w", p.pid, errdefs.ErrConflict)
+		}
+		_, err := p.stdin.Write(v.Stdin)
+		return inputErr(p.pid, err)
+	default:
+		return fmt.Errorf("process %d: empty input: %w", p.pid, errdefs.ErrInvalid)
+	}
+}
+
+func inputErr(pid uint32, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, os.ErrClosed) || errors.Is(err, unix.EPIPE) || errors.Is(err, unix.EIO) {
+		return fmt.Errorf("process %d: input closed: %w", pid, errdefs.ErrConflict)
+	}
+	return fmt.Errorf("process %d: write input: %w", pid, err)
+}
+
+func (p *proc) closeStdin() {
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if p.stdin != nil {
+		_ = p.stdin.Close()
+		p.stdin = nil
+	}
+}
+
+// signal delivers sig to the process's group (the whole tree it started,
+// unless a descendant left the group), falling back to the process alone.
+func (p *proc) signal(sig unix.Signal) error {
+	err := unix.Kill(-int(p.pid), sig)
+	if errors.Is(err, unix.ESRCH) {
+		err = unix.Kill(int(p.pid), sig)
+	}
+	if errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("process with pid %d not found: %w", p.pid, errdefs.ErrNotFound)
+	}
+	return err
+}
+
+func (p *proc) resize(size *pb.PTY_Size) error {
+	if p.pty == nil {
+		return fmt.Errorf("process %d has no pty: %w", p.pid, errdefs.ErrInvalid)
+	}
+	if size == nil {
+		return fmt.Errorf("process %d: pty size missing: %w", p.pid, errdefs.ErrInvalid)
+	}
+	return pty.Setsize(p.pty, &pty.Winsize{Cols: uint16(size.GetCols()), Rows: uint16(size.GetRows())})
+}
+
+func (p *proc) ended() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
