@@ -1,0 +1,277 @@
+// Package proxy is Warren's edge proxy: it carries sandbox traffic (the
+// SDK's envd calls and the user's own ports) from outside to the sandbox.
+//
+// A request is routed (E2B-COMPAT §4)
+//   - by its E2b-Sandbox-Id and E2b-Sandbox-Port headers when its Host is
+//     localhost, an IP literal or sandbox.<domain>;
+//   - otherwise by a Host of the form <port>-<sandboxID>.<domain>.
+//
+// Streaming responses are flushed as they come, WebSocket upgrades pass
+// through, and HTTP/2 works when the listener offers it over TLS. Missing
+// sandboxes answer 502 with E2B's JSON body (an HTML page for browsers), a
+// closed port a "port is not open" 502, a paused sandbox without
+// auto-resume a 409, and a sandbox secured with a traffic access token a
+// 403 without it. envd's internal routes (/init) are not reachable.
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// Router finds where a sandbox's traffic goes (lifecycle.Manager.Route).
+type Router interface {
+	Route(ctx context.Context, sandboxID string) (*lifecycle.Route, error)
+}
+
+// Header names.
+const (
+	HeaderSandboxID    = "E2b-Sandbox-Id"
+	HeaderSandboxPort  = "E2b-Sandbox-Port"
+	HeaderTrafficToken = "E2b-Traffic-Access-Token"
+)
+
+// EnvdPort is envd's port inside every sandbox.
+const EnvdPort = 49983
+
+// internalRoutes are envd paths only the node may call.
+var internalRoutes = []string{"/init"}
+
+// Config configures a Proxy. Router is required.
+type Config struct {
+	Router Router
+	// Domain is the sandbox domain: hosts <port>-<id>.<Domain> are routed
+	// (a port inside it is ignored for matching).
+	Domain string
+	Logger *slog.Logger
+	// DialTimeout bounds connecting to a sandbox port (default 10 s).
+	DialTimeout time.Duration
+}
+
+// Proxy is the edge proxy. It is an http.Handler.
+type Proxy struct {
+	cfg    Config
+	domain string // Domain without port, lowercase
+	log    *slog.Logger
+	rp     *httputil.ReverseProxy
+}
+
+var _ http.Handler = (*Proxy)(nil)
+
+type routeKey struct{}
+
+type target struct {
+	id   string
+	port int
+	addr string
+}
+
+// New returns a Proxy.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Router == nil {
+		return nil, fmt.Errorf("proxy: router is required: %w", errdefs.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	p := &Proxy{cfg: cfg, log: cfg.Logger}
+	p.domain = strings.ToLower(cfg.Domain)
+	if h, _, err := net.SplitHostPort(p.domain); err == nil {
+		p.domain = h
+	}
+	tr := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // long-running streams
+		ExpectContinueTimeout: time.Second,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(routeKey{}).(*target)
+			pr.SetURL(&url.URL{Scheme: "http", Host: t.addr})
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport:     tr,
+		FlushInterval: -1, // flush every write: Connect streams, SSE
+		ErrorHandler:  p.backendError,
+	}
+	return p, nil
+}
+
+// Match reports whether r is sandbox traffic: it carries the routing
+// headers on a shared host, or its Host names a sandbox port. In plain-http
+// mode one listener serves the API and sandbox traffic, dispatching on
+// Match.
+func (p *Proxy) Match(r *http.Request) bool {
+	_, _, ok, _ := p.parse(r)
+	return ok
+}
+
+// parse extracts the sandbox ID and port of r. ok is false when r is not
+// sandbox traffic; err is set when it is but is malformed.
+func (p *Proxy) parse(r *http.Request) (id string, port int, ok bool, err error) {
+	host := strings.ToLower(r.Host)
+	if h, _, e := net.SplitHostPort(host); e == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	shared := host == "localhost" || net.ParseIP(host) != nil || (p.domain != "" && host == "sandbox."+p.domain)
+	if shared {
+		id = r.Header.Get(HeaderSandboxID)
+		if id == "" {
+			return "", 0, false, nil
+		}
+		ps := r.Header.Get(HeaderSandboxPort)
+		if ps == "" {
+			return id, 0, true, fmt.Errorf("header %s is missing", HeaderSandboxPort)
+		}
+		port, err = strconv.Atoi(ps)
+		if err != nil || port < 1 || port > 65535 {
+			return id, 0, true, fmt.Errorf("header %s: %q is not a port", HeaderSandboxPort, ps)
+		}
+		return id, port, true, nil
+	}
+	if p.domain == "" || !strings.HasSuffix(host, "."+p.domain) {
+		return "", 0, false, nil
+	}
+	label := strings.TrimSuffix(host, "."+p.domain)
+	if strings.Contains(label, ".") {
+		return "", 0, false, nil
+	}
+	ps, rest, found := strings.Cut(label, "-")
+	if !found {
+		return "", 0, false, nil
+	}
+	port, err = strconv.Atoi(ps)
+	if err != nil || port < 1 || port > 65535 || !sandbox.ValidID(rest) {
+		return "", 0, false, nil
+	}
+	return rest, port, true, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, port, ok, err := p.parse(r)
+	if !ok {
+		writeJSONError(w, r, http.StatusBadRequest, errBody{Message: "not sandbox traffic: no " + HeaderSandboxID + " header and the host is not <port>-<sandboxID>." + p.domain, Code: 400})
+		return
+	}
+	if err != nil {
+		writeJSONError(w, r, http.StatusBadRequest, errBody{SandboxID: id, Message: err.Error(), Code: 400})
+		return
+	}
+	if port == EnvdPort {
+		for _, ir := range internalRoutes {
+			if r.URL.Path == ir || strings.HasPrefix(r.URL.Path, ir+"/") {
+				writeJSONError(w, r, http.StatusNotFound, errBody{Message: "This endpoint is internal to the sandbox and is not reachable through the sandbox URL", Path: r.URL.Path, Code: 404})
+				return
+			}
+		}
+	}
+	route, err := p.cfg.Router.Route(r.Context(), id)
+	if err != nil {
+		p.routeError(w, r, id, err)
+		return
+	}
+	if route.TrafficAccessToken != "" && port != EnvdPort {
+		tok := r.Header.Get(HeaderTrafficToken)
+		switch {
+		case tok == "":
+			writeJSONError(w, r, http.StatusForbidden, errBody{SandboxID: id, Message: fmt.Sprintf("Sandbox is secured with traffic access token. Token header '%s' is missing", strings.ToLower(HeaderTrafficToken)), Code: 403})
+			return
+		case tok != route.TrafficAccessToken:
+			writeJSONError(w, r, http.StatusForbidden, errBody{SandboxID: id, Message: fmt.Sprintf("Sandbox is secured with traffic access token. Provided token in header '%s' is invalid", strings.ToLower(HeaderTrafficToken)), Code: 403})
+			return
+		}
+	}
+	t := &target{id: id, port: port, addr: net.JoinHostPort(route.Host, strconv.Itoa(port))}
+	if port == EnvdPort && route.Address != "" {
+		t.addr = route.Address
+	}
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, t)))
+}
+
+func (p *Proxy) routeError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	switch {
+	case errors.Is(err, lifecycle.ErrPaused):
+		writeJSONError(w, r, http.StatusConflict, errBody{SandboxID: id, Message: "The sandbox is paused", Code: 409, CanAutoResume: new(bool)})
+	case errdefs.IsNotFound(err), errdefs.IsUnavailable(err):
+		writeJSONError(w, r, http.StatusBadGateway, errBody{SandboxID: id, Message: "The sandbox was not found", Code: 502})
+	default:
+		p.log.Warn("proxy route", "sandbox_id", id, "error", err)
+		writeJSONError(w, r, http.StatusBadGateway, errBody{SandboxID: id, Message: "The sandbox could not be reached", Code: 502})
+	}
+}
+
+// backendError answers a failed round trip to the sandbox.
+func (p *Proxy) backendError(w http.ResponseWriter, r *http.Request, err error) {
+	t := r.Context().Value(routeKey{}).(*target)
+	if errors.Is(err, context.Canceled) {
+		return // the client went away
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) {
+		writeJSONError(w, r, http.StatusBadGateway, errBody{SandboxID: t.id, Message: "The sandbox is running but port is not open", Port: strconv.Itoa(t.port), Code: 502})
+		return
+	}
+	p.log.Debug("proxy backend", "sandbox_id", t.id, "port", t.port, "error", err)
+	writeJSONError(w, r, http.StatusBadGateway, errBody{SandboxID: t.id, Message: "The sandbox could not be reached", Port: strconv.Itoa(t.port), Code: 502})
+}
+
+// errBody is the proxy's error JSON. Field order is the wire order.
+type errBody struct {
+	SandboxID     string `json:"sandboxId,omitempty"`
+	Message       string `json:"message"`
+	Port          string `json:"port,omitempty"`
+	Path          string `json:"path,omitempty"`
+	Code          int    `json:"code"`
+	CanAutoResume *bool  `json:"canAutoResume,omitempty"`
+}
+
+var page = template.Must(template.New("error").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>{{.Title}}</title>
+<style>body{font-family:system-ui,sans-serif;max-width:40rem;margin:4rem auto;padding:0 1rem;color:#222}code{background:#eee;padding:0 .2rem}</style>
+</head><body><h1>{{.Title}}</h1><p>{{.Message}}</p>{{if .SandboxID}}<p>Sandbox <code>{{.SandboxID}}</code>{{if .Port}}, port <code>{{.Port}}</code>{{end}}</p>{{end}}
+<p><small>Warren edge proxy</small></p></body></html>
+`))
+
+// wantsHTML reports whether the client is a browser asking for a page.
+func wantsHTML(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+func writeJSONError(w http.ResponseWriter, r *http.Request, status int, b errBody) {
+	if wantsHTML(r) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(status)
+		page.Execute(w, struct { //nolint:errcheck
+			Title string
+			errBody
+		}{http.StatusText(status), b})
+		return
+	}
+	data, _ := json.Marshal(b)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(data) //nolint:errcheck
+}
