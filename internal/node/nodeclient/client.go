@@ -1,0 +1,215 @@
+// Package nodeclient is a node.Service that calls a remote node agent over
+// Connect RPC (the NodeService of api/node/node.proto, served by
+// noderpc). Errors come back in Warren's error classes, so the control
+// plane treats a remote node like the in-process agent.
+package nodeclient
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
+	"github.com/warren-sandbox/warren/api/node/nodepbconnect"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/node/noderpc"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// Options tune the client.
+type Options struct {
+	// HTTPClient carries the calls; nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Token is sent as "Authorization: Bearer <token>" when set.
+	Token string
+}
+
+// Client is a node.Service over RPC.
+type Client struct {
+	rpc nodepbconnect.NodeServiceClient
+}
+
+var _ node.Service = (*Client)(nil)
+
+// New returns a client of the node agent at baseURL (e.g.
+// "http://10.0.0.5:5009").
+func New(baseURL string, opts Options) *Client {
+	hc := opts.HTTPClient
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	var copts []connect.ClientOption
+	if opts.Token != "" {
+		copts = append(copts, connect.WithInterceptors(bearer(opts.Token)))
+	}
+	return &Client{rpc: nodepbconnect.NewNodeServiceClient(hc, baseURL, copts...)}
+}
+
+// Create implements node.Service.
+func (c *Client) Create(ctx context.Context, req node.CreateRequest) (*node.Sandbox, error) {
+	resp, err := c.rpc.Create(ctx, connect.NewRequest(noderpc.CreateToProto(req)))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return noderpc.SandboxFromProto(resp.Msg.GetSandbox())
+}
+
+// Get implements node.Service.
+func (c *Client) Get(ctx context.Context, id string) (*node.Sandbox, error) {
+	resp, err := c.rpc.Get(ctx, connect.NewRequest(&nodepb.GetRequest{Id: id}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return noderpc.SandboxFromProto(resp.Msg.GetSandbox())
+}
+
+// List implements node.Service.
+func (c *Client) List(ctx context.Context) ([]*node.Sandbox, error) {
+	resp, err := c.rpc.List(ctx, connect.NewRequest(&nodepb.ListRequest{}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return sandboxes(resp.Msg.GetSandboxes())
+}
+
+func sandboxes(in []*nodepb.Sandbox) ([]*node.Sandbox, error) {
+	out := make([]*node.Sandbox, 0, len(in))
+	for _, p := range in {
+		s, err := noderpc.SandboxFromProto(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// SetEndTime implements node.Service.
+func (c *Client) SetEndTime(ctx context.Context, id string, endAt time.Time) error {
+	_, err := c.rpc.SetEndTime(ctx, connect.NewRequest(&nodepb.SetEndTimeRequest{Id: id, EndAt: noderpc.Timestamp(endAt)}))
+	return noderpc.FromConnectError(err)
+}
+
+// UpdateNetwork implements node.Service.
+func (c *Client) UpdateNetwork(ctx context.Context, id string, policy netslot.Policy) error {
+	_, err := c.rpc.UpdateNetwork(ctx, connect.NewRequest(&nodepb.UpdateNetworkRequest{Id: id, Network: noderpc.PolicyToProto(policy)}))
+	return noderpc.FromConnectError(err)
+}
+
+// Pause implements node.Service.
+func (c *Client) Pause(ctx context.Context, id string, req node.PauseRequest) (*node.Sandbox, error) {
+	resp, err := c.rpc.Pause(ctx, connect.NewRequest(&nodepb.PauseRequest{Id: id, Memory: req.Memory}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return noderpc.SandboxFromProto(resp.Msg.GetSandbox())
+}
+
+// Resume implements node.Service.
+func (c *Client) Resume(ctx context.Context, id string, req node.ResumeRequest) (*node.Sandbox, error) {
+	resp, err := c.rpc.Resume(ctx, connect.NewRequest(&nodepb.ResumeRequest{Id: id, ExecutionId: req.ExecutionID, EndAt: noderpc.Timestamp(req.EndAt)}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return noderpc.SandboxFromProto(resp.Msg.GetSandbox())
+}
+
+// Fork implements node.Service.
+func (c *Client) Fork(ctx context.Context, id string, req node.ForkRequest) ([]*node.Sandbox, error) {
+	resp, err := c.rpc.Fork(ctx, connect.NewRequest(&nodepb.ForkRequest{
+		Id: id, Ids: req.IDs, ExecutionIds: req.ExecutionIDs, EndAt: noderpc.Timestamp(req.EndAt),
+	}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return sandboxes(resp.Msg.GetSandboxes())
+}
+
+// Kill implements node.Service.
+func (c *Client) Kill(ctx context.Context, id string, reason sandbox.KillReason) error {
+	_, err := c.rpc.Kill(ctx, connect.NewRequest(&nodepb.KillRequest{Id: id, Reason: string(reason)}))
+	return noderpc.FromConnectError(err)
+}
+
+// Stats implements node.Service.
+func (c *Client) Stats(ctx context.Context, id string) (*node.Stats, error) {
+	resp, err := c.rpc.Stats(ctx, connect.NewRequest(&nodepb.StatsRequest{Id: id}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return noderpc.StatsFromProto(resp.Msg), nil
+}
+
+// Watch implements node.Service. It returns once the node has accepted the
+// watch; the channel closes when ctx ends or the stream breaks (the node
+// went away): the caller watches again.
+func (c *Client) Watch(ctx context.Context) (<-chan node.Event, error) {
+	stream, err := c.rpc.Watch(ctx, connect.NewRequest(&nodepb.WatchRequest{}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	// The server confirms the watch with an empty event.
+	if !stream.Receive() {
+		err := stream.Err()
+		stream.Close()
+		if err == nil {
+			err = fmt.Errorf("node closed the watch: %w", errdefs.ErrUnavailable)
+			return nil, err
+		}
+		return nil, noderpc.FromConnectError(err)
+	}
+	ch := make(chan node.Event, 64)
+	go func() {
+		defer close(ch)
+		defer stream.Close()
+		for stream.Receive() {
+			select {
+			case ch <- noderpc.EventFromProto(stream.Msg()):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+// Capabilities implements node.Service.
+func (c *Client) Capabilities(ctx context.Context) (node.Capabilities, error) {
+	resp, err := c.rpc.Capabilities(ctx, connect.NewRequest(&nodepb.CapabilitiesRequest{}))
+	if err != nil {
+		return node.Capabilities{}, noderpc.FromConnectError(err)
+	}
+	m := resp.Msg
+	return node.Capabilities{Driver: m.GetDriver(), MemoryCheckpoint: m.GetMemoryCheckpoint(), Freeze: m.GetFreeze(), Fork: m.GetFork()}, nil
+}
+
+// bearer adds the shared token to every call.
+func bearer(token string) connect.Interceptor {
+	return &bearerInterceptor{value: "Bearer " + token}
+}
+
+type bearerInterceptor struct{ value string }
+
+func (b *bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", b.value)
+		return next(ctx, req)
+	}
+}
+
+func (b *bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", b.value)
+		return conn
+	}
+}
+
+func (b *bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}

@@ -1,0 +1,253 @@
+// Package noderpc serves a node.Service over Connect RPC (the NodeService of
+// api/node/node.proto) and holds the translations between the Go types of
+// package node and their protobuf messages, shared with nodeclient.
+//
+// Errors cross the wire as Connect codes mapped from Warren's error classes
+// (errdefs) and come back as the same classes.
+package noderpc
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// Timestamp converts t; the zero time is nil.
+func Timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// Time converts ts; nil is the zero time.
+func Time(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}
+
+// ResourcesToProto converts r.
+func ResourcesToProto(r sandbox.Resources) *nodepb.Resources {
+	return &nodepb.Resources{Vcpus: int32(r.VCPUs), MemoryMb: r.MemoryMB, DiskMb: r.DiskMB, Pids: r.Pids}
+}
+
+// ResourcesFromProto converts r.
+func ResourcesFromProto(r *nodepb.Resources) sandbox.Resources {
+	return sandbox.Resources{VCPUs: int(r.GetVcpus()), MemoryMB: r.GetMemoryMb(), DiskMB: r.GetDiskMb(), Pids: r.GetPids()}
+}
+
+// PolicyToProto converts p.
+func PolicyToProto(p netslot.Policy) *nodepb.Policy {
+	out := &nodepb.Policy{Internet: p.Internet}
+	for _, c := range p.AllowOut {
+		out.AllowOut = append(out.AllowOut, c.String())
+	}
+	for _, c := range p.DenyOut {
+		out.DenyOut = append(out.DenyOut, c.String())
+	}
+	return out
+}
+
+// PolicyFromProto converts p; a malformed CIDR is ErrInvalid.
+func PolicyFromProto(p *nodepb.Policy) (netslot.Policy, error) {
+	out := netslot.Policy{Internet: p.GetInternet()}
+	for _, s := range p.GetAllowOut() {
+		c, err := netip.ParsePrefix(s)
+		if err != nil {
+			return out, fmt.Errorf("allowOut %q: %w", s, errdefs.ErrInvalid)
+		}
+		out.AllowOut = append(out.AllowOut, c)
+	}
+	for _, s := range p.GetDenyOut() {
+		c, err := netip.ParsePrefix(s)
+		if err != nil {
+			return out, fmt.Errorf("denyOut %q: %w", s, errdefs.ErrInvalid)
+		}
+		out.DenyOut = append(out.DenyOut, c)
+	}
+	return out, nil
+}
+
+// TemplateToProto converts t.
+func TemplateToProto(t node.Template) *nodepb.Template {
+	return &nodepb.Template{
+		Id: t.ID, BuildId: t.BuildID, Rootfs: t.RootFS, Env: t.Env, User: t.User,
+		Workdir: t.Workdir, StartCmd: t.StartCmd, SnapshotDir: t.SnapshotDir,
+	}
+}
+
+// TemplateFromProto converts t.
+func TemplateFromProto(t *nodepb.Template) node.Template {
+	return node.Template{
+		ID: t.GetId(), BuildID: t.GetBuildId(), RootFS: t.GetRootfs(), Env: t.GetEnv(), User: t.GetUser(),
+		Workdir: t.GetWorkdir(), StartCmd: t.GetStartCmd(), SnapshotDir: t.GetSnapshotDir(),
+	}
+}
+
+// CreateToProto converts r.
+func CreateToProto(r node.CreateRequest) *nodepb.CreateRequest {
+	return &nodepb.CreateRequest{
+		Id: r.ID, ExecutionId: r.ExecutionID, TeamId: r.TeamID, Template: TemplateToProto(r.Template),
+		Resources: ResourcesToProto(r.Resources), EndAt: Timestamp(r.EndAt), Network: PolicyToProto(r.Network),
+		EnvVars: r.EnvVars, EnvdAccessToken: r.EnvdAccessToken, Metadata: r.Metadata,
+	}
+}
+
+// CreateFromProto converts r.
+func CreateFromProto(r *nodepb.CreateRequest) (node.CreateRequest, error) {
+	pol, err := PolicyFromProto(r.GetNetwork())
+	if err != nil {
+		return node.CreateRequest{}, err
+	}
+	return node.CreateRequest{
+		ID: r.GetId(), ExecutionID: r.GetExecutionId(), TeamID: r.GetTeamId(), Template: TemplateFromProto(r.GetTemplate()),
+		Resources: ResourcesFromProto(r.GetResources()), EndAt: Time(r.GetEndAt()), Network: pol,
+		EnvVars: r.GetEnvVars(), EnvdAccessToken: r.GetEnvdAccessToken(), Metadata: r.GetMetadata(),
+	}, nil
+}
+
+// SandboxToProto converts s.
+func SandboxToProto(s *node.Sandbox) *nodepb.Sandbox {
+	if s == nil {
+		return nil
+	}
+	return &nodepb.Sandbox{
+		Id: s.ID, ExecutionId: s.ExecutionID, TemplateId: s.TemplateID, BuildId: s.BuildID, TeamId: s.TeamID,
+		State: string(s.State), Epoch: s.Epoch, StartedAt: Timestamp(s.StartedAt), EndAt: Timestamp(s.EndAt),
+		Resources: ResourcesToProto(s.Resources), Network: PolicyToProto(s.Network), Address: s.Address, Host: s.Host,
+		EnvdVersion: s.EnvdVersion, Metadata: s.Metadata, PausedWithMemory: s.PausedWithMemory,
+	}
+}
+
+// SandboxFromProto converts s.
+func SandboxFromProto(s *nodepb.Sandbox) (*node.Sandbox, error) {
+	if s == nil {
+		return nil, fmt.Errorf("node answered without a sandbox: %w", errdefs.ErrUnavailable)
+	}
+	pol, err := PolicyFromProto(s.GetNetwork())
+	if err != nil {
+		return nil, err
+	}
+	st := sandbox.State(s.GetState())
+	if !st.Valid() {
+		return nil, fmt.Errorf("sandbox %q: state %q: %w", s.GetId(), s.GetState(), errdefs.ErrInvalid)
+	}
+	return &node.Sandbox{
+		ID: s.GetId(), ExecutionID: s.GetExecutionId(), TemplateID: s.GetTemplateId(), BuildID: s.GetBuildId(), TeamID: s.GetTeamId(),
+		State: st, Epoch: s.GetEpoch(), StartedAt: Time(s.GetStartedAt()), EndAt: Time(s.GetEndAt()),
+		Resources: ResourcesFromProto(s.GetResources()), Network: pol, Address: s.GetAddress(), Host: s.GetHost(),
+		EnvdVersion: s.GetEnvdVersion(), Metadata: s.GetMetadata(), PausedWithMemory: s.GetPausedWithMemory(),
+	}, nil
+}
+
+// StatsToProto converts s.
+func StatsToProto(s *node.Stats) *nodepb.StatsResponse {
+	return &nodepb.StatsResponse{
+		At: Timestamp(s.At), CpuCount: int32(s.CPUCount), CpuUsedPct: s.CPUUsedPct,
+		MemoryUsedBytes: s.MemoryUsedBytes, MemoryTotal: s.MemoryTotal, MemoryPeakBytes: s.MemoryPeakBytes,
+		DiskUsedBytes: s.DiskUsedBytes, DiskTotalBytes: s.DiskTotalBytes,
+	}
+}
+
+// StatsFromProto converts s.
+func StatsFromProto(s *nodepb.StatsResponse) *node.Stats {
+	return &node.Stats{
+		At: Time(s.GetAt()), CPUCount: int(s.GetCpuCount()), CPUUsedPct: s.GetCpuUsedPct(),
+		MemoryUsedBytes: s.GetMemoryUsedBytes(), MemoryTotal: s.GetMemoryTotal(), MemoryPeakBytes: s.GetMemoryPeakBytes(),
+		DiskUsedBytes: s.GetDiskUsedBytes(), DiskTotalBytes: s.GetDiskTotalBytes(),
+	}
+}
+
+// EventToProto converts e.
+func EventToProto(e node.Event) *nodepb.Event {
+	return &nodepb.Event{Type: string(e.Type), SandboxId: e.SandboxID, ExecutionId: e.ExecutionID, Reason: string(e.Reason), At: Timestamp(e.At)}
+}
+
+// EventFromProto converts e.
+func EventFromProto(e *nodepb.Event) node.Event {
+	return node.Event{
+		Type: node.EventType(e.GetType()), SandboxID: e.GetSandboxId(), ExecutionID: e.GetExecutionId(),
+		Reason: sandbox.KillReason(e.GetReason()), At: Time(e.GetAt()),
+	}
+}
+
+// codes maps the error classes to Connect codes, in order of precedence.
+var codes = []struct {
+	class error
+	code  connect.Code
+}{
+	{errdefs.ErrNotFound, connect.CodeNotFound},
+	{errdefs.ErrAlreadyExists, connect.CodeAlreadyExists},
+	{errdefs.ErrInvalid, connect.CodeInvalidArgument},
+	{errdefs.ErrConflict, connect.CodeFailedPrecondition},
+	{errdefs.ErrExhausted, connect.CodeResourceExhausted},
+	{errdefs.ErrUnavailable, connect.CodeUnavailable},
+	{errdefs.ErrUnsupported, connect.CodeUnimplemented},
+	{errdefs.ErrUnauthorized, connect.CodeUnauthenticated},
+	{errdefs.ErrForbidden, connect.CodePermissionDenied},
+}
+
+// ToConnectError maps err's class to a Connect code, keeping its message.
+func ToConnectError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.class) {
+			return connect.NewError(c.code, err)
+		}
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}
+
+// FromConnectError maps a Connect error back to Warren's error class; the
+// message is the server's. Transport failures are ErrUnavailable.
+func FromConnectError(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := connect.CodeOf(err)
+	msg := err.Error()
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		msg = ce.Message()
+	}
+	for _, c := range codes {
+		if c.code == code {
+			return &classError{msg: msg, class: c.class}
+		}
+	}
+	switch code {
+	case connect.CodeDeadlineExceeded, connect.CodeCanceled:
+		return fmt.Errorf("node: %w", err)
+	case connect.CodeUnknown:
+		// No Connect error at all: the node could not be reached.
+		return &classError{msg: msg, class: errdefs.ErrUnavailable}
+	}
+	return fmt.Errorf("node: %s", msg)
+}
+
+// classError is an error of a class with the server's message.
+type classError struct {
+	msg   string
+	class error
+}
+
+func (e *classError) Error() string { return "node: " + e.msg }
+func (e *classError) Unwrap() error { return e.class }
