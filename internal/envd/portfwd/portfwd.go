@@ -134,6 +134,10 @@ func (f *Forwarder) wanted(all []listener) map[string]string {
 		if excluded[l.port] || (f.cfg.Include != nil && !f.cfg.Include(l.port)) {
 			continue
 		}
+		key := net.JoinHostPort(l.ip.String(), strconv.Itoa(int(l.port)))
+		if ours[key] {
+			continue
+		}
 		if l.ip.IsLoopback() {
 			t := net.JoinHostPort(l.ip.String(), strconv.Itoa(int(l.port)))
 			if prev, ok := loop[l.port]; !ok || (l.ip.To4() != nil && net.ParseIP(hostOf(prev)).To4() == nil) {
@@ -141,9 +145,7 @@ func (f *Forwarder) wanted(all []listener) map[string]string {
 			}
 			continue
 		}
-		if !ours[net.JoinHostPort(l.ip.String(), strconv.Itoa(int(l.port)))] {
-			public[l.port] = true
-		}
+		public[l.port] = true
 	}
 	want := map[string]string{}
 	addrs := f.cfg.Addrs()
