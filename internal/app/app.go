@@ -1,0 +1,272 @@
+// Package app is the composition root of `warren serve`: it builds the
+// store, the node agent with its runtime driver, the lifecycle manager, the
+// API server and the edge proxy, and serves them on one listener.
+//
+// In plain-http mode one listener serves both the REST API and sandbox
+// traffic: a request that carries E2b-Sandbox-Id (on a shared host) or
+// whose Host is <port>-<sandboxID>.<domain> goes to the proxy, everything
+// else to the API.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Config is the configuration of `warren serve`.
+type Config struct {
+	// Listen is the address of the one listener (default 127.0.0.1:3000).
+	Listen string
+	// DataDir holds the SQLite database, the node's state and templates
+	// (default ./var/data).
+	DataDir string
+	// DatabaseURL, when set to a postgres:// URL, replaces SQLite.
+	DatabaseURL string
+	// APIKey seeds a key of the default team (e2b_ + 40 hex). When empty
+	// and the default team has no key yet, one is generated and kept in
+	// DataDir/api-key.
+	APIKey string
+	// AdminToken enables the admin endpoints (X-Admin-Token).
+	AdminToken string
+	// Driver is runsc (default), runc or fake.
+	Driver string
+	// Domain is the sandbox domain: <port>-<id>.<Domain> hosts reach a
+	// sandbox port. Default: localhost:<listen port>.
+	Domain string
+	// RunscPath and EnvdPath locate the binaries (defaults: bin/runsc and
+	// bin/envd next to the warren binary, then $PATH).
+	RunscPath string
+	EnvdPath  string
+	// BaseRootFSTar is a pre-built root filesystem for the base template.
+	BaseRootFSTar string
+	// TLSCert and TLSKey, when both set, serve HTTPS (with HTTP/2).
+	TLSCert, TLSKey string
+	Logger          *slog.Logger
+	// Out receives the export lines (default os.Stdout).
+	Out io.Writer
+	// Ready, when set, is called with the bound address once serving.
+	Ready func(addr string)
+}
+
+func (c *Config) setDefaults() error {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:3000"
+	}
+	if c.DataDir == "" {
+		c.DataDir = filepath.Join("var", "data")
+	}
+	if c.Driver == "" {
+		c.Driver = "runsc"
+	}
+	switch c.Driver {
+	case "runsc", "runc", "fake":
+	default:
+		return fmt.Errorf("driver %q: must be runsc, runc or fake: %w", c.Driver, errdefs.ErrInvalid)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("tls: give both a certificate and a key: %w", errdefs.ErrInvalid)
+	}
+	if c.APIKey != "" && !apiserver.ValidKey(c.APIKey) {
+		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if c.Out == nil {
+		c.Out = os.Stdout
+	}
+	return nil
+}
+
+// OpenStore opens the store of a data directory (or DatabaseURL).
+func OpenStore(ctx context.Context, dataDir, databaseURL string, log *slog.Logger) (*store.SQL, error) {
+	dsn := databaseURL
+	if dsn == "" {
+		dsn = filepath.Join(dataDir, "warren.db")
+	}
+	return store.Open(ctx, dsn, log)
+}
+
+// Run serves until ctx ends (SIGTERM), then shuts down gracefully:
+// in-flight requests finish, the evictor stops, sandboxes keep running and
+// are recovered by the next start.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	st, err := OpenStore(ctx, cfg.DataDir, cfg.DatabaseURL, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	key, err := ensureKey(ctx, st, cfg)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().(*net.TCPAddr)
+	if cfg.Domain == "" {
+		cfg.Domain = fmt.Sprintf("localhost:%d", addr.Port)
+	}
+
+	nd, templates, closeNode, err := buildNode(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeNode()
+	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: nd, Logger: log.With("component", "lifecycle")})
+	if err != nil {
+		return err
+	}
+	api, err := apiserver.New(apiserver.Config{
+		Store: st, Lifecycle: lc, Templates: templates, Logger: log.With("component", "api"),
+		AdminToken: cfg.AdminToken, Domain: cfg.Domain,
+	})
+	if err != nil {
+		return err
+	}
+	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, Logger: log.With("component", "proxy")})
+	if err != nil {
+		return err
+	}
+
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	lcDone := make(chan error, 1)
+	go func() { lcDone <- lc.Run(runCtx) }()
+	defer func() { stopRun(); <-lcDone }()
+
+	srv := &http.Server{
+		Handler:           Dispatch(api, px),
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	}
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	base := fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, fmt.Sprint(addr.Port)))
+	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
+	if key != "" {
+		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)
+	} else {
+		fmt.Fprintf(cfg.Out, "# E2B_API_KEY: use a key of your team (warren keys create prints a new one)\n")
+	}
+	log.Info("warren serving", "addr", addr.String(), "driver", cfg.Driver, "domain", cfg.Domain,
+		"store", storeKind(cfg), "data_dir", cfg.DataDir, "admin_token", cfg.AdminToken != "")
+
+	errc := make(chan error, 1)
+	go func() {
+		if cfg.TLSCert != "" {
+			errc <- srv.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	if cfg.Ready != nil {
+		cfg.Ready(addr.String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case err := <-lcDone:
+		lcDone <- err
+		if err != nil {
+			return fmt.Errorf("lifecycle: %w", err)
+		}
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+func storeKind(cfg Config) string {
+	if strings.HasPrefix(cfg.DatabaseURL, "postgres") {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// Dispatch sends sandbox traffic to the proxy and the rest to the API.
+func Dispatch(api http.Handler, px *proxy.Proxy) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if px.Match(r) {
+			px.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// ensureKey makes sure the default team exists and returns the key to
+// print: the configured one, or the generated one kept in the data dir.
+func ensureKey(ctx context.Context, st store.Store, cfg Config) (string, error) {
+	if _, err := apiserver.EnsureDefaultTeam(ctx, st, cfg.APIKey); err != nil {
+		return "", err
+	}
+	if cfg.APIKey != "" {
+		return cfg.APIKey, nil
+	}
+	keyFile := filepath.Join(cfg.DataDir, "api-key")
+	if b, err := os.ReadFile(keyFile); err == nil {
+		k := strings.TrimSpace(string(b))
+		if _, err := st.APIKeyByHash(ctx, apiserver.HashKey(k)); err == nil {
+			return k, nil
+		}
+	}
+	keys, err := st.ListAPIKeys(ctx, apiserver.DefaultTeamID)
+	if err != nil {
+		return "", err
+	}
+	if len(keys) > 0 {
+		return "", nil // keys exist but none is known in clear
+	}
+	k, _, err := apiserver.AddKey(ctx, st, apiserver.DefaultTeamID, "generated", "")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(keyFile, []byte(k+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("keep generated key: %w", err)
+	}
+	return k, nil
+}
+
+// closer releases what buildNode made.
+type closer func()
+
+var _ node.Service = (*node.Agent)(nil)

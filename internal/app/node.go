@@ -1,0 +1,59 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/driver/fake"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/node/nodetest"
+)
+
+// buildNode makes the in-process node agent for cfg.Driver and the
+// template resolver that goes with it.
+func buildNode(ctx context.Context, cfg Config) (node.Service, apiserver.TemplateResolver, closer, error) {
+	switch cfg.Driver {
+	case "fake":
+		return fakeNode(ctx, cfg)
+	default:
+		return realNode(ctx, cfg)
+	}
+}
+
+// fakeNode runs the real node agent over the fake runtime driver and
+// in-memory host pieces: sandboxes exist only as records, with no envd.
+// It is for tests of the control plane and of the CLI.
+func fakeNode(ctx context.Context, cfg Config) (node.Service, apiserver.TemplateResolver, closer, error) {
+	a, err := node.New(ctx, node.Config{
+		DataDir: filepath.Join(cfg.DataDir, "node"),
+		Driver:  fake.New(fake.Config{}),
+		Cgroups: nodetest.NewCgroups(),
+		Net:     nodetest.NewNet(),
+		Layers:  nodetest.NewLayers(),
+		Envd:    &nodetest.Envd{},
+		Logger:  cfg.Logger.With("component", "node"),
+		// Sandboxes of the fake driver do not survive a restart of the
+		// process; nothing on the host to reclaim either.
+		ReclaimInterval: -1,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("node agent: %w", err)
+	}
+	return a, StaticTemplates{"base": node.Template{ID: "base", BuildID: "base", RootFS: "/nonexistent/fake-rootfs", User: "user", Workdir: "/home/user"}},
+		func() { a.Close() }, nil
+}
+
+// StaticTemplates resolves a fixed set of templates by ID.
+type StaticTemplates map[string]node.Template
+
+// Resolve implements apiserver.TemplateResolver.
+func (s StaticTemplates) Resolve(_ context.Context, _, ref string) (node.Template, error) {
+	t, ok := s[ref]
+	if !ok {
+		return node.Template{}, fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return t, nil
+}
