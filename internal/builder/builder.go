@@ -60,6 +60,9 @@ type Step struct {
 	Force bool `json:"force,omitempty"`
 	// FilesHash names the uploaded context of a COPY step (Service.PutFiles).
 	FilesHash string `json:"filesHash,omitempty"`
+	// Expand asks for Dockerfile variable expansion of the arguments when
+	// the step runs (steps from ParseDockerfile).
+	Expand bool `json:"expand,omitempty"`
 }
 
 // Spec is what to build.

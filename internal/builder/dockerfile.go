@@ -19,15 +19,20 @@ import (
 // LABEL, EXPOSE and MAINTAINER are ignored with a warning. Anything else —
 // multi-stage builds, COPY --from, RUN --mount, heredocs, HEALTHCHECK,
 // ONBUILD, SHELL, STOPSIGNAL, VOLUME — is refused with an error that names
-// the instruction and its line. buildArgs set ARG values. Variables are
-// expanded from the Dockerfile's own ARG and ENV (not from the base
-// image's environment).
+// the instruction and its line. buildArgs set ARG values. Variables in
+// FROM are expanded from global ARGs here; in ENV, ARG defaults, WORKDIR,
+// USER and COPY/ADD they are expanded when the step runs, from the
+// build's environment at that point (the base image's included), as
+// Docker does; RUN commands are left to the shell.
 func ParseDockerfile(r io.Reader, buildArgs map[string]string) (Spec, []string, error) {
 	res, err := parser.Parse(r)
 	if err != nil {
 		return Spec{}, nil, fmt.Errorf("Dockerfile: %v: %w", err, errdefs.ErrInvalid)
 	}
-	p := dfParser{lex: shell.NewLex(res.EscapeToken), vars: map[string]string{}, buildArgs: buildArgs}
+	if res.EscapeToken != '\\' {
+		return Spec{}, nil, fmt.Errorf("Dockerfile: the escape directive is not supported: %w", errdefs.ErrUnsupported)
+	}
+	p := dfParser{lex: shell.NewLex('\\'), vars: map[string]string{}, buildArgs: buildArgs}
 	for _, n := range res.AST.Children {
 		if err := p.node(n); err != nil {
 			return Spec{}, nil, err
@@ -117,28 +122,27 @@ func (p *dfParser) node(n *parser.Node) error {
 			name, def, hasDef := strings.Cut(kv, "=")
 			v, given := p.buildArgs[name]
 			if !given && hasDef {
-				var err error
-				if v, err = p.expand(def); err != nil {
+				v = def
+			}
+			if !p.sawFrom {
+				// A global ARG only serves FROM.
+				exp, err := p.expand(v)
+				if err != nil {
 					return fmt.Errorf("Dockerfile line %d: %v: %w", n.StartLine, err, errdefs.ErrInvalid)
 				}
+				p.vars[name] = exp
+				continue
 			}
-			p.vars[name] = v
-			if p.sawFrom {
-				p.spec.Steps = append(p.spec.Steps, Step{Type: StepArg, Args: []string{name, v}})
-			}
+			p.spec.Steps = append(p.spec.Steps, Step{Type: StepArg, Args: []string{name, v}, Expand: !given})
 		}
 	case "ENV":
-		if len(a)%2 != 0 || len(a) == 0 {
+		// The parser yields (key, value, separator) triples.
+		if len(a)%3 != 0 || len(a) == 0 {
 			return fmt.Errorf("Dockerfile line %d: ENV needs KEY=VALUE pairs: %w", n.StartLine, errdefs.ErrInvalid)
 		}
-		step := Step{Type: StepEnv}
-		for i := 0; i < len(a); i += 2 {
-			v, err := p.expand(a[i+1])
-			if err != nil {
-				return fmt.Errorf("Dockerfile line %d: %v: %w", n.StartLine, err, errdefs.ErrInvalid)
-			}
-			p.vars[a[i]] = v
-			step.Args = append(step.Args, a[i], v)
+		step := Step{Type: StepEnv, Expand: true}
+		for i := 0; i < len(a); i += 3 {
+			step.Args = append(step.Args, a[i], a[i+1])
 		}
 		p.spec.Steps = append(p.spec.Steps, step)
 	case "RUN":
@@ -172,38 +176,22 @@ func (p *dfParser) node(n *parser.Node) error {
 		if len(a) < 2 {
 			return fmt.Errorf("Dockerfile line %d: %s needs a source and a destination: %w", n.StartLine, instr, errdefs.ErrInvalid)
 		}
-		exp := make([]string, len(a))
-		for i, s := range a {
-			v, err := p.expand(s)
-			if err != nil {
-				return fmt.Errorf("Dockerfile line %d: %v: %w", n.StartLine, err, errdefs.ErrInvalid)
-			}
-			exp[i] = v
-		}
-		dest := exp[len(exp)-1]
-		srcs := exp[:len(exp)-1]
+		dest := a[len(a)-1]
+		srcs := a[:len(a)-1]
 		if len(srcs) > 1 && !strings.HasSuffix(dest, "/") {
 			return fmt.Errorf("Dockerfile line %d: %s with several sources needs a destination ending in /: %w", n.StartLine, instr, errdefs.ErrInvalid)
-		}
-		chownExp, err := p.expand(chown)
-		if err != nil {
-			return fmt.Errorf("Dockerfile line %d: %v: %w", n.StartLine, err, errdefs.ErrInvalid)
 		}
 		for _, src := range srcs {
 			if instr == "ADD" && strings.Contains(src, "://") {
 				return unsupported(n, "ADD from a URL")
 			}
-			p.spec.Steps = append(p.spec.Steps, Step{Type: instr, Args: []string{src, dest, chownExp, chmod}})
+			p.spec.Steps = append(p.spec.Steps, Step{Type: instr, Args: []string{src, dest, chown, chmod}, Expand: true})
 		}
 	case "WORKDIR", "USER":
 		if len(a) != 1 {
 			return fmt.Errorf("Dockerfile line %d: %s needs one argument: %w", n.StartLine, instr, errdefs.ErrInvalid)
 		}
-		v, err := p.expand(a[0])
-		if err != nil {
-			return fmt.Errorf("Dockerfile line %d: %v: %w", n.StartLine, err, errdefs.ErrInvalid)
-		}
-		p.spec.Steps = append(p.spec.Steps, Step{Type: instr, Args: []string{v}})
+		p.spec.Steps = append(p.spec.Steps, Step{Type: instr, Args: []string{a[0]}, Expand: true})
 	case "CMD":
 		p.cmd = a
 		if !n.Attributes["json"] {
@@ -233,4 +221,42 @@ func shellJoinCmd(entrypoint, cmd []string) string {
 		return all[2]
 	}
 	return shellJoin(all)
+}
+
+// expandStep expands variables in a Dockerfile step's arguments with env
+// (the build's ARG and ENV values at that step).
+func expandStep(s Step, env map[string]string) (Step, error) {
+	lex := shell.NewLex('\\')
+	out := s
+	out.Args = slices.Clone(s.Args)
+	exp := func(i int) error {
+		if i >= len(out.Args) {
+			return nil
+		}
+		v, _, err := lex.ProcessWord(out.Args[i], envGetter(env))
+		if err != nil {
+			return fmt.Errorf("%s: %v: %w", s.Type, err, errdefs.ErrInvalid)
+		}
+		out.Args[i] = v
+		return nil
+	}
+	var idx []int
+	switch s.Type {
+	case StepEnv:
+		for i := 1; i < len(s.Args); i += 2 {
+			idx = append(idx, i)
+		}
+	case StepArg:
+		idx = []int{1}
+	case StepCopy, StepAdd:
+		idx = []int{0, 1, 2}
+	case StepWorkdir, StepUser:
+		idx = []int{0}
+	}
+	for _, i := range idx {
+		if err := exp(i); err != nil {
+			return Step{}, err
+		}
+	}
+	return out, nil
 }

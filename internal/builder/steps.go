@@ -152,6 +152,14 @@ func (b *Builder) step(ctx context.Context, buildID, name string, s Step, st *st
 	fail := func(err error) (*state, bool, error) {
 		return nil, false, &StepError{Step: name, Command: desc, Err: err}
 	}
+	if s.Expand {
+		vars := templates.MergeEnv(st.Args, st.Env, nil) // ENV wins over ARG
+		var err error
+		if s, err = expandStep(s, vars); err != nil {
+			return fail(err)
+		}
+		desc = describe(s)
+	}
 	if err := validateStep(s); err != nil {
 		return fail(err)
 	}
