@@ -1,0 +1,145 @@
+//go:build e2e
+
+package envde2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func require(t *testing.T, ok bool, reason string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("prerequisite missing under CI: %s", reason)
+	}
+	t.Skipf("skipping: %s", reason)
+}
+
+// netns creates a network namespace with loopback up and deletes it at
+// cleanup.
+func netns(t *testing.T) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "wenvd-" + hex.EncodeToString(b[:])
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
+			t.Logf("ip netns delete %s: %v: %s", name, err, out)
+		}
+	})
+	if out, err := exec.Command("ip", "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up in %s: %v: %s", name, err, out)
+	}
+	return name
+}
+
+// startEnvd runs envd on port 49983 in ns and waits until it listens.
+func startEnvd(t *testing.T, envd, ns string) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns, envd, "--port", "49983", "--log-level", "debug")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start envd: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(unix.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			if os.Getenv("WARREN_E2E_VERBOSE") != "" {
+				t.Log("envd:", line)
+			}
+			if !signalled && strings.Contains(line, `"envd listening"`) {
+				signalled = true
+				close(ready)
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(time.Minute):
+		t.Fatal("envd did not start listening")
+	}
+}
+
+// userXattrs reports whether dir's filesystem stores user xattrs.
+func userXattrs(dir string) bool {
+	f := filepath.Join(dir, ".xattr-probe")
+	if err := os.WriteFile(f, nil, 0o644); err != nil {
+		return false
+	}
+	defer os.Remove(f)
+	return unix.Setxattr(f, "user.probe", []byte("1"), 0) == nil
+}
+
+func TestSDK(t *testing.T) {
+	require(t, os.Geteuid() == 0, "needs root for a network namespace")
+	envd := os.Getenv("WARREN_ENVD")
+	require(t, envd != "", "WARREN_ENVD is not set (make build)")
+	_, err := os.Stat(envd)
+	require(t, err == nil, "envd binary "+envd+" missing (make build)")
+	node, err := exec.LookPath("node")
+	require(t, err == nil, "needs node")
+	_, err = os.Stat("../node_modules/e2b")
+	require(t, err == nil, "e2e/node_modules/e2b missing (npm ci in e2e/)")
+	_, err = exec.LookPath("ip")
+	require(t, err == nil, "needs iproute2")
+
+	ns := netns(t)
+	startEnvd(t, envd, ns)
+
+	for _, script := range []string{"commands.mjs", "files.mjs", "pty.mjs", "watch.mjs"} {
+		t.Run(strings.TrimSuffix(script, ".mjs"), func(t *testing.T) {
+			work, err := os.MkdirTemp("", "envd-e2e-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(work) })
+			xattrs := "0"
+			if userXattrs(work) {
+				xattrs = "1"
+			}
+			t.Logf("user xattrs in %s: %s", work, xattrs)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, node, script)
+			cmd.Env = append(os.Environ(), "E2B_DEBUG=true", "E2B_API_KEY=e2b_test", "WORK_DIR="+work, "XATTRS="+xattrs)
+			out, err := cmd.CombinedOutput()
+			t.Logf("%s:\n%s", script, out)
+			if err != nil {
+				t.Fatalf("%s: %v", script, err)
+			}
+		})
+	}
+}
