@@ -15,14 +15,15 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/envd"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // EnvdVersion is the envd protocol version the node reports for its
-// sandboxes. TODO: take it from the envd package once it exports one.
-const EnvdVersion = "0.6.13"
+// sandboxes (the envd it mounts into them).
+const EnvdVersion = envd.Version
 
 // Defaults of Config.
 const (
@@ -519,9 +520,7 @@ func (a *Agent) reclaimLoop() {
 			known[id] = true
 		}
 		a.mu.Unlock()
-		if err := a.reclaim(a.ctx, known, known); err != nil {
-			a.log.Warn("periodic reclaim of leaked objects", "error", err)
-		}
+		a.reclaim(a.ctx, known, known)
 		a.reclaimMu.Unlock()
 	}
 }

@@ -1,22 +1,25 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/warren-sandbox/warren/api/envd/process"
+	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // HTTPEnvd talks to envd over HTTP: /health, /init, and the Connect process
-// service (JSON codec) for the template's start command.
+// service for the template's start command.
 type HTTPEnvd struct {
 	client *http.Client
 }
@@ -97,90 +100,35 @@ func (e *HTTPEnvd) Init(ctx context.Context, addr, initToken string, body EnvdIn
 	return nil
 }
 
-// Start implements Envd: it calls process.Process/Start (Connect protocol,
-// JSON codec), reads the stream up to the start event and leaves the
-// process running.
+// Start implements Envd: it calls envd's process.Process/Start, reads the
+// stream up to the start event and closes it, leaving the process running.
 func (e *HTTPEnvd) Start(ctx context.Context, addr, accessToken string, p EnvdProcess) error {
-	type config struct {
-		Cmd  string            `json:"cmd"`
-		Args []string          `json:"args,omitempty"`
-		Envs map[string]string `json:"envs,omitempty"`
-		Cwd  string            `json:"cwd,omitempty"`
-	}
-	msg, err := json.Marshal(struct {
-		Process config `json:"process"`
-		Tag     string `json:"tag,omitempty"`
-		Stdin   bool   `json:"stdin"`
-	}{Process: config{Cmd: p.Cmd, Args: p.Args, Envs: p.Envs, Cwd: p.Cwd}, Tag: p.Tag})
-	if err != nil {
-		return fmt.Errorf("envd start %q: %w", p.Tag, err)
-	}
-	var body bytes.Buffer
-	var hdr [5]byte
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(msg)))
-	body.Write(hdr[:])
-	body.Write(msg)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel() // closes the stream; the process keeps running in envd
-	req, err := http.NewRequestWithContext(sctx, http.MethodPost, "http://"+addr+"/process.Process/Start", &body)
+	c := processconnect.NewProcessClient(e.client, "http://"+addr)
+	req := connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: p.Cmd, Args: p.Args, Envs: p.Envs, Cwd: proto.String(p.Cwd)},
+		Tag:     proto.String(p.Tag),
+		Stdin:   proto.Bool(false),
+	})
+	if p.User != "" {
+		req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(p.User+":")))
+	}
+	if accessToken != "" {
+		req.Header().Set("X-Access-Token", accessToken)
+	}
+	stream, err := c.Start(sctx, req)
 	if err != nil {
 		return fmt.Errorf("envd start %q: %w", p.Tag, err)
 	}
-	req.Header.Set("Content-Type", "application/connect+json")
-	req.Header.Set("Connect-Protocol-Version", "1")
-	if p.User != "" {
-		req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(p.User+":")))
-	}
-	if accessToken != "" {
-		req.Header.Set("X-Access-Token", accessToken)
-	}
-	resp, err := e.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("envd start %q: %w: %w", p.Tag, err, errdefs.ErrUnavailable)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("envd start %q: %s: %s", p.Tag, resp.Status, bytes.TrimSpace(msg))
-	}
-	r := bufio.NewReader(resp.Body)
-	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return fmt.Errorf("envd start %q: stream ended before the process started: %w", p.Tag, err)
-		}
-		n := binary.BigEndian.Uint32(hdr[1:])
-		if n > 1<<20 {
-			return fmt.Errorf("envd start %q: stream message of %d bytes", p.Tag, n)
-		}
-		data := make([]byte, n)
-		if _, err := io.ReadFull(r, data); err != nil {
-			return fmt.Errorf("envd start %q: %w", p.Tag, err)
-		}
-		if hdr[0]&0x02 != 0 { // end of stream
-			var end struct {
-				Error *struct {
-					Code    string `json:"code"`
-					Message string `json:"message"`
-				} `json:"error"`
-			}
-			_ = json.Unmarshal(data, &end)
-			if end.Error != nil {
-				return fmt.Errorf("envd start %q: %s: %s", p.Tag, end.Error.Code, end.Error.Message)
-			}
-			return fmt.Errorf("envd start %q: stream ended before the process started", p.Tag)
-		}
-		var ev struct {
-			Event struct {
-				Start *struct {
-					Pid uint32 `json:"pid"`
-				} `json:"start"`
-			} `json:"event"`
-		}
-		if err := json.Unmarshal(data, &ev); err != nil {
-			return fmt.Errorf("envd start %q: %w", p.Tag, err)
-		}
-		if ev.Event.Start != nil {
+	defer stream.Close()
+	for stream.Receive() {
+		if stream.Msg().GetEvent().GetStart() != nil {
 			return nil
 		}
 	}
+	if err := stream.Err(); err != nil {
+		return fmt.Errorf("envd start %q: %w", p.Tag, err)
+	}
+	return fmt.Errorf("envd start %q: stream ended before the process started", p.Tag)
 }

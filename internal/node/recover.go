@@ -86,9 +86,7 @@ func (a *Agent) recover(ctx context.Context) error {
 			log.Info("sandbox left half made; its objects are reclaimed", "state", r.State)
 		}
 	}
-	if err := a.reclaim(ctx, running, known); err != nil {
-		return err
-	}
+	a.reclaim(ctx, running, known)
 	for _, ev := range lost {
 		a.emit(ev)
 	}
@@ -143,8 +141,9 @@ func (a *Agent) adopt(ctx context.Context, r *record) error {
 // reclaim destroys host objects whose sandbox is not in running (runtime
 // containers, cgroups, network objects, mounts) or not in known (layers,
 // state directories), counting them by kind. Each object's owner is checked
-// from its name before it is touched.
-func (a *Agent) reclaim(ctx context.Context, running, known map[string]bool) error {
+// from its name before it is touched. What cannot be reclaimed is logged and
+// tried again by the next pass.
+func (a *Agent) reclaim(ctx context.Context, running, known map[string]bool) {
 	var errs []error
 	ids, err := a.drv.List(ctx)
 	if err != nil {
@@ -232,5 +231,4 @@ func (a *Agent) reclaim(ctx context.Context, running, known map[string]bool) err
 	if len(errs) > 0 {
 		a.log.Warn("some leaked objects could not be reclaimed", "error", errors.Join(errs...))
 	}
-	return nil
 }
