@@ -79,7 +79,7 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error)
 	log := a.log.With("sandbox_id", req.ID, "execution_id", execID, "template_id", req.Template.ID, "team_id", req.TeamID)
 	fail := func(err error) (*Sandbox, error) {
 		a.forget(s)
-		if rmErr := os.RemoveAll(sandboxDir(a.cfg.DataDir, req.ID)); rmErr != nil {
+		if rmErr := removeDir(sandboxDir(a.cfg.DataDir, req.ID)); rmErr != nil {
 			log.Warn("remove state dir of failed create", "error", rmErr)
 		}
 		log.Debug("create failed", "error", err)
@@ -87,7 +87,7 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error)
 	}
 	dir := sandboxDir(a.cfg.DataDir, req.ID)
 	// A directory without a sandbox in memory is a leftover: replace it.
-	if err := os.RemoveAll(dir); err != nil {
+	if err := removeDir(dir); err != nil {
 		return fail(err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -374,7 +374,7 @@ func (a *Agent) destroy(ctx context.Context, s *sbx, log *slog.Logger) {
 	}
 	s.persistMu.Lock()
 	defer s.persistMu.Unlock()
-	if err := os.RemoveAll(sandboxDir(a.cfg.DataDir, id)); err != nil {
+	if err := removeDir(sandboxDir(a.cfg.DataDir, id)); err != nil {
 		log.Warn("remove state dir; the leak reclaim will retry", "error", err)
 	}
 	log.Debug("sandbox host objects released")

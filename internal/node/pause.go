@@ -360,7 +360,7 @@ func (a *Agent) Fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbo
 	}
 	for _, c := range children {
 		cdir := sandboxDir(a.cfg.DataDir, c.rec.ID)
-		if err := os.RemoveAll(cdir); err != nil {
+		if err := removeDir(cdir); err != nil {
 			src.op.Unlock()
 			return fail(err)
 		}

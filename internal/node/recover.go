@@ -220,7 +220,7 @@ func (a *Agent) reclaim(ctx context.Context, running, known map[string]bool) {
 		if !ok || !sandbox.ValidID(id) || known[id] {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(sandboxesDir(a.cfg.DataDir), e.Name())); err != nil {
+		if err := removeDir(filepath.Join(sandboxesDir(a.cfg.DataDir), e.Name())); err != nil {
 			errs = append(errs, fmt.Errorf("state dir %q: %w", e.Name(), err))
 			continue
 		}
@@ -231,4 +231,18 @@ func (a *Agent) reclaim(ctx context.Context, running, known map[string]bool) {
 	if len(errs) > 0 {
 		a.log.Warn("some leaked objects could not be reclaimed", "error", errors.Join(errs...))
 	}
+}
+
+// removeDir removes a sandbox's state directory, unless something is
+// mounted below it: then nothing is removed (a later pass retries, once the
+// mount's owner released it).
+func removeDir(dir string) error {
+	mps, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	if len(mps) > 0 {
+		return fmt.Errorf("still mounted below it: %v: %w", mps, errdefs.ErrConflict)
+	}
+	return os.RemoveAll(dir)
 }
