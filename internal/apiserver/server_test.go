@@ -461,3 +461,68 @@ func TestKeys(t *testing.T) {
 		t.Fatalf("NewKey %q invalid", key)
 	}
 }
+
+func TestForkAndAdmin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	src := e.create(e.key2, client.NewSandbox{Metadata: map[string]string{"m": "1"}})
+	res := e.do("POST", "/sandboxes/"+src.SandboxID+"/fork", e.key2, `{"count":2,"timeout":60}`)
+	var forks []client.ForkResult
+	if err := json.Unmarshal(res.body, &forks); err != nil || res.status != 201 || len(forks) != 2 {
+		t.Fatalf("fork: %d %s", res.status, res.body)
+	}
+	for _, f := range forks {
+		if f.Sandbox == nil || f.Error != nil || f.Sandbox.SandboxID == src.SandboxID || f.Sandbox.EnvdVersion == "" {
+			t.Fatalf("fork result %+v", f)
+		}
+		d, err := e.client(e.key2).Get(ctx, f.Sandbox.SandboxID)
+		if err != nil || d.Metadata["m"] != "1" || d.State != "running" {
+			t.Fatalf("forked sandbox %+v %v", d, err)
+		}
+	}
+	// Forks count towards the limit: t1 allows 3.
+	src1 := e.create(e.key1, client.NewSandbox{})
+	res = e.do("POST", "/sandboxes/"+src1.SandboxID+"/fork", e.key1, `{"count":3}`)
+	if err := json.Unmarshal(res.body, &forks); err != nil || res.status != 201 || len(forks) != 3 {
+		t.Fatalf("fork over limit: %d %s", res.status, res.body)
+	}
+	if forks[0].Sandbox == nil || forks[1].Sandbox == nil || forks[2].Error == nil || forks[2].Error.Code != 429 {
+		t.Fatalf("fork over limit results %s", res.body)
+	}
+
+	admin := []string{"X-Admin-Token", adminToken}
+	res = e.do("POST", "/admin/teams/t2/api-keys", "", `{"name":"ops"}`, admin...)
+	var created struct{ ID, Key string }
+	if json.Unmarshal(res.body, &created); res.status != 201 || !apiserver.ValidKey(created.Key) {
+		t.Fatalf("admin create key: %d %s", res.status, res.body)
+	}
+	if _, _, err := e.client(created.Key).List(ctx, client.ListOptions{}); err != nil {
+		t.Fatalf("new key: %v", err)
+	}
+	if res = e.do("DELETE", "/admin/teams/t2/api-keys/"+created.ID, "", "", admin...); res.status != 204 {
+		t.Fatalf("admin delete key: %d %s", res.status, res.body)
+	}
+	if _, _, err := e.client(created.Key).List(ctx, client.ListOptions{}); err == nil {
+		t.Fatal("revoked key still works")
+	}
+	res = e.do("POST", "/admin/teams/t2/sandboxes/kill", "", "", admin...)
+	if res.status != 200 || !strings.Contains(string(res.body), `"killedCount":3`) {
+		t.Fatalf("admin kill team: %d %s", res.status, res.body)
+	}
+	if list, _, _ := e.client(e.key2).List(ctx, client.ListOptions{}); len(list) != 0 {
+		t.Fatalf("team t2 still has %d sandboxes", len(list))
+	}
+	evs, _ := e.st.ListEvents(ctx, src.SandboxID)
+	if last := evs[len(evs)-1]; last.Reason != "admin" {
+		t.Fatalf("admin kill reason %q", last.Reason)
+	}
+	// Admin acting as a team creates in that team.
+	res = e.do("POST", "/v2/sandboxes", "", `{"templateID":"base"}`, "X-Admin-Token", adminToken, "X-Team-ID", "t2")
+	if res.status != 201 {
+		t.Fatalf("admin create as t2: %d %s", res.status, res.body)
+	}
+	if res = e.do("GET", "/v2/sandboxes", "", "", "X-Admin-Token", adminToken, "X-Team-ID", "nope"); res.status != 400 {
+		t.Fatalf("admin unknown team: %d %s", res.status, res.body)
+	}
+}

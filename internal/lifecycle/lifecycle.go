@@ -174,12 +174,18 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, e
 		if !ns.StartedAt.IsZero() {
 			s.StartedAt = ns.StartedAt.UTC()
 		}
+		// The TTL counts from when the sandbox is ready, not from when it
+		// was asked for: a slow start does not eat into it.
+		s.EndAt = time.Now().UTC().Add(p.Timeout)
 		return nil
 	})
 	if err != nil {
 		// Killed while starting (e.g. by a concurrent DELETE): stop it.
 		m.node.Kill(context.WithoutCancel(ctx), ns.ID, sandbox.KillRequest) //nolint:errcheck
 		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if err := m.node.SetEndTime(context.WithoutCancel(ctx), sb.ID, sb.EndAt); err != nil {
+		log.Warn("node set end time", "error", err)
 	}
 	m.event(ctx, sb, store.EventCreated, "", "")
 	m.arm(sb.ID, sb.EndAt)
