@@ -61,3 +61,18 @@ assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid), 'disconnect
 assert.equal(await sbx.commands.kill(bg.pid), true)
 
 console.log('commands ok')
+
+// envd is PID 1 here: orphans it inherits are reaped (no zombies linger)
+// while the exit codes of its own processes stay right.
+assert.equal((await sbx.commands.run('cat /proc/1/comm')).stdout, 'envd\n')
+for (let i = 0; i < 5; i++) {
+  const o = await sbx.commands.run('for i in 1 2 3 4 5; do (sleep 0.01 &) ; done; exit 4').catch((e) => e)
+  assert.equal(o.exitCode, 4)
+}
+let zombies = -1
+for (let i = 0; i < 200 && zombies !== 0; i++) {
+  const z = await sbx.commands.run("sleep 0.05; grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l")
+  zombies = Number(z.stdout.trim())
+}
+assert.equal(zombies, 0, 'zombies are not reaped')
+console.log('pid 1 ok')

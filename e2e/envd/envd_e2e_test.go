@@ -49,10 +49,12 @@ func netns(t *testing.T) string {
 	return name
 }
 
-// startEnvd runs envd on port 49983 in ns and waits until it listens.
+// startEnvd runs envd on port 49983 in ns as PID 1 of a new PID namespace
+// (as in a sandbox) and waits until it listens.
 func startEnvd(t *testing.T, envd, ns string) {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", ns, envd, "--port", "49983", "--log-level", "debug")
+	cmd := exec.Command("ip", "netns", "exec", ns, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
+		envd, "--port", "49983", "--log-level", "debug")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +117,8 @@ func TestSDK(t *testing.T) {
 	require(t, err == nil, "e2e/node_modules/e2b missing (npm ci in e2e/)")
 	_, err = exec.LookPath("ip")
 	require(t, err == nil, "needs iproute2")
+	_, err = exec.LookPath("unshare")
+	require(t, err == nil, "needs unshare (util-linux)")
 
 	ns := netns(t)
 	startEnvd(t, envd, ns)
