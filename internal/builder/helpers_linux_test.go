@@ -175,6 +175,11 @@ type fixture struct {
 
 func newFixture(t *testing.T, base []byte) *fixture {
 	t.Helper()
+	return newFixtureWith(t, base, ChrootRunner{})
+}
+
+func newFixtureWith(t *testing.T, base []byte, runner Runner) *fixture {
+	t.Helper()
 	needRoot(t)
 	dir := t.TempDir()
 	cat, err := templates.New(templates.Config{DataDir: filepath.Join(dir, "templates"), Mmdebstrap: "/nonexistent"})
@@ -195,7 +200,7 @@ func newFixture(t *testing.T, base []byte) *fixture {
 		}
 	}
 	b, err := New(Config{
-		DataDir: filepath.Join(dir, "builder"), Catalog: cat, Runner: ChrootRunner{},
+		DataDir: filepath.Join(dir, "builder"), Catalog: cat, Runner: runner,
 		ReadyInterval: 50 * time.Millisecond, ReadyTimeout: time.Minute,
 	})
 	if err != nil {

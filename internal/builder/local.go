@@ -1,0 +1,67 @@
+package builder
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// LocalConfig is the one-machine set-up of templates and builds under a
+// data directory, shared by `warren serve` and `warren template`.
+type LocalConfig struct {
+	// DataDir is warren's data directory; the catalog lives in
+	// DataDir/templates, the build engine's cache in DataDir/builder.
+	DataDir string
+	// BaseRootFSTar is a pre-built base root filesystem (optional).
+	BaseRootFSTar string
+	// Runner runs build steps; RuncRunner{} by default.
+	Runner Runner
+	// Network gives build steps outbound network access (default true
+	// through NoNetwork=false).
+	NoNetwork bool
+	Logger    *slog.Logger
+}
+
+// Local is a catalog, a builder and a build service over one data
+// directory.
+type Local struct {
+	Catalog *templates.Catalog
+	Builder *Builder
+	Service *Service
+}
+
+// OpenLocal opens the catalog and build engine under cfg.DataDir. The
+// caller owns Service (Close it); `warren serve` also calls
+// Service.Recover and Catalog.EnsureBase at start.
+func OpenLocal(cfg LocalConfig) (*Local, error) {
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("templates: no data directory")
+	}
+	if cfg.Runner == nil {
+		cfg.Runner = RuncRunner{}
+	}
+	var log *slog.Logger
+	if cfg.Logger != nil {
+		log = cfg.Logger
+	}
+	cat, err := templates.New(templates.Config{
+		DataDir: filepath.Join(cfg.DataDir, "templates"), BaseRootFSTar: cfg.BaseRootFSTar, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	b, err := New(Config{
+		DataDir: filepath.Join(cfg.DataDir, "builder"), Catalog: cat, Runner: cfg.Runner,
+		Logger: log, Network: !cfg.NoNetwork,
+	})
+	if err != nil {
+		return nil, err
+	}
+	svc, err := NewService(ServiceConfig{Builder: b, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &Local{Catalog: cat, Builder: b, Service: svc}, nil
+}
