@@ -615,3 +615,19 @@ func (m *Manager) Route(ctx context.Context, id string) (*Route, error) {
 	return &Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
 		EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken}, nil
 }
+
+// EnvdTokens returns the envd access tokens of running sandboxes by ID, for
+// the proxy's signed-URL routing.
+func (m *Manager) EnvdTokens(ctx context.Context) (map[string]string, error) {
+	sbs, err := m.st.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning}})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(sbs))
+	for _, sb := range sbs {
+		if sb.Spec.EnvdAccessToken != "" {
+			out[sb.ID] = sb.Spec.EnvdAccessToken
+		}
+	}
+	return out, nil
+}

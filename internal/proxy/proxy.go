@@ -140,6 +140,9 @@ func (p *Proxy) parse(r *http.Request) (id string, port int, ok bool, err error)
 	if shared {
 		id = r.Header.Get(HeaderSandboxID)
 		if id == "" {
+			if signedFiles(r) {
+				return "", EnvdPort, true, nil // the sandbox is found by its signature
+			}
 			return "", 0, false, nil
 		}
 		ps := r.Header.Get(HeaderSandboxPort)
@@ -180,6 +183,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeJSONError(w, r, http.StatusBadRequest, errBody{SandboxID: id, Message: err.Error(), Code: 400})
 		return
+	}
+	if id == "" {
+		if id, err = p.sandboxBySignature(r); err != nil {
+			p.log.Warn("proxy signed url", "error", err)
+			writeJSONError(w, r, http.StatusBadGateway, errBody{Message: "The sandbox could not be reached", Code: 502})
+			return
+		}
+		if id == "" {
+			writeJSONError(w, r, http.StatusUnauthorized, errBody{Message: "invalid signature", Code: 401})
+			return
+		}
 	}
 	if port == EnvdPort {
 		for _, ir := range internalRoutes {
