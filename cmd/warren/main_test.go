@@ -88,7 +88,7 @@ func TestServe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	key := "e2b_" + strings.Repeat("0123456789", 4)
-	env, stop := serve(t, dir, "--api-key", key)
+	env, stop := serve(t, dir, "--api-key", key, "--admin-token", "adm")
 	if env["E2B_API_KEY"] != key || env["E2B_API_URL"] == "" || env["E2B_SANDBOX_URL"] != env["E2B_API_URL"] {
 		t.Fatalf("exports = %v", env)
 	}
@@ -118,6 +118,20 @@ func TestServe(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 502 || !strings.Contains(string(body), "The sandbox was not found") {
 		t.Fatalf("health of killed sandbox: %d %s", resp.StatusCode, body)
+	}
+	req, _ = http.NewRequest("GET", env["E2B_API_URL"]+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer adm")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `sandbox_killed_total{kill_reason="request"} 1`) {
+		t.Fatalf("metrics: %d %.500s", resp.StatusCode, body)
+	}
+	if resp, err := http.Get(env["E2B_API_URL"] + "/metrics"); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("metrics without a token: %v %v", resp.StatusCode, err)
 	}
 	stop()
 

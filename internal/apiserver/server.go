@@ -57,6 +57,9 @@ type Config struct {
 	// RetryAfter is the Retry-After sent with a concurrency 429 (default
 	// 5 s).
 	RetryAfter time.Duration
+	// Metrics, when set, is served at GET /metrics to admins (X-Admin-Token,
+	// or Authorization: Bearer <admin token> for scrapers).
+	Metrics http.Handler
 }
 
 // Server serves the API. It is an http.Handler.
@@ -140,6 +143,9 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /admin/sandboxes/running-counts", admin(s.adminRunningCounts))
 	s.mux.Handle("POST /admin/teams/{teamID}/api-keys", admin(s.adminCreateKey))
 	s.mux.Handle("DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}", admin(s.adminDeleteKey))
+	if s.cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", admin(func(w http.ResponseWriter, r *http.Request, _ *caller) { s.cfg.Metrics.ServeHTTP(w, r) }))
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -202,7 +208,11 @@ func (s *Server) auth(h func(http.ResponseWriter, *http.Request, *caller), admin
 
 func (s *Server) authenticate(r *http.Request) (*caller, int, string) {
 	ctx := r.Context()
-	if tok := r.Header.Get("X-Admin-Token"); tok != "" {
+	tok := r.Header.Get("X-Admin-Token")
+	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok == "" && !strings.HasPrefix(b, KeyPrefix) {
+		tok = b
+	}
+	if tok != "" {
 		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) != 1 {
 			return nil, http.StatusUnauthorized, "invalid admin token"
 		}

@@ -22,6 +22,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
@@ -135,18 +139,21 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Domain = fmt.Sprintf("localhost:%d", addr.Port)
 	}
 
-	nd, templates, closeNode, err := buildNode(ctx, cfg)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	nd, templates, closeNode, err := buildNode(ctx, cfg, reg)
 	if err != nil {
 		return err
 	}
 	defer closeNode()
-	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: nd, Logger: log.With("component", "lifecycle")})
+	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: nd, Logger: log.With("component", "lifecycle"), Registry: reg})
 	if err != nil {
 		return err
 	}
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: templates, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	})
 	if err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -14,27 +16,28 @@ import (
 
 // buildNode makes the in-process node agent for cfg.Driver and the
 // template resolver that goes with it.
-func buildNode(ctx context.Context, cfg Config) (node.Service, apiserver.TemplateResolver, closer, error) {
+func buildNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (node.Service, apiserver.TemplateResolver, closer, error) {
 	switch cfg.Driver {
 	case "fake":
-		return fakeNode(ctx, cfg)
+		return fakeNode(ctx, cfg, reg)
 	default:
-		return realNode(ctx, cfg)
+		return realNode(ctx, cfg, reg)
 	}
 }
 
 // fakeNode runs the real node agent over the fake runtime driver and
 // in-memory host pieces: sandboxes exist only as records, with no envd.
 // It is for tests of the control plane and of the CLI.
-func fakeNode(ctx context.Context, cfg Config) (node.Service, apiserver.TemplateResolver, closer, error) {
+func fakeNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (node.Service, apiserver.TemplateResolver, closer, error) {
 	a, err := node.New(ctx, node.Config{
-		DataDir: filepath.Join(cfg.DataDir, "node"),
-		Driver:  fake.New(fake.Config{}),
-		Cgroups: nodetest.NewCgroups(),
-		Net:     nodetest.NewNet(),
-		Layers:  nodetest.NewLayers(),
-		Envd:    &nodetest.Envd{},
-		Logger:  cfg.Logger.With("component", "node"),
+		DataDir:  filepath.Join(cfg.DataDir, "node"),
+		Driver:   fake.New(fake.Config{}),
+		Cgroups:  nodetest.NewCgroups(),
+		Net:      nodetest.NewNet(),
+		Layers:   nodetest.NewLayers(),
+		Envd:     &nodetest.Envd{},
+		Logger:   cfg.Logger.With("component", "node"),
+		Registry: reg,
 		// Sandboxes of the fake driver do not survive a restart of the
 		// process; nothing on the host to reclaim either.
 		ReclaimInterval: -1,

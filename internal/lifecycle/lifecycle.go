@@ -29,6 +29,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -50,6 +52,9 @@ type Config struct {
 	// AutoResumeTimeout is the TTL given to a sandbox woken by traffic
 	// (default 5 min).
 	AutoResumeTimeout time.Duration
+	// Registry receives sandbox_killed_total{kill_reason}; nil registers
+	// nothing.
+	Registry prometheus.Registerer
 }
 
 // Manager runs sandbox lifecycles. Create it with New and start its
@@ -67,6 +72,8 @@ type Manager struct {
 	deadlines map[string]time.Time
 	wake      chan struct{}
 	wg        sync.WaitGroup
+
+	killed *prometheus.CounterVec
 }
 
 // New returns a Manager.
@@ -89,10 +96,20 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.AutoResumeTimeout <= 0 {
 		cfg.AutoResumeTimeout = 5 * time.Minute
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
 		deadlines: map[string]time.Time{}, wake: make(chan struct{}, 1),
-	}, nil
+		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_killed_total",
+			Help: "Sandboxes killed, by kill reason.",
+		}, []string{"kill_reason"}),
+	}
+	if cfg.Registry != nil {
+		if err := cfg.Registry.Register(m.killed); err != nil {
+			return nil, fmt.Errorf("lifecycle metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 func (m *Manager) lock(id string) func() {
@@ -281,6 +298,7 @@ func (m *Manager) markKilled(ctx context.Context, id string, reason sandbox.Kill
 		return nil, err
 	}
 	m.disarm(id)
+	m.killed.WithLabelValues(reason.String()).Inc()
 	m.event(ctx, sb, store.EventKilled, reason, "")
 	return sb, nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
@@ -20,6 +22,7 @@ import (
 
 type harness struct {
 	t    *testing.T
+	reg  *prometheus.Registry
 	st   store.Store
 	node *fakenode.Node
 	m    *lifecycle.Manager
@@ -31,7 +34,8 @@ type harness struct {
 // h.stop is called.
 func start(t *testing.T, st store.Store, n *fakenode.Node, tune func(*lifecycle.Config)) *harness {
 	t.Helper()
-	cfg := lifecycle.Config{Store: st, Node: n}
+	reg := prometheus.NewRegistry()
+	cfg := lifecycle.Config{Store: st, Node: n, Registry: reg}
 	if tune != nil {
 		tune(&cfg)
 	}
@@ -40,7 +44,7 @@ func start(t *testing.T, st store.Store, n *fakenode.Node, tune func(*lifecycle.
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: t, st: st, node: n, m: m, stop: cancel, done: make(chan error, 1)}
+	h := &harness{t: t, reg: reg, st: st, node: n, m: m, stop: cancel, done: make(chan error, 1)}
 	go func() { h.done <- m.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-h.done })
 	synctest.Wait()
@@ -69,6 +73,28 @@ func (h *harness) get(id string) *store.Sandbox {
 		h.t.Fatal(err)
 	}
 	return sb
+}
+
+// killed returns sandbox_killed_total for reason.
+func (h *harness) killed(reason string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sandbox_killed_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kill_reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func (h *harness) wantState(id string, state sandbox.State, reason sandbox.KillReason) {
@@ -100,6 +126,9 @@ func TestEvictor(t *testing.T) {
 			evs, _ := h.st.ListEvents(ctx, sb.ID)
 			if last := evs[len(evs)-1]; last.Type != store.EventKilled || last.Reason != sandbox.KillTimeout {
 				t.Fatalf("last event %+v", last)
+			}
+			if n := h.killed("timeout"); n != 1 {
+				t.Fatalf("sandbox_killed_total{kill_reason=timeout} = %v, want 1", n)
 			}
 		}},
 		{"set timeout can shorten", func(t *testing.T, h *harness) {
@@ -151,6 +180,9 @@ func TestEvictor(t *testing.T) {
 			h.node.Exit(sb.ID, sandbox.KillOOM)
 			synctest.Wait()
 			h.wantState(sb.ID, sandbox.StateKilled, sandbox.KillOOM)
+			if n := h.killed("oom"); n != 1 {
+				t.Fatalf("sandbox_killed_total{kill_reason=oom} = %v, want 1", n)
+			}
 			if _, ok := h.m.Deadline(sb.ID); ok {
 				t.Fatal("deadline still armed after exit")
 			}
