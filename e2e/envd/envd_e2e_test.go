@@ -123,7 +123,7 @@ func TestSDK(t *testing.T) {
 	ns := netns(t)
 	startEnvd(t, envd, ns)
 
-	for _, script := range []string{"commands.mjs", "files.mjs", "pty.mjs", "watch.mjs"} {
+	for _, script := range []string{"commands.mjs", "files.mjs", "pty.mjs", "watch.mjs", "signed.mjs"} {
 		t.Run(strings.TrimSuffix(script, ".mjs"), func(t *testing.T) {
 			work, err := os.MkdirTemp("", "envd-e2e-")
 			if err != nil {
