@@ -7,9 +7,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +65,16 @@ func startEnvd(t *testing.T, envd, ns string) {
 		t.Fatalf("start envd: %v", err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(unix.SIGTERM)
+		// unshare ignores SIGTERM while it waits: stop envd (its child,
+		// PID 1 of the namespace, whose exit ends every process there).
+		pid := cmd.Process.Pid
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if child, err := strconv.Atoi(f); err == nil {
+					_ = unix.Kill(child, unix.SIGTERM)
+				}
+			}
+		}
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
 		select {
