@@ -30,7 +30,7 @@ import (
 
 // needRoot skips (or fails under CI=true) a test that mounts overlays and
 // chroots.
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		return
@@ -44,7 +44,7 @@ func needRoot(t *testing.T) {
 // tinyRootFS is a tar of a minimal root filesystem made from the host's
 // dash (as /bin/sh) and cat with their libraries: enough for RUN steps of
 // simple shell commands.
-func tinyRootFS(t *testing.T) []byte {
+func tinyRootFS(t testing.TB) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -173,12 +173,12 @@ type fixture struct {
 	dir string
 }
 
-func newFixture(t *testing.T, base []byte) *fixture {
+func newFixture(t testing.TB, base []byte) *fixture {
 	t.Helper()
 	return newFixtureWith(t, base, ChrootRunner{})
 }
 
-func newFixtureWith(t *testing.T, base []byte, runner Runner) *fixture {
+func newFixtureWith(t testing.TB, base []byte, runner Runner) *fixture {
 	t.Helper()
 	needRoot(t)
 	dir := t.TempDir()
@@ -215,7 +215,7 @@ func newFixtureWith(t *testing.T, base []byte, runner Runner) *fixture {
 }
 
 // build creates a build for name and runs spec synchronously.
-func (f *fixture) build(t *testing.T, team, name string, spec Spec) (*templates.Build, error) {
+func (f *fixture) build(t testing.TB, team, name string, spec Spec) (*templates.Build, error) {
 	t.Helper()
 	ctx := context.Background()
 	_, bd, err := f.cat.CreateBuild(ctx, templates.CreateRequest{TeamID: team, Name: name})
@@ -231,7 +231,7 @@ func (f *fixture) build(t *testing.T, team, name string, spec Spec) (*templates.
 	return got, berr
 }
 
-func (f *fixture) logs(t *testing.T, buildID string) string {
+func (f *fixture) logs(t testing.TB, buildID string) string {
 	t.Helper()
 	entries, err := f.cat.Store().Logs(context.Background(), buildID, 0)
 	if err != nil {
@@ -244,7 +244,7 @@ func (f *fixture) logs(t *testing.T, buildID string) string {
 	return sb.String()
 }
 
-func readFile(t *testing.T, root, p string) string {
+func readFile(t testing.TB, root, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, p))
 	if err != nil {

@@ -1,0 +1,33 @@
+//go:build !linux
+
+package layer
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+var errNotLinux = fmt.Errorf("root filesystem layers need Linux: %w", errdefs.ErrUnsupported)
+
+// Unpack needs Linux.
+func Unpack(ctx context.Context, r io.Reader, dir string, progress func(written int64)) error {
+	return errNotLinux
+}
+
+// Flatten needs Linux.
+func Flatten(ctx context.Context, layers []string, dst string) error { return errNotLinux }
+
+// Mount is an overlay mount (Linux only).
+type Mount struct {
+	Merged string
+	Upper  string
+}
+
+// MountOverlay needs Linux.
+func MountOverlay(lowers []string, scratch string) (*Mount, error) { return nil, errNotLinux }
+
+// Unmount needs Linux.
+func (m *Mount) Unmount() error { return errNotLinux }
