@@ -55,8 +55,14 @@ func netns(t *testing.T) string {
 // (as in a sandbox) and waits until it listens.
 func startEnvd(t *testing.T, envd, ns string) {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", ns, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
-		envd, "--port", "49983", "--log-level", "debug")
+	startAndWait(t, exec.Command("ip", "netns", "exec", ns, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
+		envd, "--port", "49983", "--log-level", "debug"))
+}
+
+// startAndWait starts cmd (which runs envd) and waits for envd's
+// "listening" log line; at cleanup it stops envd.
+func startAndWait(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -134,22 +140,34 @@ func TestSDK(t *testing.T) {
 	ns := netns(t)
 	startEnvd(t, envd, ns)
 
-	for _, script := range []string{"commands.mjs", "files.mjs", "pty.mjs", "watch.mjs", "signed.mjs"} {
+	runScripts(t, node, ns, func(t *testing.T) string {
+		work, err := os.MkdirTemp("", "envd-e2e-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(work) })
+		return work
+	}, userXattrs)
+}
+
+// scripts are the SDK scripts, in order (signed.mjs sets and clears a token).
+var scripts = []string{"commands.mjs", "files.mjs", "pty.mjs", "watch.mjs", "signed.mjs"}
+
+// runScripts runs every SDK script in ns, each with a fresh work directory
+// (a path as envd sees it).
+func runScripts(t *testing.T, node, ns string, workDir func(*testing.T) string, xattrs func(string) bool) {
+	for _, script := range scripts {
 		t.Run(strings.TrimSuffix(script, ".mjs"), func(t *testing.T) {
-			work, err := os.MkdirTemp("", "envd-e2e-")
-			if err != nil {
-				t.Fatal(err)
+			work := workDir(t)
+			x := "0"
+			if xattrs(work) {
+				x = "1"
 			}
-			t.Cleanup(func() { _ = os.RemoveAll(work) })
-			xattrs := "0"
-			if userXattrs(work) {
-				xattrs = "1"
-			}
-			t.Logf("user xattrs in %s: %s", work, xattrs)
+			t.Logf("user xattrs in %s: %s", work, x)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, node, script)
-			cmd.Env = append(os.Environ(), "E2B_DEBUG=true", "E2B_API_KEY=e2b_test", "WORK_DIR="+work, "XATTRS="+xattrs)
+			cmd.Env = append(os.Environ(), "E2B_DEBUG=true", "E2B_API_KEY=e2b_test", "WORK_DIR="+work, "XATTRS="+x)
 			out, err := cmd.CombinedOutput()
 			t.Logf("%s:\n%s", script, out)
 			if err != nil {
