@@ -46,6 +46,9 @@ type Slot struct {
 	HostIP    netip.Addr `json:"hostIp"`  // host end of the veth (the guest's gateway)
 	GuestIP   netip.Addr `json:"guestIp"` // the sandbox's address, reachable from the host
 	Prefix    int        `json:"prefix"`
+	// Policy is the egress policy in force; Acquire and Update set it, and
+	// Adopt re-applies it.
+	Policy Policy `json:"policy"`
 }
 
 // Policy is a sandbox's egress policy.

@@ -1,0 +1,280 @@
+package netslot
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// The pool's nftables layout (one inet table):
+//
+//	input (hook input):     from a sandbox veth: established/related accept,
+//	                        HostAllowed accept, everything else rejected
+//	                        (the host's own addresses, the gateway included)
+//	forward (hook forward): per slot "iifname <veth> jump slot-<id>-<veth>";
+//	                        any other sandbox veth rejected (fail closed);
+//	                        to a sandbox veth only established/related
+//	postrouting (nat):      masquerade what leaves the pool's CIDR
+//	always_blocked:         reject the always-blocked destinations
+//	slot-<id>-<veth>:       non-IPv4 drop, spoofed source drop, DenyOut
+//	                        reject, HostAllowed accept, jump always_blocked,
+//	                        AllowOut accept, then accept (Internet) or reject
+const (
+	chainInput       = "input"
+	chainForward     = "forward"
+	chainPostrouting = "postrouting"
+	chainBlocked     = "always_blocked"
+)
+
+func (p *pool) table() *nftables.Table {
+	return &nftables.Table{Name: p.cfg.Table, Family: nftables.TableFamilyINet}
+}
+
+func (p *pool) chain(name string) *nftables.Chain {
+	return &nftables.Chain{Name: name, Table: p.table()}
+}
+
+// ifname matches the input or output interface name; a wildcard matches a
+// name prefix.
+func ifname(key expr.MetaKey, name string, wildcard bool, op expr.CmpOp) []expr.Any {
+	data := []byte(name)
+	if !wildcard {
+		data = make([]byte, unix.IFNAMSIZ)
+		copy(data, name)
+	}
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: data},
+	}
+}
+
+func isIPv4() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}
+}
+
+func notIPv4() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}
+}
+
+// ipMatch matches the IPv4 source (src) or destination against a prefix.
+// The packet must be known to be IPv4.
+func ipMatch(src bool, pfx netip.Prefix, op expr.CmpOp) []expr.Any {
+	off := uint32(16)
+	if src {
+		off = 12
+	}
+	pfx = pfx.Masked()
+	if pfx.Bits() == 0 {
+		if op == expr.CmpOpEq {
+			return nil // matches everything
+		}
+	}
+	a := pfx.Addr().As4()
+	out := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4}}
+	if pfx.Bits() < 32 {
+		mask := make([]byte, 4)
+		binary.BigEndian.PutUint32(mask, ^uint32(0)<<(32-pfx.Bits()))
+		out = append(out, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}})
+	}
+	return append(out, &expr.Cmp{Op: op, Register: 1, Data: a[:]})
+}
+
+func ctEstablished() []expr.Any {
+	bits := make([]byte, 4)
+	binary.NativeEndian.PutUint32(bits, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED)
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: bits, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
+	}
+}
+
+func accept() expr.Any { return &expr.Verdict{Kind: expr.VerdictAccept} }
+func drop() expr.Any   { return &expr.Verdict{Kind: expr.VerdictDrop} }
+
+// rejects are two rules that refuse what match matches: TCP with a reset
+// and everything else with ICMP "administratively prohibited", so that a
+// sandbox's connection fails at once instead of hanging (ICMP errors are
+// rate-limited by the kernel; resets are not).
+func rejects(match []expr.Any) [][]expr.Any {
+	return [][]expr.Any{
+		cat(match, []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
+		}),
+		cat(match, one(&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})),
+	}
+}
+
+func jump(chain string) expr.Any { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func one(e expr.Any) []expr.Any { return []expr.Any{e} }
+
+// setupBase (re)creates the table and its base chains in one transaction.
+// Slot chains are kept, but the jumps to them are flushed with the forward
+// chain, so slots not yet adopted again are cut off (fail closed).
+func (p *pool) setupBase() error {
+	c := p.nft
+	t := c.AddTable(p.table())
+	accPolicy := nftables.ChainPolicyAccept
+	input := c.AddChain(&nftables.Chain{Name: chainInput, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accPolicy})
+	forward := c.AddChain(&nftables.Chain{Name: chainForward, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accPolicy})
+	post := c.AddChain(&nftables.Chain{Name: chainPostrouting, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accPolicy})
+	blocked := c.AddChain(&nftables.Chain{Name: chainBlocked, Table: t})
+	for _, ch := range []*nftables.Chain{input, forward, post, blocked} {
+		c.FlushChain(ch)
+	}
+	wild := p.cfg.hostVethWildcard()
+	add := func(ch *nftables.Chain, e []expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e})
+	}
+	addRejects := func(ch *nftables.Chain, match []expr.Any) {
+		for _, r := range rejects(match) {
+			add(ch, r)
+		}
+	}
+
+	add(input, cat(ifname(expr.MetaKeyIIFNAME, wild, true, expr.CmpOpEq), ctEstablished(), one(accept())))
+	for _, h := range p.cfg.HostAllowed {
+		add(input, cat(ifname(expr.MetaKeyIIFNAME, wild, true, expr.CmpOpEq), isIPv4(), ipMatch(false, h, expr.CmpOpEq), one(accept())))
+	}
+	addRejects(input, ifname(expr.MetaKeyIIFNAME, wild, true, expr.CmpOpEq))
+
+	addRejects(forward, ifname(expr.MetaKeyIIFNAME, wild, true, expr.CmpOpEq))
+	add(forward, cat(ifname(expr.MetaKeyOIFNAME, wild, true, expr.CmpOpEq), ctEstablished(), one(accept())))
+	add(forward, cat(ifname(expr.MetaKeyOIFNAME, wild, true, expr.CmpOpEq), one(drop())))
+
+	add(post, cat(isIPv4(), ipMatch(true, p.cfg.CIDR, expr.CmpOpEq),
+		ifname(expr.MetaKeyOIFNAME, wild, true, expr.CmpOpNeq), one(&expr.Masq{})))
+
+	for _, b := range append(append([]netip.Prefix{}, alwaysBlocked...), p.cfg.CIDR) {
+		addRejects(blocked, ipMatch(false, b, expr.CmpOpEq))
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables table %q: %w", p.cfg.Table, err)
+	}
+	return nil
+}
+
+// slotRules are the egress rules of one slot.
+func (p *pool) slotRules(s *Slot, pol Policy) [][]expr.Any {
+	guest := netip.PrefixFrom(s.GuestIP, 32)
+	rules := [][]expr.Any{
+		cat(notIPv4(), one(drop())),
+		cat(ipMatch(true, guest, expr.CmpOpNeq), one(drop())),
+	}
+	for _, d := range pol.DenyOut {
+		rules = append(rules, rejects(ipMatch(false, d, expr.CmpOpEq))...)
+	}
+	for _, h := range p.cfg.HostAllowed {
+		rules = append(rules, cat(ipMatch(false, h, expr.CmpOpEq), one(accept())))
+	}
+	rules = append(rules, one(jump(chainBlocked)))
+	for _, a := range pol.AllowOut {
+		rules = append(rules, cat(ipMatch(false, a, expr.CmpOpEq), one(accept())))
+	}
+	if pol.Internet {
+		rules = append(rules, one(accept()))
+	} else {
+		rules = append(rules, rejects(nil)...)
+	}
+	return rules
+}
+
+// applySlot creates or replaces the slot's chain and, with addJump, the
+// jump to it, in one transaction.
+func (p *pool) applySlot(s *Slot, pol Policy, addJump bool) error {
+	c := p.nft
+	t := p.table()
+	ch := c.AddChain(&nftables.Chain{Name: slotChain(s.SandboxID, s.HostVeth), Table: t})
+	c.FlushChain(ch)
+	for _, r := range p.slotRules(s, pol) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r})
+	}
+	if addJump {
+		if err := p.delJumps(map[string]bool{s.HostVeth: true}); err != nil {
+			return err
+		}
+		c.InsertRule(&nftables.Rule{Table: t, Chain: p.chain(chainForward), UserData: []byte(s.HostVeth),
+			Exprs: cat(ifname(expr.MetaKeyIIFNAME, s.HostVeth, false, expr.CmpOpEq), one(jump(ch.Name)))})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables slot %s: %w", ch.Name, err)
+	}
+	return nil
+}
+
+// delJumps queues the deletion of the forward jumps of the given veths.
+func (p *pool) delJumps(veths map[string]bool) error {
+	rules, err := p.nft.GetRules(p.table(), p.chain(chainForward))
+	if err != nil {
+		return fmt.Errorf("nftables list forward: %w", err)
+	}
+	for _, r := range rules {
+		if len(r.UserData) > 0 && veths[string(r.UserData)] {
+			if err := p.nft.DelRule(r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// removeSlot deletes the slot's jump and chain; missing is not an error.
+func (p *pool) removeSlot(id, hostVeth string) error {
+	if err := p.delJumps(map[string]bool{hostVeth: true}); err != nil {
+		return err
+	}
+	if err := p.nft.Flush(); err != nil {
+		return fmt.Errorf("nftables delete jump of %s: %w", hostVeth, err)
+	}
+	name := slotChain(id, hostVeth)
+	if _, err := p.nft.ListChain(p.table(), name); err != nil {
+		return nil // gone already
+	}
+	p.nft.FlushChain(p.chain(name))
+	p.nft.DelChain(p.chain(name))
+	if err := p.nft.Flush(); err != nil {
+		return fmt.Errorf("nftables delete chain %s: %w", name, err)
+	}
+	return nil
+}
+
+// slotChains lists the slot chains of the table.
+func (p *pool) slotChains() ([]string, error) {
+	chains, err := p.nft.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("nftables list chains: %w", err)
+	}
+	var out []string
+	for _, ch := range chains {
+		if ch.Table.Name == p.cfg.Table {
+			if _, _, ok := parseSlotChain(ch.Name); ok {
+				out = append(out, ch.Name)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package netslot
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// NewPool is only available on Linux.
+func NewPool(cfg Config, log *slog.Logger) (Pool, error) {
+	return nil, fmt.Errorf("network slots: %w on this platform", errdefs.ErrUnsupported)
+}

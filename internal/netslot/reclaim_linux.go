@@ -1,0 +1,180 @@
+package netslot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// ReclaimLeaked deletes the pool's host network objects whose sandbox is
+// neither in keep nor holding a live slot of this pool:
+//   - root-namespace veths whose alias is the pool's, with the namespace the
+//     alias names;
+//   - namespaces "sbx-*" that contain a veth with the pool's alias, or no
+//     interface besides lo and no veth anywhere naming them (a half-made
+//     slot);
+//   - slot chains of the pool's nftables table, with their jumps.
+//
+// Objects of other pools (other tables) are left alone.
+func (p *pool) ReclaimLeaked(ctx context.Context, keep map[string]bool) (int, error) {
+	p.mu.Lock()
+	protected := map[string]bool{}
+	liveNS := map[string]bool{}
+	for id := range keep {
+		protected[id] = true
+	}
+	for ns, s := range p.live {
+		protected[s.SandboxID] = true
+		liveNS[ns] = true
+	}
+	p.mu.Unlock()
+
+	n := 0
+	var errs []error
+	// Namespaces are listed before links: a namespace of another pool that
+	// is being made right now has its veth (created first, carrying the
+	// alias that names the namespace) in this listing of links.
+	ents, err := os.ReadDir(NetNSDir)
+	if err != nil && !os.IsNotExist(err) {
+		errs = append(errs, err)
+	}
+	links, err := listLinks(nil)
+	if err != nil {
+		return 0, fmt.Errorf("netslot reclaim: list links: %w", errors.Join(errdefs.ErrUnavailable, err))
+	}
+	referenced := map[string]bool{} // namespaces some veth alias names
+	for _, l := range links {
+		table, id, ns, ok := parseAlias(l.Attrs().Alias)
+		if !ok {
+			continue
+		}
+		if table != p.cfg.Table || protected[id] || liveNS[ns] {
+			referenced[ns] = true
+			continue
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete veth %s: %w", l.Attrs().Name, err))
+			continue
+		}
+		n++
+		p.log.Info("reclaimed leaked veth", "sandbox_id", id, "veth", l.Attrs().Name)
+		if _, err := os.Stat(filepath.Join(NetNSDir, ns)); err == nil {
+			if err := deleteNetNS(ns); err != nil {
+				errs = append(errs, err)
+			} else {
+				n++
+				p.log.Info("reclaimed leaked netns", "sandbox_id", id, "netns", ns)
+			}
+		}
+	}
+
+	for _, e := range ents {
+		name := e.Name()
+		id, ok := sandboxOfNetNS(name)
+		if !ok || protected[id] || liveNS[name] || referenced[name] {
+			continue
+		}
+		mine, err := p.nsIsOurs(name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !mine {
+			continue
+		}
+		if err := deleteNetNS(name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+		p.log.Info("reclaimed leaked netns", "sandbox_id", id, "netns", name)
+	}
+
+	p.nftMu.Lock()
+	chains, err := p.slotChains()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, ch := range chains {
+		id, veth, _ := parseSlotChain(ch)
+		if protected[id] {
+			continue
+		}
+		if err := p.removeSlot(id, veth); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+		p.log.Info("reclaimed leaked firewall chain", "sandbox_id", id, "chain", ch)
+	}
+	p.nftMu.Unlock()
+	if len(errs) > 0 {
+		return n, fmt.Errorf("netslot reclaim: %w", errors.Join(append(errs, errdefs.ErrUnavailable)...))
+	}
+	return n, nil
+}
+
+// nsIsOurs reports whether namespace name belongs to this pool: it holds a
+// link with the pool's alias, or nothing but lo (a slot whose veth is gone
+// or was never moved in). A mount target that is not a namespace (a crash
+// inside creation) counts as ours too.
+func (p *pool) nsIsOurs(name string) (bool, error) {
+	path := filepath.Join(NetNSDir, name)
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return false, nil // gone meanwhile
+	}
+	if st.Type != unix.NSFS_MAGIC {
+		return true, nil // a bare mount target left by a crash
+	}
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		return false, fmt.Errorf("netns %s: %w", name, err)
+	}
+	defer h.Close()
+	nh, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return false, fmt.Errorf("netns %s: %w", name, err)
+	}
+	defer nh.Close()
+	links, err := listLinks(nh)
+	if err != nil {
+		return false, fmt.Errorf("netns %s: list links: %w", name, err)
+	}
+	others := 0
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Alias, p.cfg.aliasPrefix()) {
+			return true, nil
+		}
+		if l.Attrs().Name != "lo" {
+			others++
+		}
+	}
+	return others == 0, nil
+}
+
+// listLinks lists the links of a namespace (nil: this one), retrying a dump
+// that concurrent changes interrupted.
+func listLinks(h *netlink.Handle) ([]netlink.Link, error) {
+	for i := 0; ; i++ {
+		var links []netlink.Link
+		var err error
+		if h == nil {
+			links, err = netlink.LinkList()
+		} else {
+			links, err = h.LinkList()
+		}
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || i == 20 {
+			return links, err
+		}
+	}
+}
