@@ -543,3 +543,34 @@ func TestStreamInput(t *testing.T) {
 		t.Fatalf("stdout %q", r.stdout.String())
 	}
 }
+
+func TestKeepaliveAndDefaultWorkdir(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	wd := t.TempDir()
+	env.state.Apply(state.Update{DefaultWorkdir: &wd})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := connect.NewRequest(&pb.StartRequest{Process: bash("pwd; sleep 2.5"), Stdin: noStdin()})
+	req.Header().Set("Keepalive-Ping-Interval", "1")
+	s, err := env.client.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	keepalives := 0
+	var out bytes.Buffer
+	for s.Receive() {
+		ev := s.Msg().GetEvent()
+		if ev.GetKeepalive() != nil {
+			keepalives++
+		}
+		out.Write(ev.GetData().GetStdout())
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if keepalives < 1 || out.String() != wd+"\n" {
+		t.Fatalf("keepalives %d, output %q (want cwd %s)", keepalives, out.String(), wd)
+	}
+}
