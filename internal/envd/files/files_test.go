@@ -387,3 +387,20 @@ func TestLargeUploadIsStreamed(t *testing.T) {
 		})
 	}
 }
+
+// TestUploadDiskFull fills a 1 MiB tmpfs: the answer is 507.
+func TestUploadDiskFull(t *testing.T) {
+	envdtest.RequireRoot(t)
+	t.Parallel()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		envdtest.Require(t, false, "cannot mount a tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	srv := newServer(t, false)
+	p := filepath.Join(dir, "big.bin")
+	status, _, raw := post(t, srv.URL+"/files?path="+url.QueryEscape(p), "application/octet-stream", &zeros{n: 4 << 20}, nil)
+	if status != http.StatusInsufficientStorage || !strings.Contains(raw, `"code":507`) {
+		t.Fatalf("got %d %s", status, raw)
+	}
+}
