@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -104,6 +105,19 @@ type Config struct {
 	ReadyInterval time.Duration
 	// Network gives RUN steps outbound network access (true in serve).
 	Network bool
+	// Snapshotter, when set, takes the snapshot on ready of builds with a
+	// start command; without it (or when it fails) sandboxes of the
+	// template cold-start and run the start command.
+	Snapshotter Snapshotter
+}
+
+// Snapshotter makes the memory snapshot of a finished build ("snapshot on
+// ready"): it starts a sandbox of t in the node's runtime, lets its start
+// command run, retries readyCmd until it passes, and checkpoints the
+// sandbox into dir. The node agent implements it (runsc checkpoint); a
+// driver that cannot checkpoint returns errdefs.ErrUnsupported.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, t node.Template, readyCmd string, dir string) error
 }
 
 // Builder runs builds. It is safe for concurrent use; builds of the same
@@ -253,7 +267,7 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 			return err
 		}
 	}
-	_, err = b.cat.UpdateBuild(ctx, buildID, func(bd *templates.Build) error {
+	bd, err := b.cat.UpdateBuild(ctx, buildID, func(bd *templates.Build) error {
 		bd.RootFSDir = rootfs
 		bd.Env = st.Env
 		bd.User = st.User
@@ -261,7 +275,35 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 		bd.StartCmd = startCmd
 		return nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	switch {
+	case startCmd == "":
+	case b.cfg.Snapshotter != nil:
+		b.snapshot(ctx, bd, bl)
+	default:
+		bl.add(templates.LogInfo, "snapshot", "No snapshot on ready in this set-up: sandboxes of this template cold-start and run the start command")
+	}
+	return nil
+}
+
+// snapshot takes the build's snapshot on ready; failing that, the build
+// stays usable by cold start.
+func (b *Builder) snapshot(ctx context.Context, bd *templates.Build, bl *buildLog) {
+	dir := filepath.Join(b.cat.BuildDir(bd.ID), "snapshot")
+	bl.add(templates.LogInfo, "snapshot", "Taking the snapshot on ready")
+	nt := bd.NodeTemplate()
+	if err := b.cfg.Snapshotter.Snapshot(ctx, nt, bd.ReadyCmd, dir); err != nil {
+		os.RemoveAll(dir)
+		bl.add(templates.LogWarn, "snapshot", "No snapshot ("+err.Error()+"): sandboxes of this template cold-start")
+		return
+	}
+	if _, err := b.cat.UpdateBuild(ctx, bd.ID, func(x *templates.Build) error { x.SnapshotDir = dir; return nil }); err != nil {
+		bl.add(templates.LogWarn, "snapshot", "Snapshot not recorded: "+err.Error())
+		return
+	}
+	bl.add(templates.LogInfo, "snapshot", "Snapshot taken: sandboxes of this template restore it")
 }
 
 // flatten writes the merged layers to dst atomically.

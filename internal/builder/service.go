@@ -13,8 +13,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -375,4 +377,50 @@ func safeName(s string) bool {
 		}
 	}
 	return true
+}
+
+// LogsQuery selects build log entries (GET
+// /templates/{id}/builds/{buildID}/logs).
+type LogsQuery struct {
+	// Cursor, when set, is the first timestamp returned (forward) or the
+	// last (backward).
+	Cursor time.Time
+	// Limit bounds the entries returned (100 when 0 or more).
+	Limit int
+	// Backward returns the newest entries first.
+	Backward bool
+	// MinLevel drops entries below it (debug < info < warn < error).
+	MinLevel templates.LogLevel
+}
+
+var levelRank = map[templates.LogLevel]int{templates.LogDebug: 0, templates.LogInfo: 1, templates.LogWarn: 2, templates.LogError: 3}
+
+// Logs returns a build's log entries selected by q.
+func (s *Service) Logs(ctx context.Context, teamID, templateID, buildID string, q LogsQuery) ([]templates.LogEntry, error) {
+	st, err := s.Status(ctx, teamID, templateID, buildID, 0)
+	if err != nil {
+		return nil, err
+	}
+	if q.Limit <= 0 || q.Limit > 100 {
+		q.Limit = 100
+	}
+	entries := st.LogEntries
+	if q.Backward {
+		entries = slices.Clone(entries)
+		slices.Reverse(entries)
+	}
+	out := []templates.LogEntry{}
+	for _, e := range entries {
+		if q.MinLevel != "" && levelRank[e.Level] < levelRank[q.MinLevel] {
+			continue
+		}
+		if !q.Cursor.IsZero() && ((!q.Backward && e.Timestamp.Before(q.Cursor)) || (q.Backward && e.Timestamp.After(q.Cursor))) {
+			continue
+		}
+		out = append(out, e)
+		if len(out) == q.Limit {
+			break
+		}
+	}
+	return out, nil
 }

@@ -146,6 +146,20 @@ func TestServiceE2BFlow(t *testing.T) {
 			t.Errorf("logs lack %q:\n%s", want, text.String())
 		}
 	}
+	t.Run("logs endpoint", func(t *testing.T) {
+		errs, err := f.svc.Logs(ctx, "team", tpl.ID, bd.ID, LogsQuery{MinLevel: templates.LogWarn})
+		if err != nil || len(errs) != 0 {
+			t.Errorf("warn+ entries of a good build: %v, %v", errs, err)
+		}
+		last, err := f.svc.Logs(ctx, "team", tpl.ID, bd.ID, LogsQuery{Backward: true, Limit: 1})
+		if err != nil || len(last) != 1 || !strings.HasPrefix(last[0].Message, "Build finished") {
+			t.Errorf("newest entry: %v, %v", last, err)
+		}
+		from, err := f.svc.Logs(ctx, "team", tpl.ID, bd.ID, LogsQuery{Cursor: all[len(all)-1].Timestamp})
+		if err != nil || len(from) == 0 || len(from) == len(all) && !all[0].Timestamp.Equal(all[len(all)-1].Timestamp) {
+			t.Errorf("from cursor: %d entries of %d, %v", len(from), len(all), err)
+		}
+	})
 	if got := readFile(t, done.RootFSDir, "home/user/app/main.py"); got != "print('hi')\n" {
 		t.Errorf("COPY from upload: %q", got)
 	}

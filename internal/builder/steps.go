@@ -452,7 +452,6 @@ func (b *Builder) checkReady(ctx context.Context, buildID, rootfs string, st *st
 		}
 		if code == 0 {
 			bl.add(templates.LogInfo, "ready", "Ready command passed")
-			bl.add(templates.LogInfo, "ready", "Snapshot on ready: not taken by this builder yet; sandboxes cold-start and run the start command")
 			return nil
 		}
 		lastCode = code

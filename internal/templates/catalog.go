@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -293,9 +294,43 @@ func (c *Catalog) Delete(ctx context.Context, teamID, idOrAlias string) error {
 	if err := c.store.DeleteTemplate(ctx, t.ID); err != nil {
 		return err
 	}
+	// Running sandboxes may still have a build's root filesystem as their
+	// overlay's lower directory: its files move aside and PurgeDeleted
+	// removes them once no sandbox uses them.
+	trash := filepath.Join(c.cfg.DataDir, "deleted")
+	if err := os.MkdirAll(trash, 0o755); err != nil {
+		return fmt.Errorf("template %q: %w", t.ID, err)
+	}
 	for _, b := range builds {
-		if err := os.RemoveAll(c.BuildDir(b.ID)); err != nil {
-			c.log.Warn("remove build files", "template_id", t.ID, "build_id", b.ID, "error", err)
+		err := os.Rename(c.BuildDir(b.ID), filepath.Join(trash, filepath.Base(b.ID)))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			c.log.Warn("move deleted build files", "template_id", t.ID, "build_id", b.ID, "error", err)
+		}
+	}
+	return nil
+}
+
+// PurgeDeleted removes the files of deleted templates' builds for which
+// inUse (nil: none is) says no sandbox still uses them. Call it at start
+// and now and then.
+func (c *Catalog) PurgeDeleted(ctx context.Context, inUse func(buildID string) bool) error {
+	trash := filepath.Join(c.cfg.DataDir, "deleted")
+	entries, err := os.ReadDir(trash)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("purge deleted builds: %w", err)
+	}
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if inUse != nil && inUse(e.Name()) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(trash, e.Name())); err != nil {
+			return fmt.Errorf("purge deleted build %s: %w", e.Name(), err)
 		}
 	}
 	return nil

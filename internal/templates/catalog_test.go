@@ -132,6 +132,19 @@ func TestCatalogBuildsAndTags(t *testing.T) {
 		if _, err := os.Stat(c.BuildDir(b.ID)); !os.IsNotExist(err) {
 			t.Fatalf("build files left: %v", err)
 		}
+		os.MkdirAll(filepath.Join(c.cfg.DataDir, "deleted", "other-build", "rootfs"), 0o755)
+		if err := c.PurgeDeleted(ctx, func(id string) bool { return id == "other-build" }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(c.cfg.DataDir, "deleted", "other-build")); err != nil {
+			t.Fatalf("purged a build in use: %v", err)
+		}
+		if err := c.PurgeDeleted(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if left, _ := os.ReadDir(filepath.Join(c.cfg.DataDir, "deleted")); len(left) != 0 {
+			t.Fatalf("left after purge: %v", left)
+		}
 	})
 }
 
