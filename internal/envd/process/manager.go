@@ -1,6 +1,7 @@
 package process
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -97,6 +98,8 @@ func (m *Manager) start(o startOptions) (*proc, *subscriber, error) {
 			closeAll([]*os.File{master, tty})
 			return nil, nil, fmt.Errorf("size pty: %w", err)
 		}
+		// The terminal belongs to the user it runs for, as with a login.
+		_ = os.Chown(tty.Name(), int(o.user.UID), int(o.user.GID))
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 		cmd.SysProcAttr.Setsid = true
 		cmd.SysProcAttr.Setctty = true
@@ -188,7 +191,7 @@ func (m *Manager) start(o startOptions) (*proc, *subscriber, error) {
 }
 
 func classifyStartErr(err error) error {
-	if os.IsNotExist(err) || os.IsPermission(err) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalid)
 	}
 	return err

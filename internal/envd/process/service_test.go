@@ -212,6 +212,15 @@ func TestRunsAsSelectedUser(t *testing.T) {
 	if r.stdout.String() != want {
 		t.Fatalf("got %q, want %q", r.stdout.String(), want)
 	}
+	// A PTY process too, on a terminal it owns.
+	r, err = env.run(t, ctx, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "id -u; stat -c %u $(tty)"}, Cwd: strp("/")},
+		Pty: &pb.PTY{Size: &pb.PTY_Size{Cols: 80, Rows: 24}}}, "nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d\r\n%d\r\n", nobody.UID, nobody.UID); r.pty.String() != want {
+		t.Fatalf("pty got %q, want %q", r.pty.String(), want)
+	}
 }
 
 // startBackground starts a process and returns its pid once the start
