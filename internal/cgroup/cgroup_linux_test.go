@@ -520,3 +520,44 @@ func TestV2OnUnified(t *testing.T) {
 		t.Error("cgroup remains after KillAll")
 	}
 }
+
+// TestPartialLeftover: a cgroup that a runtime left only in hierarchies the
+// manager does not create (here cpuset and the unified tree) is listed,
+// opened and removed.
+func TestPartialLeftover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newTestManager(t)
+	v1, ok := m.(*v1Manager)
+	if !ok {
+		t.Skip("v1 host only")
+	}
+	var made []string
+	for _, d := range v1.allDirs("sbx-left") {
+		if strings.Contains(d, "/cpuset/") || (v1.layout.unified != "" && strings.HasPrefix(d, v1.layout.unified)) {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			made = append(made, d)
+		}
+	}
+	if len(made) == 0 {
+		t.Skip("no cpuset or unified hierarchy")
+	}
+	names, err := m.List(ctx)
+	if err != nil || len(names) != 1 || names[0] != "sbx-left" {
+		t.Fatalf("List = %v, %v", names, err)
+	}
+	c, err := m.Open(ctx, "sbx-left")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.KillAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range made {
+		if exists(d) {
+			t.Errorf("%s remains", d)
+		}
+	}
+}

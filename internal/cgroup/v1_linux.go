@@ -104,10 +104,14 @@ func (m *v1Manager) Open(_ context.Context, name string) (Cgroup, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	if !exists(m.dir("memory", name)) {
-		return nil, fmt.Errorf("cgroup %q: %w", name, errdefs.ErrNotFound)
+	// Any hierarchy will do: a runtime may have left the cgroup behind in
+	// only some of them, and KillAll must still be able to remove it.
+	for _, d := range m.allDirs(name) {
+		if exists(d) {
+			return &v1Cgroup{m: m, name: name}, nil
+		}
 	}
-	return &v1Cgroup{m: m, name: name}, nil
+	return nil, fmt.Errorf("cgroup %q: %w", name, errdefs.ErrNotFound)
 }
 
 // List returns the sandbox cgroups found in any hierarchy, so that a cgroup
