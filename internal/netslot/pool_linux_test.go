@@ -528,3 +528,37 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.ReportMetric(float64(acq.Microseconds())/float64(b.N)/1000, "ms-acquire/op")
 	b.ReportMetric(float64(rel.Microseconds())/float64(b.N)/1000, "ms-release/op")
 }
+
+func TestConcurrentAcquireRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p, cfg := newTestPool(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 8; i++ {
+				s, err := p.Acquire(ctx, testID(cfg), Policy{Internet: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := p.Update(ctx, s, Policy{}); err != nil {
+					errs <- err
+				}
+				if err := p.Release(ctx, s); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	assertNothingLeft(t, cfg, nil)
+}
