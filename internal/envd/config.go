@@ -30,18 +30,29 @@ type Config struct {
 	ProcessRetain time.Duration
 	// TemplateEnv is the template's environment (envd's own, by default).
 	TemplateEnv map[string]string
+	// TrustStore is the PEM bundle file that /init's caBundle is appended
+	// to; empty ignores caBundle. Defaults to Debian's system bundle when
+	// envd is PID 1, empty otherwise (never touch a host's trust store).
+	TrustStore string
 }
+
+// DefaultTrustStore is the system CA bundle of Debian-like images.
+const DefaultTrustStore = "/etc/ssl/certs/ca-certificates.crt"
 
 // DefaultConfig returns the defaults: 0.0.0.0:49983, port forwarding on,
 // init mode when envd is PID 1.
 func DefaultConfig() Config {
-	return Config{
+	c := Config{
 		ListenAddr:    "0.0.0.0",
 		Port:          DefaultPort,
 		PortForward:   true,
 		Init:          os.Getpid() == 1,
 		ProcessRetain: time.Minute,
 	}
+	if c.Init {
+		c.TrustStore = DefaultTrustStore
+	}
+	return c
 }
 
 // Validate checks the configuration.

@@ -20,9 +20,11 @@
 //     every process inherits it, overlaid by /init's envVars, overlaid by
 //     the request's envs (request wins).
 //   - POST /init takes the JSON body of upstream's envd.yaml (envVars,
-//     accessToken, defaultUser, defaultWorkdir, timestamp; volumeMounts,
-//     hyperloopIP, lifecycleID and caBundle are accepted and ignored) and
-//     answers 204. With --init-token-sha256 it requires the header
+//     accessToken, defaultUser, defaultWorkdir, timestamp, caBundle;
+//     volumeMounts, hyperloopIP and lifecycleID are accepted and ignored)
+//     and answers 204. caBundle's certificates are appended, once, to the
+//     system CA bundle (/etc/ssl/certs/ca-certificates.crt) when envd is
+//     PID 1. With --init-token-sha256 it requires the header
 //     X-Warren-Init-Token whose sha256 (hex) equals the flag, compared in
 //     constant time; otherwise 401. Without the flag, upstream's rule holds:
 //     open until an access token is set, then that token is required in
@@ -55,6 +57,6 @@ package envd
 // behaviours the E2B SDKs gate on up to 0.6.4 (closeStdin, octet-stream
 // and gzip uploads, file metadata, includeEntry, allowNetworkMounts) are
 // all implemented; the later 0.6.x additions (/freeze, /unfreeze,
-// /collapse, /fsfreeze, /files/compose, CA bundle install) are not, so
-// 0.6.4 is reported rather than upstream's newest.
+// /collapse, /fsfreeze, /files/compose, volume mounts) are not, so 0.6.4
+// is reported rather than upstream's newest.
 const Version = "0.6.4"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/state"
+	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // initRequest is the body of POST /init. Fields of upstream's schema that
@@ -19,6 +20,7 @@ type initRequest struct {
 	DefaultUser    *string           `json:"defaultUser"`
 	DefaultWorkdir *string           `json:"defaultWorkdir"`
 	Timestamp      *time.Time        `json:"timestamp"`
+	CABundle       string            `json:"caBundle"`
 }
 
 // maxInitBody bounds the /init body.
@@ -44,6 +46,17 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 	if req.Timestamp != nil && s.cfg.Init {
 		if err := syncClock(*req.Timestamp); err != nil {
 			s.log.Warn("clock not set", "error", err)
+		}
+	}
+	if req.CABundle != "" {
+		if s.cfg.TrustStore == "" {
+			s.log.Warn("ca bundle ignored: no trust store configured")
+		} else if n, err := installCABundle(s.cfg.TrustStore, req.CABundle); err != nil {
+			auth.WriteError(w, errdefs.HTTPStatus(err), "ca bundle not installed")
+			s.log.Warn("ca bundle", "error", err)
+			return
+		} else if n > 0 {
+			s.log.Info("ca certificates installed", "count", n, "trust_store", s.cfg.TrustStore)
 		}
 	}
 	s.log.Info("init applied", "env_vars", len(req.EnvVars), "token_set", req.AccessToken != nil && *req.AccessToken != "",

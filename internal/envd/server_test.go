@@ -213,3 +213,33 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("bad init token hash accepted")
 	}
 }
+
+func TestInitInstallsCABundle(t *testing.T) {
+	t.Parallel()
+	store := t.TempDir() + "/ca-certificates.crt"
+	if err := os.WriteFile(store, []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.PortForward, cfg.Init, cfg.TrustStore = false, false, store
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	const cert = "-----BEGIN CERTIFICATE-----\nQkJCQg==\n-----END CERTIFICATE-----\n"
+	body, _ := json.Marshal(map[string]string{"caBundle": cert})
+	for i := 0; i < 2; i++ { // idempotent
+		if status, raw, _ := do(t, "POST", srv.URL+"/init", string(body), nil); status != 204 {
+			t.Fatalf("init: %d %s", status, raw)
+		}
+	}
+	b, _ := os.ReadFile(store)
+	if strings.Count(string(b), "BEGIN CERTIFICATE") != 2 || !strings.HasSuffix(string(b), cert) {
+		t.Fatalf("store:\n%s", b)
+	}
+	if status, _, _ := do(t, "POST", srv.URL+"/init", `{"caBundle":"not pem"}`, nil); status != 400 {
+		t.Fatalf("bad bundle: %d", status)
+	}
+}
