@@ -2,6 +2,7 @@ package netslot
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -15,8 +16,10 @@ import (
 //	input (hook input):     from a sandbox veth: established/related accept,
 //	                        HostAllowed accept, everything else rejected
 //	                        (the host's own addresses, the gateway included)
-//	forward (hook forward): per slot "iifname <veth> jump slot-<id>-<veth>";
-//	                        any other sandbox veth rejected (fail closed);
+//	forward (hook forward): "iifname vmap @slots" jumps to the slot's chain
+//	                        (one map element per slot, O(1) to add and
+//	                        remove); any other sandbox veth rejected (fail
+//	                        closed);
 //	                        to a sandbox veth only established/related
 //	postrouting (nat):      masquerade what leaves the pool's CIDR
 //	always_blocked:         reject the always-blocked destinations
@@ -28,7 +31,20 @@ const (
 	chainForward     = "forward"
 	chainPostrouting = "postrouting"
 	chainBlocked     = "always_blocked"
+	mapSlots         = "slots" // host veth name -> jump to the slot chain
 )
+
+func (p *pool) slotsMap() *nftables.Set {
+	return &nftables.Set{Table: p.table(), Name: mapSlots, IsMap: true,
+		KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+}
+
+// ifKey is an interface name as a set key: NUL-padded to IFNAMSIZ.
+func ifKey(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
+}
 
 func (p *pool) table() *nftables.Table {
 	return &nftables.Table{Name: p.cfg.Table, Family: nftables.TableFamilyINet}
@@ -146,6 +162,11 @@ func (p *pool) setupBase() error {
 	for _, ch := range []*nftables.Chain{input, forward, post, blocked} {
 		c.FlushChain(ch)
 	}
+	slots := p.slotsMap()
+	if err := c.AddSet(slots, nil); err != nil {
+		return fmt.Errorf("nftables map %s: %w", mapSlots, err)
+	}
+	c.FlushSet(slots)
 	wild := p.cfg.hostVethWildcard()
 	add := func(ch *nftables.Chain, e []expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e})
@@ -162,6 +183,10 @@ func (p *pool) setupBase() error {
 	}
 	addRejects(input, ifname(expr.MetaKeyIIFNAME, wild, true, expr.CmpOpEq))
 
+	add(forward, []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: slots.Name, SetID: slots.ID, IsDestRegSet: true, DestRegister: 0},
+	})
 	addRejects(forward, ifname(expr.MetaKeyIIFNAME, wild, true, expr.CmpOpEq))
 	add(forward, cat(ifname(expr.MetaKeyOIFNAME, wild, true, expr.CmpOpEq), ctEstablished(), one(accept())))
 	add(forward, cat(ifname(expr.MetaKeyOIFNAME, wild, true, expr.CmpOpEq), one(drop())))
@@ -204,7 +229,7 @@ func (p *pool) slotRules(s *Slot, pol Policy) [][]expr.Any {
 }
 
 // applySlot creates or replaces the slot's chain and, with addJump, the
-// jump to it, in one transaction.
+// map element that jumps to it, in one transaction.
 func (p *pool) applySlot(s *Slot, pol Policy, addJump bool) error {
 	c := p.nft
 	t := p.table()
@@ -214,11 +239,13 @@ func (p *pool) applySlot(s *Slot, pol Policy, addJump bool) error {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r})
 	}
 	if addJump {
-		if err := p.delJumps(map[string]bool{s.HostVeth: true}); err != nil {
-			return err
+		err := c.SetAddElements(p.slotsMap(), []nftables.SetElement{{
+			Key:         ifKey(s.HostVeth),
+			VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name},
+		}})
+		if err != nil {
+			return fmt.Errorf("nftables slot %s: %w", ch.Name, err)
 		}
-		c.InsertRule(&nftables.Rule{Table: t, Chain: p.chain(chainForward), UserData: []byte(s.HostVeth),
-			Exprs: cat(ifname(expr.MetaKeyIIFNAME, s.HostVeth, false, expr.CmpOpEq), one(jump(ch.Name)))})
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables slot %s: %w", ch.Name, err)
@@ -226,37 +253,20 @@ func (p *pool) applySlot(s *Slot, pol Policy, addJump bool) error {
 	return nil
 }
 
-// delJumps queues the deletion of the forward jumps of the given veths.
-func (p *pool) delJumps(veths map[string]bool) error {
-	rules, err := p.nft.GetRules(p.table(), p.chain(chainForward))
-	if err != nil {
-		return fmt.Errorf("nftables list forward: %w", err)
-	}
-	for _, r := range rules {
-		if len(r.UserData) > 0 && veths[string(r.UserData)] {
-			if err := p.nft.DelRule(r); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// removeSlot deletes the slot's jump and chain; missing is not an error.
+// removeSlot deletes the slot's map element and chain; missing is not an
+// error.
 func (p *pool) removeSlot(id, hostVeth string) error {
-	if err := p.delJumps(map[string]bool{hostVeth: true}); err != nil {
+	elem := []nftables.SetElement{{Key: ifKey(hostVeth)}}
+	if err := p.nft.SetDeleteElements(p.slotsMap(), elem); err != nil {
 		return err
 	}
-	if err := p.nft.Flush(); err != nil {
-		return fmt.Errorf("nftables delete jump of %s: %w", hostVeth, err)
+	if err := p.nft.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("nftables delete map element %s: %w", hostVeth, err)
 	}
 	name := slotChain(id, hostVeth)
-	if _, err := p.nft.ListChain(p.table(), name); err != nil {
-		return nil // gone already
-	}
 	p.nft.FlushChain(p.chain(name))
 	p.nft.DelChain(p.chain(name))
-	if err := p.nft.Flush(); err != nil {
+	if err := p.nft.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("nftables delete chain %s: %w", name, err)
 	}
 	return nil
