@@ -97,6 +97,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	defer s.fs.Close()
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	// HTTP/1.1 for the SDKs, and HTTP/2 without TLS (prior knowledge) for
+	// proxies and gRPC clients, which also makes client streams
+	// (StreamInput) full duplex.
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("envd listening", "addr", ln.Addr().String(), "version", Version, "init", s.cfg.Init)

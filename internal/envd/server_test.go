@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -241,5 +242,46 @@ func TestInitInstallsCABundle(t *testing.T) {
 	}
 	if status, _, _ := do(t, "POST", srv.URL+"/init", `{"caBundle":"not pem"}`, nil); status != 400 {
 		t.Fatalf("bad bundle: %d", status)
+	}
+}
+
+// TestServeH2CAndGRPC serves on a real listener: HTTP/1.1 and HTTP/2 with
+// prior knowledge both work, and so does the gRPC protocol.
+func TestServeH2CAndGRPC(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.PortForward, cfg.Init = false, false
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	base := "http://" + ln.Addr().String()
+	h2 := &http.Transport{Protocols: new(http.Protocols)}
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	defer h2.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: h2}).Get(base + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 204 || resp.ProtoMajor != 2 {
+		t.Fatalf("h2c health: %d over %s", resp.StatusCode, resp.Proto)
+	}
+	pc := processconnect.NewProcessClient(&http.Client{Transport: h2}, base, connect.WithGRPC())
+	if _, err := pc.List(context.Background(), connect.NewRequest(&pb.ListRequest{})); err != nil {
+		t.Fatalf("grpc list: %v", err)
 	}
 }
