@@ -429,3 +429,20 @@ func (p *pool) Adopt(ctx context.Context, s *Slot) error {
 	}
 	return nil
 }
+
+// DeleteTable removes the pool's nftables table (with every slot chain).
+// For tests and uninstalling; live slots lose their network.
+func DeleteTable(cfg Config) error {
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	conn, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("netslot: nftables: %w", errors.Join(errdefs.ErrUnavailable, err))
+	}
+	conn.DelTable(&nftables.Table{Name: cfg.Table, Family: nftables.TableFamilyINet})
+	if err := conn.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("netslot: delete table %q: %w", cfg.Table, errors.Join(errdefs.ErrUnavailable, err))
+	}
+	return nil
+}

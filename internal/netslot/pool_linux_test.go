@@ -37,13 +37,14 @@ func requireRoot(t testing.TB) {
 
 func testLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// testPoolConfig is a pool of its own: a random /24 inside 100.96.0.0/11,
+// testPoolConfig is a pool of its own: a random /24 inside 100.80.0.0/12,
 // its own table and interface prefix, so that tests never touch another
-// pool (a running node agent's or another test's).
+// pool (a running node agent's or another test's). It matches
+// netslottest.Config, which cannot be imported here (cycle).
 func testPoolConfig() Config {
 	letters := "abcdefghijklmnopqrstuvwxyz"
 	return Config{
-		CIDR:     netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(96 + rand.IntN(32)), byte(rand.IntN(256)), 0}), 24),
+		CIDR:     netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(80 + rand.IntN(16)), byte(rand.IntN(256)), 0}), 24),
 		Table:    "warren-test-" + sandbox.NewExecutionID()[:8],
 		IfPrefix: "t" + string(letters[rand.IntN(26)]) + string(letters[rand.IntN(26)]),
 	}
@@ -74,9 +75,7 @@ func cleanupPool(t testing.TB, cfg Config) {
 	if _, err := p.ReclaimLeaked(context.Background(), nil); err != nil {
 		t.Errorf("cleanup reclaim: %v", err)
 	}
-	pp := p.(*pool)
-	pp.nft.DelTable(pp.table())
-	if err := pp.nft.Flush(); err != nil {
+	if err := DeleteTable(cfg); err != nil {
 		t.Errorf("cleanup table: %v", err)
 	}
 	assertNothingLeft(t, cfg, nil)

@@ -13,3 +13,8 @@ import (
 func NewPool(cfg Config, log *slog.Logger) (Pool, error) {
 	return nil, fmt.Errorf("network slots: %w on this platform", errdefs.ErrUnsupported)
 }
+
+// DeleteTable is only available on Linux.
+func DeleteTable(cfg Config) error {
+	return fmt.Errorf("network slots: %w on this platform", errdefs.ErrUnsupported)
+}
