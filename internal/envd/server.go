@@ -96,7 +96,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		go fw.Run(ctx)
 	}
 	defer s.fs.Close()
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 10 * time.Minute, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	// HTTP/1.1 for the SDKs, and HTTP/2 without TLS (prior knowledge) for
 	// proxies and gRPC clients, which also makes client streams
 	// (StreamInput) full duplex.
