@@ -1,0 +1,285 @@
+// Package drivertest is the conformance suite that every runtime driver
+// passes: Run(t, h) starts real (or, for the fake, simulated) sandboxes
+// through the driver.Driver interface and checks start, exec and its
+// streams, exit codes, signals, Kill, Freeze/Thaw, Checkpoint/Restore,
+// fork, memory and pids limits, and that Delete leaves nothing behind.
+//
+// Host is a ready-made harness half for OCI drivers: it unpacks the test
+// root filesystem ($WARREN_TEST_ROOTFS_TAR) once per test binary and gives
+// each sandbox an overlay of it, a bundle directory, a cgroup path and, on
+// request, a network namespace with lo up.
+//
+// Workloads inside sandboxes are small shell loops from the Debian test
+// root filesystem; the suite does not depend on envd. Subtests run one after
+// another, with at most three sandboxes alive at once.
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// Harness connects the suite to one driver.
+type Harness struct {
+	// Driver is the driver under test.
+	Driver driver.Driver
+	// NewSpec returns the spec of a new sandbox: ID (opts.ID or a new unique
+	// one), bundle dir, root filesystem, cgroup parent and, when
+	// opts.Network is set, a network namespace; clean-up of what it made
+	// is registered on t. The suite fills in Init and Resources.
+	NewSpec func(t *testing.T, opts SpecOptions) driver.Spec
+	// Simulated says the driver runs no processes (fake): the suite then
+	// checks states and calls only, and skips what needs real processes.
+	Simulated bool
+	// Leftovers lists host objects the driver still holds for the given
+	// sandboxes (runtime state, records, bundles, processes, cgroups);
+	// nil means the suite only checks List and Status.
+	Leftovers func(t *testing.T, ids []string) []string
+}
+
+// SpecOptions ask NewSpec for a particular sandbox.
+type SpecOptions struct {
+	// ID, when set, is the sandbox's ID (restore under a known ID).
+	ID string
+	// Network asks for a network namespace (lo up).
+	Network bool
+	// CloneFrom is a spec whose root filesystem's writable layer the new
+	// sandbox starts from (restore and fork need the files as they were at
+	// the checkpoint).
+	CloneFrom *driver.Spec
+}
+
+// NewID returns a unique sandbox ID for tests.
+func NewID() string { return "dt-" + sandbox.NewID()[:12] }
+
+// Require skips the test with reason when ok is false, or fails it when the
+// environment has CI=true (where every prerequisite must be present).
+func Require(t testing.TB, ok bool, reason string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("prerequisite missing under CI: %s", reason)
+	}
+	t.Skipf("skipping: %s", reason)
+}
+
+// timeout bounds every driver call of the suite: generous, for a loaded
+// two-core machine.
+const timeout = 2 * time.Minute
+
+// Run runs the conformance suite against h.
+func Run(t *testing.T, h Harness) {
+	s := &suite{h: h}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T)
+		real bool // needs real processes
+	}{
+		{"StartStatusList", s.testStartStatusList, false},
+		{"StartTwiceFails", s.testStartTwice, false},
+		{"ExecStreamsAndCodes", s.testExec, true},
+		{"ExecUnknownSandbox", s.testExecUnknown, false},
+		{"InitExitCode", s.testInitExit, true},
+		{"SignalReachesInit", s.testSignal, true},
+		{"Kill", s.testKill, false},
+		{"WaitHonoursContext", s.testWaitContext, false},
+		{"FreezeThaw", s.testFreezeThaw, false},
+		{"CheckpointRestore", s.testCheckpointRestore, false},
+		{"RestoreUnderSameID", s.testRestoreSameID, false},
+		{"Fork", s.testFork, false},
+		{"MemoryLimitOOM", s.testOOM, true},
+		{"PidsLimitContainsForkBomb", s.testPids, true},
+		{"Network", s.testNetwork, true},
+		{"DeleteLeavesNothing", s.testDelete, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.real && h.Simulated {
+				t.Skip("the driver is simulated: it runs no processes")
+			}
+			tt.fn(t)
+		})
+	}
+}
+
+type suite struct{ h Harness }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// spec returns a new spec with init args.
+func (s *suite) spec(t *testing.T, o SpecOptions, init ...string) driver.Spec {
+	t.Helper()
+	sp := s.h.NewSpec(t, o)
+	sp.Init = driver.Process{Args: init, Env: []string{"HOME=/root"}}
+	return sp
+}
+
+// start starts sp and registers its Delete.
+func (s *suite) start(t *testing.T, sp driver.Spec) {
+	t.Helper()
+	if err := s.h.Driver.Start(ctxT(t), sp); err != nil {
+		t.Fatalf("Start(%s): %v", sp.ID, err)
+	}
+	s.cleanup(t, sp.ID)
+}
+
+func (s *suite) cleanup(t *testing.T, id string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := s.h.Driver.Delete(ctx, id); err != nil {
+			t.Errorf("Delete(%s) in clean-up: %v", id, err)
+		}
+	})
+}
+
+func (s *suite) wantState(t *testing.T, id string, want driver.State) driver.Status {
+	t.Helper()
+	st, err := s.h.Driver.Status(ctxT(t), id)
+	if err != nil {
+		t.Fatalf("Status(%s): %v", id, err)
+	}
+	if st.State != want {
+		t.Fatalf("Status(%s) = %s, want %s", id, st.State, want)
+	}
+	return st
+}
+
+// waitExit waits for id's init with the suite's timeout.
+func (s *suite) waitExit(t *testing.T, id string) driver.Exit {
+	t.Helper()
+	e, err := s.h.Driver.Wait(ctxT(t), id)
+	if err != nil {
+		t.Fatalf("Wait(%s): %v", id, err)
+	}
+	return e
+}
+
+func (s *suite) testStartStatusList(t *testing.T) {
+	sp := s.spec(t, SpecOptions{}, loopInit...)
+	s.start(t, sp)
+	st := s.wantState(t, sp.ID, driver.StateRunning)
+	if !s.h.Simulated && st.InitPID <= 0 {
+		t.Errorf("InitPID = %d, want a host PID", st.InitPID)
+	}
+	ids, err := s.h.Driver.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !contains(ids, sp.ID) {
+		t.Errorf("List = %v, missing %s", ids, sp.ID)
+	}
+	if _, err := s.h.Driver.Status(ctxT(t), NewID()); !errdefs.IsNotFound(err) {
+		t.Errorf("Status of an unknown sandbox = %v, want not found", err)
+	}
+}
+
+func (s *suite) testStartTwice(t *testing.T) {
+	sp := s.spec(t, SpecOptions{}, loopInit...)
+	s.start(t, sp)
+	if err := s.h.Driver.Start(ctxT(t), sp); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("second Start = %v, want already exists", err)
+	}
+	s.wantState(t, sp.ID, driver.StateRunning)
+}
+
+func (s *suite) testExecUnknown(t *testing.T) {
+	_, err := s.h.Driver.Exec(ctxT(t), NewID(), driver.Process{Args: []string{"true"}})
+	if !errdefs.IsNotFound(err) {
+		t.Errorf("Exec on an unknown sandbox = %v, want not found", err)
+	}
+}
+
+func (s *suite) testWaitContext(t *testing.T) {
+	sp := s.spec(t, SpecOptions{}, loopInit...)
+	s.start(t, sp)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.h.Driver.Wait(ctx, sp.ID); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait with a cancelled context = %v, want context.Canceled", err)
+	}
+	if _, err := s.h.Driver.Wait(ctxT(t), NewID()); !errdefs.IsNotFound(err) {
+		t.Errorf("Wait on an unknown sandbox = %v, want not found", err)
+	}
+}
+
+func (s *suite) testKill(t *testing.T) {
+	sp := s.spec(t, SpecOptions{}, loopInit...)
+	s.start(t, sp)
+	if err := s.h.Driver.Kill(ctxT(t), sp.ID); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	e := s.waitExit(t, sp.ID)
+	if !e.Signaled || e.Code != 137 || e.OOM {
+		t.Errorf("exit after Kill = %+v, want code 137, signalled, not OOM", e)
+	}
+	s.wantState(t, sp.ID, driver.StateStopped)
+	if _, err := s.h.Driver.Exec(ctxT(t), sp.ID, driver.Process{Args: []string{"true"}}); err == nil {
+		t.Error("Exec after Kill succeeded")
+	}
+	if err := s.h.Driver.Kill(ctxT(t), sp.ID); err != nil {
+		t.Errorf("second Kill = %v, want nil", err)
+	}
+}
+
+func (s *suite) testDelete(t *testing.T) {
+	ctx := ctxT(t)
+	var ids []string
+	for i := range 2 {
+		sp := s.spec(t, SpecOptions{Network: i == 1}, loopInit...)
+		s.start(t, sp)
+		ids = append(ids, sp.ID)
+	}
+	// One stopped, one running: Delete handles both.
+	if err := s.h.Driver.Kill(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	s.waitExit(t, ids[0])
+	for _, id := range append(ids, ids...) {
+		if err := s.h.Driver.Delete(ctx, id); err != nil {
+			t.Errorf("Delete(%s): %v", id, err)
+		}
+	}
+	if err := s.h.Driver.Delete(ctx, NewID()); err != nil {
+		t.Errorf("Delete of an unknown sandbox = %v, want nil", err)
+	}
+	listed, err := s.h.Driver.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if contains(listed, id) {
+			t.Errorf("List after Delete still has %s", id)
+		}
+		if _, err := s.h.Driver.Status(ctx, id); !errdefs.IsNotFound(err) {
+			t.Errorf("Status(%s) after Delete = %v, want not found", id, err)
+		}
+	}
+	if s.h.Leftovers != nil {
+		if left := s.h.Leftovers(t, ids); len(left) > 0 {
+			t.Errorf("left behind after Delete: %v", left)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
