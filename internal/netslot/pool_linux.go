@@ -238,6 +238,11 @@ func (p *pool) configureGuest(ns netns.NsHandle, guestTemp string, s *Slot) erro
 	if err != nil {
 		return err
 	}
+	// The alias on lo marks the namespace as this pool's even when its
+	// veth is gone (see nsIsOurs).
+	if err := h.LinkSetAlias(lo, p.cfg.alias(s.SandboxID, s.NetNS)); err != nil {
+		return err
+	}
 	if err := h.LinkSetUp(lo); err != nil {
 		return err
 	}
@@ -345,6 +350,13 @@ func (p *pool) Release(ctx context.Context, s *Slot) error {
 			errs = append(errs, err)
 		}
 	}
+	// Forget the connections of the guest address, so that the next
+	// sandbox on this index inherits no NAT mapping or established flow.
+	if s.GuestIP.IsValid() {
+		if err := flushConntrack(s.GuestIP); err != nil {
+			p.log.Warn("network slot: flush conntrack", "sandbox_id", s.SandboxID, "guest_ip", s.GuestIP, "error", err)
+		}
+	}
 	if len(errs) > 0 {
 		// Keep the index reserved: its objects may still be there.
 		return fmt.Errorf("release network slot of sandbox %q: %w", s.SandboxID, errors.Join(append(errs, errdefs.ErrUnavailable)...))
@@ -445,4 +457,20 @@ func DeleteTable(cfg Config) error {
 		return fmt.Errorf("netslot: delete table %q: %w", cfg.Table, errors.Join(errdefs.ErrUnavailable, err))
 	}
 	return nil
+}
+
+// flushConntrack deletes the conntrack entries from or to ip.
+func flushConntrack(ip netip.Addr) error {
+	src, dst := &netlink.ConntrackFilter{}, &netlink.ConntrackFilter{}
+	if err := src.AddIP(netlink.ConntrackOrigSrcIP, net.IP(ip.AsSlice())); err != nil {
+		return err
+	}
+	if err := dst.AddIP(netlink.ConntrackOrigDstIP, net.IP(ip.AsSlice())); err != nil {
+		return err
+	}
+	_, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, src, dst)
+	if errors.Is(err, netlink.ErrDumpInterrupted) {
+		_, err = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, src, dst)
+	}
+	return err
 }

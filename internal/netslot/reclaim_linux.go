@@ -19,9 +19,9 @@ import (
 // neither in keep nor holding a live slot of this pool:
 //   - root-namespace veths whose alias is the pool's, with the namespace the
 //     alias names;
-//   - namespaces "sbx-*" that contain a veth with the pool's alias, or no
-//     interface besides lo and no veth anywhere naming them (a half-made
-//     slot);
+//   - namespaces "sbx-*" whose lo or veth carries the pool's alias, or
+//     that hold nothing but an unmarked lo and are named by no veth
+//     anywhere (a slot that crashed while being made);
 //   - slot chains of the pool's nftables table, with their jumps.
 //
 // Objects of other pools (other tables) are left alone.
@@ -123,10 +123,11 @@ func (p *pool) ReclaimLeaked(ctx context.Context, keep map[string]bool) (int, er
 	return n, nil
 }
 
-// nsIsOurs reports whether namespace name belongs to this pool: it holds a
-// link with the pool's alias, or nothing but lo (a slot whose veth is gone
-// or was never moved in). A mount target that is not a namespace (a crash
-// inside creation) counts as ours too.
+// nsIsOurs reports whether namespace name belongs to this pool: one of its
+// links (lo or the veth) carries the pool's alias. A namespace whose links
+// carry no alias at all and that has nothing but lo is a slot that crashed
+// while being made, and counts as ours too; so does a mount target that is
+// not a namespace.
 func (p *pool) nsIsOurs(name string) (bool, error) {
 	path := filepath.Join(NetNSDir, name)
 	var st unix.Statfs_t
@@ -152,8 +153,12 @@ func (p *pool) nsIsOurs(name string) (bool, error) {
 	}
 	others := 0
 	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Alias, p.cfg.aliasPrefix()) {
+		alias := l.Attrs().Alias
+		if strings.HasPrefix(alias, p.cfg.aliasPrefix()) {
 			return true, nil
+		}
+		if _, _, _, ok := parseAlias(alias); ok {
+			return false, nil // another pool's
 		}
 		if l.Attrs().Name != "lo" {
 			others++
