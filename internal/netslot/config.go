@@ -190,3 +190,26 @@ func validPolicy(p Policy) error {
 	}
 	return nil
 }
+
+// tail is the part of a namespace name after its last "-".
+func tail(ns string) string {
+	for j := len(ns) - 1; j >= 0; j-- {
+		if ns[j] == '-' {
+			return ns[j+1:]
+		}
+	}
+	return ns
+}
+
+func parseBase36(s string) uint64 {
+	var v uint64
+	for _, c := range s {
+		switch {
+		case c >= '0' && c <= '9':
+			v = v*36 + uint64(c-'0')
+		case c >= 'a' && c <= 'z':
+			v = v*36 + uint64(c-'a'+10)
+		}
+	}
+	return v
+}

@@ -146,28 +146,6 @@ func (p *pool) Acquire(ctx context.Context, id string, policy Policy) (*Slot, er
 // useOf recovers the use number of s from its namespace name.
 func useOf(s *Slot) uint64 { return parseBase36(tail(s.NetNS)) }
 
-func tail(ns string) string {
-	for j := len(ns) - 1; j >= 0; j-- {
-		if ns[j] == '-' {
-			return ns[j+1:]
-		}
-	}
-	return ns
-}
-
-func parseBase36(s string) uint64 {
-	var v uint64
-	for _, c := range s {
-		switch {
-		case c >= '0' && c <= '9':
-			v = v*36 + uint64(c-'0')
-		case c >= 'a' && c <= 'z':
-			v = v*36 + uint64(c-'a'+10)
-		}
-	}
-	return v
-}
-
 func clonePolicy(p Policy) Policy {
 	return Policy{
 		Internet: p.Internet,
