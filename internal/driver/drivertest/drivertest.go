@@ -34,7 +34,7 @@ type Harness struct {
 	// one), bundle dir, root filesystem, cgroup parent and, when
 	// opts.Network is set, a network namespace; clean-up of what it made
 	// is registered on t. The suite fills in Init and Resources.
-	NewSpec func(t *testing.T, opts SpecOptions) driver.Spec
+	NewSpec func(t testing.TB, opts SpecOptions) driver.Spec
 	// Simulated says the driver runs no processes (fake): the suite then
 	// checks states and calls only, and skips what needs real processes.
 	Simulated bool

@@ -73,7 +73,7 @@ type hostSandbox struct {
 // NewHost checks the prerequisites (root, overlayfs, the root filesystem
 // tarball at $WARREN_TEST_ROOTFS_TAR) and unpacks the tarball once per test
 // binary. It skips the test when something is missing (fails under CI).
-func NewHost(t *testing.T) *Host {
+func NewHost(t testing.TB) *Host {
 	t.Helper()
 	Require(t, os.Geteuid() == 0, "needs root")
 	tarPath := os.Getenv(RootFSTarEnv)
@@ -96,7 +96,7 @@ func NewHost(t *testing.T) *Host {
 }
 
 // NewSpec implements Harness.NewSpec.
-func (h *Host) NewSpec(t *testing.T, o SpecOptions) driver.Spec {
+func (h *Host) NewSpec(t testing.TB, o SpecOptions) driver.Spec {
 	t.Helper()
 	id := o.ID
 	if id == "" {
@@ -158,7 +158,7 @@ func (h *Host) NewSpec(t *testing.T, o SpecOptions) driver.Spec {
 }
 
 // newNetns makes a network namespace with lo up, removed at clean-up.
-func newNetns(t *testing.T) string {
+func newNetns(t testing.TB) string {
 	t.Helper()
 	name := "warren-dt-" + sandbox.NewID()[:10]
 	for _, args := range [][]string{{"netns", "add", name}, {"-n", name, "link", "set", "lo", "up"}} {

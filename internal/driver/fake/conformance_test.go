@@ -14,7 +14,7 @@ func TestConformance(t *testing.T) {
 	drivertest.Run(t, drivertest.Harness{
 		Driver:    d,
 		Simulated: true,
-		NewSpec: func(t *testing.T, o drivertest.SpecOptions) driver.Spec {
+		NewSpec: func(t testing.TB, o drivertest.SpecOptions) driver.Spec {
 			id := o.ID
 			if id == "" {
 				id = drivertest.NewID()

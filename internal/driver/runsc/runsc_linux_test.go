@@ -15,7 +15,7 @@ const RunscEnv = "WARREN_RUNSC"
 
 // newTestDriver returns a driver with its own state dir and the host half
 // of the harness, or skips (fails under CI) when a prerequisite is missing.
-func newTestDriver(t *testing.T) (*Driver, *drivertest.Host) {
+func newTestDriver(t testing.TB) (*Driver, *drivertest.Host) {
 	t.Helper()
 	host := drivertest.NewHost(t)
 	bin := os.Getenv(RunscEnv)
