@@ -122,6 +122,20 @@ func (c *Config) guestTempName(index int, use uint64) string {
 	return c.IfPrefix + "g" + strconv.FormatInt(int64(index), 36) + "." + strconv.FormatUint(use, 36)
 }
 
+// isVethName reports whether name is a host veth or guest temporary name
+// of this pool: "<prefix>(h|g)<index>.<use>" in base 36.
+func (c *Config) isVethName(name string) bool {
+	rest, ok := strings.CutPrefix(name, c.IfPrefix)
+	if !ok || rest == "" || (rest[0] != 'h' && rest[0] != 'g') {
+		return false
+	}
+	idx, use, ok := strings.Cut(rest[1:], ".")
+	isB36 := func(s string, max int) bool {
+		return s != "" && len(s) <= max && strings.Trim(s, "0123456789abcdefghijklmnopqrstuvwxyz") == ""
+	}
+	return ok && isB36(idx, 3) && isB36(use, 7)
+}
+
 // hostVethWildcard matches every host-side veth of the pool.
 func (c *Config) hostVethWildcard() string { return c.IfPrefix + "h" }
 

@@ -78,6 +78,14 @@ func TestNames(t *testing.T) {
 			t.Errorf("interface name %q longer than 15", n)
 		}
 	}
+	for name, want := range map[string]bool{
+		c.hostVethName(7, 99): true, c.guestTempName(46655, useLimit-1): true,
+		"abch": false, "abcx1.2": false, "abch1": false, "abch1.": false, "abch1234.5": false, "xyzh1.2": false, "abch1.2.3": false,
+	} {
+		if got := c.isVethName(name); got != want {
+			t.Errorf("isVethName(%q) = %v", name, got)
+		}
+	}
 	ns := netnsName("my-sandbox", 12345)
 	if id, ok := sandboxOfNetNS(ns); !ok || id != "my-sandbox" {
 		t.Errorf("sandboxOfNetNS(%q) = %q, %v", ns, id, ok)

@@ -416,6 +416,11 @@ func TestAdoptAndReclaim(t *testing.T) {
 	if err := deleteLink(lost2.HostVeth); err != nil {
 		t.Fatal(err)
 	}
+	// A pair the agent made but did not label before dying.
+	bare := cfg.hostVethName(cfg.slots()-1, 7)
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: bare}, PeerName: cfg.guestTempName(cfg.slots()-1, 7)}); err != nil {
+		t.Fatal(err)
+	}
 	// The agent restarts: a new pool on the same table knows nothing.
 	p2i, err := NewPool(cfg, testLog())
 	if err != nil {
@@ -433,9 +438,9 @@ func TestAdoptAndReclaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// lost1: veth, netns, chain; lost2: netns, chain.
-	if n != 5 {
-		t.Errorf("reclaimed %d objects, want 5", n)
+	// lost1: veth, netns, chain; lost2: netns, chain; the unlabelled pair.
+	if n != 6 {
+		t.Errorf("reclaimed %d objects, want 6", n)
 	}
 	assertNothingLeft(t, cfg, map[string]bool{kept.SandboxID: true})
 	if _, err := dial("", net.JoinHostPort(kept.GuestIP.String(), port(srv))); err != nil {

@@ -29,12 +29,15 @@ func (p *pool) ReclaimLeaked(ctx context.Context, keep map[string]bool) (int, er
 	p.mu.Lock()
 	protected := map[string]bool{}
 	liveNS := map[string]bool{}
+	liveVeth := map[string]bool{}
 	for id := range keep {
 		protected[id] = true
 	}
 	for ns, s := range p.live {
 		protected[s.SandboxID] = true
 		liveNS[ns] = true
+		liveVeth[s.HostVeth] = true
+		liveVeth[p.cfg.guestTempName(s.Index, useOf(s))] = true
 	}
 	p.mu.Unlock()
 
@@ -55,6 +58,16 @@ func (p *pool) ReclaimLeaked(ctx context.Context, keep map[string]bool) (int, er
 	for _, l := range links {
 		table, id, ns, ok := parseAlias(l.Attrs().Alias)
 		if !ok {
+			// A veth with the pool's name but no alias yet: the agent died
+			// between creating the pair and labelling it.
+			if name := l.Attrs().Name; l.Attrs().Alias == "" && p.cfg.isVethName(name) && !liveVeth[name] {
+				if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+					errs = append(errs, fmt.Errorf("delete veth %s: %w", name, err))
+				} else if err == nil {
+					n++
+					p.log.Info("reclaimed unlabelled veth", "veth", name)
+				}
+			}
 			continue
 		}
 		if table != p.cfg.Table || protected[id] || liveNS[ns] {
