@@ -59,7 +59,8 @@ type Config struct {
 	BackstopGrace time.Duration
 	// DefaultResources fill the zero fields of a create's resources.
 	DefaultResources sandbox.Resources
-	// ReadyTimeout bounds the wait for a new sandbox's envd.
+	// ReadyTimeout bounds the start of a sandbox: the runtime's start or
+	// restore and the wait for its envd; default 60 s.
 	ReadyTimeout time.Duration
 	// MinFreeDiskBytes is the free space under DataDir below which a pause
 	// with memory is refused (ErrExhausted); default 1 GiB. Negative

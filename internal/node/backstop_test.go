@@ -234,3 +234,24 @@ func TestBackstop(t *testing.T) {
 		})
 	})
 }
+
+// A runtime that hangs in start fails the create at the ready timeout and
+// leaves nothing behind.
+func TestStartHangTimesOut(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, fake.Config{})
+		e.tune = func(c *node.Config) { c.ReadyTimeout = 30 * time.Second }
+		e.fake.SetBehavior("sb1", fake.Behavior{StartHang: true})
+		a := e.start()
+		start := time.Now()
+		_, err := a.Create(context.Background(), createReq("sb1"))
+		if err == nil {
+			t.Fatal("create with a hanging runtime succeeded")
+		}
+		if d := time.Since(start); d != 30*time.Second {
+			t.Errorf("create failed after %s, want the ready timeout (30s)", d)
+		}
+		e.assertNoHostObjects("sb1")
+	})
+}

@@ -254,14 +254,18 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 		},
 		Mounts: []driver.Mount{{Source: a.cfg.EnvdPath, Destination: envdMountPath, ReadOnly: true, Type: "bind"}},
 	}
+	// The start (or restore) and envd's readiness share one deadline, so a
+	// runtime that hangs cannot hold the caller forever.
+	rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
+	defer cancel()
 	if m.restoreDir != "" {
 		ckpt, ok := a.checkpointer()
 		if !ok {
 			return fmt.Errorf("driver %s cannot restore a memory image: %w", a.drv.Name(), errdefs.ErrUnsupported)
 		}
-		err = ckpt.Restore(ctx, spec, m.restoreDir)
+		err = ckpt.Restore(rctx, spec, m.restoreDir)
 	} else {
-		err = a.drv.Start(ctx, spec)
+		err = a.drv.Start(rctx, spec)
 	}
 	// Undo the runtime container even when Start failed half-way.
 	undo = append(undo, func() {
@@ -277,8 +281,6 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	}
 
 	addr := a.envdAddr(slot)
-	rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
-	defer cancel()
 	if err := a.cfg.Envd.WaitHealthy(rctx, addr); err != nil {
 		return fmt.Errorf("envd at %s did not become healthy: %w", addr, err)
 	}

@@ -1,0 +1,433 @@
+package nodeinteg
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/warren-sandbox/warren/api/envd/process"
+	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
+	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/driver/runsc"
+	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/netslot/netslottest"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/node/rootfslayers"
+	"github.com/warren-sandbox/warren/internal/rootfs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+var http1Client = &http.Client{}
+
+func require(t *testing.T, ok bool, reason string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("prerequisite missing under CI: %s", reason)
+	}
+	t.Skipf("skipping: %s", reason)
+}
+
+func fileEnv(t *testing.T, name, what string) string {
+	t.Helper()
+	p := os.Getenv(name)
+	_, err := os.Stat(p)
+	require(t, p != "" && err == nil, fmt.Sprintf("%s at $%s", what, name))
+	return p
+}
+
+// The template's tree, unpacked once for the package.
+var (
+	tmplOnce sync.Once
+	tmplDir  string
+	tmplErr  error
+	tmplBase string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if tmplBase != "" {
+		os.RemoveAll(tmplBase)
+	}
+	os.Exit(code)
+}
+
+// host is one simulated node machine: the agent's collaborators and
+// directories, shared by the agents a test starts on it.
+type host struct {
+	t      *testing.T
+	dir    string
+	tmpl   string
+	runsc  string
+	envd   string
+	cgRoot string
+	// pool is the first agent's network slot pool; later agents (restarts)
+	// open a new pool on netCfg.
+	pool   netslot.Pool
+	netCfg netslot.Config
+	agents int
+	logs   io.Writer
+}
+
+func newHost(t *testing.T) *host {
+	t.Helper()
+	require(t, os.Geteuid() == 0, "needs root")
+	h := &host{
+		t:     t,
+		runsc: fileEnv(t, "WARREN_RUNSC", "runsc"),
+		envd:  fileEnv(t, "WARREN_ENVD", "envd"),
+		logs:  io.Discard,
+	}
+	h.pool, h.netCfg = netslottest.New(t)
+	tar := fileEnv(t, "WARREN_TEST_ROOTFS_TAR", "base root filesystem tar")
+	_, err := exec.LookPath("mkfs.ext4")
+	require(t, err == nil, "mkfs.ext4")
+	tmplOnce.Do(func() {
+		tmplBase, tmplErr = os.MkdirTemp("", "warren-nodeinteg-")
+		if tmplErr == nil {
+			tmplDir = filepath.Join(tmplBase, "rootfs")
+			tmplErr = rootfs.Unpack(context.Background(), tar, tmplDir)
+		}
+	})
+	if tmplErr != nil {
+		t.Fatalf("unpack template: %v", tmplErr)
+	}
+	h.tmpl = tmplDir
+	h.dir = t.TempDir()
+	h.cgRoot = "warren-nodeinteg-" + sandbox.NewID()[:8]
+	if testing.Verbose() {
+		h.logs = os.Stderr
+	}
+	t.Cleanup(func() {
+		for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "cpuset", "devices", "blkio", "systemd", "unified"} {
+			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, h.cgRoot))
+		}
+	})
+	return h
+}
+
+func (h *host) log() *slog.Logger {
+	return slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// agent starts an agent (and a runsc driver) on the host, as a restarted
+// node process would.
+func (h *host) agent() (*node.Agent, *runsc.Driver) {
+	t := h.t
+	t.Helper()
+	log := h.log()
+	drv, err := runsc.New(runsc.Config{Path: h.runsc, StateDir: filepath.Join(h.dir, "runsc"), CgroupRoot: "/" + h.cgRoot, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := cgroup.NewManager(h.cgRoot, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := h.pool
+	if h.agents++; h.agents > 1 {
+		if pool, err = netslot.NewPool(h.netCfg, log); err != nil {
+			t.Fatal(err)
+		}
+	}
+	layersRoot := filepath.Join(h.dir, "layers")
+	rm, err := rootfs.New(rootfs.Config{DataRoot: layersRoot}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := node.New(context.Background(), node.Config{
+		DataDir: filepath.Join(h.dir, "node"), Driver: drv, Cgroups: cg, Net: pool,
+		Layers: rootfslayers.New(rm, layersRoot), EnvdPath: h.envd, Logger: log,
+		ReclaimInterval: -1, MinFreeDiskBytes: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, drv
+}
+
+func (h *host) createReq(id string) node.CreateRequest {
+	return node.CreateRequest{
+		ID: id, ExecutionID: "e-" + id,
+		Template:        node.Template{ID: "base", BuildID: "b", RootFS: h.tmpl, User: "user", Workdir: "/home/user"},
+		Resources:       sandbox.Resources{VCPUs: 1, MemoryMB: 512, DiskMB: 256},
+		EnvVars:         map[string]string{"FROM_CREATE": "yes"},
+		EnvdAccessToken: "tok-" + id,
+	}
+}
+
+// run runs cmd in the sandbox through envd's process service and returns
+// its stdout and exit code.
+func run(t *testing.T, sb *node.Sandbox, token, cmd string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := processconnect.NewProcessClient(http1Client, "http://"+sb.Address)
+	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", cmd}}, Stdin: proto.Bool(false)})
+	req.Header().Set("X-Access-Token", token)
+	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("user:")))
+	stream, err := c.Start(ctx, req)
+	if err != nil {
+		t.Fatalf("start %q: %v", cmd, err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if d := ev.GetData(); d != nil {
+			out.Write(d.GetStdout())
+		}
+		if end := ev.GetEnd(); end != nil {
+			return out.String(), int(end.GetExitCode())
+		}
+	}
+	t.Fatalf("run %q: stream ended without an end event: %v", cmd, stream.Err())
+	return "", -1
+}
+
+func counter(t *testing.T, sb *node.Sandbox, token string) int {
+	t.Helper()
+	out, code := run(t, sb, token, "cat /tmp/counter")
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if code != 0 || err != nil {
+		t.Fatalf("counter: %q exit %d", out, code)
+	}
+	return n
+}
+
+// waitCounterAbove waits until the counter passes n (the counter ticks
+// every 50 ms; the wait is bounded generously for a loaded machine).
+func waitCounterAbove(t *testing.T, sb *node.Sandbox, token string, n int) int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c := counter(t, sb, token)
+		if c > n {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("counter stuck at %d", c)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// leftovers lists the host objects of sandbox id that remain.
+func (h *host) leftovers(drv *runsc.Driver, id string) []string {
+	var out []string
+	ctx := context.Background()
+	if ids, _ := drv.List(ctx); len(ids) > 0 {
+		for _, x := range ids {
+			if x == id {
+				out = append(out, "runsc container "+x)
+			}
+		}
+	}
+	for _, c := range []string{"cpu", "memory", "pids", "freezer", "unified"} {
+		p := filepath.Join("/sys/fs/cgroup", c, h.cgRoot, sandbox.HostName(id))
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, "cgroup "+p)
+		}
+	}
+	if nss, err := os.ReadDir("/var/run/netns"); err == nil {
+		for _, ns := range nss {
+			if strings.HasPrefix(ns.Name(), sandbox.HostName(id)) {
+				out = append(out, "netns "+ns.Name())
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], h.dir) {
+				out = append(out, "mount "+f[4])
+			}
+		}
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		if b, err := os.ReadFile(l); err == nil && strings.HasPrefix(string(b), h.dir) {
+			out = append(out, "loop "+l)
+		}
+	}
+	for _, d := range []string{filepath.Join(h.dir, "node", "sandboxes", sandbox.HostName(id)), filepath.Join(h.dir, "layers", sandbox.HostName(id))} {
+		if _, err := os.Stat(d); err == nil {
+			out = append(out, "dir "+d)
+		}
+	}
+	return out
+}
+
+// TestLifecycle: create → envd health → exec through envd → pause with
+// memory → resume keeps a counter → kill leaves no host object.
+func TestLifecycle(t *testing.T) {
+	h := newHost(t)
+	a, drv := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	id := "lc" + sandbox.NewID()[:10]
+	tok := "tok-" + id
+	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
+
+	start := time.Now()
+	sb, err := a.Create(ctx, h.createReq(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("create took %s, address %s", time.Since(start), sb.Address)
+	out, code := run(t, sb, tok, `echo "$(id -un) $FROM_CREATE $(pwd)"`)
+	if code != 0 || strings.TrimSpace(out) != "user yes /home/user" {
+		t.Fatalf("exec through envd: %q exit %d", out, code)
+	}
+	if _, code := run(t, sb, tok, "exit 7"); code != 7 {
+		t.Errorf("exit code %d, want 7", code)
+	}
+	if err := node.NewHTTPEnvd(nil).Start(ctx, sb.Address, tok, node.EnvdProcess{
+		Tag: "counter", Cmd: "/bin/bash", User: "user",
+		Args: []string{"-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, sb, tok, "echo layer > /home/user/on-layer")
+	before := waitCounterAbove(t, sb, tok, 3)
+
+	start = time.Now()
+	p, err := a.Pause(ctx, id, node.PauseRequest{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pause with memory took %s", time.Since(start))
+	if p.State != sandbox.StatePaused || !p.PausedWithMemory {
+		t.Fatalf("paused %+v", p)
+	}
+	// Paused: no runtime container, cgroup, namespace or mount remains.
+	if left := h.leftovers(drv, id); len(left) != 2 || !strings.HasPrefix(left[0], "dir ") {
+		t.Errorf("host objects of a paused sandbox: %v (want only its state dir and layer dir)", left)
+	}
+
+	start = time.Now()
+	r, err := a.Resume(ctx, id, node.ResumeRequest{ExecutionID: "e2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("resume took %s, address %s", time.Since(start), r.Address)
+	after := counter(t, r, tok)
+	if after < before {
+		t.Errorf("counter went back from %d to %d: memory not kept", before, after)
+	}
+	waitCounterAbove(t, r, tok, after)
+	if out, _ := run(t, r, tok, "cat /home/user/on-layer"); strings.TrimSpace(out) != "layer" {
+		t.Errorf("file on the writable layer after resume: %q", out)
+	}
+
+	if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
+		t.Fatal(err)
+	}
+	if left := h.leftovers(drv, id); len(left) > 0 {
+		t.Errorf("left after kill: %v", left)
+	}
+}
+
+// TestFilesystemPause: a filesystem-only pause keeps the writable layer
+// and drops memory.
+func TestFilesystemPause(t *testing.T) {
+	h := newHost(t)
+	a, drv := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	id := "fs" + sandbox.NewID()[:10]
+	tok := "tok-" + id
+	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
+	req := h.createReq(id)
+	req.Template.StartCmd = "echo started >> /home/user/starts"
+	sb, err := a.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sb, tok, "echo kept > /home/user/f; echo gone > /tmp/f")
+	if _, err := a.Pause(ctx, id, node.PauseRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Resume(ctx, id, node.ResumeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := run(t, r, tok, "cat /home/user/f; cat /tmp/f 2>/dev/null || echo no-tmp; sleep 1; cat /home/user/starts | wc -l")
+	if got := strings.Fields(out); len(got) != 3 || got[0] != "kept" || got[1] != "no-tmp" || got[2] != "2" {
+		t.Errorf("after filesystem-only resume: %q, want kept, no-tmp, 2 start command runs", out)
+	}
+	if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
+		t.Fatal(err)
+	}
+	if left := h.leftovers(drv, id); len(left) > 0 {
+		t.Errorf("left after kill: %v", left)
+	}
+}
+
+// TestAgentRestart: an agent that goes away without stopping its
+// sandboxes is replaced by a new one on the same data dir, which adopts the
+// running sandbox (still reachable, still watched) and reclaims objects of
+// sandboxes it does not know.
+func TestAgentRestart(t *testing.T) {
+	h := newHost(t)
+	a1, _ := h.agent()
+	ctx := context.Background()
+	id := "rs" + sandbox.NewID()[:10]
+	tok := "tok-" + id
+	sb, err := a1.Create(ctx, h.createReq(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sb, tok, "echo before > /tmp/mark")
+	// A half-made sandbox: a create that never finished.
+	leak := "lk" + sandbox.NewID()[:10]
+	if err := os.MkdirAll(filepath.Join(h.dir, "node", "sandboxes", sandbox.HostName(leak)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a1.Close() // as if killed: sandboxes keep running
+
+	a2, drv2 := h.agent()
+	defer a2.Close()
+	t.Cleanup(func() { _ = a2.Kill(context.Background(), id, sandbox.KillAdmin) })
+	got, err := a2.Get(ctx, id)
+	if err != nil || got.State != sandbox.StateRunning || got.Address != sb.Address {
+		t.Fatalf("after restart: %+v, %v", got, err)
+	}
+	if out, _ := run(t, got, tok, "cat /tmp/mark"); strings.TrimSpace(out) != "before" {
+		t.Errorf("sandbox after agent restart: %q", out)
+	}
+	if n := a2.Reclaimed()[node.KindStateDir]; n != 1 {
+		t.Errorf("reclaimed state dirs %d, want 1 (%v)", n, a2.Reclaimed())
+	}
+	events, _ := a2.Watch(t.Context())
+	// The sandbox dies by itself (as far as the agent knows).
+	if err := drv2.Kill(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev.SandboxID != id || ev.Type != node.EventExited {
+			t.Errorf("event %+v", ev)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("exit of the adopted sandbox not seen")
+	}
+	if left := h.leftovers(drv2, id); len(left) > 0 {
+		t.Errorf("left after exit: %v", left)
+	}
+}
