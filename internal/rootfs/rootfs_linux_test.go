@@ -3,8 +3,8 @@ package rootfs
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -334,4 +334,54 @@ func TestWithin(t *testing.T) {
 	}
 }
 
-var _ = errors.Is
+func TestExtractLayerWhiteouts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	reg := func(name, body string) entry {
+		return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644}, body: body}
+	}
+	dirE := func(name string) entry { return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: 0o755}} }
+	layers := [][]entry{
+		{dirE("etc/"), reg("etc/keep", "1"), reg("etc/gone", "1"), dirE("opt/"), reg("opt/old", "1"), dirE("opt/sub/"), reg("opt/sub/x", "1")},
+		{reg("etc/.wh.gone", ""), dirE("opt/"), reg("opt/new", "2"), reg("opt/.wh..wh..opq", ""), reg("etc/added", "2")},
+	}
+	for i, l := range layers {
+		if err := ExtractLayer(ctx, bytes.NewReader(makeTar(t, l)), dir); err != nil {
+			t.Fatalf("layer %d: %v", i, err)
+		}
+	}
+	for name, want := range map[string]bool{
+		"etc/keep": true, "etc/gone": false, "etc/added": true, "etc/.wh.gone": false,
+		"opt/new": true, "opt/old": false, "opt/sub": false, "opt/.wh..wh..opq": false,
+	} {
+		_, err := os.Lstat(filepath.Join(dir, name))
+		if (err == nil) != want {
+			t.Errorf("%s exists=%v, want %v", name, err == nil, want)
+		}
+	}
+}
+
+func TestUnpackGzip(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(makeTar(t, []entry{{hdr: tar.Header{Name: "hello", Typeflag: tar.TypeReg, Mode: 0o644}, body: "gz"}})); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tarPath := filepath.Join(base, "r.tar.gz")
+	if err := os.WriteFile(tarPath, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(base, "out")
+	if err := Unpack(context.Background(), tarPath, dest); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dest, "hello")); err != nil || string(b) != "gz" {
+		t.Errorf("hello = %q, %v", b, err)
+	}
+}

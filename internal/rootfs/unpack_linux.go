@@ -3,6 +3,7 @@ package rootfs
 import (
 	"archive/tar"
 	"bufio"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -117,18 +118,53 @@ func extractFile(ctx context.Context, tarPath, dir string) error {
 		return errors.Join(errdefs.ErrUnavailable, err)
 	}
 	defer f.Close()
-	return Extract(ctx, bufio.NewReaderSize(f, 1<<20), dir)
+	r, err := decompress(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		return err
+	}
+	return Extract(ctx, r, dir)
+}
+
+// decompress recognises a gzip stream by its magic number; anything else is
+// read as a plain tar.
+func decompress(br *bufio.Reader) (io.Reader, error) {
+	magic, err := br.Peek(2)
+	if err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("gzip: %w", errors.Join(errdefs.ErrInvalid, err))
+		}
+		return zr, nil
+	}
+	return br, nil
 }
 
 // Extract writes the tar stream r into the existing directory dir with the
 // guarantees described at Unpack (without the atomic rename).
 func Extract(ctx context.Context, r io.Reader, dir string) error {
+	return extract(ctx, r, dir, false)
+}
+
+// ExtractLayer applies one OCI image layer (a tar stream) on top of the
+// tree in dir, as Extract does, and honours the layer's whiteouts: an entry
+// ".wh.<name>" removes <name>, and ".wh..wh..opq" empties its directory of
+// what earlier layers put there. Apply the layers of an image in order.
+func ExtractLayer(ctx context.Context, r io.Reader, dir string) error {
+	return extract(ctx, r, dir, true)
+}
+
+const (
+	whiteoutPrefix = ".wh."
+	whiteoutOpaque = ".wh..wh..opq"
+)
+
+func extract(ctx context.Context, r io.Reader, dir string, whiteouts bool) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return errors.Join(errdefs.ErrUnavailable, err)
 	}
 	defer root.Close()
-	x := &extractor{root: root}
+	x := &extractor{root: root, whiteouts: whiteouts, fresh: map[string]bool{}}
 	tr := tar.NewReader(r)
 	for n := 0; ; n++ {
 		if n%256 == 0 {
@@ -157,8 +193,45 @@ type dirTimes struct {
 }
 
 type extractor struct {
-	root *os.Root
-	dirs []dirTimes
+	root      *os.Root
+	dirs      []dirTimes
+	whiteouts bool
+	fresh     map[string]bool // paths written by this layer (ExtractLayer)
+}
+
+// whiteout applies a whiteout entry; it reports false for other entries.
+func (x *extractor) whiteout(name string) (bool, error) {
+	parent, base := path.Split(name)
+	parent = strings.TrimSuffix(parent, "/")
+	if parent == "" {
+		parent = "."
+	}
+	switch {
+	case base == whiteoutOpaque:
+		ents, err := fs.ReadDir(x.root.FS(), parent)
+		if errors.Is(err, fs.ErrNotExist) {
+			return true, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		for _, e := range ents {
+			child := path.Join(parent, e.Name())
+			if !x.fresh[child] {
+				if err := x.root.RemoveAll(child); err != nil {
+					return true, err
+				}
+			}
+		}
+		return true, nil
+	case strings.HasPrefix(base, whiteoutPrefix):
+		target := path.Join(parent, strings.TrimPrefix(base, whiteoutPrefix))
+		if err := x.root.RemoveAll(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return true, err
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 // cleanName turns a tar path into a path relative to the root; "" is the
@@ -181,6 +254,12 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	name, err := cleanName(hdr.Name)
 	if err != nil {
 		return err
+	}
+	if x.whiteouts && name != "" {
+		if done, err := x.whiteout(name); done || err != nil {
+			return err
+		}
+		x.fresh[name] = true
 	}
 	mode := hdr.FileInfo().Mode()
 	if name == "" {
