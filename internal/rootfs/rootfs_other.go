@@ -5,6 +5,7 @@ package rootfs
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -31,3 +32,9 @@ func (*Manager) Leaked(context.Context, map[string]bool) ([]Leak, error) {
 func (*Manager) ReclaimLeaked(context.Context, map[string]bool) (int, error) {
 	return 0, errUnsupported
 }
+
+// Extract fails outside Linux.
+func Extract(context.Context, io.Reader, string) error { return errUnsupported }
+
+// ExtractLayer fails outside Linux.
+func ExtractLayer(context.Context, io.Reader, string) error { return errUnsupported }
