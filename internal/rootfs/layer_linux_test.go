@@ -315,3 +315,40 @@ func BenchmarkLayerPrepareDestroy(b *testing.B) {
 	b.ReportMetric(float64(prep.Microseconds())/float64(b.N)/1000, "ms-prepare/op")
 	b.ReportMetric(float64(destroy.Microseconds())/float64(b.N)/1000, "ms-destroy/op")
 }
+
+// TestConcurrentLayers races loop device allocation and mounting.
+func TestConcurrentLayers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newLayerEnv(t)
+	const n = 8
+	errs := make(chan error, 2*n)
+	done := make(chan struct{})
+	for i := 0; i < n; i++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			l := e.layer("conc"+string(rune('a'+i)), 32)
+			merged, err := e.m.Prepare(ctx, l)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if err := os.WriteFile(filepath.Join(merged, "id"), []byte(l.SandboxID), 0o644); err != nil {
+				errs <- err
+			}
+			if b, err := os.ReadFile(filepath.Join(merged, "id")); err != nil || string(b) != l.SandboxID {
+				errs <- errors.New("layers mixed up: " + string(b))
+			}
+			if err := e.m.Destroy(ctx, l.Dir); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		<-done
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
