@@ -163,6 +163,9 @@ func (p *pool) setupBase() error {
 		c.FlushChain(ch)
 	}
 	slots := p.slotsMap()
+	// An ID of our own (it only names the set inside this transaction)
+	// keeps AddSet off the library's unsynchronised global ID counter.
+	slots.ID = 1
 	if err := c.AddSet(slots, nil); err != nil {
 		return fmt.Errorf("nftables map %s: %w", mapSlots, err)
 	}
