@@ -105,6 +105,11 @@ type Config struct {
 	ReadyInterval time.Duration
 	// Network gives RUN steps outbound network access (true in serve).
 	Network bool
+	// StepTimeout bounds one RUN step (default 1 h).
+	StepTimeout time.Duration
+	// MinBuildMemoryMB is the least memory a build sandbox gets, whatever
+	// the template's own size (default 1024; package installs need room).
+	MinBuildMemoryMB int64
 	// Snapshotter, when set, takes the snapshot on ready of builds with a
 	// start command; without it (or when it fails) sandboxes of the
 	// template cold-start and run the start command.
@@ -141,6 +146,12 @@ func New(cfg Config) (*Builder, error) {
 	}
 	if cfg.ReadyInterval <= 0 {
 		cfg.ReadyInterval = 2 * time.Second
+	}
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = time.Hour
+	}
+	if cfg.MinBuildMemoryMB <= 0 {
+		cfg.MinBuildMemoryMB = 1024
 	}
 	for _, d := range []string{"layers", "files", "work"} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {

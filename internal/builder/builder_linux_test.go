@@ -212,10 +212,16 @@ func TestBuildFailures(t *testing.T) {
 		{name: "missing COPY source", spec: Spec{FromImage: ref, ContextDir: t.TempDir(), Steps: []Step{{Type: StepCopy, Args: []string{"nope.txt", "/"}}}}, class: errdefs.ErrInvalid, step: "1"},
 		{name: "unknown user in RUN", spec: Spec{FromImage: ref, Steps: []Step{{Type: StepRun, Args: []string{"true", "ghost"}}}}, class: errdefs.ErrInvalid, step: "1"},
 		{name: "bad step", spec: Spec{FromImage: ref, Steps: []Step{{Type: "HEALTHCHECK", Args: []string{"x"}}}}, class: errdefs.ErrInvalid, step: "1"},
+		{name: "step timeout", spec: Spec{FromImage: ref, Steps: []Step{{Type: StepRun, Args: []string{"echo spinning; while :; do :; done"}}}}, class: errdefs.ErrExhausted, step: "1", output: "spinning"},
 		{name: "ready command never passes", spec: Spec{FromImage: ref, StartCmd: "echo started", ReadyCmd: "exit 1"}, step: "ready", exitCode: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "step timeout" {
+				old := f.b.cfg.StepTimeout
+				f.b.cfg.StepTimeout = 500 * time.Millisecond
+				defer func() { f.b.cfg.StepTimeout = old }()
+			}
 			if tc.step == "ready" {
 				old := f.b.cfg.ReadyTimeout
 				f.b.cfg.ReadyTimeout = 300 * time.Millisecond

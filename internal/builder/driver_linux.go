@@ -68,7 +68,7 @@ func (r DriverRunner) Start(ctx context.Context, req SandboxRequest) (BuildSandb
 	}
 	s := &driverSandbox{d: r.Driver, id: id, bundle: bundle, mountPoint: mp}
 	spec := driver.Spec{
-		ID: id, BundleDir: bundle, RootFS: req.RootFS, Hostname: "build", Log: r.Log,
+		ID: id, BundleDir: bundle, RootFS: req.RootFS, Hostname: "build", Log: r.Log, Resources: req.Resources,
 		Hosts:  "127.0.0.1\tlocalhost build\n::1\tlocalhost\n",
 		Mounts: []driver.Mount{{Source: r.Init, Destination: "/" + initDir + "/init", ReadOnly: true}},
 		Init: driver.Process{

@@ -121,7 +121,7 @@ func (s *runcSandbox) spec(p Process) *specs.Spec {
 		},
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}},
-			Resources:  &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}},
+			Resources:  runcResources(s.req),
 			MaskedPaths: []string{"/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
 				"/proc/sched_debug", "/sys/firmware", "/proc/scsi"},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
@@ -133,6 +133,27 @@ func (s *runcSandbox) spec(p Process) *specs.Spec {
 		sp.Linux.Namespaces = append(sp.Linux.Namespaces, specs.LinuxNamespace{Type: "network"})
 	}
 	return sp
+}
+
+// runcResources turns the request's limits into the container's cgroup
+// settings.
+func runcResources(req SandboxRequest) *specs.LinuxResources {
+	res := &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}}
+	r := req.Resources
+	if r.MemoryMB > 0 {
+		limit := r.MemoryMB << 20
+		res.Memory = &specs.LinuxMemory{Limit: &limit}
+	}
+	if r.VCPUs > 0 {
+		period := uint64(100000)
+		quota := int64(r.VCPUs) * int64(period)
+		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	if r.Pids > 0 {
+		pids := r.Pids
+		res.Pids = &specs.LinuxPids{Limit: &pids}
+	}
+	return res
 }
 
 func (s *runcSandbox) bundle(id string, p Process) (string, error) {

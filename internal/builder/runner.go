@@ -3,6 +3,8 @@ package builder
 import (
 	"context"
 	"io"
+
+	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // Runner starts build sandboxes: the environment in which RUN steps and
@@ -27,6 +29,8 @@ type SandboxRequest struct {
 	RootFS string
 	// Network gives the sandbox outbound network access (package installs).
 	Network bool
+	// Resources bound the sandbox (zero fields: no limit).
+	Resources sandbox.Resources
 }
 
 // BuildSandbox is one running build sandbox.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -341,24 +342,43 @@ func (b *Builder) run(ctx context.Context, buildID, name, root string, s Step, n
 	if err := mkdirAllOwned(root, cwd, 0, 0); err != nil {
 		return err
 	}
-	sb, err := b.cfg.Runner.Start(ctx, SandboxRequest{ID: "build-" + shortID(buildID) + "-" + name, RootFS: root, Network: b.cfg.Network})
+	res, err := b.resources(ctx, buildID)
+	if err != nil {
+		return err
+	}
+	sb, err := b.cfg.Runner.Start(ctx, SandboxRequest{ID: "build-" + shortID(buildID) + "-" + name, RootFS: root, Network: b.cfg.Network, Resources: res})
 	if err != nil {
 		return fmt.Errorf("start build sandbox: %w", err)
 	}
 	defer sb.Stop(context.WithoutCancel(ctx))
 	out := &lineWriter{bl: bl, step: name}
-	code, err := sb.Exec(ctx, Process{
+	runCtx, cancel := context.WithTimeout(ctx, b.cfg.StepTimeout)
+	defer cancel()
+	code, err := sb.Exec(runCtx, Process{
 		Args: []string{"/bin/sh", "-c", s.Args[0]}, Env: runEnv(ns, u.Home), Cwd: cwd,
 		UID: u.UID, GID: u.GID, Stdout: out, Stderr: out,
 	})
 	out.close()
 	if err != nil {
-		return &StepError{Step: name, Command: describe(s), Err: err}
+		if ctx.Err() == nil && runCtx.Err() != nil {
+			err = fmt.Errorf("did not finish within %s: %w", b.cfg.StepTimeout, errdefs.ErrExhausted)
+		}
+		return &StepError{Step: name, Command: describe(s), Err: err, Output: out.lastLines()}
 	}
 	if code != 0 {
 		return &StepError{Step: name, Command: describe(s), ExitCode: code, Output: out.lastLines()}
 	}
 	return nil
+}
+
+// resources are a build sandbox's limits: the template's CPU and memory,
+// with at least MinBuildMemoryMB of memory.
+func (b *Builder) resources(ctx context.Context, buildID string) (sandbox.Resources, error) {
+	bd, err := b.cat.Build(ctx, buildID)
+	if err != nil {
+		return sandbox.Resources{}, err
+	}
+	return sandbox.Resources{VCPUs: bd.CPUCount, MemoryMB: max(bd.MemoryMB, b.cfg.MinBuildMemoryMB), Pids: 4096}, nil
 }
 
 func shortID(id string) string {
@@ -426,7 +446,11 @@ func (b *Builder) checkReady(ctx context.Context, buildID, rootfs string, st *st
 	if err != nil {
 		return &StepError{Step: "ready", Command: readyCmd, Err: err}
 	}
-	sb, err := b.cfg.Runner.Start(ctx, SandboxRequest{ID: "build-" + shortID(buildID) + "-ready", RootFS: m.Merged, Network: b.cfg.Network})
+	res, err := b.resources(ctx, buildID)
+	if err != nil {
+		return err
+	}
+	sb, err := b.cfg.Runner.Start(ctx, SandboxRequest{ID: "build-" + shortID(buildID) + "-ready", RootFS: m.Merged, Network: b.cfg.Network, Resources: res})
 	if err != nil {
 		return &StepError{Step: "ready", Command: readyCmd, Err: err}
 	}
