@@ -566,3 +566,45 @@ func TestConcurrentAcquireRelease(t *testing.T) {
 	}
 	assertNothingLeft(t, cfg, nil)
 }
+
+// TestHostAllowed: the operator's exceptions open an always-blocked
+// destination and a host address, and nothing else.
+func TestHostAllowed(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	cfg := testPoolConfig()
+	t.Cleanup(func() { cleanupPool(t, cfg) }) // after the outside's cleanup
+	o := newOutside(t, cfg)
+	hostSrv := serve(t, "", "0.0.0.0:0")
+	cfg.HostAllowed = []netip.Prefix{netip.PrefixFrom(o.private, 32)}
+	lan, haveLAN := hostAddr(t, cfg.CIDR)
+	if haveLAN {
+		cfg.HostAllowed = append(cfg.HostAllowed, netip.PrefixFrom(lan, 32))
+	}
+	pl, err := NewPool(cfg, testLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := acquire(t, pl, cfg, Policy{DenyOut: []netip.Prefix{netip.PrefixFrom(o.public, 32)}})
+	checks := []struct {
+		name, to string
+		want     bool
+	}{
+		{"allowed_private_address", net.JoinHostPort(o.private.String(), port(o.privateLn)), true},
+		{"gateway_still_blocked", net.JoinHostPort(s.HostIP.String(), port(hostSrv)), false},
+		{"deny_out_still_applies", net.JoinHostPort(o.public.String(), port(o.publicLn)), false},
+	}
+	if haveLAN {
+		checks = append(checks, struct {
+			name, to string
+			want     bool
+		}{"allowed_host_address", net.JoinHostPort(lan.String(), port(hostSrv)), true})
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := dial(s.NetNSPath, c.to); (err == nil) != c.want {
+				t.Errorf("dial %s: %v, want reachable=%v", c.to, err, c.want)
+			}
+		})
+	}
+}
