@@ -141,13 +141,19 @@ func (m *Manager) Prepare(ctx context.Context, l Layer) (string, error) {
 	return merged, nil
 }
 
-// makeImage creates a sparse file of mb MiB holding an empty ext4 file system.
+// imageMB is the size of the image that gives at least mb MiB of free
+// space once formatted: ext4's journal, inode tables and group descriptors
+// take 4-17 % (measured: 64 MiB → 53 free, 1 GiB → 957, 4 GiB → 3935).
+func imageMB(mb int64) int64 { return mb + mb/8 + 16 }
+
+// makeImage creates a sparse file holding an empty ext4 file system with at
+// least mb MiB free.
 func (m *Manager) makeImage(ctx context.Context, img string, mb int64) error {
 	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return errors.Join(errdefs.ErrUnavailable, err)
 	}
-	err = f.Truncate(mb << 20)
+	err = f.Truncate(imageMB(mb) << 20)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

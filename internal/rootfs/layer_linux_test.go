@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,7 +122,7 @@ func TestLayerLifecycle(t *testing.T) {
 		chunk := bytes.Repeat([]byte{0xab}, 1<<20)
 		var werr error
 		written := 0
-		for i := 0; i < 200 && werr == nil; i++ {
+		for i := 0; i < 200 && werr == nil; i++ { // the file already holds a few KiB
 			var n int
 			n, werr = f.Write(chunk)
 			written += n
@@ -133,11 +134,11 @@ func TestLayerLifecycle(t *testing.T) {
 		if !errors.Is(werr, syscall.ENOSPC) {
 			t.Fatalf("after %d MiB: %v, want ENOSPC", written>>20, werr)
 		}
-		if written > 64<<20 {
-			t.Errorf("wrote %d bytes into a 64 MiB layer", written)
+		if written < 64<<20 || int64(written) > imageMB(64)<<20 {
+			t.Errorf("wrote %d MiB into a 64 MiB layer", written>>20)
 		}
 		st, err := os.Stat(ImagePath(l.Dir))
-		if err != nil || st.Size() != 64<<20 {
+		if err != nil || st.Size() != imageMB(64)<<20 {
 			t.Errorf("image size = %v, %v", st, err)
 		}
 		// The host file system still takes writes.
@@ -350,5 +351,28 @@ func TestConcurrentLayers(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestLayerFreeSpace: the layer offers at least DiskMB.
+func TestLayerFreeSpace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newLayerEnv(t)
+	for _, mb := range []int64{16, 64, 256, 1024, 4096} {
+		t.Run(strconv.FormatInt(mb, 10), func(t *testing.T) {
+			l := e.layer("free"+strconv.FormatInt(mb, 10), mb)
+			if _, err := e.m.Prepare(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			defer e.m.Destroy(ctx, l.Dir)
+			var st unix.Statfs_t
+			if err := unix.Statfs(MergedDir(l.Dir), &st); err != nil {
+				t.Fatal(err)
+			}
+			if free := int64(st.Bavail) * st.Bsize >> 20; free < mb || free > mb+mb/4+16 {
+				t.Errorf("free = %d MiB for DiskMB %d", free, mb)
+			}
+		})
 	}
 }

@@ -50,7 +50,7 @@ type Layer struct {
 	SandboxID string // recorded in layer.json; leak reclaim keys on it
 	Lower     string // the template's shared, read-only tree
 	Dir       string // the layer directory, under Config.DataRoot
-	DiskMB    int64  // size of the writable layer; must be positive
+	DiskMB    int64  // free space of the writable layer (at least); must be positive
 }
 
 // Names inside a layer directory.
