@@ -269,10 +269,9 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 	if err := b.flatten(ctx, st.Layers, rootfs); err != nil {
 		return &StepError{Step: "finalize", Command: "flatten layers", Err: err}
 	}
+	// The base image's CMD is not a start command (python:3.12 would start
+	// a REPL in every sandbox); a Dockerfile's own CMD is (ParseDockerfile).
 	startCmd := spec.StartCmd
-	if startCmd == "" && len(st.Cmd) > 0 && spec.FromImage != "" {
-		startCmd = shellJoin(st.Cmd)
-	}
 	if startCmd != "" || spec.ReadyCmd != "" {
 		if err := b.checkReady(ctx, buildID, rootfs, st, startCmd, spec.ReadyCmd, bl); err != nil {
 			return err
