@@ -81,9 +81,9 @@ type Spec struct {
 	Force bool `json:"force,omitempty"`
 	// ContextDir holds COPY sources for steps without FilesHash
 	// (Dockerfile builds).
-	ContextDir string `json:"contextDir,omitempty"`
+	ContextDir string `json:"-"`
 	// TeamID is whose templates FromTemplate may name.
-	TeamID string `json:"teamId,omitempty"`
+	TeamID string `json:"-"`
 }
 
 // Config configures a Builder.
