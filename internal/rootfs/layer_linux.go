@@ -293,6 +293,53 @@ func (m *Manager) Remount(ctx context.Context, l Layer, from string) (string, er
 	return merged, nil
 }
 
+// Copy copies the layer in directory from into l.Dir for sandbox
+// l.SandboxID without mounting it (Remount with from == "" mounts it
+// later). A mounted source is frozen during the copy. l.Lower may be empty
+// to keep the source's lower directory; l.DiskMB is ignored.
+func (m *Manager) Copy(ctx context.Context, l Layer, from string) error {
+	dir, err := m.cfg.checkDir(l.Dir)
+	if err != nil {
+		return err
+	}
+	if from, err = m.cfg.checkDir(from); err != nil {
+		return err
+	}
+	if from == dir {
+		return fmt.Errorf("layer %s: copy onto itself: %w", dir, errdefs.ErrInvalid)
+	}
+	src, err := readMeta(from)
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", from, err)
+	}
+	if l.Lower == "" {
+		l.Lower = src.Lower
+	}
+	if _, err := m.validate(l); err != nil {
+		return err
+	}
+	// Both directories locked, in a fixed order so that crossed copies
+	// cannot deadlock.
+	first, second := from, dir
+	if second < first {
+		first, second = second, first
+	}
+	unlock1, err := m.lock(ctx, first)
+	if err != nil {
+		return err
+	}
+	defer unlock1()
+	unlock2, err := m.lock(ctx, second)
+	if err != nil {
+		return err
+	}
+	defer unlock2()
+	if err := m.copyLayer(ctx, from, dir, meta{Version: metaVersion, SandboxID: l.SandboxID, Lower: l.Lower, DiskMB: src.DiskMB}); err != nil {
+		return fmt.Errorf("layer %s from %s: %w", dir, from, err)
+	}
+	return nil
+}
+
 func (m *Manager) copyLayer(ctx context.Context, from, dir string, md meta) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return errors.Join(errdefs.ErrUnavailable, err)

@@ -202,6 +202,29 @@ func TestLayerLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("copy_without_mounting", func(t *testing.T) {
+		c := e.layer("sbxc", 0)
+		if err := e.m.Copy(ctx, Layer{SandboxID: c.SandboxID, Dir: c.Dir}, l.Dir); err != nil {
+			t.Fatal(err)
+		}
+		if mounted, _ := isMountPoint(MergedDir(c.Dir)); mounted {
+			t.Error("Copy mounted the copy")
+		}
+		if err := e.m.Copy(ctx, Layer{SandboxID: c.SandboxID, Dir: c.Dir}, l.Dir); !errdefs.IsAlreadyExists(err) {
+			t.Errorf("second Copy: %v, want already exists", err)
+		}
+		got, err := e.m.Remount(ctx, Layer{Dir: c.Dir}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(got, "new")); err != nil || string(b) != "sandbox data" {
+			t.Errorf("copy: %q, %v", b, err)
+		}
+		if err := e.m.Destroy(ctx, c.Dir); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("destroy_leaves_nothing", func(t *testing.T) {
 		if err := e.m.Destroy(ctx, l.Dir); err != nil {
 			t.Fatal(err)

@@ -25,6 +25,7 @@ func Unpack(context.Context, string, string) error { return errUnsupported }
 func (*Manager) Prepare(context.Context, Layer) (string, error)         { return "", errUnsupported }
 func (*Manager) Unmount(context.Context, string) error                  { return errUnsupported }
 func (*Manager) Remount(context.Context, Layer, string) (string, error) { return "", errUnsupported }
+func (*Manager) Copy(context.Context, Layer, string) error              { return errUnsupported }
 func (*Manager) Destroy(context.Context, string) error                  { return errUnsupported }
 func (*Manager) Leaked(context.Context, map[string]bool) ([]Leak, error) {
 	return nil, errUnsupported
