@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,6 +89,15 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.StringVar(&cfg.Driver, "driver", "runsc", "runtime driver: runsc, runc or fake")
 	f.StringVar(&cfg.Domain, "domain", "", "sandbox domain for <port>-<sandboxID>.<domain> hosts (default localhost:<port>)")
 	f.StringVar(&cfg.RunscPath, "runsc", defaultPath("runsc"), "runsc binary")
+	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary")
+	f.StringVar(&cfg.CgroupRoot, "cgroup-root", "warren", "cgroup under which sandbox cgroups are made")
+	f.Func("net-cidr", "address range of sandbox network slots (default 100.65.0.0/16)", func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		cfg.Net.CIDR = p
+		return err
+	})
+	f.StringVar(&cfg.Net.Table, "nft-table", "", "nftables table (family inet) of the sandbox firewall (default warren)")
+	f.StringVar(&cfg.Net.IfPrefix, "veth-prefix", "", "1-3 letters starting host-side veth names (default wr)")
 	f.StringVar(&cfg.EnvdPath, "envd", defaultPath("envd"), "envd binary mounted into sandboxes")
 	f.StringVar(&cfg.BaseRootFSTar, "base-rootfs", filepath.Join("var", "base-rootfs.tar"), "pre-built root filesystem tar of the base template")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS with HTTP/2)")

@@ -29,6 +29,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -54,10 +55,16 @@ type Config struct {
 	// Domain is the sandbox domain: <port>-<id>.<Domain> hosts reach a
 	// sandbox port. Default: localhost:<listen port>.
 	Domain string
-	// RunscPath and EnvdPath locate the binaries (defaults: bin/runsc and
-	// bin/envd next to the warren binary, then $PATH).
+	// RunscPath, RuncPath and EnvdPath locate the binaries.
 	RunscPath string
+	RuncPath  string
 	EnvdPath  string
+	// CgroupRoot is the cgroup under which sandboxes' cgroups live
+	// (default "warren"); Net configures the network slot pool (CIDR,
+	// nftables table, interface prefix). Two servers on one host need
+	// different ones.
+	CgroupRoot string
+	Net        netslot.Config
 	// BaseRootFSTar is a pre-built root filesystem for the base template.
 	BaseRootFSTar string
 	// TLSCert and TLSKey, when both set, serve HTTPS (with HTTP/2).

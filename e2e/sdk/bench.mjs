@@ -1,0 +1,15 @@
+// Create → first command through the SDK, N times (argv[2], default 10).
+// Prints one JSON line: {"ms":[...]} with each iteration's milliseconds.
+import { Sandbox } from 'e2b'
+
+const n = Number(process.argv[2] || 10)
+const ms = []
+for (let i = 0; i < n; i++) {
+  const t0 = performance.now()
+  const sbx = await Sandbox.create('base', { timeoutMs: 60_000 })
+  const r = await sbx.commands.run('true')
+  ms.push(performance.now() - t0)
+  if (r.exitCode !== 0) { console.error('command failed'); process.exit(1) }
+  await sbx.kill()
+}
+console.log(JSON.stringify({ ms }))
