@@ -29,6 +29,9 @@ type Config struct {
 	// IfPrefix starts the name of every host-side veth ("<prefix>h...");
 	// 1–3 lowercase letters, default "wr".
 	IfPrefix string
+	// MTU of the veth pairs; default: the MTU of the interface of the
+	// host's IPv4 default route (1500 without one).
+	MTU int
 }
 
 // DefaultCIDR is the default address pool: inside 100.64.0.0/10 (shared
@@ -84,6 +87,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("netslot CIDR %s has more than %d slots: %w", c.CIDR, maxSlots, errdefs.ErrInvalid)
 	case len(c.IfPrefix) > 3 || strings.Trim(c.IfPrefix, "abcdefghijklmnopqrstuvwxyz") != "":
 		return fmt.Errorf("netslot interface prefix %q: 1-3 lowercase letters: %w", c.IfPrefix, errdefs.ErrInvalid)
+	case c.MTU != 0 && (c.MTU < 576 || c.MTU > 65535):
+		return fmt.Errorf("netslot MTU %d: %w", c.MTU, errdefs.ErrInvalid)
 	case strings.ContainsAny(c.Table, "/ \x00") || len(c.Table) > 64:
 		return fmt.Errorf("netslot table %q: %w", c.Table, errdefs.ErrInvalid)
 	}

@@ -56,6 +56,9 @@ func NewPool(cfg Config, log *slog.Logger) (Pool, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	if cfg.MTU == 0 {
+		cfg.MTU = defaultRouteMTU()
+	}
 	conn, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("netslot: nftables: %w", errors.Join(errdefs.ErrUnavailable, err))
@@ -80,7 +83,7 @@ func NewPool(cfg Config, log *slog.Logger) (Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netslot: %w", errors.Join(errdefs.ErrUnavailable, err))
 	}
-	log.Info("network slot pool", "cidr", cfg.CIDR, "slots", cfg.slots(), "table", cfg.Table)
+	log.Info("network slot pool", "cidr", cfg.CIDR, "slots", cfg.slots(), "table", cfg.Table, "mtu", cfg.MTU)
 	return p, nil
 }
 
@@ -161,7 +164,7 @@ func clonePolicy(p Policy) Policy {
 func (p *pool) create(s *Slot) error {
 	guestTemp := p.cfg.guestTempName(s.Index, useOf(s))
 	alias := p.cfg.alias(s.SandboxID, s.NetNS)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.HostVeth, MTU: 1500}, PeerName: guestTemp}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.HostVeth, MTU: p.cfg.MTU}, PeerName: guestTemp}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("create veth %s: %w", s.HostVeth, errors.Join(errdefs.ErrUnavailable, err))
 	}
@@ -451,4 +454,22 @@ func flushConntrack(ip netip.Addr) error {
 		_, err = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, src, dst)
 	}
 	return err
+}
+
+// defaultRouteMTU is the MTU of the interface of the IPv4 default route, or
+// 1500.
+func defaultRouteMTU() int {
+	routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return 1500
+	}
+	for _, r := range routes {
+		if r.Dst != nil && !r.Dst.IP.IsUnspecified() {
+			continue
+		}
+		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil && l.Attrs().MTU >= 576 {
+			return l.Attrs().MTU
+		}
+	}
+	return 1500
 }

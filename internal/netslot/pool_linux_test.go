@@ -242,6 +242,9 @@ func TestIsolation(t *testing.T) {
 		if !strings.HasPrefix(s.NetNS, sandbox.HostName(s.SandboxID)) || len(s.HostVeth) > 15 {
 			t.Errorf("names: %+v", s)
 		}
+		if l, err := netlink.LinkByName(s.HostVeth); err != nil || l.Attrs().MTU != defaultRouteMTU() {
+			t.Errorf("veth MTU: %v (host default route MTU %d)", err, defaultRouteMTU())
+		}
 	}
 	srvA := serve(t, a.NetNSPath, "0.0.0.0:0")
 	srvB := serve(t, b.NetNSPath, "0.0.0.0:0")
