@@ -21,7 +21,11 @@ type LocalConfig struct {
 	// Network gives build steps outbound network access (default true
 	// through NoNetwork=false).
 	NoNetwork bool
-	Logger    *slog.Logger
+	// InsecureRegistries are registry hosts reached over plain HTTP.
+	InsecureRegistries []string
+	// Snapshotter takes snapshots on ready (the node agent); optional.
+	Snapshotter Snapshotter
+	Logger      *slog.Logger
 }
 
 // Local is a catalog, a builder and a build service over one data
@@ -54,7 +58,7 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 	}
 	b, err := New(Config{
 		DataDir: filepath.Join(cfg.DataDir, "builder"), Catalog: cat, Runner: cfg.Runner,
-		Logger: log, Network: !cfg.NoNetwork,
+		Logger: log, Network: !cfg.NoNetwork, InsecureRegistries: cfg.InsecureRegistries, Snapshotter: cfg.Snapshotter,
 	})
 	if err != nil {
 		return nil, err
