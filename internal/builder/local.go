@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -41,15 +42,12 @@ type Local struct {
 // Service.Recover and Catalog.EnsureBase at start.
 func OpenLocal(cfg LocalConfig) (*Local, error) {
 	if cfg.DataDir == "" {
-		return nil, fmt.Errorf("templates: no data directory")
+		return nil, fmt.Errorf("templates: no data directory: %w", errdefs.ErrInvalid)
 	}
 	if cfg.Runner == nil {
 		cfg.Runner = RuncRunner{}
 	}
-	var log *slog.Logger
-	if cfg.Logger != nil {
-		log = cfg.Logger
-	}
+	log := cfg.Logger
 	cat, err := templates.New(templates.Config{
 		DataDir: filepath.Join(cfg.DataDir, "templates"), BaseRootFSTar: cfg.BaseRootFSTar, Logger: log,
 	})
