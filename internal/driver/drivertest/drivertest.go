@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,10 @@ type Harness struct {
 	// Simulated says the driver runs no processes (fake): the suite then
 	// checks states and calls only, and skips what needs real processes.
 	Simulated bool
+	// Reopen, when set, returns a second driver on the same state, as a
+	// restarted node agent would make; the suite checks that it finds,
+	// drives and deletes the first one's sandboxes.
+	Reopen func(t testing.TB) driver.Driver
 	// Leftovers lists host objects the driver still holds for the given
 	// sandboxes (runtime state, records, bundles, processes, cgroups);
 	// nil means the suite only checks List and Status.
@@ -99,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 		{"MemoryLimitOOM", s.testOOM, true},
 		{"PidsLimitContainsForkBomb", s.testPids, true},
 		{"Network", s.testNetwork, true},
+		{"RecoverAfterRestart", s.testRecover, false},
 		{"DeleteLeavesNothing", s.testDelete, false},
 	}
 	for _, tt := range tests {
@@ -271,6 +277,67 @@ func (s *suite) testDelete(t *testing.T) {
 	if s.h.Leftovers != nil {
 		if left := s.h.Leftovers(t, ids); len(left) > 0 {
 			t.Errorf("left behind after Delete: %v", left)
+		}
+	}
+}
+
+func (s *suite) testRecover(t *testing.T) {
+	if s.h.Reopen == nil {
+		t.Skip("the harness cannot reopen the driver")
+	}
+	ctx := ctxT(t)
+	running := s.spec(t, SpecOptions{}, loopInit...)
+	s.start(t, running)
+	stopped := s.spec(t, SpecOptions{}, loopInit...)
+	s.start(t, stopped)
+	if err := s.h.Driver.Kill(ctx, stopped.ID); err != nil {
+		t.Fatal(err)
+	}
+	s.waitExit(t, stopped.ID)
+
+	d2 := s.h.Reopen(t)
+	ids, err := d2.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{running.ID, stopped.ID} {
+		if !contains(ids, id) {
+			t.Errorf("reopened driver's List = %v, missing %s", ids, id)
+		}
+	}
+	if st, err := d2.Status(ctx, running.ID); err != nil || st.State != driver.StateRunning {
+		t.Errorf("reopened Status(running) = %+v, %v", st, err)
+	}
+	if st, err := d2.Status(ctx, stopped.ID); err != nil || st.State != driver.StateStopped {
+		t.Errorf("reopened Status(stopped) = %+v, %v", st, err)
+	}
+	if !s.h.Simulated {
+		var out strings.Builder
+		code, err := d2.Exec(ctx, running.ID, driver.Process{Args: []string{"echo", "hi"}, Stdout: &out})
+		if err != nil || code != 0 || out.String() != "hi\n" {
+			t.Errorf("reopened Exec = %d, %v, %q", code, err, out.String())
+		}
+	}
+	if err := d2.Kill(ctx, running.ID); err != nil {
+		t.Fatalf("reopened Kill: %v", err)
+	}
+	if _, err := d2.Wait(ctx, running.ID); err != nil {
+		t.Errorf("reopened Wait: %v", err)
+	}
+	for _, id := range []string{running.ID, stopped.ID} {
+		if err := d2.Delete(ctx, id); err != nil {
+			t.Errorf("reopened Delete(%s): %v", id, err)
+		}
+	}
+	// The first driver's view: gone too.
+	for _, id := range []string{running.ID, stopped.ID} {
+		if err := s.h.Driver.Delete(ctx, id); err != nil {
+			t.Errorf("Delete(%s) after the reopened driver deleted it: %v", id, err)
+		}
+	}
+	if s.h.Leftovers != nil {
+		if left := s.h.Leftovers(t, []string{running.ID, stopped.ID}); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
 		}
 	}
 }

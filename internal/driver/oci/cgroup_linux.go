@@ -65,3 +65,26 @@ func CgroupExists(cgroupsPath string) bool {
 	}
 	return false
 }
+
+// ProcessAlive reports whether pid is a live process: present and neither
+// a zombie nor dead. Runtimes check liveness with kill(pid, 0), which a
+// zombie passes until its parent (on some hosts a slow init) reaps it.
+func ProcessAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 || i+2 >= len(data) {
+		return false
+	}
+	switch data[i+2] {
+	case 'Z', 'X', 'x':
+		return false
+	}
+	return true
+}

@@ -15,3 +15,6 @@ func OOMKills(cgroupsPath string) (uint64, error) {
 
 // CgroupExists is always false off Linux.
 func CgroupExists(cgroupsPath string) bool { return false }
+
+// ProcessAlive is always false off Linux.
+func ProcessAlive(pid int) bool { return false }

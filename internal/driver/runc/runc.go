@@ -406,6 +406,16 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	} else if st, err := d.cli.State(ctx, id); err == nil {
 		bundleDir = st.Bundle
 	}
+	if ok && !b.watch.Finished() {
+		// Kill and wait for our runc run to report the exit: faster than
+		// letting delete --force poll for the container to stop.
+		if err := d.Kill(ctx, id); err == nil {
+			select {
+			case <-b.watch.Done():
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
 	if ok {
 		d.mu.Lock()
 		b.killed = true

@@ -354,7 +354,7 @@ func (d *Driver) lookup(ctx context.Context, id string) (*box, error) {
 	b = &box{cgroupsPath: rec.CgroupsPath, bundleDir: rec.BundleDir, watch: oci.NewWatch()}
 	if rec.Stopped {
 		b.watch.Finish(rec.Exit, nil)
-	} else if st, err := d.cli("").State(ctx, id); err != nil || oci.DriverState(st.Status) == driver.StateStopped {
+	} else if st, err := d.cli("").State(ctx, id); err != nil || oci.DriverState(st.Status) == driver.StateStopped || !oci.ProcessAlive(st.Pid) {
 		b.watch.Finish(driver.Exit{Code: -1}, nil)
 	}
 	d.mu.Lock()
@@ -507,6 +507,12 @@ func (d *Driver) cleanNullNetns(ctx context.Context) {
 	if _, err := os.Lstat(path); err != nil {
 		return
 	}
+	d.mu.Lock()
+	busy := len(d.sandboxes) > 0
+	d.mu.Unlock()
+	if busy {
+		return // not the last one this driver knows; skip the runsc list
+	}
 	d.netMu.Lock()
 	defer d.netMu.Unlock()
 	ids, err := d.cli("").List(ctx)
@@ -545,6 +551,9 @@ func (d *Driver) Status(ctx context.Context, id string) (driver.Status, error) {
 	}
 	state := oci.DriverState(st.Status)
 	pid := st.Pid
+	if state != driver.StateStopped && !oci.ProcessAlive(pid) {
+		state = driver.StateStopped // a zombie sandbox process reads as running
+	}
 	if state == driver.StateStopped || pid < 0 {
 		pid = 0
 	}

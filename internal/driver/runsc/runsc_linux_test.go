@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/drivertest"
 )
 
@@ -36,5 +37,12 @@ func TestConformance(t *testing.T) {
 		Driver:    d,
 		NewSpec:   host.NewSpec,
 		Leftovers: host.Leftovers,
+		Reopen: func(t testing.TB) driver.Driver {
+			d2, err := New(d.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d2
+		},
 	})
 }
