@@ -131,6 +131,8 @@ type Builder struct {
 	cfg Config
 	cat *templates.Catalog
 	log *slog.Logger
+	// cacheMu: builds hold it shared, PruneCache exclusively.
+	cacheMu sync.RWMutex
 }
 
 // New returns a Builder.
@@ -218,6 +220,8 @@ func hashKey(parts ...string) string {
 // failing step, its output and exit code as the reason). The returned
 // error is the build's failure, if any.
 func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err error) {
+	b.cacheMu.RLock()
+	defer b.cacheMu.RUnlock()
 	bl := &buildLog{store: b.cat.Store(), buildID: buildID, log: b.log}
 	if _, err := b.cat.UpdateBuild(ctx, buildID, func(bd *templates.Build) error {
 		bd.Status = templates.BuildBuilding

@@ -167,6 +167,26 @@ func TestBuildFromRegistryImage(t *testing.T) {
 			t.Errorf("COPY kept the old file: %q", got)
 		}
 	})
+	t.Run("prune", func(t *testing.T) {
+		ctx := context.Background()
+		if n, err := f.b.PruneCache(ctx, time.Hour); err != nil || n != 0 {
+			t.Fatalf("PruneCache(1h) removed %d, %v; want nothing", n, err)
+		}
+		n, err := f.b.PruneCache(ctx, -time.Second)
+		if err != nil || n == 0 {
+			t.Fatalf("PruneCache(all) removed %d, %v", n, err)
+		}
+		if got := readFile(t, root, "srv/app/hello.txt"); got != "hi from context\n" {
+			t.Errorf("a built template lost files to pruning: %q", got)
+		}
+		bd5, err := f.build(t, "team", "every-step-5", spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if logs := f.logs(t, bd5.ID); strings.Contains(logs, "CACHED") {
+			t.Errorf("cache hits after pruning everything:\n%s", logs)
+		}
+	})
 	t.Run("force", func(t *testing.T) {
 		forced := spec
 		forced.Force = true

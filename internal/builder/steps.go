@@ -85,6 +85,8 @@ func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, er
 			os.RemoveAll(tmp) // another build won the race: same content
 		}
 	} else {
+		now := time.Now()
+		os.Chtimes(dir, now, now) // last use, for PruneCache
 		bl.add(templates.LogInfo, "base", "CACHED "+spec.FromImage+" ("+digest+")")
 	}
 	env := ic.Env
@@ -122,7 +124,43 @@ func (b *Builder) cacheLoad(key string) (*state, bool) {
 			return nil, false
 		}
 	}
+	now := time.Now()
+	os.Chtimes(b.stateFile(key), now, now) // last use, for PruneCache
 	return &st, true
+}
+
+// PruneCache removes layer cache entries (and pulled images) not used for
+// maxAge. Template builds keep their own files (hard links), so pruning
+// only costs later builds their cache hits. It waits for running builds.
+func (b *Builder) PruneCache(ctx context.Context, maxAge time.Duration) (removed int, err error) {
+	b.cacheMu.Lock()
+	defer b.cacheMu.Unlock()
+	dir := filepath.Join(b.cfg.DataDir, "layers")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("prune layer cache: %w", err)
+	}
+	cutoff := time.Now().Add(-maxAge)
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return removed, err
+		}
+		p := filepath.Join(dir, e.Name())
+		last := time.Time{}
+		for _, f := range []string{"state.json", "diff"} {
+			if fi, err := os.Stat(filepath.Join(p, f)); err == nil && fi.ModTime().After(last) {
+				last = fi.ModTime()
+			}
+		}
+		if last.After(cutoff) {
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return removed, fmt.Errorf("prune layer cache: %w", err)
+		}
+		removed++
+	}
+	return removed, nil
 }
 
 func (b *Builder) cacheStore(st *state) error {
