@@ -228,7 +228,8 @@ func waitCounterAbove(t *testing.T, sb *node.Sandbox, token string, n int) int {
 	}
 }
 
-// leftovers lists the host objects of sandbox id that remain.
+// leftovers lists the host objects of sandbox id that remain (of every
+// sandbox of the host's agents for id "": mounts and loop devices).
 func (h *host) leftovers(drv *runsc.Driver, id string) []string {
 	var out []string
 	ctx := context.Background()
@@ -247,21 +248,27 @@ func (h *host) leftovers(drv *runsc.Driver, id string) []string {
 	}
 	if nss, err := os.ReadDir("/var/run/netns"); err == nil {
 		for _, ns := range nss {
-			if strings.HasPrefix(ns.Name(), sandbox.HostName(id)) {
+			if strings.HasPrefix(ns.Name(), sandbox.HostName(id)+"-") {
 				out = append(out, "netns "+ns.Name())
 			}
 		}
 	}
+	mine := func(p string) bool {
+		return strings.HasPrefix(p, h.dir) && strings.Contains(p+"/", "/"+sandbox.HostName(id)+"/")
+	}
+	if id == "" { // everything of the host
+		mine = func(p string) bool { return strings.HasPrefix(p, h.dir) }
+	}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], h.dir) {
+			if f := strings.Fields(l); len(f) > 4 && mine(f[4]) {
 				out = append(out, "mount "+f[4])
 			}
 		}
 	}
 	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, l := range loops {
-		if b, err := os.ReadFile(l); err == nil && strings.HasPrefix(string(b), h.dir) {
+		if b, err := os.ReadFile(l); err == nil && mine(strings.TrimSpace(string(b))) {
 			out = append(out, "loop "+l)
 		}
 	}
@@ -429,5 +436,136 @@ func TestAgentRestart(t *testing.T) {
 	}
 	if left := h.leftovers(drv2, id); len(left) > 0 {
 		t.Errorf("left after exit: %v", left)
+	}
+}
+
+// TestFork: two copies of a running sandbox each continue from the
+// checkpoint, independently of the source and of each other.
+func TestFork(t *testing.T) {
+	h := newHost(t)
+	a, drv := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	id := "fk" + sandbox.NewID()[:10]
+	tok := "tok-" + id
+	// Not the source's ID with a suffix: runsc looks containers up by
+	// prefix and refuses an ambiguous one.
+	kids := []string{"fa" + sandbox.NewID()[:10], "fb" + sandbox.NewID()[:10]}
+	t.Cleanup(func() {
+		for _, x := range append([]string{id}, kids...) {
+			_ = a.Kill(context.Background(), x, sandbox.KillAdmin)
+		}
+	})
+	sb, err := a.Create(ctx, h.createReq(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sb, tok, "echo source > /home/user/who; echo 41 > /tmp/n")
+	start := time.Now()
+	forks, err := a.Fork(ctx, id, node.ForkRequest{IDs: kids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fork of 2 took %s", time.Since(start))
+	for i, f := range forks {
+		out, _ := run(t, f, tok, "cat /home/user/who /tmp/n")
+		if got := strings.Fields(out); len(got) != 2 || got[0] != "source" || got[1] != "41" {
+			t.Errorf("copy %s sees %q, want the source's files and memory", f.ID, out)
+		}
+		run(t, f, tok, fmt.Sprintf("echo copy%d > /home/user/who; echo %d > /tmp/n", i, i))
+	}
+	for i, f := range forks {
+		if out, _ := run(t, f, tok, "cat /home/user/who /tmp/n"); strings.Join(strings.Fields(out), " ") != fmt.Sprintf("copy%d %d", i, i) {
+			t.Errorf("copy %s: %q: copies are not independent", f.ID, out)
+		}
+	}
+	if out, _ := run(t, sb, tok, "cat /home/user/who /tmp/n"); strings.Join(strings.Fields(out), " ") != "source 41" {
+		t.Errorf("source after fork: %q", out)
+	}
+	for _, x := range append([]string{id}, kids...) {
+		if err := a.Kill(ctx, x, sandbox.KillRequest); err != nil {
+			t.Fatal(err)
+		}
+		if left := h.leftovers(drv, x); len(left) > 0 {
+			t.Errorf("left after kill of %s: %v", x, left)
+		}
+	}
+	if left := h.leftovers(drv, ""); len(left) > 0 {
+		t.Errorf("left on the host: %v", left)
+	}
+}
+
+// TestOOMAndStats: stats come from the sandbox's cgroup; a sandbox whose
+// memory limit kills it is reported with reason oom.
+func TestOOMAndStats(t *testing.T) {
+	h := newHost(t)
+	a, drv := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	id := "om" + sandbox.NewID()[:10]
+	tok := "tok-" + id
+	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
+	req := h.createReq(id)
+	req.Resources.MemoryMB = 192
+	sb, err := a.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Stats(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MemoryUsedBytes == 0 || st.MemoryTotal != 192<<20 || st.DiskTotalBytes == 0 || st.CPUCount != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	events, _ := a.Watch(t.Context())
+	// Touch far more memory than the limit allows.
+	go func() {
+		_ = node.NewHTTPEnvd(nil).Start(ctx, sb.Address, tok, node.EnvdProcess{Tag: "bomb", Cmd: "/usr/bin/python3", User: "user",
+			Args: []string{"-c", "b = bytearray(1024 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nimport time; time.sleep(60)"}})
+	}()
+	select {
+	case ev := <-events:
+		if ev.SandboxID != id || ev.Type != node.EventExited || ev.Reason != sandbox.KillOOM {
+			t.Errorf("event %+v, want %s exited with reason oom", ev, id)
+		}
+	case <-time.After(120 * time.Second):
+		t.Fatal("the memory bomb did not end the sandbox")
+	}
+	if left := h.leftovers(drv, id); len(left) > 0 {
+		t.Errorf("left after oom: %v", left)
+	}
+}
+
+// TestCycles: repeated create/kill leaves nothing behind.
+func TestCycles(t *testing.T) {
+	h := newHost(t)
+	a, drv := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	n := 20
+	if s := os.Getenv("WARREN_TEST_CYCLES"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	for i := range n {
+		id := fmt.Sprintf("cy%02d%s", i, sandbox.NewID()[:8])
+		if _, err := a.Create(ctx, h.createReq(id)); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if left := h.leftovers(drv, id); len(left) > 0 {
+			t.Fatalf("cycle %d left %v", i, left)
+		}
+	}
+	if ids, _ := drv.List(ctx); len(ids) > 0 {
+		t.Errorf("runtime containers left: %v", ids)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(h.dir, "node", "sandboxes")); len(entries) > 0 {
+		t.Errorf("state dirs left: %v", entries)
+	}
+	if left := h.leftovers(drv, ""); len(left) > 0 {
+		t.Errorf("left on the host: %v", left)
 	}
 }
