@@ -107,9 +107,17 @@ func startServe(t testing.TB, dataDir, listen string) *server {
 	}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
+			// Leave nothing running: kill what the test left, then stop.
+			c := client.New(s.env["E2B_API_URL"], apiKey)
+			if list, _, err := c.List(context.Background(), client.ListOptions{}); err == nil {
+				for _, sb := range list {
+					c.Kill(context.Background(), sb.SandboxID)
+				}
+			}
 			cmd.Process.Signal(syscall.SIGTERM)
 			cmd.Wait()
 		}
+		unmountUnder(t, dataDir)
 		if t.Failed() {
 			t.Logf("warren serve log:\n%s", s.logs.String())
 		}
@@ -139,6 +147,28 @@ func startServe(t testing.TB, dataDir, listen string) *server {
 	}
 	go io.Copy(io.Discard, stdout)
 	return s
+}
+
+// unmountUnder unmounts what is left mounted below dir (the runtime's
+// null network namespace, sandbox layers), deepest first.
+func unmountUnder(t testing.TB, dir string) {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	var mounts []string
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+			mounts = append(mounts, f[1])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(mounts)))
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			t.Logf("unmount %s: %v", m, err)
+		}
+	}
 }
 
 type lockedWriter struct {
