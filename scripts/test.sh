@@ -4,7 +4,7 @@
 # tests with the real e2b npm SDK. Called by `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/start-postgres.sh "$PWD/var/pgdata" 55432)"
+eval "$(scripts/start-postgres.sh "$PWD/var/pgdata" "${WARREN_TEST_PG_PORT:-55432}")"
 trap 'eval "$WARREN_TEST_POSTGRES_STOP" >/dev/null 2>&1 || true' EXIT
 
 echo "== go test"
