@@ -116,7 +116,10 @@ type Spec struct {
 	Init   Process
 	Mounts []Mount
 
-	// Log receives the runtime's own diagnostic output; may be nil.
+	// Log receives the runtime's own diagnostic output and the init's
+	// stdout and stderr; may be nil. An *os.File is handed to the runtime
+	// as is (open it with O_APPEND: gVisor writes at its own offsets);
+	// any other writer is fed through a pipe for as long as the sandbox runs.
 	Log io.Writer
 }
 
@@ -166,7 +169,7 @@ type Status struct {
 
 // Exit says how a sandbox's init ended.
 type Exit struct {
-	Code     int  // exit code, or 128+signal
+	Code     int  // exit code, or 128+signal; -1 when the runtime could not tell (see the driver's doc)
 	OOM      bool // killed by its memory limit
 	Signaled bool
 	At       time.Time
