@@ -91,6 +91,7 @@ func Run(t *testing.T, h Harness) {
 	}{
 		{"StartStatusList", s.testStartStatusList, false},
 		{"StartTwiceFails", s.testStartTwice, false},
+		{"BadInitLeavesNothing", s.testBadInit, true},
 		{"ExecStreamsAndCodes", s.testExec, true},
 		{"ExecUnknownSandbox", s.testExecUnknown, false},
 		{"InitExitCode", s.testInitExit, true},
@@ -200,6 +201,32 @@ func (s *suite) testStartTwice(t *testing.T) {
 		t.Errorf("second Start = %v, want already exists", err)
 	}
 	s.wantState(t, sp.ID, driver.StateRunning)
+}
+
+// testBadInit starts a sandbox whose init does not exist: Start fails, or
+// init ends at once with a non-zero code; after Delete nothing is left.
+func (s *suite) testBadInit(t *testing.T) {
+	sp := s.spec(t, SpecOptions{}, "/no/such/init")
+	ctx := ctxT(t)
+	if err := s.h.Driver.Start(ctx, sp); err != nil {
+		t.Logf("Start: %v", err)
+		if ids, _ := s.h.Driver.List(ctx); contains(ids, sp.ID) {
+			t.Errorf("List after a failed Start has %s", sp.ID)
+		}
+	} else {
+		s.cleanup(t, sp.ID)
+		if e := s.waitExit(t, sp.ID); e.Code == 0 {
+			t.Errorf("exit of a missing init = %+v, want non-zero", e)
+		}
+	}
+	if err := s.h.Driver.Delete(ctx, sp.ID); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if s.h.Leftovers != nil {
+		if left := s.h.Leftovers(t, []string{sp.ID}); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	}
 }
 
 func (s *suite) testExecUnknown(t *testing.T) {
