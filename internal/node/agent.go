@@ -185,6 +185,7 @@ type sbx struct {
 	stopWatch     context.CancelFunc
 	checkpointing bool
 	gone          bool // killed or exited; removed from the map
+	internal      bool // the agent's own (template snapshot): not listed, no events
 	lastCPU       uint64
 	lastCPUAt     time.Time
 }
@@ -287,7 +288,7 @@ func (a *Agent) List(ctx context.Context) ([]*Sandbox, error) {
 	defer a.mu.Unlock()
 	out := make([]*Sandbox, 0, len(a.sandboxes))
 	for _, s := range a.sandboxes {
-		if s.rec.State == sandbox.StateStarting {
+		if s.rec.State == sandbox.StateStarting || s.internal {
 			continue
 		}
 		out = append(out, a.viewLocked(s))

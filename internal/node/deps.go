@@ -10,8 +10,11 @@ import (
 // own. The agent owns the lifecycle; an implementation (internal/rootfs, or a
 // fake in tests) owns the host objects (image files, loop devices, mounts).
 //
-//	Create ──▶ mounted ──Unmount──▶ image only ──Mount──▶ mounted
+//	Create / CreateFrom ──▶ mounted ──Unmount──▶ image only ──Mount──▶ mounted
 //	   any state ──Destroy──▶ (none)
+//
+// Saved layers (Save, CreateFrom, DeleteSaved) are the disks of template
+// snapshots; they belong to no sandbox and no leak reclaim removes them.
 type Layers interface {
 	// Create makes sandbox id's writable layer of sizeMB over the read-only
 	// tree lower, mounts the merged root and returns its directory.
@@ -28,6 +31,14 @@ type Layers interface {
 	// Destroy unmounts and deletes everything of id's layer. Missing is not
 	// an error.
 	Destroy(ctx context.Context, id string) error
+	// Save copies sandbox id's layer into the saved layer name (the disk
+	// of a template snapshot), left unmounted.
+	Save(ctx context.Context, id, name string) error
+	// CreateFrom makes sandbox id's layer a copy of saved layer name,
+	// mounts it over lower and returns the merged root directory.
+	CreateFrom(ctx context.Context, id, name, lower string) (root string, err error)
+	// DeleteSaved deletes saved layer name. Missing is not an error.
+	DeleteSaved(ctx context.Context, name string) error
 	// Usage reports the bytes used and the size of id's writable layer.
 	Usage(ctx context.Context, id string) (used, total uint64, err error)
 	// ReclaimLeaked deletes layer objects of sandboxes Warren does not know:
@@ -47,6 +58,8 @@ type Envd interface {
 	// Start starts a process through envd's process service and returns
 	// once it has started (it keeps running).
 	Start(ctx context.Context, addr, accessToken string, p EnvdProcess) error
+	// Run runs a process through envd and returns its exit code.
+	Run(ctx context.Context, addr, accessToken string, p EnvdProcess) (int, error)
 }
 
 // EnvdInit is the body of envd's /init.

@@ -103,12 +103,23 @@ func (e *HTTPEnvd) Init(ctx context.Context, addr, initToken string, body EnvdIn
 // Start implements Envd: it calls envd's process.Process/Start, reads the
 // stream up to the start event and closes it, leaving the process running.
 func (e *HTTPEnvd) Start(ctx context.Context, addr, accessToken string, p EnvdProcess) error {
+	_, err := e.start(ctx, addr, accessToken, p, false)
+	return err
+}
+
+// Run implements Envd: it starts the process and reads its stream to the
+// end event.
+func (e *HTTPEnvd) Run(ctx context.Context, addr, accessToken string, p EnvdProcess) (int, error) {
+	return e.start(ctx, addr, accessToken, p, true)
+}
+
+func (e *HTTPEnvd) start(ctx context.Context, addr, accessToken string, p EnvdProcess, wait bool) (int, error) {
 	sctx, cancel := context.WithCancel(ctx)
-	defer cancel() // closes the stream; the process keeps running in envd
+	defer cancel() // closes the stream; a started process keeps running in envd
 	c := processconnect.NewProcessClient(e.client, "http://"+addr)
 	req := connect.NewRequest(&process.StartRequest{
-		Process: &process.ProcessConfig{Cmd: p.Cmd, Args: p.Args, Envs: p.Envs, Cwd: proto.String(p.Cwd)},
-		Tag:     proto.String(p.Tag),
+		Process: &process.ProcessConfig{Cmd: p.Cmd, Args: p.Args, Envs: p.Envs, Cwd: opt(p.Cwd)},
+		Tag:     opt(p.Tag),
 		Stdin:   proto.Bool(false),
 	})
 	if p.User != "" {
@@ -119,16 +130,27 @@ func (e *HTTPEnvd) Start(ctx context.Context, addr, accessToken string, p EnvdPr
 	}
 	stream, err := c.Start(sctx, req)
 	if err != nil {
-		return fmt.Errorf("envd start %q: %w", p.Tag, err)
+		return -1, fmt.Errorf("envd start %q: %w", p.Tag, err)
 	}
 	defer stream.Close()
 	for stream.Receive() {
-		if stream.Msg().GetEvent().GetStart() != nil {
-			return nil
+		ev := stream.Msg().GetEvent()
+		if ev.GetStart() != nil && !wait {
+			return 0, nil
+		}
+		if end := ev.GetEnd(); end != nil {
+			return int(end.GetExitCode()), nil
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return fmt.Errorf("envd start %q: %w", p.Tag, err)
+		return -1, fmt.Errorf("envd start %q: %w", p.Tag, err)
 	}
-	return fmt.Errorf("envd start %q: stream ended before the process started", p.Tag)
+	return -1, fmt.Errorf("envd start %q: stream ended early", p.Tag)
+}
+
+func opt(t string) *string {
+	if t == "" {
+		return nil
+	}
+	return proto.String(t)
 }

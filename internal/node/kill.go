@@ -68,7 +68,7 @@ func (a *Agent) handleExit(s *sbx, epoch int64, code int, oom bool) {
 		a.mu.Unlock()
 		return
 	}
-	id, execID, cg := s.rec.ID, s.rec.ExecutionID, s.cg
+	id, execID, cg, internal := s.rec.ID, s.rec.ExecutionID, s.cg, s.internal
 	a.mu.Unlock()
 	ctx := a.ctx
 	reason := sandbox.KillExited
@@ -83,7 +83,9 @@ func (a *Agent) handleExit(s *sbx, epoch int64, code int, oom bool) {
 	log := a.log.With("sandbox_id", id, "execution_id", execID, "kill_reason", reason.String())
 	log.Info("sandbox init exited by itself", "exit_code", code)
 	a.destroy(context.WithoutCancel(ctx), s, log)
-	a.emit(Event{Type: EventExited, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
+	if !internal {
+		a.emit(Event{Type: EventExited, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
+	}
 }
 
 // armBackstopLocked (re)arms the TTL backstop of running sandbox s at its

@@ -26,20 +26,35 @@ type startMode struct {
 	layerExists bool
 	// runStartCmd runs the template's start command after envd is ready.
 	runStartCmd bool
+	// savedLayer, when set, is the saved layer (of a template snapshot)
+	// that the new writable layer copies.
+	savedLayer string
 }
 
 // Create implements Service.
 func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	return a.create(ctx, req, false)
+}
+
+// create makes a sandbox; an internal one (a template snapshot's) is not
+// listed and reports no events.
+func (a *Agent) create(ctx context.Context, req CreateRequest, internal bool) (*Sandbox, error) {
 	if !sandbox.ValidID(req.ID) {
 		return nil, fmt.Errorf("sandbox id %q: %w", req.ID, errdefs.ErrInvalid)
 	}
 	if req.Template.RootFS == "" && req.Template.SnapshotDir == "" {
 		return nil, fmt.Errorf("sandbox %q: template %q has no root filesystem on this node: %w", req.ID, req.Template.ID, errdefs.ErrInvalid)
 	}
+	var snap *snapshotMeta
 	if req.Template.SnapshotDir != "" {
 		if _, ok := a.checkpointer(); !ok {
 			return nil, fmt.Errorf("sandbox %q: template %q starts from a memory snapshot, which driver %s cannot restore: %w", req.ID, req.Template.ID, a.drv.Name(), errdefs.ErrUnsupported)
 		}
+		m, err := readSnapshotMeta(req.Template.SnapshotDir)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox %q: %w", req.ID, err)
+		}
+		snap = m
 	}
 	execID := req.ExecutionID
 	if execID == "" {
@@ -59,7 +74,11 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error)
 		EnvdVersion: EnvdVersion,
 		AccessToken: req.EnvdAccessToken,
 		InitToken:   sandbox.RandomToken(32),
-	}}
+	}, internal: internal}
+	if snap != nil {
+		// The image's envd was started with the snapshot sandbox's token.
+		s.rec.InitToken = snap.InitToken
+	}
 	s.op.Lock()
 	defer s.op.Unlock()
 	a.mu.Lock()
@@ -96,7 +115,10 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error)
 	if err := a.persist(s); err != nil {
 		return fail(err)
 	}
-	m := startMode{restoreDir: req.Template.SnapshotDir, runStartCmd: req.Template.SnapshotDir == ""}
+	m := startMode{runStartCmd: true}
+	if snap != nil {
+		m = startMode{restoreDir: req.Template.SnapshotDir, savedLayer: snap.Layer}
+	}
 	if err := a.bringUp(ctx, s, m, log); err != nil {
 		return fail(err)
 	}
@@ -213,14 +235,22 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 
 	lower := r.Template.RootFS
 	var root string
-	if m.layerExists {
+	switch {
+	case m.savedLayer != "":
+		root, err = a.cfg.Layers.CreateFrom(ctx, id, m.savedLayer, lower)
+		undo = append(undo, func() {
+			if err := a.cfg.Layers.Destroy(cctx, id); err != nil {
+				log.Warn("undo: destroy root filesystem", "error", err)
+			}
+		})
+	case m.layerExists:
 		root, err = a.cfg.Layers.Mount(ctx, id, lower)
 		undo = append(undo, func() {
 			if err := a.cfg.Layers.Unmount(cctx, id); err != nil {
 				log.Warn("undo: unmount root filesystem", "error", err)
 			}
 		})
-	} else {
+	default:
 		root, err = a.cfg.Layers.Create(ctx, id, lower, r.Resources.DiskMB)
 		undo = append(undo, func() {
 			if err := a.cfg.Layers.Destroy(cctx, id); err != nil {

@@ -282,6 +282,7 @@ func (c *Cgroup) OOMKilled(ctx context.Context) (bool, error) {
 type Layers struct {
 	mu     sync.Mutex
 	layers map[string]*Layer
+	saved  map[string]*Layer
 	// CreateErr, MountErr, CopyErr make those calls fail when set.
 	CreateErr, MountErr, CopyErr error
 }
@@ -299,7 +300,7 @@ type Layer struct {
 var _ node.Layers = (*Layers)(nil)
 
 // NewLayers returns an empty set of layers.
-func NewLayers() *Layers { return &Layers{layers: map[string]*Layer{}} }
+func NewLayers() *Layers { return &Layers{layers: map[string]*Layer{}, saved: map[string]*Layer{}} }
 
 func rootOf(id string) string { return "/fake/rootfs/" + sandbox.HostName(id) }
 
@@ -366,6 +367,51 @@ func (l *Layers) Destroy(ctx context.Context, id string) error {
 	defer l.mu.Unlock()
 	delete(l.layers, id)
 	return nil
+}
+
+// Save implements node.Layers.
+func (l *Layers) Save(ctx context.Context, id, name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.layers[id]
+	if !ok {
+		return fmt.Errorf("layer %q: %w", id, errdefs.ErrNotFound)
+	}
+	l.saved[name] = &Layer{Lower: s.Lower, SizeMB: s.SizeMB, Files: maps.Clone(s.Files), Used: s.Used}
+	return nil
+}
+
+// CreateFrom implements node.Layers.
+func (l *Layers) CreateFrom(ctx context.Context, id, name, lower string) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.CreateErr != nil {
+		return "", l.CreateErr
+	}
+	s, ok := l.saved[name]
+	if !ok {
+		return "", fmt.Errorf("saved layer %q: %w", name, errdefs.ErrNotFound)
+	}
+	if _, ok := l.layers[id]; ok {
+		return "", fmt.Errorf("layer %q: %w", id, errdefs.ErrAlreadyExists)
+	}
+	l.layers[id] = &Layer{Lower: lower, SizeMB: s.SizeMB, Mounted: true, Files: maps.Clone(s.Files), Used: s.Used}
+	return rootOf(id), nil
+}
+
+// DeleteSaved implements node.Layers.
+func (l *Layers) DeleteSaved(ctx context.Context, name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.saved, name)
+	return nil
+}
+
+// Saved returns the names of the saved layers, sorted.
+func (l *Layers) Saved() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.saved))
 }
 
 // Usage implements node.Layers.
@@ -440,8 +486,30 @@ type Envd struct {
 	mu     sync.Mutex
 	inits  []EnvdCall
 	starts []EnvdCall
+	runs   []EnvdCall
 	// HealthErr, InitErr, StartErr make those calls fail when set.
 	HealthErr, InitErr, StartErr error
+	// RunFunc answers Run; nil answers exit code 0.
+	RunFunc func(addr string, p node.EnvdProcess) (int, error)
+}
+
+// Run implements node.Envd.
+func (e *Envd) Run(ctx context.Context, addr, accessToken string, p node.EnvdProcess) (int, error) {
+	e.mu.Lock()
+	e.runs = append(e.runs, EnvdCall{Addr: addr, Process: p})
+	f := e.RunFunc
+	e.mu.Unlock()
+	if f != nil {
+		return f(addr, p)
+	}
+	return 0, nil
+}
+
+// Runs returns the recorded Run calls.
+func (e *Envd) Runs() []EnvdCall {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.runs)
 }
 
 // EnvdCall is one recorded call.

@@ -50,18 +50,33 @@ func (l *Layers) Unmount(ctx context.Context, id string) error {
 	return l.m.Unmount(ctx, l.dir(id))
 }
 
-// Copy implements node.Layers: rootfs copies a layer as it mounts the copy,
-// which is unmounted again here.
+// Copy implements node.Layers.
 func (l *Layers) Copy(ctx context.Context, src, dst string) error {
-	if _, err := l.m.Remount(ctx, rootfs.Layer{SandboxID: dst, Dir: l.dir(dst)}, l.dir(src)); err != nil {
-		return err
-	}
-	return l.m.Unmount(ctx, l.dir(dst))
+	return l.m.Copy(ctx, rootfs.Layer{SandboxID: dst, Dir: l.dir(dst)}, l.dir(src))
 }
 
 // Destroy implements node.Layers.
 func (l *Layers) Destroy(ctx context.Context, id string) error {
 	return l.m.Destroy(ctx, l.dir(id))
+}
+
+// savedDir is the directory of saved layer name. Its "tpl-" prefix keeps
+// it out of the sandboxes' leak reclaim.
+func (l *Layers) savedDir(name string) string { return filepath.Join(l.root, "tpl-"+name) }
+
+// Save implements node.Layers.
+func (l *Layers) Save(ctx context.Context, id, name string) error {
+	return l.m.Copy(ctx, rootfs.Layer{SandboxID: "tpl-" + name, Dir: l.savedDir(name)}, l.dir(id))
+}
+
+// CreateFrom implements node.Layers.
+func (l *Layers) CreateFrom(ctx context.Context, id, name, lower string) (string, error) {
+	return l.m.Remount(ctx, rootfs.Layer{SandboxID: id, Lower: lower, Dir: l.dir(id)}, l.savedDir(name))
+}
+
+// DeleteSaved implements node.Layers.
+func (l *Layers) DeleteSaved(ctx context.Context, name string) error {
+	return l.m.Destroy(ctx, l.savedDir(name))
 }
 
 // Usage implements node.Layers: an overlay reports the file system of its

@@ -45,9 +45,10 @@ func TestLayers(t *testing.T) {
 	}
 	l := rootfslayers.New(m, root)
 	t.Cleanup(func() {
-		for _, id := range []string{"a", "b", "leak1", "leak2"} {
+		for _, id := range []string{"a", "b", "c", "leak1", "leak2"} {
 			_ = l.Destroy(context.Background(), id)
 		}
+		_ = l.DeleteSaved(context.Background(), "tmpl1")
 	})
 
 	merged, err := l.Create(ctx, "a", lower, 64)
@@ -61,7 +62,7 @@ func TestLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	used, total, err := l.Usage(ctx, "a")
-	if err != nil || total < 32<<20 || total > 64<<20 || used == 0 || used > total {
+	if err != nil || total < 64<<20 || total > 128<<20 || used == 0 || used > total {
 		t.Errorf("usage %d/%d, %v", used, total, err)
 	}
 	if err := l.Unmount(ctx, "a"); err != nil {
@@ -71,6 +72,20 @@ func TestLayers(t *testing.T) {
 		t.Error("file visible after unmount")
 	}
 	if err := l.Copy(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	// A saved layer (a template snapshot's disk) and a sandbox made from it.
+	if err := l.Save(ctx, "a", "tmpl1"); err != nil {
+		t.Fatal(err)
+	}
+	mc, err := l.CreateFrom(ctx, "c", "tmpl1", lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(mc, "mine")); err != nil || string(b) != "a" {
+		t.Errorf("sandbox from a saved layer: %q, %v", b, err)
+	}
+	if err := l.Destroy(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a", "b"} {
@@ -111,8 +126,11 @@ func TestLayers(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if !slices.Equal(names, []string{"sbx-a", "sbx-b"}) {
-		t.Errorf("layer dirs %v", names)
+	if !slices.Equal(names, []string{"sbx-a", "sbx-b", "tpl-tmpl1"}) {
+		t.Errorf("layer dirs %v (the saved layer must survive the reclaim)", names)
+	}
+	if err := l.DeleteSaved(ctx, "tmpl1"); err != nil {
+		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(merged, "mine")); err != nil || string(b) != "a" {
 		t.Errorf("live layer touched by the reclaim: %q, %v", b, err)
