@@ -569,3 +569,57 @@ func TestCycles(t *testing.T) {
 		t.Errorf("left on the host: %v", left)
 	}
 }
+
+// TestTemplateSnapshot: a snapshot on ready restores with its start
+// command already running.
+func TestTemplateSnapshot(t *testing.T) {
+	h := newHost(t)
+	a, drv := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	tmpl := h.createReq("x").Template
+	tmpl.StartCmd = "echo started > /home/user/started; i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done"
+	dir := filepath.Join(h.dir, "template-snapshot")
+	start := time.Now()
+	if err := a.Snapshot(ctx, tmpl, "test $(cat /tmp/counter 2>/dev/null || echo 0) -gt 5", dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("snapshot took %s", time.Since(start))
+	defer func() {
+		if err := a.DeleteSnapshot(context.Background(), dir); err != nil {
+			t.Error(err)
+		}
+		if left := h.leftovers(drv, ""); len(left) > 0 {
+			t.Errorf("left on the host: %v", left)
+		}
+	}()
+	tmpl.SnapshotDir = dir
+	for _, id := range []string{"ta" + sandbox.NewID()[:10], "tb" + sandbox.NewID()[:10]} {
+		req := h.createReq(id)
+		req.Template = tmpl
+		start := time.Now()
+		sb, err := a.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("create from the snapshot took %s", time.Since(start))
+		tok := "tok-" + id
+		if out, _ := run(t, sb, tok, "cat /home/user/started"); strings.TrimSpace(out) != "started" {
+			t.Errorf("file the start command wrote: %q", out)
+		}
+		c := counter(t, sb, tok)
+		if c <= 5 {
+			t.Errorf("counter %d: the snapshot was taken before the ready command passed", c)
+		}
+		waitCounterAbove(t, sb, tok, c)
+		if out, _ := run(t, sb, tok, "echo $FROM_CREATE"); strings.TrimSpace(out) != "yes" {
+			t.Errorf("create-time env after restore: %q", out)
+		}
+		if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
+			t.Fatal(err)
+		}
+		if left := h.leftovers(drv, id); len(left) > 0 {
+			t.Errorf("left after kill: %v", left)
+		}
+	}
+}
