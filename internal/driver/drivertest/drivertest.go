@@ -97,6 +97,7 @@ func Run(t *testing.T, h Harness) {
 		{"InitExitCode", s.testInitExit, true},
 		{"SignalReachesInit", s.testSignal, true},
 		{"Kill", s.testKill, false},
+		{"KillWhileFrozen", s.testKillFrozen, false},
 		{"WaitHonoursContext", s.testWaitContext, false},
 		{"FreezeThaw", s.testFreezeThaw, false},
 		{"CheckpointRestore", s.testCheckpointRestore, false},
@@ -268,6 +269,22 @@ func (s *suite) testKill(t *testing.T) {
 	}
 }
 
+func (s *suite) testKillFrozen(t *testing.T) {
+	f := s.freezer(t)
+	sp := s.spec(t, SpecOptions{}, loopInit...)
+	s.start(t, sp)
+	if err := f.Freeze(ctxT(t), sp.ID); err != nil {
+		t.Fatalf("Freeze: %v", err)
+	}
+	if err := s.h.Driver.Kill(ctxT(t), sp.ID); err != nil {
+		t.Fatalf("Kill of a frozen sandbox: %v", err)
+	}
+	if e := s.waitExit(t, sp.ID); e.Code != 137 || !e.Signaled {
+		t.Errorf("exit after Kill while frozen = %+v, want 137", e)
+	}
+	s.wantState(t, sp.ID, driver.StateStopped)
+}
+
 func (s *suite) testDelete(t *testing.T) {
 	ctx := ctxT(t)
 	var ids []string
@@ -276,11 +293,17 @@ func (s *suite) testDelete(t *testing.T) {
 		s.start(t, sp)
 		ids = append(ids, sp.ID)
 	}
-	// One stopped, one running: Delete handles both.
+	// One stopped, one running (frozen where the driver can): Delete
+	// handles both.
 	if err := s.h.Driver.Kill(ctx, ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	s.waitExit(t, ids[0])
+	if f, ok := s.h.Driver.(driver.Freezer); ok && s.h.Driver.Capabilities().Freeze {
+		if err := f.Freeze(ctx, ids[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, id := range append(ids, ids...) {
 		if err := s.h.Driver.Delete(ctx, id); err != nil {
 			t.Errorf("Delete(%s): %v", id, err)

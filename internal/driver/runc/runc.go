@@ -382,8 +382,12 @@ func (d *Driver) Kill(ctx context.Context, id string) error {
 		return fmt.Errorf("sandbox %q: kill: %w", id, err)
 	}
 	if state == driver.StateFrozen {
-		if _, err := d.cli.Run(ctx, "resume", id); err != nil {
-			return fmt.Errorf("sandbox %q: resume to kill: %w", id, err)
+		// runc kill --all thaws the cgroup itself on cgroup v1; where it
+		// did not, thaw it so that the signal lands.
+		if cur, err := d.cli.State(ctx, id); err == nil && oci.DriverState(cur.Status) == driver.StateFrozen {
+			if _, err := d.cli.Run(ctx, "resume", id); err != nil {
+				return fmt.Errorf("sandbox %q: resume to kill: %w", id, err)
+			}
 		}
 	}
 	return nil

@@ -437,17 +437,18 @@ func (d *Driver) Kill(ctx context.Context, id string) error {
 		}
 		return err
 	}
-	if _, err := d.cli("").Run(ctx, "kill", id, "KILL"); err != nil {
-		if cur, serr := d.cli("").State(ctx, id); serr == nil && oci.DriverState(cur.Status) == driver.StateStopped {
-			return nil
-		}
-		return fmt.Errorf("sandbox %q: kill: %w", id, err)
-	}
 	if oci.DriverState(st.Status) == driver.StateFrozen {
-		// The signal is delivered once the sandbox runs again.
+		// runsc refuses to signal a paused sandbox: resume it first (it
+		// runs for the moment until the signal lands).
 		if _, err := d.cli("").Run(ctx, "resume", id); err != nil {
 			return fmt.Errorf("sandbox %q: resume to kill: %w", id, err)
 		}
+	}
+	if _, err := d.cli("").Run(ctx, "kill", id, "KILL"); err != nil {
+		if cur, serr := d.Status(ctx, id); serr == nil && cur.State == driver.StateStopped {
+			return nil
+		}
+		return fmt.Errorf("sandbox %q: kill: %w", id, err)
 	}
 	return nil
 }
