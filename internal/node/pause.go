@@ -8,12 +8,16 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
+
+// forkParallelism is how many copies of a fork are restored at once.
+const forkParallelism = 4
 
 // snapshotDir is where a paused sandbox's memory image lives.
 func snapshotDir(dataDir, id string) string {
@@ -380,13 +384,25 @@ func (a *Agent) Fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbo
 	}
 	src.op.Unlock()
 
-	out := make([]*Sandbox, 0, len(children))
-	for _, c := range children {
-		clog := a.log.With("sandbox_id", c.rec.ID, "execution_id", c.rec.ExecutionID, "forked_from", id)
-		if err := a.bringUp(ctx, c, startMode{restoreDir: img, layerExists: true}, clog); err != nil {
-			return fail(fmt.Errorf("copy %q: %w", c.rec.ID, err))
+	// The copies come up in parallel, a few at a time.
+	errs := make([]error, len(children))
+	sem := make(chan struct{}, forkParallelism)
+	var wg sync.WaitGroup
+	for i, c := range children {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			clog := a.log.With("sandbox_id", c.rec.ID, "execution_id", c.rec.ExecutionID, "forked_from", id)
+			errs[i] = a.bringUp(ctx, c, startMode{restoreDir: img, layerExists: true}, clog)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fail(fmt.Errorf("copy %q: %w", children[i].rec.ID, err))
 		}
 	}
+	out := make([]*Sandbox, 0, len(children))
 	for _, c := range children {
 		a.mu.Lock()
 		c.rec.State = sandbox.StateRunning

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/warren-sandbox/warren/api/envd/process"
@@ -33,7 +35,7 @@ import (
 
 var http1Client = &http.Client{}
 
-func require(t *testing.T, ok bool, reason string) {
+func require(t testing.TB, ok bool, reason string) {
 	t.Helper()
 	if ok {
 		return
@@ -44,7 +46,7 @@ func require(t *testing.T, ok bool, reason string) {
 	t.Skipf("skipping: %s", reason)
 }
 
-func fileEnv(t *testing.T, name, what string) string {
+func fileEnv(t testing.TB, name, what string) string {
 	t.Helper()
 	p := os.Getenv(name)
 	_, err := os.Stat(p)
@@ -71,7 +73,7 @@ func TestMain(m *testing.M) {
 // host is one simulated node machine: the agent's collaborators and
 // directories, shared by the agents a test starts on it.
 type host struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	tmpl   string
 	runsc  string
@@ -85,7 +87,7 @@ type host struct {
 	logs   io.Writer
 }
 
-func newHost(t *testing.T) *host {
+func newHost(t testing.TB) *host {
 	t.Helper()
 	require(t, os.Geteuid() == 0, "needs root")
 	h := &host{
@@ -114,12 +116,41 @@ func newHost(t *testing.T) *host {
 	if testing.Verbose() {
 		h.logs = os.Stderr
 	}
-	t.Cleanup(func() {
-		for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "cpuset", "devices", "blkio", "systemd", "unified"} {
-			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, h.cgRoot))
-		}
-	})
+	t.Cleanup(h.cleanup)
 	return h
+}
+
+// cleanup removes whatever a test left on the host, even after a failure:
+// a new agent adopts the sandboxes still running and kills them (and
+// reclaims what belongs to none), then mounts under the test's directory
+// and the test's cgroups go.
+func (h *host) cleanup() {
+	if h.agents > 0 {
+		a, _ := h.agent()
+		if list, err := a.List(context.Background()); err == nil {
+			for _, sb := range list {
+				_ = a.Kill(context.Background(), sb.ID, sandbox.KillAdmin)
+			}
+		}
+		a.Close()
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		var mps []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], h.dir+"/") {
+				mps = append(mps, f[4])
+			}
+		}
+		slices.Sort(mps)
+		for i := len(mps) - 1; i >= 0; i-- {
+			if err := unix.Unmount(mps[i], 0); err != nil {
+				h.t.Logf("cleanup: unmount %s: %v", mps[i], err)
+			}
+		}
+	}
+	for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "cpuset", "devices", "blkio", "systemd", "unified"} {
+		_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, h.cgRoot))
+	}
 }
 
 func (h *host) log() *slog.Logger {
@@ -174,7 +205,7 @@ func (h *host) createReq(id string) node.CreateRequest {
 
 // run runs cmd in the sandbox through envd's process service and returns
 // its stdout and exit code.
-func run(t *testing.T, sb *node.Sandbox, token, cmd string) (string, int) {
+func run(t testing.TB, sb *node.Sandbox, token, cmd string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -201,7 +232,7 @@ func run(t *testing.T, sb *node.Sandbox, token, cmd string) (string, int) {
 	return "", -1
 }
 
-func counter(t *testing.T, sb *node.Sandbox, token string) int {
+func counter(t testing.TB, sb *node.Sandbox, token string) int {
 	t.Helper()
 	out, code := run(t, sb, token, "cat /tmp/counter")
 	n, err := strconv.Atoi(strings.TrimSpace(out))
@@ -213,7 +244,7 @@ func counter(t *testing.T, sb *node.Sandbox, token string) int {
 
 // waitCounterAbove waits until the counter passes n (the counter ticks
 // every 50 ms; the wait is bounded generously for a loaded machine).
-func waitCounterAbove(t *testing.T, sb *node.Sandbox, token string, n int) int {
+func waitCounterAbove(t testing.TB, sb *node.Sandbox, token string, n int) int {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
