@@ -24,7 +24,10 @@ import (
 	"github.com/warren-sandbox/warren/api/envd/process"
 	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
 	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/driver/runc"
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/netslot/netslottest"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -160,13 +163,19 @@ func (h *host) log() *slog.Logger {
 // agent starts an agent (and a runsc driver) on the host, as a restarted
 // node process would.
 func (h *host) agent() (*node.Agent, *runsc.Driver) {
+	drv, err := runsc.New(runsc.Config{Path: h.runsc, StateDir: filepath.Join(h.dir, "runsc"), CgroupRoot: "/" + h.cgRoot, Logger: h.log()})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return h.agentOn(drv), drv
+}
+
+// agentOn starts an agent over drv on the host.
+func (h *host) agentOn(drv driver.Driver) *node.Agent {
 	t := h.t
 	t.Helper()
 	log := h.log()
-	drv, err := runsc.New(runsc.Config{Path: h.runsc, StateDir: filepath.Join(h.dir, "runsc"), CgroupRoot: "/" + h.cgRoot, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var err error
 	cg, err := cgroup.NewManager(h.cgRoot, log)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +199,7 @@ func (h *host) agent() (*node.Agent, *runsc.Driver) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a, drv
+	return a
 }
 
 func (h *host) createReq(id string) node.CreateRequest {
@@ -261,7 +270,7 @@ func waitCounterAbove(t testing.TB, sb *node.Sandbox, token string, n int) int {
 
 // leftovers lists the host objects of sandbox id that remain (of every
 // sandbox of the host's agents for id "": mounts and loop devices).
-func (h *host) leftovers(drv *runsc.Driver, id string) []string {
+func (h *host) leftovers(drv driver.Driver, id string) []string {
 	var out []string
 	ctx := context.Background()
 	if ids, _ := drv.List(ctx); len(ids) > 0 {
@@ -652,5 +661,57 @@ func TestTemplateSnapshot(t *testing.T) {
 		if left := h.leftovers(drv, id); len(left) > 0 {
 			t.Errorf("left after kill: %v", left)
 		}
+	}
+}
+
+// TestRunc: the agent over the runc driver (plain containers): create,
+// exec through envd, a refused pause with memory, a filesystem-only pause
+// and resume, kill without leftovers.
+func TestRunc(t *testing.T) {
+	h := newHost(t)
+	_, err := exec.LookPath("runc")
+	require(t, err == nil, "runc (apt-get install runc)")
+	drv, err := runc.New(runc.Config{StateDir: filepath.Join(h.dir, "runc"), CgroupRoot: "/" + h.cgRoot, Logger: h.log()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := h.agentOn(drv)
+	defer a.Close()
+	t.Cleanup(func() {
+		// The host's clean-up agent runs runsc; runc's sandboxes go here.
+		list, _ := a.List(context.Background())
+		for _, sb := range list {
+			_ = a.Kill(context.Background(), sb.ID, sandbox.KillAdmin)
+		}
+	})
+	ctx := context.Background()
+	id := "rc" + sandbox.NewID()[:10]
+	tok := "tok-" + id
+	sb, err := a.Create(ctx, h.createReq(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sb, tok, "echo kept > /home/user/f")
+	if out, code := run(t, sb, tok, "id -un; cat /home/user/f"); code != 0 || strings.Join(strings.Fields(out), " ") != "user kept" {
+		t.Errorf("exec through envd on runc: %q exit %d", out, code)
+	}
+	if _, err := a.Pause(ctx, id, node.PauseRequest{Memory: true}); !errdefs.IsUnsupported(err) {
+		t.Errorf("pause with memory on runc: %v, want unsupported", err)
+	}
+	if _, err := a.Pause(ctx, id, node.PauseRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Resume(ctx, id, node.ResumeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(t, r, tok, "cat /home/user/f"); strings.TrimSpace(out) != "kept" {
+		t.Errorf("layer after filesystem-only resume on runc: %q", out)
+	}
+	if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
+		t.Fatal(err)
+	}
+	if left := h.leftovers(drv, id); len(left) > 0 {
+		t.Errorf("left after kill: %v", left)
 	}
 }
