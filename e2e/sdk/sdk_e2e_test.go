@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestMain(m *testing.M) {
 type server struct {
 	cmd  *exec.Cmd
 	env  map[string]string
-	logs *strings.Builder
+	logs *lockedWriter // the server's stderr
 }
 
 const apiKey = "e2b_00112233445566778899aabbccddeeff00112233"
@@ -100,8 +101,8 @@ func startServe(t testing.TB, dataDir, listen string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, env: map[string]string{}, logs: &strings.Builder{}}
-	cmd.Stderr = &lockedWriter{w: s.logs}
+	s := &server{cmd: cmd, env: map[string]string{}, logs: &lockedWriter{w: &strings.Builder{}}}
+	cmd.Stderr = s.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -172,17 +173,20 @@ func unmountUnder(t testing.TB, dir string) {
 }
 
 type lockedWriter struct {
-	mu chan struct{}
+	mu sync.Mutex
 	w  io.Writer
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
-	if l.mu == nil {
-		l.mu = make(chan struct{}, 1)
-	}
-	l.mu <- struct{}{}
-	defer func() { <-l.mu }()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.(*strings.Builder).String()
 }
 
 func (s *server) environ() []string {
