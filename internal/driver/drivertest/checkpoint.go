@@ -103,6 +103,12 @@ func (s *suite) testRestoreSameID(t *testing.T) {
 	ctx := ctxT(t)
 	src, st := s.prepare(t)
 	dir := imageDir(t)
+	// Checkpoint a frozen sandbox (the pause path of a warm-pool member).
+	if f, ok := s.h.Driver.(driver.Freezer); ok && s.h.Driver.Capabilities().Freeze {
+		if err := f.Freeze(ctx, src.ID); err != nil {
+			t.Fatalf("Freeze: %v", err)
+		}
+	}
 	if err := c.Checkpoint(ctx, src.ID, dir, driver.CheckpointOptions{}); err != nil {
 		t.Fatalf("Checkpoint: %v", err)
 	}

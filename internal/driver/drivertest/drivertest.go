@@ -94,6 +94,7 @@ func Run(t *testing.T, h Harness) {
 		{"BadInitLeavesNothing", s.testBadInit, true},
 		{"ExecStreamsAndCodes", s.testExec, true},
 		{"ExecUnknownSandbox", s.testExecUnknown, false},
+		{"ExecHonoursContext", s.testExecContext, true},
 		{"InitExitCode", s.testInitExit, true},
 		{"SignalReachesInit", s.testSignal, true},
 		{"Kill", s.testKill, false},

@@ -3,6 +3,7 @@ package drivertest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -160,6 +161,20 @@ func (s *suite) testExec(t *testing.T) {
 			}
 		})
 	}
+}
+
+func (s *suite) testExecContext(t *testing.T) {
+	sp := s.spec(t, SpecOptions{}, loopInit...)
+	s.start(t, sp)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	_, err := s.h.Driver.Exec(ctx, sp.ID, driver.Process{Args: []string{"sleep", "1000"}})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Exec past its deadline = %v, want context.DeadlineExceeded", err)
+	}
+	eventually(t, "the cancelled process is gone", func() bool {
+		return s.sh(t, sp.ID, "ps -eo args | grep -c '^sleep 1000' || true") == "0\n"
+	})
 }
 
 func (s *suite) testInitExit(t *testing.T) {

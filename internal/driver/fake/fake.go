@@ -503,7 +503,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id string, dir string, opts dri
 		d.mu.Unlock()
 		return fmt.Errorf("sandbox %q: checkpoint: %w", id, b.beh.CheckpointErr)
 	}
-	if b.state != driver.StateRunning {
+	if b.state != driver.StateRunning && b.state != driver.StateFrozen {
 		st := b.state
 		d.mu.Unlock()
 		return fmt.Errorf("sandbox %q is %s: %w", id, st, errdefs.ErrConflict)

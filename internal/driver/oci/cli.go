@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -128,11 +129,22 @@ func (c CLI) List(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// ExecResult runs `exec --process` for p in container id and returns the
+// ExecOptions tune CLI.Exec.
+type ExecOptions struct {
+	// KillInside, when set, is how a cancelled exec ends its process inside
+	// the sandbox, given the sandbox-internal PID (runsc does not forward
+	// signals of a non-terminal exec); the runtime must support
+	// --internal-pid-file. When nil, cancellation sends SIGTERM to the
+	// runtime's exec client, which forwards it (runc).
+	KillInside func(ctx context.Context, pid int) error
+}
+
+// Exec runs `exec --process` for p in container id and returns the
 // process's exit code. A code of -1 and an error mean the runtime could not
 // run it; runtime errors that look like exit codes are the caller's to
-// disambiguate (by checking the container's state).
-func (c CLI) Exec(ctx context.Context, id, bundleDir string, p driver.Process, extra ...string) (int, error) {
+// disambiguate (by checking the container's state). When ctx ends the
+// process is ended too (see ExecOptions) and the error wraps ctx.Err().
+func (c CLI) Exec(ctx context.Context, id, bundleDir string, p driver.Process, o ExecOptions) (int, error) {
 	proc, err := Process(p)
 	if err != nil {
 		return -1, fmt.Errorf("sandbox %q: exec: %w", id, err)
@@ -143,12 +155,32 @@ func (c CLI) Exec(ctx context.Context, id, bundleDir string, p driver.Process, e
 	}
 	defer os.Remove(path)
 
-	args := append([]string{"exec", "--process", path}, extra...)
+	args := []string{"exec", "--process", path}
+	pidPath := strings.TrimSuffix(path, ".json") + ".pid"
+	if o.KillInside != nil {
+		args = append(args, "--internal-pid-file", pidPath)
+		defer os.Remove(pidPath)
+	}
 	cmd := c.Command(ctx, append(args, id)...)
 	cmd.Stdin = p.Stdin
 	cmd.Stdout = orDiscard(p.Stdout)
 	cmd.Stderr = orDiscard(p.Stderr)
-	cmd.WaitDelay = waitDelay
+	cmd.Cancel = func() error {
+		if o.KillInside != nil {
+			if data, err := os.ReadFile(pidPath); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+					kctx, cancel := context.WithTimeout(context.Background(), waitDelay)
+					defer cancel()
+					if o.KillInside(kctx, pid) == nil {
+						return nil
+					}
+				}
+			}
+			return cmd.Process.Kill()
+		}
+		return cmd.Process.Signal(syscall.SIGTERM)
+	}
+	cmd.WaitDelay = waitDelay // then SIGKILL to the client
 	err = cmd.Run()
 	if err == nil {
 		return 0, nil

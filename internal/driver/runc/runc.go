@@ -335,7 +335,7 @@ func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, er
 	if b.watch.Finished() {
 		return -1, fmt.Errorf("sandbox %q is stopped: %w", id, errdefs.ErrConflict)
 	}
-	code, err := d.cli.Exec(ctx, id, b.bundleDir, p)
+	code, err := d.cli.Exec(ctx, id, b.bundleDir, p, oci.ExecOptions{})
 	if err != nil || code == 0 {
 		return code, err
 	}

@@ -41,6 +41,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -394,7 +395,12 @@ func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, er
 	if b.watch.Finished() {
 		return -1, fmt.Errorf("sandbox %q is stopped: %w", id, errdefs.ErrConflict)
 	}
-	code, err := d.cli("").Exec(ctx, id, b.bundleDir, p)
+	code, err := d.cli("").Exec(ctx, id, b.bundleDir, p, oci.ExecOptions{
+		KillInside: func(ctx context.Context, pid int) error {
+			_, err := d.cli("").Run(ctx, "kill", "--pid", strconv.Itoa(pid), id, "KILL")
+			return err
+		},
+	})
 	if err != nil || code == 0 {
 		return code, err
 	}
@@ -614,7 +620,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id string, dir string, opts dri
 	}
 	if st, err := d.Status(ctx, id); err != nil {
 		return err
-	} else if st.State != driver.StateRunning {
+	} else if st.State != driver.StateRunning && st.State != driver.StateFrozen {
 		return fmt.Errorf("sandbox %q is %s: %w", id, st.State, errdefs.ErrConflict)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
