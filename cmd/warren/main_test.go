@@ -3,9 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -188,5 +198,77 @@ func TestKeys(t *testing.T) {
 	}
 	if _, err := runCmd(t, "serve", "--driver", "qemu", "--data-dir", dir); err == nil || !strings.Contains(err.Error(), "runsc, runc or fake") {
 		t.Fatalf("bad driver: %v", err)
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and returns the cert and
+// key paths and a pool trusting it.
+func selfSigned(t *testing.T) (string, string, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "warren test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"*.e2b.localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// TestServeTLS serves HTTPS: the API answers over HTTP/2, and sandbox
+// traffic on the same listener is routed by header.
+func TestServeTLS(t *testing.T) {
+	t.Parallel()
+	certFile, keyFile, pool := selfSigned(t)
+	key := "e2b_" + strings.Repeat("ab", 20)
+	env, stop := serve(t, t.TempDir(), "--api-key", key, "--tls-cert", certFile, "--tls-key", keyFile)
+	defer stop()
+	if !strings.HasPrefix(env["E2B_API_URL"], "https://") {
+		t.Fatalf("exports %v", env)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	c := client.New(env["E2B_API_URL"], key)
+	c.HTTP = hc
+	if _, err := c.Create(context.Background(), client.NewSandbox{TemplateID: "base"}); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", env["E2B_API_URL"]+"/v2/sandboxes", nil)
+	req.Header.Set("X-API-Key", key)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+		t.Fatalf("list over TLS: %d %s", resp.StatusCode, resp.Proto)
+	}
+	req, _ = http.NewRequest("GET", env["E2B_SANDBOX_URL"]+"/health", nil)
+	req.Header.Set("E2b-Sandbox-Id", "gone")
+	req.Header.Set("E2b-Sandbox-Port", "49983")
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 502 || resp.ProtoMajor != 2 {
+		t.Fatalf("sandbox traffic over TLS: %d %s", resp.StatusCode, resp.Proto)
 	}
 }
