@@ -66,6 +66,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(agentProcessEnv) != "" {
+		runAgentProcess() // never returns
+	}
 	code := m.Run()
 	if tmplBase != "" {
 		os.RemoveAll(tmplBase)
