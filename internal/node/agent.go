@@ -142,7 +142,27 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// Agent is the node agent. It implements Service.
+// Agent is the node agent. It implements Service, and the builder's
+// Snapshotter (Snapshot).
+//
+// On disk, under Config.DataDir:
+//
+//	sandboxes/sbx-<id>/state.json   the versioned state record (mode 0600)
+//	sandboxes/sbx-<id>/bundle/      the driver's files (OCI bundle)
+//	sandboxes/sbx-<id>/snapshot/    the memory image while paused with memory
+//	sandboxes/sbx-<id>/fork-*/      a fork's image while its copies restore
+//
+// The writable layers live where Config.Layers keeps them.
+//
+// At New, a record in state running (or pausing) whose runtime container
+// still runs is adopted: its slot and cgroup are taken back, its backstop
+// re-armed and its exit watched again (a pausing one is running again, in
+// a new epoch). A paused record is kept as is. Every other record (starting,
+// killed, unreadable, or running without a container) is dropped, and the
+// host objects of no kept sandbox are reclaimed and counted by kind:
+// container, cgroup, network, mount, layer, state_dir. The same reclaim
+// runs every Config.ReclaimInterval, keeping every sandbox the agent knows.
+// A record written by a newer agent is left alone with all its objects.
 type Agent struct {
 	cfg   Config
 	log   *slog.Logger
