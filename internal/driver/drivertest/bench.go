@@ -131,7 +131,9 @@ func BenchRestore(b *testing.B, h Harness) {
 	}
 	b.Cleanup(func() { _ = h.Driver.Delete(context.Background(), src.ID) })
 	dir := filepath.Join(b.TempDir(), "image")
-	if err := c.Checkpoint(ctx, src.ID, dir, driver.CheckpointOptions{LeaveRunning: true}); err != nil {
+	// The image and the writable layer must match: checkpoint the source
+	// for good (it no longer writes) and clone its layer afterwards.
+	if err := c.Checkpoint(ctx, src.ID, dir, driver.CheckpointOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	var ds []time.Duration

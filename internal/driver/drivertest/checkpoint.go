@@ -128,15 +128,33 @@ func (s *suite) testFork(t *testing.T) {
 	ctx := ctxT(t)
 	src, st := s.prepare(t)
 	dir := imageDir(t)
+	// A consistent fork: freeze the source, write its memory image, copy
+	// its writable layer for each child, thaw it.
+	f, canFreeze := s.h.Driver.(driver.Freezer)
+	canFreeze = canFreeze && s.h.Driver.Capabilities().Freeze
+	if canFreeze {
+		if err := f.Freeze(ctx, src.ID); err != nil {
+			t.Fatalf("Freeze: %v", err)
+		}
+	}
 	if err := c.Checkpoint(ctx, src.ID, dir, driver.CheckpointOptions{LeaveRunning: true}); err != nil {
 		t.Fatalf("Checkpoint(LeaveRunning): %v", err)
+	}
+	var specs []driver.Spec
+	for range 2 {
+		sp := s.h.NewSpec(t, SpecOptions{CloneFrom: &src})
+		sp.Init = src.Init
+		specs = append(specs, sp)
+	}
+	if canFreeze {
+		if err := f.Thaw(ctx, src.ID); err != nil {
+			t.Fatalf("Thaw: %v", err)
+		}
 	}
 	s.wantState(t, src.ID, driver.StateRunning)
 
 	var kids []string
-	for range 2 {
-		sp := s.h.NewSpec(t, SpecOptions{CloneFrom: &src})
-		sp.Init = src.Init
+	for _, sp := range specs {
 		if err := c.Restore(ctx, sp, dir); err != nil {
 			t.Fatalf("Restore fork child: %v", err)
 		}

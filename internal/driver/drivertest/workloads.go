@@ -23,15 +23,17 @@ var loopInit = []string{"/bin/sh", "-c", "while true; do sleep 1; done"}
 
 // counterInit counts in memory (the shell variable i) and publishes
 // "<token> <i>" in /tmp/counter (tmpfs: part of the sandbox's memory) and i
-// in /var/tmp/counter (the root filesystem: visible from the host). token is
-// drawn at boot, so a restarted init would show a new one.
+// in /var/tmp/counter (the root filesystem: visible from the host; written
+// in place, so that a copy of the writable layer never meets a vanishing
+// temporary file). token is drawn at boot, so a restarted init would show a
+// new one.
 var counterInit = []string{"/bin/sh", "-c", `
 tok=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
 i=0
 while true; do
   i=$((i+1))
   echo "$tok $i" > /tmp/.counter && mv /tmp/.counter /tmp/counter
-  echo "$i" > /var/tmp/.counter && mv /var/tmp/.counter /var/tmp/counter
+  echo "$i" > /var/tmp/counter
   sleep 0.1
 done`}
 

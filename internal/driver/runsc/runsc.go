@@ -26,10 +26,21 @@
 // removes the cgroup.
 //
 // Restore needs an equivalent sandbox: the same mount destinations and
-// files, the root filesystem with the same contents (any path; for a fork
-// each child needs its own copy of the writable layer as it was at the
-// checkpoint), and a network namespace whenever the checkpointed sandbox
-// had one. The ID, bundle, cgroup and namespace paths may differ.
+// files, the root filesystem with the same contents (any path), and a
+// network namespace whenever the checkpointed sandbox had one. The ID,
+// bundle, cgroup and namespace paths may differ. For a fork each child needs
+// its own copy of the writable layer as it was at the checkpoint: Freeze the
+// source, Checkpoint with LeaveRunning, copy the layer, Thaw (Checkpoint
+// works on a frozen sandbox). A paused sandbox's Checkpoint without
+// LeaveRunning leaves its layer as it was, so copying it later is fine.
+//
+// Exec: a cancelled Exec kills its process inside the sandbox (runsc kill
+// --pid), as runsc forwards no signals to a non-terminal exec. Kill resumes
+// a frozen sandbox first (runsc signals no paused sandbox).
+//
+// runsc's shared <root>/null-netns (the namespace of --network=none) is
+// unmounted and removed after the last Delete, so an idle driver leaves
+// nothing mounted.
 package runsc
 
 import (
