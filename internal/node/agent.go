@@ -182,6 +182,7 @@ type Agent struct {
 	closed    bool
 
 	reclaimCounter *prometheus.CounterVec
+	spawn          *spawner
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -240,6 +241,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("node metrics: %w", err)
 		}
 	}
+	a.spawn = newSpawner(forkParallelism)
 	a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := a.recover(ctx); err != nil {
 		a.Close()
@@ -270,6 +272,7 @@ func (a *Agent) Close() error {
 	a.mu.Unlock()
 	a.cancel()
 	a.wg.Wait()
+	a.spawn.close()
 	return nil
 }
 

@@ -293,9 +293,13 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 		if !ok {
 			return fmt.Errorf("driver %s cannot restore a memory image: %w", a.drv.Name(), errdefs.ErrUnsupported)
 		}
-		err = ckpt.Restore(rctx, spec, m.restoreDir)
+		if serr := a.spawn.do(func() { err = ckpt.Restore(rctx, spec, m.restoreDir) }); serr != nil {
+			err = serr
+		}
 	} else {
-		err = a.drv.Start(rctx, spec)
+		if serr := a.spawn.do(func() { err = a.drv.Start(rctx, spec) }); serr != nil {
+			err = serr
+		}
 	}
 	// Undo the runtime container even when Start failed half-way.
 	undo = append(undo, func() {

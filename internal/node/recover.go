@@ -95,7 +95,13 @@ func (a *Agent) recover(ctx context.Context) error {
 
 // adopt takes back a sandbox that kept running while no agent ran.
 func (a *Agent) adopt(ctx context.Context, r *record) error {
-	st, err := a.drv.Status(ctx, r.ID)
+	// The driver's first look at a sandbox it did not start may start its
+	// exit helper: from a thread that lives on.
+	var st driver.Status
+	var err error
+	if serr := a.spawn.do(func() { st, err = a.drv.Status(ctx, r.ID) }); serr != nil {
+		return serr
+	}
 	if err != nil {
 		return err
 	}
