@@ -349,7 +349,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	if err := node.NewHTTPEnvd(nil).Start(ctx, sb.Address, tok, node.EnvdProcess{
 		Tag: "counter", Cmd: "/bin/bash", User: "user",
-		Args: []string{"-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done"},
+		Args: []string{"-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter.new && mv /tmp/counter.new /tmp/counter; sleep 0.05; done"},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -621,7 +621,7 @@ func TestTemplateSnapshot(t *testing.T) {
 	defer a.Close()
 	ctx := context.Background()
 	tmpl := h.createReq("x").Template
-	tmpl.StartCmd = "echo started > /home/user/started; i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done"
+	tmpl.StartCmd = "echo started > /home/user/started; i=0; while :; do i=$((i+1)); echo $i > /tmp/counter.new && mv /tmp/counter.new /tmp/counter; sleep 0.05; done"
 	dir := filepath.Join(h.dir, "template-snapshot")
 	start := time.Now()
 	if err := a.Snapshot(ctx, tmpl, "test $(cat /tmp/counter 2>/dev/null || echo 0) -gt 5", dir); err != nil {
