@@ -140,6 +140,7 @@ type box struct {
 	waitCmd     *exec.Cmd
 	killed      bool // Kill was called: the exit is a signal from us
 	checkpoint  bool // a checkpoint without LeaveRunning is stopping it
+	deleting    bool // Delete runs: an ended runsc wait is final
 }
 
 // New returns a runsc driver. It creates the state directories and checks
@@ -313,6 +314,14 @@ func (d *Driver) watchExit(id string, b *box) error {
 	d.mu.Unlock()
 	go func() {
 		werr := cmd.Wait()
+		if d.waitLost(id, b, cmd) {
+			// Our runsc wait was killed while the sandbox runs on (its
+			// parent-death signal fires when the OS thread that started
+			// it exits): watch again.
+			if err := d.watchExit(id, b); err == nil {
+				return
+			}
+		}
 		e := driver.Exit{Code: -1}
 		var ws struct {
 			ExitStatus int `json:"exitStatus"`
@@ -326,6 +335,25 @@ func (d *Driver) watchExit(id string, b *box) error {
 		d.finishExit(id, b, e)
 	}()
 	return nil
+}
+
+// waitLost reports whether the runsc wait cmd died by a signal while the
+// sandbox is still alive and not being deleted.
+func (d *Driver) waitLost(id string, b *box, cmd *exec.Cmd) bool {
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return false
+	}
+	d.mu.Lock()
+	deleting := b.deleting
+	d.mu.Unlock()
+	if deleting {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := d.cli("").State(ctx, id)
+	return err == nil && oci.DriverState(st.Status) != driver.StateStopped && oci.ProcessAlive(st.Pid)
 }
 
 // finishExit completes e with what the driver knows (OOM, our own kill,
@@ -493,6 +521,7 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	if ok {
 		d.mu.Lock()
 		b.killed = true
+		b.deleting = true
 		cmd := b.waitCmd
 		d.mu.Unlock()
 		// The sandbox is gone, so runsc wait returns; bound it anyway.

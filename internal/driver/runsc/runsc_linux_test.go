@@ -1,9 +1,11 @@
 package runsc
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/drivertest"
@@ -45,4 +47,54 @@ func TestConformance(t *testing.T) {
 			return d2
 		},
 	})
+}
+
+// TestWaitSurvivesLostWaiter kills the driver's runsc wait process (as the
+// parent-death signal would when the OS thread that started it exits): the
+// driver must watch again instead of reporting an exit.
+func TestWaitSurvivesLostWaiter(t *testing.T) {
+	d, host := newTestDriver(t)
+	ctx := t.Context()
+	sp := host.NewSpec(t, drivertest.SpecOptions{})
+	sp.Init = driver.Process{Args: []string{"/bin/sh", "-c", "while true; do sleep 1; done"}}
+	if err := d.Start(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Delete(context.Background(), sp.ID) })
+
+	d.mu.Lock()
+	b := d.sandboxes[sp.ID]
+	first := b.waitCmd
+	d.mu.Unlock()
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		d.mu.Lock()
+		cur := b.waitCmd
+		d.mu.Unlock()
+		if cur != first {
+			break
+		}
+		if b.watch.Finished() {
+			t.Fatal("the sandbox's exit was reported after its waiter was killed")
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new waiter after a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st, err := d.Status(ctx, sp.ID); err != nil || st.State != driver.StateRunning {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+	if err := d.Kill(ctx, sp.ID); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	e, err := d.Wait(wctx, sp.ID)
+	if err != nil || e.Code != 137 || !e.Signaled {
+		t.Errorf("Wait = %+v, %v; want 137", e, err)
+	}
 }
