@@ -284,12 +284,17 @@ func (d *Driver) cleanupFailed(id string, b *box) {
 		d.log.Warn("delete after failed start", "sandbox_id", id, "err", err)
 	}
 	b.watch.Finish(driver.Exit{Code: -1}, fmt.Errorf("sandbox %q: start failed: %w", id, errdefs.ErrNotFound))
-	if b.waitCmd != nil {
-		_ = b.waitCmd.Process.Kill()
+	d.mu.Lock()
+	b.deleting = true
+	cmd := b.waitCmd
+	d.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
 	}
 	_ = d.index.Remove(id)
 	_ = os.RemoveAll(b.bundleDir)
 	d.forget(id, b)
+	d.cleanNullNetns(ctx)
 }
 
 func (d *Driver) forget(id string, b *box) {
