@@ -113,7 +113,55 @@ CREATE TABLE events (
 CREATE INDEX events_sandbox ON events(sandbox_id, id);
 `,
 	},
+	{
+		// Version 2: lifecycle events carry template, build and execution
+		// IDs and a data document, and are queried per team and pruned by
+		// age; webhooks and their delivery outbox.
+		version:  2,
+		sqlite:   migration2,
+		postgres: migration2,
+	},
 }
+
+// migration2 is plain SQL both dialects accept (TEXT and BIGINT columns,
+// ids chosen by the application).
+const migration2 = `
+ALTER TABLE events ADD COLUMN template_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN build_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN execution_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN uid TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN data TEXT NOT NULL DEFAULT '';
+CREATE INDEX events_team ON events(team_id, id);
+CREATE INDEX events_at ON events(at);
+CREATE TABLE webhooks (
+  id TEXT PRIMARY KEY,
+  team_id TEXT NOT NULL,
+  name TEXT NOT NULL,
+  url TEXT NOT NULL,
+  events TEXT NOT NULL,
+  secret TEXT NOT NULL,
+  enabled INTEGER NOT NULL,
+  created_at BIGINT NOT NULL,
+  updated_at BIGINT NOT NULL
+);
+CREATE INDEX webhooks_team ON webhooks(team_id);
+CREATE TABLE webhook_deliveries (
+  id TEXT PRIMARY KEY,
+  webhook_id TEXT NOT NULL,
+  team_id TEXT NOT NULL,
+  event_id BIGINT NOT NULL,
+  state TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_at BIGINT NOT NULL,
+  last_status INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '',
+  created_at BIGINT NOT NULL,
+  delivered_at BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries(state, next_at);
+CREATE INDEX webhook_deliveries_webhook ON webhook_deliveries(webhook_id, created_at);
+CREATE INDEX webhook_deliveries_event ON webhook_deliveries(event_id);
+`
 
 // migrate applies the migrations newer than the database's version.
 func migrate(ctx context.Context, db *sql.DB, d dialect) error {

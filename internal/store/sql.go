@@ -318,6 +318,11 @@ func (s *SQL) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
 
 // UpdateSandbox implements Store.
 func (s *SQL) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) error) (*Sandbox, error) {
+	return s.TransitionSandbox(ctx, id, func(sb *Sandbox) (*Event, error) { return nil, fn(sb) })
+}
+
+// TransitionSandbox implements Store.
+func (s *SQL) TransitionSandbox(ctx context.Context, id string, fn func(*Sandbox) (*Event, error)) (*Sandbox, error) {
 	what := fmt.Sprintf("sandbox %q", id)
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -328,7 +333,8 @@ func (s *SQL) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) er
 	if err != nil {
 		return nil, classify(err, what)
 	}
-	if err := fn(sb); err != nil {
+	ev, err := fn(sb)
+	if err != nil {
 		return nil, err
 	}
 	if sb.ID != id {
@@ -347,6 +353,11 @@ func (s *SQL) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) er
 		toNanos(sb.UpdatedAt), toNanos(sb.KilledAt), string(sb.KillReason), string(spec), id)
 	if err != nil {
 		return nil, classify(err, what)
+	}
+	if ev != nil {
+		if err := s.appendEventTx(ctx, tx, ev); err != nil {
+			return nil, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, classify(err, what)
@@ -425,39 +436,11 @@ func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
 	}
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM webhook_deliveries WHERE event_id IN (SELECT id FROM events WHERE sandbox_id = ?)`), id); err != nil {
+		return classify(err, what)
+	}
 	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM events WHERE sandbox_id = ?`), id); err != nil {
 		return classify(err, what)
 	}
 	return classify(tx.Commit(), what)
-}
-
-// AppendEvent implements Store.
-func (s *SQL) AppendEvent(ctx context.Context, e *Event) error {
-	if e.At.IsZero() {
-		e.At = time.Now().UTC()
-	}
-	q := s.d.rebind(`INSERT INTO events (sandbox_id, team_id, type, reason, epoch, at, message) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`)
-	err := s.db.QueryRowContext(ctx, q, e.SandboxID, e.TeamID, e.Type, string(e.Reason), e.Epoch, toNanos(e.At), e.Message).Scan(&e.ID)
-	return classify(err, fmt.Sprintf("sandbox %q event", e.SandboxID))
-}
-
-// ListEvents implements Store.
-func (s *SQL) ListEvents(ctx context.Context, sandboxID string) ([]*Event, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT id, sandbox_id, team_id, type, reason, epoch, at, message FROM events WHERE sandbox_id = ? ORDER BY id`), sandboxID)
-	if err != nil {
-		return nil, classify(err, "events")
-	}
-	defer rows.Close()
-	var out []*Event
-	for rows.Next() {
-		var e Event
-		var reason string
-		var at int64
-		if err := rows.Scan(&e.ID, &e.SandboxID, &e.TeamID, &e.Type, &reason, &e.Epoch, &at, &e.Message); err != nil {
-			return nil, classify(err, "events")
-		}
-		e.Reason, e.At = sandbox.KillReason(reason), fromNanos(at)
-		out = append(out, &e)
-	}
-	return out, classify(rows.Err(), "events")
 }

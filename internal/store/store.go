@@ -54,10 +54,48 @@ type Store interface {
 	// killed sandboxes past retention).
 	DeleteSandbox(ctx context.Context, id string) error
 
-	// AppendEvent records a lifecycle event; it sets e.ID.
+	// TransitionSandbox is UpdateSandbox that also records the event fn
+	// returns (nil for none) in the same transaction, with an outbox row
+	// per matching webhook of the sandbox's team: a state change and its
+	// event are stored together or not at all.
+	TransitionSandbox(ctx context.Context, id string, fn func(*Sandbox) (*Event, error)) (*Sandbox, error)
+
+	// AppendEvent records a lifecycle event and, in the same transaction,
+	// an outbox row per enabled webhook of its team whose filter matches;
+	// it sets e.ID and e.UID.
 	AppendEvent(ctx context.Context, e *Event) error
 	// ListEvents returns the events of one sandbox, oldest first.
 	ListEvents(ctx context.Context, sandboxID string) ([]*Event, error)
+	// QueryEvents returns the events matching f (see EventFilter).
+	QueryEvents(ctx context.Context, f EventFilter) ([]*Event, error)
+	// GetEvent returns one event by ID.
+	GetEvent(ctx context.Context, id int64) (*Event, error)
+	// PruneEvents deletes the events recorded before t and their
+	// deliveries; it returns how many events went.
+	PruneEvents(ctx context.Context, before time.Time) (int, error)
+
+	// CreateWebhook, GetWebhook, ListWebhooks, UpdateWebhook and
+	// DeleteWebhook manage a team's webhooks. Get, Update and Delete of
+	// another team's webhook are ErrNotFound.
+	CreateWebhook(ctx context.Context, w *Webhook) error
+	GetWebhook(ctx context.Context, teamID, id string) (*Webhook, error)
+	ListWebhooks(ctx context.Context, teamID string) ([]*Webhook, error)
+	UpdateWebhook(ctx context.Context, w *Webhook) error
+	DeleteWebhook(ctx context.Context, teamID, id string) error
+
+	// ClaimDeliveries leases up to limit pending deliveries due at now for
+	// lease (their next attempt moves to now+lease, so a crashed
+	// dispatcher's claims come due again) and returns them.
+	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Delivery, error)
+	// RecordAttempt stores the outcome of one attempt of a delivery.
+	RecordAttempt(ctx context.Context, d *Delivery) error
+	// ListDeliveries returns a webhook's deliveries, newest first.
+	ListDeliveries(ctx context.Context, teamID, webhookID string, limit int) ([]*Delivery, error)
+	// Redeliver makes a delivery pending again, due now.
+	Redeliver(ctx context.Context, teamID, webhookID, deliveryID string) (*Delivery, error)
+	// NextDeliveryAt is when the earliest pending delivery is due (zero
+	// when none is pending).
+	NextDeliveryAt(ctx context.Context) (time.Time, error)
 
 	// Close releases the database.
 	Close() error
@@ -151,14 +189,64 @@ type SandboxFilter struct {
 
 // Event is one lifecycle transition of a sandbox.
 type Event struct {
-	ID        int64
-	SandboxID string
+	ID int64
+	// UID is the event's stable public ID (webhook payloads, API).
+	UID         string
+	SandboxID   string
+	TeamID      string
+	TemplateID  string
+	BuildID     string
+	ExecutionID string
+	Type        string // created, paused, resumed, updated, checkpointed, forked, killed, ...
+	Reason      sandbox.KillReason
+	Epoch       int64
+	At          time.Time
+	Message     string
+	// Data is the event's data document (stored as JSON).
+	Data EventData
+}
+
+// EventData is what an event says beyond its IDs.
+type EventData struct {
+	// KillReason is set on killed events.
+	KillReason string `json:"kill_reason,omitempty"`
+	// Metadata is the sandbox's user metadata.
+	Metadata map[string]string `json:"sandbox_metadata,omitempty"`
+	// Execution describes the incarnation that ended or paused.
+	Execution *Execution `json:"execution,omitempty"`
+	// EndAt is the new end time on updated events.
+	EndAt *time.Time `json:"end_at,omitempty"`
+	// PausedWithMemory is set on paused events.
+	PausedWithMemory *bool `json:"paused_with_memory,omitempty"`
+	// SourceSandboxID is the sandbox a fork was made from (forked events
+	// of the source name the copies in ForkIDs).
+	SourceSandboxID string   `json:"source_sandbox_id,omitempty"`
+	ForkIDs         []string `json:"fork_ids,omitempty"`
+	// SnapshotID names the snapshot of a checkpointed event.
+	SnapshotID string `json:"snapshot_id,omitempty"`
+}
+
+// Execution is one incarnation's resources and run time.
+type Execution struct {
+	StartedAt     time.Time `json:"started_at"`
+	VCPUCount     int       `json:"vcpu_count"`
+	MemoryMB      int64     `json:"memory_mb"`
+	ExecutionTime int64     `json:"execution_time"` // milliseconds
+}
+
+// EventFilter selects events for QueryEvents. TeamID or SandboxID is
+// required. Events come ordered by ID, ascending unless Desc; AfterID
+// and BeforeID page through them.
+type EventFilter struct {
 	TeamID    string
-	Type      string // created, paused, resumed, killed, timeout_set, ...
-	Reason    sandbox.KillReason
-	Epoch     int64
-	At        time.Time
-	Message   string
+	SandboxID string
+	Types     []string
+	Since     time.Time // at or after
+	Until     time.Time // before
+	AfterID   int64     // ID greater than (ascending pages)
+	BeforeID  int64     // ID less than (descending pages)
+	Desc      bool
+	Limit     int // default 100
 }
 
 // Event types recorded by the control plane.
@@ -166,10 +254,68 @@ const (
 	EventCreated      = "created"
 	EventPaused       = "paused"
 	EventResumed      = "resumed"
+	EventUpdated      = "updated"
+	EventCheckpointed = "checkpointed"
+	EventForked       = "forked"
 	EventKilled       = "killed"
-	EventTimeoutSet   = "timeout_set"
 	EventPauseRefused = "pause_refused"
+	// EventTimeoutSet is what version 1 recorded for an end-time change;
+	// newer servers record EventUpdated.
+	EventTimeoutSet = "timeout_set"
 )
+
+// Webhook is a team's subscription to its sandboxes' events.
+type Webhook struct {
+	ID     string
+	TeamID string
+	Name   string
+	URL    string
+	// Events are the event types delivered (e.g. "killed"); empty means
+	// every type.
+	Events    []string
+	Secret    string
+	Enabled   bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Matches reports whether the webhook wants events of type typ.
+func (w *Webhook) Matches(typ string) bool {
+	if !w.Enabled {
+		return false
+	}
+	if len(w.Events) == 0 {
+		return true
+	}
+	for _, e := range w.Events {
+		if e == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// Delivery states.
+const (
+	DeliveryPending   = "pending"
+	DeliveryDelivered = "delivered"
+	DeliveryFailed    = "failed" // gave up after the retry budget
+)
+
+// Delivery is one event to be sent to one webhook (an outbox row).
+type Delivery struct {
+	ID          string
+	WebhookID   string
+	TeamID      string
+	EventID     int64
+	State       string
+	Attempts    int
+	NextAt      time.Time
+	LastStatus  int
+	LastError   string
+	CreatedAt   time.Time
+	DeliveredAt time.Time
+}
 
 // ActiveStates are the states that count towards a team's concurrency
 // limit.

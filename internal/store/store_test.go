@@ -39,6 +39,9 @@ func TestStore(t *testing.T) {
 			t.Run("sandboxes", func(t *testing.T) { testSandboxes(t, open(t)) })
 			t.Run("update is atomic", func(t *testing.T) { testUpdateAtomic(t, open(t)) })
 			t.Run("events", func(t *testing.T) { testEvents(t, open(t)) })
+			t.Run("event queries and retention", func(t *testing.T) { testEventQueries(t, open(t)) })
+			t.Run("transition writes event and outbox atomically", func(t *testing.T) { testTransition(t, open(t)) })
+			t.Run("webhooks and deliveries", func(t *testing.T) { testWebhooks(t, open(t)) })
 		})
 	}
 }
