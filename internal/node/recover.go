@@ -55,6 +55,9 @@ func (a *Agent) recover(ctx context.Context) error {
 			log.Warn("state record of a newer agent; leaving the sandbox alone", "error", err)
 			running[id], known[id] = true, true
 			continue
+		case errdefs.IsNotFound(err):
+			log.Info("state dir without a record (a create cut short); its objects are reclaimed")
+			continue
 		case err != nil:
 			log.Warn("unreadable state record; the sandbox's objects are reclaimed", "error", err)
 			continue
