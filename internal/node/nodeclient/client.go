@@ -146,36 +146,63 @@ func (c *Client) Stats(ctx context.Context, id string) (*node.Stats, error) {
 }
 
 // Watch implements node.Service. It returns once the node has accepted the
-// watch; the channel closes when ctx ends or the stream breaks (the node
-// went away): the caller watches again.
+// watch. When the stream breaks (the node restarted, the network failed) it
+// watches again, with backoff, until ctx ends; the node keeps the events of
+// the meantime for its next watcher. The channel closes when ctx ends.
 func (c *Client) Watch(ctx context.Context) (<-chan node.Event, error) {
-	stream, err := c.rpc.Watch(ctx, connect.NewRequest(&nodepb.WatchRequest{}))
+	stream, err := c.watch(ctx)
 	if err != nil {
-		return nil, noderpc.FromConnectError(err)
-	}
-	// The server confirms the watch with an empty event.
-	if !stream.Receive() {
-		err := stream.Err()
-		stream.Close()
-		if err == nil {
-			err = fmt.Errorf("node closed the watch: %w", errdefs.ErrUnavailable)
-			return nil, err
-		}
-		return nil, noderpc.FromConnectError(err)
+		return nil, err
 	}
 	ch := make(chan node.Event, 64)
 	go func() {
 		defer close(ch)
-		defer stream.Close()
-		for stream.Receive() {
-			select {
-			case ch <- noderpc.EventFromProto(stream.Msg()):
-			case <-ctx.Done():
-				return
+		backoff := 100 * time.Millisecond
+		for {
+			for stream.Receive() {
+				backoff = 100 * time.Millisecond
+				select {
+				case ch <- noderpc.EventFromProto(stream.Msg()):
+				case <-ctx.Done():
+					stream.Close()
+					return
+				}
+			}
+			stream.Close()
+			for {
+				t := time.NewTimer(backoff)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				backoff = min(2*backoff, 5*time.Second)
+				if stream, err = c.watch(ctx); err == nil {
+					break
+				}
 			}
 		}
 	}()
 	return ch, nil
+}
+
+// watch opens a watch stream and waits for the node to confirm it (an
+// empty event).
+func (c *Client) watch(ctx context.Context) (*connect.ServerStreamForClient[nodepb.Event], error) {
+	stream, err := c.rpc.Watch(ctx, connect.NewRequest(&nodepb.WatchRequest{}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	if !stream.Receive() {
+		err := stream.Err()
+		stream.Close()
+		if err == nil {
+			return nil, fmt.Errorf("node closed the watch: %w", errdefs.ErrUnavailable)
+		}
+		return nil, noderpc.FromConnectError(err)
+	}
+	return stream, nil
 }
 
 // Capabilities implements node.Service.

@@ -250,3 +250,59 @@ func TestConnectErrorMapping(t *testing.T) {
 		t.Errorf("unclassified error came back as %v", err)
 	}
 }
+
+// A watch survives a broken stream: the client watches again and gets the
+// events of the meantime.
+func TestWatchReconnects(t *testing.T) {
+	t.Parallel()
+	drv := fake.New(fake.Config{})
+	a, err := node.New(context.Background(), node.Config{
+		DataDir: t.TempDir(), Driver: drv, Cgroups: nodetest.NewCgroups(), Net: nodetest.NewNet(),
+		Layers: nodetest.NewLayers(), Envd: &nodetest.Envd{}, ReclaimInterval: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	mux := http.NewServeMux()
+	mux.Handle(noderpc.NewHandler(a, noderpc.Options{}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client()})
+	ctx := context.Background()
+	for _, id := range []string{"sb1", "sb2"} {
+		if _, err := c.Create(ctx, req(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	events, err := c.Watch(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() node.Event {
+		t.Helper()
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("watch channel closed")
+			}
+			return ev
+		case <-time.After(30 * time.Second):
+			t.Fatal("no event")
+		}
+		return node.Event{}
+	}
+	_ = drv.Exit("sb1", 1)
+	if ev := next(); ev.SandboxID != "sb1" {
+		t.Fatalf("event %+v", ev)
+	}
+	srv.CloseClientConnections()
+	_ = drv.Exit("sb2", 2)
+	if ev := next(); ev.SandboxID != "sb2" || ev.Type != node.EventExited {
+		t.Fatalf("event after the stream broke: %+v", ev)
+	}
+	cancel()
+	for range events {
+	}
+}

@@ -1,0 +1,106 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// SnapshotSandbox takes a snapshot of running sandbox id into dir, leaving
+// the sandbox running (E2B's POST /sandboxes/{id}/snapshots): the sandbox
+// is frozen when the driver can, its memory checkpointed into dir and its
+// writable layer saved, then thawed. The result has the layout of a
+// template snapshot on ready, so a sandbox created with
+// Template.SnapshotDir = dir restores it (processes, memory and files of
+// the source). It returns the template the sandbox was started from, whose
+// root filesystem the snapshot's layer lies over. A driver that cannot
+// checkpoint memory gives ErrUnsupported; a sandbox that is not running
+// ErrConflict. Delete the snapshot with DeleteSnapshot.
+func (a *Agent) SnapshotSandbox(ctx context.Context, id, dir string) (Template, error) {
+	s, err := a.lookup(id)
+	if err != nil {
+		return Template{}, err
+	}
+	ckpt, ok := a.checkpointer()
+	if !ok {
+		return Template{}, fmt.Errorf("sandbox %q: snapshot: driver %s cannot checkpoint memory: %w", id, a.drv.Name(), errdefs.ErrUnsupported)
+	}
+	a.mu.Lock()
+	switch {
+	case s.gone:
+		a.mu.Unlock()
+		return Template{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	case s.checkpointing:
+		a.mu.Unlock()
+		return Template{}, fmt.Errorf("sandbox %q: a checkpoint is already in flight, try again later: %w", id, errdefs.ErrExhausted)
+	case s.rec.State != sandbox.StateRunning:
+		state := s.rec.State
+		a.mu.Unlock()
+		return Template{}, fmt.Errorf("sandbox %q is %s, not running: %w", id, state, errdefs.ErrConflict)
+	}
+	s.checkpointing = true
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		s.checkpointing = false
+		a.mu.Unlock()
+	}()
+
+	s.op.Lock()
+	defer s.op.Unlock()
+	a.mu.Lock()
+	alive := !s.gone && s.rec.State == sandbox.StateRunning
+	tmpl := s.rec.Template
+	tmpl.Env = maps.Clone(tmpl.Env)
+	initToken := s.rec.InitToken
+	a.mu.Unlock()
+	if !alive {
+		return Template{}, fmt.Errorf("sandbox %q stopped: %w", id, errdefs.ErrConflict)
+	}
+	log := a.log.With("sandbox_id", id, "dir", dir)
+
+	// Frozen, the memory image and the saved layer show the same moment.
+	if fr, ok := a.drv.(driver.Freezer); ok && a.drv.Capabilities().Freeze {
+		if err := fr.Freeze(ctx, id); err != nil {
+			return Template{}, fmt.Errorf("sandbox %q: snapshot: freeze: %w", id, err)
+		}
+		defer func() {
+			if err := fr.Thaw(context.WithoutCancel(ctx), id); err != nil {
+				log.Warn("thaw after snapshot", "error", err)
+			}
+		}()
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return Template{}, fmt.Errorf("sandbox %q: snapshot dir: %w", id, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Template{}, fmt.Errorf("sandbox %q: snapshot dir: %w", id, err)
+	}
+	fail := func(err error) (Template, error) {
+		os.RemoveAll(dir)
+		return Template{}, fmt.Errorf("sandbox %q: snapshot: %w", id, err)
+	}
+	if err := ckpt.Checkpoint(ctx, id, dir, driver.CheckpointOptions{LeaveRunning: true}); err != nil {
+		return fail(fmt.Errorf("checkpoint: %w", err))
+	}
+	layer := sandbox.NewID()
+	if err := a.cfg.Layers.Save(ctx, id, layer); err != nil {
+		return fail(fmt.Errorf("save writable layer: %w", err))
+	}
+	meta := snapshotMeta{Version: 1, InitToken: initToken, Layer: layer, TakenAt: a.clock.Now().UTC()}
+	b, _ := json.Marshal(meta)
+	if err := os.WriteFile(filepath.Join(dir, snapshotMetaFile), b, 0o600); err != nil {
+		_ = a.cfg.Layers.DeleteSaved(context.WithoutCancel(ctx), layer)
+		return fail(err)
+	}
+	log.Info("sandbox snapshot taken", "layer", layer)
+	tmpl.SnapshotDir = ""
+	return tmpl, nil
+}
