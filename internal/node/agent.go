@@ -150,7 +150,7 @@ func (c *Config) setDefaults() error {
 //	sandboxes/sbx-<id>/state.json   the versioned state record (mode 0600)
 //	sandboxes/sbx-<id>/bundle/      the driver's files (OCI bundle)
 //	sandboxes/sbx-<id>/snapshot/    the memory image while paused with memory
-//	sandboxes/sbx-<id>/fork-*/      a fork's image while its copies restore
+//	forks/sbx-<id>-<random>/        a fork's image while its copies restore
 //
 // The writable layers live where Config.Layers keeps them.
 //
@@ -160,7 +160,8 @@ func (c *Config) setDefaults() error {
 // a new epoch). A paused record is kept as is. Every other record (starting,
 // killed, unreadable, or running without a container) is dropped, and the
 // host objects of no kept sandbox are reclaimed and counted by kind:
-// container, cgroup, network, mount, layer, state_dir. The same reclaim
+// container, cgroup, network, mount, layer, state_dir (and fork_image for
+// the images of unfinished forks). The same reclaim
 // runs every Config.ReclaimInterval, keeping every sandbox the agent knows.
 // A record written by a newer agent is left alone with all its objects.
 type Agent struct {

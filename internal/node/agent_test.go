@@ -552,11 +552,8 @@ func TestFork(t *testing.T) {
 	if sb, _ := a.Get(ctx, "c2"); sb == nil || sb.State != sandbox.StateRunning {
 		t.Errorf("c2 after c1 killed: %+v", sb)
 	}
-	entries, _ := os.ReadDir(filepath.Join(e.dir, "sandboxes", "sbx-src"))
-	for _, en := range entries {
-		if strings.HasPrefix(en.Name(), "fork-") {
-			t.Errorf("fork image %s left", en.Name())
-		}
+	if entries, _ := os.ReadDir(filepath.Join(e.dir, "forks")); len(entries) > 0 {
+		t.Errorf("fork images left: %v", entries)
 	}
 }
 

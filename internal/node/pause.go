@@ -19,6 +19,10 @@ import (
 // forkParallelism is how many copies of a fork are restored at once.
 const forkParallelism = 4
 
+// forksDir holds the memory images of forks in progress; none outlives
+// the agent.
+func forksDir(dataDir string) string { return filepath.Join(dataDir, "forks") }
+
 // snapshotDir is where a paused sandbox's memory image lives.
 func snapshotDir(dataDir, id string) string {
 	return filepath.Join(sandboxDir(dataDir, id), "snapshot")
@@ -344,7 +348,9 @@ func (a *Agent) Fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbo
 		return nil, fmt.Errorf("sandbox %q: fork: %w", id, err)
 	}
 
-	img := filepath.Join(sandboxDir(a.cfg.DataDir, id), "fork-"+sandbox.RandomToken(6))
+	// The image lives apart from the source, which may be killed while its
+	// copies restore.
+	img := filepath.Join(forksDir(a.cfg.DataDir), sandbox.HostName(id)+"-"+sandbox.RandomToken(6))
 	defer os.RemoveAll(img)
 	src.op.Lock()
 	a.mu.Lock()

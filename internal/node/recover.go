@@ -20,6 +20,7 @@ const (
 	KindCgroup    = "cgroup"
 	KindNetwork   = "network"
 	KindStateDir  = "state_dir"
+	KindForkImage = "fork_image"
 )
 
 // recover reads the state records under DataDir: running sandboxes whose
@@ -90,6 +91,16 @@ func (a *Agent) recover(ctx context.Context) error {
 		}
 	}
 	a.reclaim(ctx, running, known)
+	// Images of forks an earlier agent did not finish.
+	if entries, err := os.ReadDir(forksDir(a.cfg.DataDir)); err == nil {
+		n := 0
+		for _, e := range entries {
+			if err := os.RemoveAll(filepath.Join(forksDir(a.cfg.DataDir), e.Name())); err == nil {
+				n++
+			}
+		}
+		a.countReclaimed(KindForkImage, n)
+	}
 	for _, ev := range lost {
 		a.emit(ev)
 	}

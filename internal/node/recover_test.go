@@ -91,6 +91,7 @@ func TestRecovery(t *testing.T) {
 	writeFile(t, filepath.Join(e.dir, "sandboxes", "sbx-future1", "state.json"), `{"version":99,"id":"future1","state":"running"}`)
 	e.cg.Plant("sbx-future1")
 	writeFile(t, filepath.Join(e.dir, "sandboxes", "not-a-sandbox", "keep"), "x")
+	writeFile(t, filepath.Join(e.dir, "forks", "sbx-run1-abc", "fake-checkpoint.json"), "{}")
 
 	a2 := e.start()
 	events, _ := a2.Watch(t.Context())
@@ -149,7 +150,7 @@ func TestRecovery(t *testing.T) {
 		}
 	}
 
-	wantCounts := map[string]int{"container": 2, "cgroup": 3, "network": 2, "mount": 2, "layer": 2, "state_dir": 3}
+	wantCounts := map[string]int{"container": 2, "cgroup": 3, "network": 2, "mount": 2, "layer": 2, "state_dir": 3, "fork_image": 1}
 	got := a2.Reclaimed()
 	for kind, n := range wantCounts {
 		if got[kind] != n {

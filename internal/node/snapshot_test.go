@@ -165,3 +165,39 @@ func TestSnapshotErrors(t *testing.T) {
 		}
 	})
 }
+
+// The source of a fork may be killed while its copies restore.
+func TestForkSourceKilledDuringRestore(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		ctx := context.Background()
+		e.create(a, "src")
+		_, _ = e.drv.Exec(ctx, "src", driver.Process{Args: []string{"tick"}})
+		// More copies than restore at once: the last ones start after the
+		// source is gone.
+		ids := []string{"c1", "c2", "c3", "c4", "c5", "c6"}
+		for _, id := range ids {
+			e.fake.SetBehavior(id, fake.Behavior{StartDelay: 10 * time.Second})
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Fork(ctx, "src", node.ForkRequest{IDs: ids})
+			done <- err
+		}()
+		time.Sleep(5 * time.Second) // the copies are restoring
+		if err := a.Kill(ctx, "src", "request"); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("fork with its source killed meanwhile: %v", err)
+		}
+		for _, id := range ids {
+			if c, _ := e.fake.Counter(id); c != 1 {
+				t.Errorf("%s counter %d, want 1", id, c)
+			}
+		}
+		a.Close()
+	})
+}
