@@ -11,10 +11,18 @@ import (
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
-// arm schedules the evictor to look at sandbox id at t.
-func (m *Manager) arm(id string, t time.Time) {
+// deadline is when the evictor looks at a sandbox, and which execution
+// of it the look is for: a deadline armed for one execution never acts on
+// a resumed successor.
+type deadline struct {
+	at   time.Time
+	exec string
+}
+
+// arm schedules the evictor to look at execution exec of sandbox id at t.
+func (m *Manager) arm(id, exec string, t time.Time) {
 	m.evMu.Lock()
-	m.deadlines[id] = t
+	m.deadlines[id] = deadline{at: t, exec: exec}
 	m.evMu.Unlock()
 	m.poke()
 }
@@ -37,8 +45,8 @@ func (m *Manager) poke() {
 func (m *Manager) Deadline(id string) (time.Time, bool) {
 	m.evMu.Lock()
 	defer m.evMu.Unlock()
-	t, ok := m.deadlines[id]
-	return t, ok
+	d, ok := m.deadlines[id]
+	return d.at, ok
 }
 
 // Run reconciles the store with the node, re-arms every deadline from the
@@ -58,19 +66,19 @@ func (m *Manager) Run(ctx context.Context) error {
 	for {
 		now := time.Now()
 		var next time.Time
-		var due []string
+		due := map[string]string{}
 		m.evMu.Lock()
-		for id, t := range m.deadlines {
-			if !t.After(now) {
-				due = append(due, id)
+		for id, d := range m.deadlines {
+			if !d.at.After(now) {
+				due[id] = d.exec
 				delete(m.deadlines, id)
-			} else if next.IsZero() || t.Before(next) {
-				next = t
+			} else if next.IsZero() || d.at.Before(next) {
+				next = d.at
 			}
 		}
 		m.evMu.Unlock()
-		for _, id := range due {
-			m.wg.Go(func() { m.expire(ctx, id) })
+		for id, exec := range due {
+			m.wg.Go(func() { m.expire(ctx, id, exec) })
 		}
 		wait := time.Hour
 		if !next.IsZero() {
@@ -137,7 +145,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			}
 		}
 		if sb.State == sandbox.StateRunning {
-			m.arm(sb.ID, sb.EndAt)
+			m.arm(sb.ID, sb.Spec.ExecutionID, sb.EndAt)
 		}
 	}
 	for _, ns := range onNode {
@@ -152,30 +160,35 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	return nil
 }
 
-// expire handles a deadline that came due: kill with reason timeout, or
-// pause when the sandbox asked for auto-pause.
-func (m *Manager) expire(ctx context.Context, id string) {
+// expire handles a deadline of execution exec that came due: kill with
+// reason timeout, or pause when the sandbox asked for auto-pause. A
+// deadline of an older execution is dropped.
+func (m *Manager) expire(ctx context.Context, id, exec string) {
 	defer m.lock(id)()
 	sb, err := m.st.GetSandbox(ctx, id)
 	if err != nil {
 		if !errdefs.IsNotFound(err) {
 			m.log.Warn("evictor read", "sandbox_id", id, "error", err)
-			m.arm(id, time.Now().Add(m.cfg.PauseRetry))
+			m.arm(id, exec, time.Now().Add(m.cfg.PauseRetry))
 		}
 		return
 	}
 	if sb.State != sandbox.StateRunning {
 		return
 	}
+	if exec != "" && sb.Spec.ExecutionID != exec {
+		m.log.Debug("evictor: deadline of an older execution dropped", "sandbox_id", id, "execution_id", exec)
+		return
+	}
 	now := time.Now()
 	if sb.EndAt.After(now) {
-		m.arm(id, sb.EndAt) // moved since it was armed
+		m.arm(id, exec, sb.EndAt) // moved since it was armed
 		return
 	}
 	if !sb.Spec.AutoPause {
 		if err := m.killLocked(ctx, id, sandbox.KillTimeout); err != nil && !errdefs.IsNotFound(err) {
-			m.log.Warn("evictor kill", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "error", err)
-			m.arm(id, now.Add(m.cfg.PauseRetry))
+			m.log.Warn("evictor kill failed, will retry", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "error", err)
+			m.arm(id, exec, now.Add(m.cfg.PauseRetry))
 		}
 		return
 	}
@@ -187,22 +200,25 @@ func (m *Manager) expire(ctx context.Context, id string) {
 	switch {
 	case err == nil:
 	case errdefs.IsExhausted(err):
-		sb, uerr := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		_, uerr := m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 			if s.Spec.PauseRefusedAt.IsZero() {
 				s.Spec.PauseRefusedAt = now.UTC()
 			}
-			return nil
+			e := newEvent(s, store.EventPauseRefused)
+			e.Message = err.Error()
+			return e, nil
 		})
-		if uerr == nil {
-			m.event(ctx, sb, store.EventPauseRefused, "", err.Error())
+		if uerr != nil {
+			m.log.Warn("record refused pause", "sandbox_id", id, "error", uerr)
 		}
-		m.log.Info("auto-pause refused, will retry", "sandbox_id", id, "error", err)
-		m.arm(id, now.Add(m.cfg.PauseRetry))
+		m.log.Info("auto-pause refused, will retry", "sandbox_id", id, "execution_id", exec, "retry_in", m.cfg.PauseRetry, "error", err)
+		m.arm(id, exec, now.Add(m.cfg.PauseRetry))
 	case errdefs.IsNotFound(err):
 	default:
 		m.log.Warn("auto-pause failed, killing", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "error", err)
 		if err := m.killLocked(ctx, id, sandbox.KillTimeout); err != nil && !errdefs.IsNotFound(err) {
-			m.arm(id, now.Add(m.cfg.PauseRetry))
+			m.log.Warn("evictor kill failed, will retry", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "error", err)
+			m.arm(id, exec, now.Add(m.cfg.PauseRetry))
 		}
 	}
 }
@@ -240,6 +256,7 @@ func (m *Manager) handle(ctx context.Context, ev node.Event) {
 		m.log.Info("sandbox ended on its node", "sandbox_id", ev.SandboxID, "team_id", sb.TeamID, "kill_reason", reason.String())
 	case errdefs.IsNotFound(err), errdefs.IsConflict(err):
 		// Already killed, or an event of an older execution: stale.
+		m.log.Debug("stale node event dropped", "sandbox_id", ev.SandboxID, "execution_id", ev.ExecutionID, "kill_reason", reason.String())
 	default:
 		m.log.Warn("record node event", "sandbox_id", ev.SandboxID, "error", err)
 	}

@@ -69,7 +69,7 @@ type Manager struct {
 	createMu sync.Mutex
 
 	evMu      sync.Mutex
-	deadlines map[string]time.Time
+	deadlines map[string]deadline
 	wake      chan struct{}
 	wg        sync.WaitGroup
 
@@ -98,7 +98,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
-		deadlines: map[string]time.Time{}, wake: make(chan struct{}, 1),
+		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1),
 		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_killed_total",
 			Help: "Sandboxes killed, by kill reason.",
@@ -182,9 +182,9 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, e
 		}
 		return nil, fmt.Errorf("create sandbox %q: %w", sb.ID, err)
 	}
-	sb, err = m.st.UpdateSandbox(context.WithoutCancel(ctx), sb.ID, func(s *store.Sandbox) error {
+	sb, err = m.st.TransitionSandbox(context.WithoutCancel(ctx), sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StateStarting {
-			return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
 		}
 		s.State = sandbox.StateRunning
 		s.Spec.EnvdVersion = ns.EnvdVersion
@@ -194,7 +194,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, e
 		// The TTL counts from when the sandbox is ready, not from when it
 		// was asked for: a slow start does not eat into it.
 		s.EndAt = time.Now().UTC().Add(p.Timeout)
-		return nil
+		return newEvent(s, store.EventCreated), nil
 	})
 	if err != nil {
 		// Killed while starting (e.g. by a concurrent DELETE): stop it.
@@ -204,9 +204,8 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, e
 	if err := m.node.SetEndTime(context.WithoutCancel(ctx), sb.ID, sb.EndAt); err != nil {
 		log.Warn("node set end time", "error", err)
 	}
-	m.event(ctx, sb, store.EventCreated, "", "")
-	m.arm(sb.ID, sb.EndAt)
-	log.Info("sandbox created", "end_at", sb.EndAt)
+	m.arm(sb.ID, sb.Spec.ExecutionID, sb.EndAt)
+	log.Info("sandbox created", "execution_id", sb.Spec.ExecutionID, "end_at", sb.EndAt)
 	return sb, nil
 }
 
@@ -249,12 +248,29 @@ func (m *Manager) Get(ctx context.Context, teamID, id string) (*store.Sandbox, e
 	return sb, nil
 }
 
-// event records a lifecycle event; a failure is logged, not returned: the
-// transition itself is already stored.
-func (m *Manager) event(ctx context.Context, sb *store.Sandbox, typ string, reason sandbox.KillReason, msg string) {
-	e := &store.Event{SandboxID: sb.ID, TeamID: sb.TeamID, Type: typ, Reason: reason, Epoch: sb.Epoch, Message: msg}
+// newEvent returns the lifecycle event of type typ for sandbox sb as it is
+// after the transition: its IDs, current execution and metadata.
+func newEvent(sb *store.Sandbox, typ string) *store.Event {
+	return &store.Event{
+		SandboxID: sb.ID, TeamID: sb.TeamID, TemplateID: sb.TemplateID, BuildID: sb.Spec.BuildID,
+		ExecutionID: sb.Spec.ExecutionID, Type: typ, Epoch: sb.Epoch, At: time.Now().UTC(),
+		Data: store.EventData{Metadata: maps.Clone(sb.Spec.Metadata)},
+	}
+}
+
+// execution describes sb's current incarnation, ending now.
+func execution(sb *store.Sandbox, now time.Time) *store.Execution {
+	return &store.Execution{
+		StartedAt: sb.StartedAt, VCPUCount: sb.Spec.Resources.VCPUs, MemoryMB: sb.Spec.Resources.MemoryMB,
+		ExecutionTime: max(now.Sub(sb.StartedAt).Milliseconds(), 0),
+	}
+}
+
+// event records a lifecycle event outside a transition; a failure is
+// logged, not returned.
+func (m *Manager) event(ctx context.Context, e *store.Event) {
 	if err := m.st.AppendEvent(context.WithoutCancel(ctx), e); err != nil {
-		m.log.Warn("record event", "sandbox_id", sb.ID, "event", typ, "error", err)
+		m.log.Warn("record event", "sandbox_id", e.SandboxID, "event", e.Type, "error", err)
 	}
 }
 
@@ -270,36 +286,44 @@ func (m *Manager) Kill(ctx context.Context, teamID, id string, reason sandbox.Ki
 
 func (m *Manager) killLocked(ctx context.Context, id string, reason sandbox.KillReason) error {
 	ctx = context.WithoutCancel(ctx)
+	log := m.log.With("sandbox_id", id, "kill_reason", reason.String())
+	log.Info("killing sandbox")
 	if err := m.node.Kill(ctx, id, reason); err != nil && !errdefs.IsNotFound(err) {
+		log.Warn("node kill failed", "error", err)
 		return fmt.Errorf("kill sandbox %q: %w", id, err)
 	}
 	sb, err := m.markKilled(ctx, id, reason, "")
 	if err != nil {
 		return err
 	}
-	m.log.Info("sandbox killed", "sandbox_id", id, "team_id", sb.TeamID, "kill_reason", reason.String())
+	log.Info("sandbox killed", "team_id", sb.TeamID, "execution_id", sb.Spec.ExecutionID)
 	return nil
 }
 
 // markKilled records the kill; executionID, when set, must match the
 // sandbox's current execution (a stale node event is dropped).
 func (m *Manager) markKilled(ctx context.Context, id string, reason sandbox.KillReason, executionID string) (*store.Sandbox, error) {
-	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+	sb, err := m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State == sandbox.StateKilled {
-			return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 		}
 		if executionID != "" && s.Spec.ExecutionID != executionID {
-			return fmt.Errorf("sandbox %q: stale execution %q: %w", id, executionID, errdefs.ErrConflict)
+			return nil, fmt.Errorf("sandbox %q: stale execution %q: %w", id, executionID, errdefs.ErrConflict)
 		}
+		wasRunning := s.State == sandbox.StateRunning || s.State == sandbox.StatePausing
 		s.State, s.KillReason, s.KilledAt = sandbox.StateKilled, reason, time.Now().UTC()
-		return nil
+		e := newEvent(s, store.EventKilled)
+		e.Reason = reason
+		if wasRunning {
+			e.Data.Execution = execution(s, s.KilledAt)
+		}
+		return e, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	m.disarm(id)
 	m.killed.WithLabelValues(reason.String()).Inc()
-	m.event(ctx, sb, store.EventKilled, reason, "")
 	return sb, nil
 }
 
@@ -319,15 +343,21 @@ func (m *Manager) setEnd(ctx context.Context, teamID, id string, d time.Duration
 		return err
 	}
 	end := time.Now().UTC().Add(d)
-	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+	sb, err := m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State == sandbox.StateKilled {
-			return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 		}
 		if extendOnly && s.EndAt.After(end) {
 			end = s.EndAt
 		}
+		changed := !s.EndAt.Equal(end)
 		s.EndAt = end
-		return nil
+		if !changed {
+			return nil, nil
+		}
+		e := newEvent(s, store.EventUpdated)
+		e.Data.EndAt = &end
+		return e, nil
 	})
 	if err != nil {
 		return err
@@ -336,9 +366,8 @@ func (m *Manager) setEnd(ctx context.Context, teamID, id string, d time.Duration
 		if err := m.node.SetEndTime(ctx, id, sb.EndAt); err != nil && !errdefs.IsNotFound(err) {
 			m.log.Warn("node set end time", "sandbox_id", id, "error", err)
 		}
-		m.arm(id, sb.EndAt)
+		m.arm(id, sb.Spec.ExecutionID, sb.EndAt)
 	}
-	m.event(ctx, sb, store.EventTimeoutSet, "", sb.EndAt.Format(time.RFC3339Nano))
 	return nil
 }
 
@@ -376,22 +405,28 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 		return err
 	}
 	ns, perr := m.node.Pause(ctx, sb.ID, node.PauseRequest{Memory: memory})
-	out, err := m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
+	out, err := m.st.TransitionSandbox(ctx, sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StatePausing {
-			return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
 		}
 		if perr != nil {
 			s.State = sandbox.StateRunning
-			return nil
+			return nil, nil
 		}
 		s.State, s.Epoch = sandbox.StatePaused, s.Epoch+1
 		s.Spec.PausedWithMemory = ns.PausedWithMemory
 		s.Spec.PauseRefusedAt = time.Time{}
-		return nil
+		e := newEvent(s, store.EventPaused)
+		e.Data.Execution = execution(s, time.Now())
+		e.Data.PausedWithMemory = &ns.PausedWithMemory
+		e.Message = fmt.Sprintf("memory=%t", ns.PausedWithMemory)
+		return e, nil
 	})
 	if perr != nil {
 		if errdefs.IsNotFound(perr) {
-			m.markKilled(ctx, sb.ID, sandbox.KillNodeLost, "") //nolint:errcheck
+			if _, err := m.markKilled(ctx, sb.ID, sandbox.KillNodeLost, ""); err == nil {
+				m.log.Warn("sandbox lost by its node during pause", "sandbox_id", sb.ID, "kill_reason", sandbox.KillNodeLost.String())
+			}
 		}
 		return fmt.Errorf("pause sandbox %q: %w", sb.ID, perr)
 	}
@@ -399,8 +434,7 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 		return err
 	}
 	m.disarm(sb.ID)
-	m.event(ctx, out, store.EventPaused, "", fmt.Sprintf("memory=%t", ns.PausedWithMemory))
-	m.log.Info("sandbox paused", "sandbox_id", sb.ID, "memory", ns.PausedWithMemory)
+	m.log.Info("sandbox paused", "sandbox_id", sb.ID, "execution_id", out.Spec.ExecutionID, "memory", ns.PausedWithMemory)
 	return nil
 }
 
@@ -454,28 +488,30 @@ func (m *Manager) resumeLocked(ctx context.Context, sb *store.Sandbox, d time.Du
 	ns, err := m.node.Resume(ctx, sb.ID, node.ResumeRequest{ExecutionID: exec, EndAt: end})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			m.markKilled(ctx, sb.ID, sandbox.KillResumeFailed, "") //nolint:errcheck
+			if _, kerr := m.markKilled(ctx, sb.ID, sandbox.KillResumeFailed, ""); kerr == nil {
+				m.log.Warn("sandbox could not be resumed", "sandbox_id", sb.ID, "kill_reason", sandbox.KillResumeFailed.String(), "error", err)
+			}
 			return nil, fmt.Errorf("resume sandbox %q: %w", sb.ID, errdefs.ErrNotFound)
 		}
 		return nil, fmt.Errorf("resume sandbox %q: %w", sb.ID, err)
 	}
-	out, err := m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
+	out, err := m.st.TransitionSandbox(ctx, sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StatePaused {
-			return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
 		}
 		s.State, s.Epoch, s.EndAt = sandbox.StateRunning, s.Epoch+1, end
+		s.StartedAt = time.Now().UTC()
 		s.Spec.ExecutionID, s.Spec.AutoPause = exec, autoPause
 		if ns.EnvdVersion != "" {
 			s.Spec.EnvdVersion = ns.EnvdVersion
 		}
-		return nil
+		return newEvent(s, store.EventResumed), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	m.arm(sb.ID, end)
-	m.event(ctx, out, store.EventResumed, "", "")
-	m.log.Info("sandbox resumed", "sandbox_id", sb.ID, "end_at", end)
+	m.arm(sb.ID, exec, end)
+	m.log.Info("sandbox resumed", "sandbox_id", sb.ID, "execution_id", exec, "end_at", end)
 	return out, nil
 }
 
@@ -534,6 +570,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 	}
 	forks, ferr := m.node.Fork(context.WithoutCancel(ctx), id, node.ForkRequest{IDs: ids, ExecutionIDs: execs, EndAt: now.Add(d)})
 	got := map[string]*node.Sandbox{}
+	var forked []string
 	for _, f := range forks {
 		got[f.ID] = f
 	}
@@ -548,20 +585,27 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 			}
 			continue
 		}
-		sb, err := m.st.UpdateSandbox(context.WithoutCancel(ctx), fid, func(s *store.Sandbox) error {
+		sb, err := m.st.TransitionSandbox(context.WithoutCancel(ctx), fid, func(s *store.Sandbox) (*store.Event, error) {
 			s.State = sandbox.StateRunning
 			if f.EnvdVersion != "" {
 				s.Spec.EnvdVersion = f.EnvdVersion
 			}
-			return nil
+			e := newEvent(s, store.EventCreated)
+			e.Data.SourceSandboxID, e.Message = id, "fork of "+id
+			return e, nil
 		})
 		if err != nil {
 			results[i].Err = err
 			continue
 		}
-		m.event(ctx, sb, store.EventCreated, "", "fork of "+id)
-		m.arm(fid, sb.EndAt)
+		m.arm(fid, sb.Spec.ExecutionID, sb.EndAt)
 		results[i].Sandbox = sb
+		forked = append(forked, fid)
+	}
+	if len(forked) > 0 {
+		e := newEvent(src, store.EventForked)
+		e.Data.ForkIDs = forked
+		m.event(ctx, e)
 	}
 	if len(forks) == 0 && ferr != nil && (errdefs.IsUnsupported(ferr) || errdefs.IsNotFound(ferr) || errdefs.IsConflict(ferr)) {
 		return nil, fmt.Errorf("fork sandbox %q: %w", id, ferr)

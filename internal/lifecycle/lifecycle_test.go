@@ -28,6 +28,7 @@ type harness struct {
 	m    *lifecycle.Manager
 	stop context.CancelFunc
 	done chan error
+	logs *logBuf // set by tests that capture the log
 }
 
 // start builds a Manager over st and n and runs it until the test ends or

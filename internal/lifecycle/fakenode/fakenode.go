@@ -275,3 +275,13 @@ func (n *Node) Put(s *node.Sandbox) {
 
 // Capabilities implements node.Service.
 func (n *Node) Capabilities(context.Context) (node.Capabilities, error) { return n.Caps, nil }
+
+// Emit sends ev to the watchers as it is, without changing any sandbox (a
+// late event of an older execution, say).
+func (n *Node) Emit(ev node.Event) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, w := range n.watchers {
+		w <- ev
+	}
+}

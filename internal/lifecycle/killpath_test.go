@@ -1,0 +1,196 @@
+package lifecycle_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/store/storetest"
+)
+
+// logBuf collects JSON log lines; Reset forgets what came before an action.
+type logBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuf) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
+}
+
+// lines returns the decoded log lines that name sandbox id.
+func (b *logBuf) lines(t *testing.T, id string) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for l := range strings.SplitSeq(strings.TrimSpace(b.buf.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if m["sandbox_id"] == id {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestKillPaths checks LIFECYCLE-RULES §1 for every kill path of the
+// control plane: the reason is on the killed event (with execution data),
+// on sandbox_killed_total{kill_reason} and on every log line naming the
+// sandbox from the moment the kill starts.
+func TestKillPaths(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		reason sandbox.KillReason
+		params lifecycle.CreateParams
+		// kill makes the sandbox die on this path.
+		kill func(t *testing.T, h *harness, sb *store.Sandbox)
+	}{
+		{sandbox.KillRequest, lifecycle.CreateParams{Timeout: time.Hour}, func(t *testing.T, h *harness, sb *store.Sandbox) {
+			if err := h.m.Kill(ctx, "team", sb.ID, sandbox.KillRequest); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{sandbox.KillAdmin, lifecycle.CreateParams{Timeout: time.Hour}, func(t *testing.T, h *harness, sb *store.Sandbox) {
+			if err := h.m.Kill(ctx, "", sb.ID, sandbox.KillAdmin); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{sandbox.KillTimeout, lifecycle.CreateParams{Timeout: 10 * time.Second}, func(t *testing.T, h *harness, sb *store.Sandbox) {
+			time.Sleep(11 * time.Second)
+		}},
+		{sandbox.KillOOM, lifecycle.CreateParams{Timeout: time.Hour}, func(t *testing.T, h *harness, sb *store.Sandbox) {
+			h.node.Exit(sb.ID, sandbox.KillOOM)
+		}},
+		{sandbox.KillExited, lifecycle.CreateParams{Timeout: time.Hour}, func(t *testing.T, h *harness, sb *store.Sandbox) {
+			h.node.Exit(sb.ID, "")
+		}},
+		{sandbox.KillTTLBackstop, lifecycle.CreateParams{Timeout: time.Hour}, func(t *testing.T, h *harness, sb *store.Sandbox) {
+			h.node.Kill(ctx, sb.ID, sandbox.KillTTLBackstop)
+			h.node.Emit(node.Event{Type: node.EventKilled, SandboxID: sb.ID, ExecutionID: sb.Spec.ExecutionID, Reason: sandbox.KillTTLBackstop, At: time.Now()})
+		}},
+		{sandbox.KillResumeFailed, lifecycle.CreateParams{Timeout: time.Hour}, func(t *testing.T, h *harness, sb *store.Sandbox) {
+			if err := h.m.Pause(ctx, "team", sb.ID, true); err != nil {
+				t.Fatal(err)
+			}
+			h.logs.Reset()
+			h.node.ResumeErr = errdefs.ErrNotFound
+			if _, err := h.m.Resume(ctx, "team", sb.ID, time.Minute, nil); !errdefs.IsNotFound(err) {
+				t.Fatalf("resume: %v", err)
+			}
+		}},
+		{sandbox.KillNodeLost, lifecycle.CreateParams{Timeout: time.Hour}, func(t *testing.T, h *harness, sb *store.Sandbox) {
+			h.node.Kill(ctx, sb.ID, sandbox.KillRequest) // the node forgets it behind our back
+			h.logs.Reset()
+			if err := h.m.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.reason.String(), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				logs := &logBuf{}
+				h := start(t, storetest.SQLite(t), fakenode.New(), func(c *lifecycle.Config) {
+					c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				})
+				h.logs = logs
+				sb := h.create(tc.params)
+				logs.Reset()
+				tc.kill(t, h, sb)
+				synctest.Wait()
+				h.wantState(sb.ID, sandbox.StateKilled, tc.reason)
+				if n := h.killed(tc.reason.String()); n != 1 {
+					t.Fatalf("sandbox_killed_total{kill_reason=%s} = %v, want 1", tc.reason, n)
+				}
+				evs, err := h.st.QueryEvents(ctx, store.EventFilter{SandboxID: sb.ID, Types: []string{store.EventKilled}})
+				if err != nil || len(evs) != 1 {
+					t.Fatalf("killed events: %v %v", evs, err)
+				}
+				e := evs[0]
+				if e.Reason != tc.reason || e.Data.KillReason != tc.reason.String() || e.TeamID != "team" || e.TemplateID != "base" || e.ExecutionID == "" {
+					t.Fatalf("killed event %+v data %+v", e, e.Data)
+				}
+				lines := logs.lines(t, sb.ID)
+				if len(lines) == 0 {
+					t.Fatal("no log line names the sandbox on its kill path")
+				}
+				for _, l := range lines {
+					if l["kill_reason"] != tc.reason.String() {
+						t.Errorf("log line without kill_reason=%s: %v", tc.reason, l)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestStaleExecution checks that an action meant for one execution never
+// hits its resumed successor: a late exit of the first execution, after a
+// pause and resume, leaves the new execution running.
+func TestStaleExecution(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		h := start(t, storetest.SQLite(t), fakenode.New(), nil)
+		sb := h.create(lifecycle.CreateParams{Timeout: time.Hour})
+		old := sb.Spec.ExecutionID
+		if err := h.m.Pause(ctx, "team", sb.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		resumed, err := h.m.Resume(ctx, "team", sb.ID, time.Hour, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resumed.Spec.ExecutionID == old || resumed.Spec.ExecutionID == "" {
+			t.Fatalf("resume kept execution %q", old)
+		}
+		for _, typ := range []node.EventType{node.EventExited, node.EventKilled} {
+			h.node.Emit(node.Event{Type: typ, SandboxID: sb.ID, ExecutionID: old, Reason: sandbox.KillTTLBackstop, At: time.Now()})
+			synctest.Wait()
+			h.wantState(sb.ID, sandbox.StateRunning, "")
+		}
+		// The current execution's event is applied.
+		h.node.Emit(node.Event{Type: node.EventExited, SandboxID: sb.ID, ExecutionID: resumed.Spec.ExecutionID, Reason: sandbox.KillOOM, At: time.Now()})
+		synctest.Wait()
+		h.wantState(sb.ID, sandbox.StateKilled, sandbox.KillOOM)
+		evs, _ := h.st.ListEvents(ctx, sb.ID)
+		var types []string
+		for _, e := range evs {
+			types = append(types, e.Type)
+		}
+		if got := strings.Join(types, ","); got != "created,paused,resumed,killed" {
+			t.Fatalf("events %s", got)
+		}
+		if evs[3].ExecutionID != resumed.Spec.ExecutionID || evs[0].ExecutionID != old || evs[1].Data.Execution == nil {
+			t.Fatalf("event execution IDs: %+v", evs)
+		}
+	})
+}
