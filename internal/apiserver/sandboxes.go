@@ -480,24 +480,3 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	writeJSON(w, http.StatusCreated, out)
 }
-
-func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) {
-	id := r.PathValue("id")
-	if _, err := s.lc.Get(r.Context(), c.teamID, id); err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
-	}
-	writeError(w, http.StatusNotImplemented, "snapshots are not supported by this server yet")
-}
-
-// listSnapshots answers the (always empty) snapshot list: this server
-// cannot make snapshots yet.
-func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, _ *caller) {
-	if v := r.URL.Query().Get("limit"); v != "" {
-		if _, err := parseLimit(v); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-	}
-	writeJSON(w, http.StatusOK, []any{})
-}

@@ -1,7 +1,8 @@
 // Package apiserver is Warren's E2B-compatible REST API: sandbox endpoints
 // (create, list, get, kill, timeout, refresh, connect, pause, resume,
 // metrics, logs, fork, network), teams and API keys, an admin token and
-// per-team limits.
+// per-team limits; E2B's template build API and sandbox snapshots when a
+// build service and catalog are configured.
 //
 // Wire conventions (E2B-COMPAT §2): every error body is
 // {"code": <HTTP status>, "message": "..."}; empty successes are 204;
@@ -22,11 +23,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/templates"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -60,6 +63,18 @@ type Config struct {
 	// Metrics, when set, is served at GET /metrics to admins (X-Admin-Token,
 	// or Authorization: Bearer <admin token> for scrapers).
 	Metrics http.Handler
+
+	// Builds and Catalog, when both set, serve E2B's template API
+	// (templates.go): builds run in Builds, whose upload handler must be
+	// mounted at builder.UploadPathPrefix outside this server's auth.
+	Builds  *builder.Service
+	Catalog *templates.Catalog
+	// PublicURL is the absolute URL clients reach the API at, used in the
+	// upload URLs handed out; empty takes the request's scheme and Host.
+	PublicURL string
+	// Snapshots, when set (with Catalog), takes sandbox snapshots and
+	// deletes template snapshots (the node agent; snapshots.go).
+	Snapshots Snapshotter
 }
 
 // Server serves the API. It is an http.Handler.
@@ -138,6 +153,7 @@ func (s *Server) routes() {
 	s.mux.Handle("PUT /sandboxes/{id}/network", team(s.updateNetwork))
 	s.mux.Handle("POST /sandboxes/{id}/snapshots", team(s.createSnapshot))
 	s.mux.Handle("GET /snapshots", team(s.listSnapshots))
+	s.templateRoutes(team)
 
 	s.mux.Handle("POST /admin/teams/{teamID}/sandboxes/kill", admin(s.adminKillTeam))
 	s.mux.Handle("GET /admin/sandboxes/running-counts", admin(s.adminRunningCounts))

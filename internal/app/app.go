@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/netslot"
@@ -67,6 +68,10 @@ type Config struct {
 	Net        netslot.Config
 	// BaseRootFSTar is a pre-built root filesystem for the base template.
 	BaseRootFSTar string
+	// PublicURL, when set, is the absolute URL clients reach the API at
+	// (behind a reverse proxy); upload URLs handed to the SDK start with
+	// it. Empty: the scheme and Host of each request.
+	PublicURL string
 	// TLSCert and TLSKey, when both set, serve HTTPS (with HTTP/2).
 	TLSCert, TLSKey string
 	Logger          *slog.Logger
@@ -148,22 +153,33 @@ func Run(ctx context.Context, cfg Config) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	nd, templates, closeNode, err := buildNode(ctx, cfg, reg)
+	parts, err := buildNode(ctx, cfg, reg)
 	if err != nil {
 		return err
 	}
-	defer closeNode()
-	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: nd, Logger: log.With("component", "lifecycle"), Registry: reg})
+	defer parts.close()
+	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: parts.node, Logger: log.With("component", "lifecycle"), Registry: reg})
 	if err != nil {
 		return err
 	}
-	api, err := apiserver.New(apiserver.Config{
-		Store: st, Lifecycle: lc, Templates: templates, Logger: log.With("component", "api"),
-		AdminToken: cfg.AdminToken, Domain: cfg.Domain,
+	apiCfg := apiserver.Config{
+		Store: st, Lifecycle: lc, Templates: parts.templates, Logger: log.With("component", "api"),
+		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-	})
+	}
+	if parts.local != nil {
+		apiCfg.Builds, apiCfg.Catalog = parts.local.Service, parts.local.Catalog
+	}
+	if parts.agent != nil {
+		apiCfg.Snapshots = parts.agent
+	}
+	api, err := apiserver.New(apiCfg)
 	if err != nil {
 		return err
+	}
+	var apiHandler http.Handler = api
+	if parts.local != nil {
+		apiHandler = withUploads(api, parts.local.Service.UploadHandler())
 	}
 	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, Logger: log.With("component", "proxy")})
 	if err != nil {
@@ -176,7 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() { stopRun(); <-lcDone }()
 
 	srv := &http.Server{
-		Handler:           Dispatch(api, px),
+		Handler:           Dispatch(apiHandler, px),
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
@@ -241,6 +257,19 @@ func Dispatch(api http.Handler, px *proxy.Proxy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if px.Match(r) {
 			px.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// withUploads serves the build service's signed upload URLs (COPY
+// contexts the SDK PUTs) beside the API: the token in the URL is their
+// authentication, not an API key.
+func withUploads(api, uploads http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, builder.UploadPathPrefix) {
+			uploads.ServeHTTP(w, r)
 			return
 		}
 		api.ServeHTTP(w, r)

@@ -8,18 +8,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
 )
 
+// nodeParts is what buildNode makes: the node agent, the template resolver
+// that goes with it and, with a real driver, the template catalog and
+// build service (nil with the fake driver).
+type nodeParts struct {
+	node      node.Service
+	templates apiserver.TemplateResolver
+	local     *builder.Local
+	agent     *node.Agent
+	close     closer
+}
+
 // buildNode makes the in-process node agent for cfg.Driver and the
 // template resolver that goes with it.
-func buildNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (node.Service, apiserver.TemplateResolver, closer, error) {
+func buildNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*nodeParts, error) {
 	switch cfg.Driver {
 	case "fake":
-		return fakeNode(ctx, cfg, reg)
+		n, t, c, err := fakeNode(ctx, cfg, reg)
+		if err != nil {
+			return nil, err
+		}
+		return &nodeParts{node: n, templates: t, close: c}, nil
 	default:
 		return realNode(ctx, cfg, reg)
 	}

@@ -3,12 +3,13 @@ package app
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/runc"
@@ -25,7 +26,7 @@ import (
 // cgroups, network slots and root filesystem layers, and the template
 // catalog, whose base template it makes sure of first (the first start
 // unpacks BaseRootFSTar, or builds it with mmdebstrap).
-func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (node.Service, apiserver.TemplateResolver, closer, error) {
+func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*nodeParts, error) {
 	log := cfg.Logger.With("component", "node")
 	cgRoot := cfg.CgroupRoot
 	if cgRoot == "" {
@@ -36,51 +37,98 @@ func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (node.
 	case "runsc":
 		d, err := runsc.New(runsc.Config{Path: cfg.RunscPath, StateDir: filepath.Join(cfg.DataDir, "runsc"), CgroupRoot: "/" + cgRoot, Logger: log})
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("runsc driver: %w", err)
+			return nil, fmt.Errorf("runsc driver: %w", err)
 		}
 		drv = d
 	case "runc":
 		d, err := runc.New(runc.Config{Path: cfg.RuncPath, StateDir: filepath.Join(cfg.DataDir, "runc"), CgroupRoot: "/" + cgRoot, Logger: log})
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("runc driver: %w", err)
+			return nil, fmt.Errorf("runc driver: %w", err)
 		}
 		drv = d
 	default:
-		return nil, nil, nil, fmt.Errorf("driver %q: %w", cfg.Driver, errdefs.ErrInvalid)
+		return nil, fmt.Errorf("driver %q: %w", cfg.Driver, errdefs.ErrInvalid)
 	}
 	if _, err := os.Stat(cfg.EnvdPath); err != nil {
-		return nil, nil, nil, fmt.Errorf("envd binary %q (build it with make build): %w", cfg.EnvdPath, errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("envd binary %q (build it with make build): %w", cfg.EnvdPath, errdefs.ErrUnavailable)
 	}
 	cg, err := cgroup.NewManager(cgRoot, log)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("cgroups: %w", err)
+		return nil, fmt.Errorf("cgroups: %w", err)
 	}
 	pool, err := netslot.NewPool(cfg.Net, log)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("network slots: %w", err)
+		return nil, fmt.Errorf("network slots: %w", err)
 	}
 	layersRoot := filepath.Join(cfg.DataDir, "layers")
 	rm, err := rootfs.New(rootfs.Config{DataRoot: layersRoot}, log)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("root filesystems: %w", err)
+		return nil, fmt.Errorf("root filesystems: %w", err)
 	}
-	cat, err := templates.New(templates.Config{
-		DataDir: filepath.Join(cfg.DataDir, "templates"), BaseRootFSTar: cfg.BaseRootFSTar,
-		Logger: cfg.Logger.With("component", "templates"),
+	// The catalog and the build engine; the build engine's snapshot on
+	// ready goes to the node agent, made below.
+	snap := &lateSnapshotter{}
+	local, err := builder.OpenLocal(builder.LocalConfig{
+		DataDir: cfg.DataDir, BaseRootFSTar: cfg.BaseRootFSTar, Runner: builder.RuncRunner{Runc: cfg.RuncPath},
+		Snapshotter: snap, Logger: cfg.Logger.With("component", "templates"),
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	log.Info("preparing the base template (the first start unpacks or builds its root filesystem)")
-	if err := cat.EnsureBase(ctx, nil); err != nil {
-		return nil, nil, nil, fmt.Errorf("base template: %w", err)
+	if err := local.Catalog.EnsureBase(ctx, baseProgress(cfg.Out)); err != nil {
+		local.Service.Close()
+		return nil, fmt.Errorf("base template: %w", err)
 	}
 	a, err := node.New(ctx, node.Config{
 		DataDir: filepath.Join(cfg.DataDir, "node"), Driver: drv, Cgroups: cg, Net: pool,
 		Layers: rootfslayers.New(rm, layersRoot), EnvdPath: cfg.EnvdPath, Logger: log, Registry: reg,
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("node agent: %w", err)
+		local.Service.Close()
+		return nil, fmt.Errorf("node agent: %w", err)
 	}
-	return a, cat, func() { a.Close() }, nil
+	snap.a = a
+	if err := local.Service.Recover(ctx); err != nil {
+		local.Service.Close()
+		a.Close()
+		return nil, fmt.Errorf("template builds: %w", err)
+	}
+	return &nodeParts{node: a, templates: local.Catalog, local: local, agent: a, close: func() {
+		local.Service.Close()
+		a.Close()
+	}}, nil
+}
+
+// lateSnapshotter hands the build engine's snapshots on ready to the node
+// agent, which is made after the catalog.
+type lateSnapshotter struct{ a *node.Agent }
+
+func (l *lateSnapshotter) Snapshot(ctx context.Context, t node.Template, readyCmd, dir string) error {
+	if l.a == nil {
+		return fmt.Errorf("snapshot on ready: node agent not started: %w", errdefs.ErrUnavailable)
+	}
+	return l.a.Snapshot(ctx, t, readyCmd, dir)
+}
+
+var _ builder.Snapshotter = (*lateSnapshotter)(nil)
+
+// baseProgress prints the base template's preparation: phases as they
+// change and, while unpacking, every tenth of the way.
+func baseProgress(out io.Writer) func(templates.Progress) {
+	phase, tenth := "", int64(-1)
+	return func(p templates.Progress) {
+		switch {
+		case p.Phase == "unpack" && p.Total > 0:
+			if t := p.Done * 10 / p.Total; t != tenth {
+				tenth = t
+				fmt.Fprintf(out, "# base template: unpacking %d%%\n", t*10)
+			}
+		case p.Phase == "bootstrap" && p.Message != "":
+			fmt.Fprintf(out, "# base template: %s\n", p.Message)
+		case p.Phase != phase && p.Message != "":
+			fmt.Fprintf(out, "# base template: %s\n", p.Message)
+		}
+		phase = p.Phase
+	}
 }

@@ -1,0 +1,296 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// Sandbox snapshots (E2B's POST /sandboxes/{id}/snapshots, GET
+// /snapshots). A snapshot is a template of the team whose one build holds
+// the sandbox's memory image and a saved copy of its writable layer, over
+// the root filesystem of the sandbox's own template; creating a sandbox
+// with the snapshot's ID as templateID restores it. DELETE /templates/{id}
+// deletes it. Snapshots need a driver with memory checkpoint (runsc);
+// elsewhere the create answers 501.
+
+// Snapshotter is the node side of snapshots; node.Agent implements it.
+type Snapshotter interface {
+	// SnapshotSandbox checkpoints running sandbox id into dir, leaving it
+	// running, and returns the template the sandbox was started from.
+	SnapshotSandbox(ctx context.Context, id, dir string) (node.Template, error)
+	// DeleteSnapshot deletes the snapshot in dir with its saved layer.
+	DeleteSnapshot(ctx context.Context, dir string) error
+}
+
+// sandboxSnapshotFile marks a build's snapshot directory as a sandbox
+// snapshot and names its source.
+const sandboxSnapshotFile = "warren-sandbox-snapshot.json"
+
+type sandboxSnapshotInfo struct {
+	SandboxID string    `json:"sandboxID"`
+	TeamID    string    `json:"teamID"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// snapshotJSON is SnapshotInfo.
+type snapshotJSON struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) {
+	if !needTeam(w, c) {
+		return
+	}
+	id := r.PathValue("id")
+	var req struct {
+		Name string `json:"name"`
+	}
+	if err := decode(r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	sb, err := s.lc.Get(ctx, c.teamID, id)
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	if s.cfg.Snapshots == nil || s.cfg.Catalog == nil {
+		writeError(w, http.StatusNotImplemented, "snapshots are not supported by this server (they need the runsc driver)")
+		return
+	}
+	if sb.State != sandbox.StateRunning {
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
+		return
+	}
+	alias, tag := "", templates.DefaultTag
+	if req.Name != "" {
+		alias, tag = templates.ParseRef(req.Name)
+		if err := templates.ValidateAlias(alias); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	cat, st := s.cfg.Catalog, s.cfg.Catalog.Store()
+	now := time.Now().UTC()
+	res := sb.Spec.Resources
+	var t *templates.Template
+	created := false
+	if alias != "" {
+		t, err = st.TemplateByAlias(ctx, alias)
+		switch {
+		case errdefs.IsNotFound(err):
+			t = nil
+		case err != nil:
+			s.fail(w, r, err)
+			return
+		case t.TeamID != c.teamID:
+			writeError(w, http.StatusConflict, fmt.Sprintf("the name '%s' is taken by another team's template", alias))
+			return
+		}
+	}
+	if t == nil {
+		t = &templates.Template{
+			ID: templates.NewTemplateID(), TeamID: c.teamID, Tags: map[string]templates.Tag{},
+			CPUCount: res.VCPUs, MemoryMB: res.MemoryMB, DiskMB: res.DiskMB, CreatedAt: now, UpdatedAt: now,
+		}
+		if alias != "" {
+			t.Aliases = []string{alias}
+		}
+		if err := st.CreateTemplate(ctx, t); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		created = true
+	}
+	b := &templates.Build{
+		ID: templates.NewBuildID(), TemplateID: t.ID, Status: templates.BuildBuilding, Tags: []string{tag},
+		CPUCount: res.VCPUs, MemoryMB: res.MemoryMB, DiskMB: res.DiskMB, CreatedAt: now, UpdatedAt: now,
+	}
+	undo := func(cause error) {
+		cctx := context.WithoutCancel(ctx)
+		if created {
+			if err := st.DeleteTemplate(cctx, t.ID); err != nil {
+				s.log.Warn("remove template of failed snapshot", "template_id", t.ID, "error", err)
+			}
+			return
+		}
+		cat.FinishBuild(cctx, b.ID, &templates.Reason{Message: clientMessage(cause), Step: "snapshot"}) //nolint:errcheck
+	}
+	if err := st.CreateBuild(ctx, b); err != nil {
+		undo(err)
+		s.fail(w, r, err)
+		return
+	}
+	dir := filepath.Join(cat.BuildDir(b.ID), "snapshot")
+	src, err := s.cfg.Snapshots.SnapshotSandbox(ctx, id, dir)
+	if err != nil {
+		undo(err)
+		switch {
+		case errdefs.IsUnsupported(err):
+			writeError(w, http.StatusNotImplemented, "snapshots need a runtime driver with memory checkpoint (runsc); this node's driver has none")
+		case errdefs.IsConflict(err):
+			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
+		default:
+			s.sandboxErr(w, r, id, err)
+		}
+		return
+	}
+	info, _ := json.Marshal(sandboxSnapshotInfo{SandboxID: id, TeamID: c.teamID, CreatedAt: now})
+	if err := os.WriteFile(filepath.Join(dir, sandboxSnapshotFile), info, 0o600); err != nil {
+		s.cfg.Snapshots.DeleteSnapshot(context.WithoutCancel(ctx), dir) //nolint:errcheck
+		undo(err)
+		s.fail(w, r, fmt.Errorf("snapshot of sandbox %q: %w", id, err))
+		return
+	}
+	var tarPath string
+	if sb, err := cat.Build(ctx, src.BuildID); err == nil {
+		tarPath = sb.RootFSTar
+	}
+	_, err = cat.UpdateBuild(ctx, b.ID, func(x *templates.Build) error {
+		x.RootFSDir, x.RootFSTar, x.Env, x.User, x.Workdir, x.StartCmd, x.SnapshotDir =
+			src.RootFS, tarPath, src.Env, src.User, src.Workdir, src.StartCmd, dir
+		x.EnvdVersion = sb.Spec.EnvdVersion
+		return nil
+	})
+	if err == nil {
+		_, err = cat.FinishBuild(ctx, b.ID, nil)
+	}
+	if err != nil {
+		s.cfg.Snapshots.DeleteSnapshot(context.WithoutCancel(ctx), dir) //nolint:errcheck
+		undo(err)
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("sandbox snapshot", "sandbox_id", id, "template_id", t.ID, "build_id", b.ID)
+	writeJSON(w, http.StatusCreated, snapshotOf(t, alias, tag))
+}
+
+// snapshotOf names snapshot template t's build behind tag.
+func snapshotOf(t *templates.Template, alias, tag string) snapshotJSON {
+	if alias == "" {
+		return snapshotJSON{SnapshotID: t.ID + ":" + tag, Names: []string{}}
+	}
+	return snapshotJSON{SnapshotID: alias + ":" + tag, Names: []string{alias + ":" + tag}}
+}
+
+// readSnapshotInfo reads the sandbox snapshot marker of a build, if any.
+func readSnapshotInfo(b *templates.Build) (*sandboxSnapshotInfo, bool) {
+	if b.SnapshotDir == "" || b.Status != templates.BuildReady {
+		return nil, false
+	}
+	raw, err := os.ReadFile(filepath.Join(b.SnapshotDir, sandboxSnapshotFile))
+	if err != nil {
+		return nil, false
+	}
+	var info sandboxSnapshotInfo
+	if json.Unmarshal(raw, &info) != nil {
+		return nil, false
+	}
+	return &info, true
+}
+
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller) {
+	q := r.URL.Query()
+	if v := q.Get("limit"); v != "" {
+		if _, err := parseLimit(v); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	if s.cfg.Catalog == nil || c.teamID == "" {
+		if _, err := pageOf(w, r, []snapshotJSON{}); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, []snapshotJSON{})
+		return
+	}
+	ctx := r.Context()
+	sandboxID, name := q.Get("sandboxID"), q.Get("name")
+	all, err := s.cfg.Catalog.List(ctx, c.teamID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	type item struct {
+		snapshotJSON
+		at time.Time
+	}
+	var items []item
+	for _, t := range all {
+		builds, err := s.cfg.Catalog.Builds(ctx, t.ID)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		for _, b := range builds {
+			info, ok := readSnapshotInfo(b)
+			if !ok || (sandboxID != "" && info.SandboxID != sandboxID) {
+				continue
+			}
+			var tags []string
+			for tg, ref := range t.Tags {
+				if ref.BuildID == b.ID {
+					tags = append(tags, tg)
+				}
+			}
+			if len(tags) == 0 {
+				continue // no tag reaches this build any more
+			}
+			slices.Sort(tags)
+			if i := slices.Index(tags, templates.DefaultTag); i > 0 {
+				tags[0], tags[i] = tags[i], tags[0]
+			}
+			alias := ""
+			if len(t.Aliases) > 0 {
+				alias = t.Aliases[0]
+			}
+			if name != "" && !matchesName(t, tags, name) {
+				continue
+			}
+			it := item{snapshotJSON: snapshotOf(t, alias, tags[0]), at: info.CreatedAt}
+			if alias != "" {
+				it.Names = it.Names[:0]
+				for _, tg := range tags {
+					it.Names = append(it.Names, alias+":"+tg)
+				}
+			}
+			items = append(items, it)
+		}
+	}
+	slices.SortStableFunc(items, func(a, b item) int { return b.at.Compare(a.at) }) // newest first
+	out := make([]snapshotJSON, len(items))
+	for i, it := range items {
+		out[i] = it.snapshotJSON
+	}
+	page, err := pageOf(w, r, out)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// matchesName reports whether name ("alias" or "alias:tag", or the
+// template ID) names the snapshot template t with tags.
+func matchesName(t *templates.Template, tags []string, name string) bool {
+	n, tag, hasTag := strings.Cut(name, ":")
+	if n != t.ID && !slices.Contains(t.Aliases, n) {
+		return false
+	}
+	return !hasTag || slices.Contains(tags, tag)
+}

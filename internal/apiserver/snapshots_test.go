@@ -1,0 +1,237 @@
+package apiserver_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/pkg/client"
+)
+
+// fakeSnapshotter stands in for the node agent's snapshots: it writes a
+// marker into the directory and returns the base template as the source.
+type fakeSnapshotter struct {
+	node *fakenode.Node
+	base node.Template
+	// Unsupported makes SnapshotSandbox fail as a driver without memory
+	// checkpoint does.
+	Unsupported bool
+
+	mu      sync.Mutex
+	taken   []string // sandbox IDs
+	deleted []string // dirs
+}
+
+func (f *fakeSnapshotter) SnapshotSandbox(ctx context.Context, id, dir string) (node.Template, error) {
+	if f.Unsupported {
+		return node.Template{}, fmt.Errorf("sandbox %q: driver fake cannot checkpoint memory: %w", id, errdefs.ErrUnsupported)
+	}
+	sb, err := f.node.Get(ctx, id)
+	if err != nil {
+		return node.Template{}, err
+	}
+	if sb.State != sandbox.StateRunning {
+		return node.Template{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrConflict)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return node.Template{}, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory"), []byte(id), 0o600); err != nil {
+		return node.Template{}, err
+	}
+	f.mu.Lock()
+	f.taken = append(f.taken, id)
+	f.mu.Unlock()
+	t := f.base
+	t.Env = map[string]string{"FROM_SOURCE": "1"}
+	return t, nil
+}
+
+func (f *fakeSnapshotter) DeleteSnapshot(_ context.Context, dir string) error {
+	f.mu.Lock()
+	f.deleted = append(f.deleted, dir)
+	f.mu.Unlock()
+	return os.RemoveAll(dir)
+}
+
+// recNode records the templates sandboxes are created from.
+type recNode struct {
+	*fakenode.Node
+	mu      sync.Mutex
+	creates []node.CreateRequest
+}
+
+func (n *recNode) Create(ctx context.Context, req node.CreateRequest) (*node.Sandbox, error) {
+	n.mu.Lock()
+	n.creates = append(n.creates, req)
+	n.mu.Unlock()
+	return n.Node.Create(ctx, req)
+}
+
+func (n *recNode) last() node.CreateRequest {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.creates[len(n.creates)-1]
+}
+
+type snapshotInfo struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+func TestSnapshots(t *testing.T) {
+	e := newTemplateEnv(t)
+	ctx := context.Background()
+	base, err := e.local.Catalog.Resolve(ctx, "t1", "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.snaps.base = base
+
+	src := e.create(e.key1, client.NewSandbox{TemplateID: "base"})
+	other := e.create(e.key1, client.NewSandbox{TemplateID: "base"})
+
+	// Unnamed: the template ID with the default tag, no names.
+	r := e.do("POST", "/sandboxes/"+src.SandboxID+"/snapshots", e.key1, "")
+	expect(t, "snapshot", r, http.StatusCreated)
+	var s1 snapshotInfo
+	decodeJSON(t, r, &s1)
+	if !strings.HasSuffix(s1.SnapshotID, ":default") || s1.Names == nil || len(s1.Names) != 0 {
+		t.Fatalf("snapshot: %s", r.body)
+	}
+	// Named, twice: the second is a new build under another tag.
+	r = e.do("POST", "/sandboxes/"+src.SandboxID+"/snapshots", e.key1, `{"name":"snap-a"}`)
+	expect(t, "named snapshot", r, http.StatusCreated)
+	var s2 snapshotInfo
+	decodeJSON(t, r, &s2)
+	if s2.SnapshotID != "snap-a:default" || !slices.Equal(s2.Names, []string{"snap-a:default"}) {
+		t.Fatalf("named snapshot: %s", r.body)
+	}
+	r = e.do("POST", "/sandboxes/"+src.SandboxID+"/snapshots", e.key1, `{"name":"snap-a:v2"}`)
+	expect(t, "tagged snapshot", r, http.StatusCreated)
+	var s3 snapshotInfo
+	decodeJSON(t, r, &s3)
+	if s3.SnapshotID != "snap-a:v2" {
+		t.Fatalf("tagged snapshot: %s", r.body)
+	}
+	r = e.do("POST", "/sandboxes/"+other.SandboxID+"/snapshots", e.key1, `{"name":"snap-b"}`)
+	expect(t, "snapshot of the other sandbox", r, http.StatusCreated)
+
+	// A sandbox from a snapshot restores its memory image.
+	for _, ref := range []string{s1.SnapshotID, "snap-a", "snap-a:v2"} {
+		sb := e.create(e.key1, client.NewSandbox{TemplateID: ref})
+		req := e.recNode.last()
+		if req.ID != sb.SandboxID || req.Template.SnapshotDir == "" || req.Template.Env["FROM_SOURCE"] != "1" || req.Template.RootFS != base.RootFS {
+			t.Fatalf("create from %s: node got template %+v", ref, req.Template)
+		}
+		if _, err := os.Stat(filepath.Join(req.Template.SnapshotDir, "memory")); err != nil {
+			t.Fatalf("create from %s: %v", ref, err)
+		}
+	}
+
+	// List: newest first, filters, pagination.
+	list := func(query, key string) ([]snapshotInfo, string) {
+		t.Helper()
+		r := e.do("GET", "/snapshots"+query, key, "")
+		expect(t, "list "+query, r, http.StatusOK)
+		var out []snapshotInfo
+		decodeJSON(t, r, &out)
+		return out, r.header.Get("X-Next-Token")
+	}
+	all, _ := list("", e.key1)
+	if len(all) != 4 || all[0].SnapshotID != "snap-b:default" || all[3].SnapshotID != s1.SnapshotID {
+		t.Fatalf("list: %+v", all)
+	}
+	if got, _ := list("?sandboxID="+src.SandboxID, e.key1); len(got) != 3 {
+		t.Fatalf("list by sandbox: %+v", got)
+	}
+	if got, _ := list("?name=snap-a", e.key1); len(got) != 2 {
+		t.Fatalf("list by name: %+v", got)
+	}
+	if got, _ := list("?name=snap-a:v2", e.key1); len(got) != 1 || got[0].SnapshotID != "snap-a:v2" {
+		t.Fatalf("list by name and tag: %+v", got)
+	}
+	page, next := list("?limit=3", e.key1)
+	if len(page) != 3 || next == "" {
+		t.Fatalf("page 1: %+v %q", page, next)
+	}
+	if page2, next2 := list("?limit=3&nextToken="+next, e.key1); len(page2) != 1 || next2 != "" {
+		t.Fatalf("page 2: %+v %q", page2, next2)
+	}
+	if got, _ := list("", e.key2); len(got) != 0 {
+		t.Fatalf("another team sees snapshots: %+v", got)
+	}
+	expect(t, "list bad limit", e.do("GET", "/snapshots?limit=0", e.key1, ""), 400)
+	expect(t, "list bad token", e.do("GET", "/snapshots?nextToken=zz", e.key1, ""), 400)
+
+	// Delete: the node's snapshot goes with the template.
+	id, _, _ := strings.Cut(s1.SnapshotID, ":")
+	expect(t, "delete snapshot", e.do("DELETE", "/templates/"+id, e.key1, ""), 204)
+	expect(t, "delete snapshot again", e.do("DELETE", "/templates/"+id, e.key1, ""), 404)
+	if len(e.snaps.deleted) != 1 {
+		t.Fatalf("node snapshots deleted: %v", e.snaps.deleted)
+	}
+	if got, _ := list("", e.key1); len(got) != 3 {
+		t.Fatalf("list after delete: %+v", got)
+	}
+	expect(t, "create from deleted snapshot", e.do("POST", "/v2/sandboxes", e.key1, `{"templateID":"`+s1.SnapshotID+`"}`), 404)
+
+	// Errors.
+	paused := e.create(e.key1, client.NewSandbox{TemplateID: "base"})
+	expect(t, "pause", e.do("POST", "/sandboxes/"+paused.SandboxID+"/pause", e.key1, ""), 204)
+	for _, tc := range []struct {
+		name, id, key, body string
+		status              int
+	}{
+		{"unknown sandbox", "nope", e.key1, "", 404},
+		{"another team's sandbox", src.SandboxID, e.key2, "", 404},
+		{"paused sandbox", paused.SandboxID, e.key1, "", 409},
+		{"bad name", src.SandboxID, e.key1, `{"name":"Bad Name"}`, 400},
+		{"name of another team", src.SandboxID, e.key1, `{"name":"other-team"}`, 409},
+		{"no key", src.SandboxID, "", "", 401},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "name of another team" {
+				e.createTemplate(e.key2, `{"name":"other-team"}`)
+			}
+			expect(t, tc.name, e.do("POST", "/sandboxes/"+tc.id+"/snapshots", tc.key, tc.body), tc.status)
+		})
+	}
+	t.Run("driver without memory checkpoint", func(t *testing.T) {
+		e.snaps.Unsupported = true
+		defer func() { e.snaps.Unsupported = false }()
+		before, _ := list("", e.key1)
+		r := e.do("POST", "/sandboxes/"+src.SandboxID+"/snapshots", e.key1, `{"name":"never"}`)
+		expect(t, "unsupported", r, http.StatusNotImplemented)
+		if !strings.Contains(string(r.body), "runsc") {
+			t.Fatalf("unsupported: %s", r.body)
+		}
+		after, _ := list("", e.key1)
+		if len(after) != len(before) {
+			t.Fatalf("a failed snapshot left a template: %d → %d", len(before), len(after))
+		}
+		expect(t, "alias of the failed snapshot", e.do("GET", "/templates/aliases/never", e.key1, ""), 404)
+	})
+}
+
+func TestSnapshotsUnconfigured(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(e.key1, client.NewSandbox{})
+	expect(t, "create", e.do("POST", "/sandboxes/"+sb.SandboxID+"/snapshots", e.key1, ""), http.StatusNotImplemented)
+	expect(t, "unknown sandbox", e.do("POST", "/sandboxes/nope/snapshots", e.key1, ""), http.StatusNotFound)
+	r := e.do("GET", "/snapshots", e.key1, "")
+	expect(t, "list", r, http.StatusOK)
+	if string(r.body) != "[]" {
+		t.Fatalf("list: %s", r.body)
+	}
+}

@@ -1,0 +1,716 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// E2B's template build API (E2B-COMPAT §3 "Templates"), served when
+// Config.Builds and Config.Catalog are set. Builds run in the background in
+// builder.Service; COPY contexts are PUT to the service's upload handler,
+// whose signed URL GET /templates/{id}/files/{hash} hands out.
+
+func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Request, *caller)) http.Handler) {
+	if s.cfg.Builds == nil || s.cfg.Catalog == nil {
+		return
+	}
+	s.mux.Handle("POST /v3/templates", team(s.createTemplate))
+	s.mux.Handle("GET /templates/{id}/files/{hash}", team(s.templateFiles))
+	s.mux.Handle("POST /v2/templates/{id}/builds/{buildID}", team(s.startBuild))
+	s.mux.Handle("GET /templates/{id}/builds/{buildID}/status", team(s.buildStatus))
+	s.mux.Handle("GET /templates/{id}/builds/{buildID}/logs", team(s.buildLogs))
+	s.mux.Handle("GET /templates", team(s.listTemplates))
+	s.mux.Handle("GET /v2/templates", team(s.listTemplatesV2))
+	s.mux.Handle("GET /templates/{id}", team(s.getTemplate))
+	s.mux.Handle("DELETE /templates/{id}", team(s.deleteTemplate))
+	s.mux.Handle("PATCH /templates/{id}", team(s.patchTemplate))
+	s.mux.Handle("PATCH /v2/templates/{id}", team(s.patchTemplate))
+	s.mux.Handle("POST /templates/tags", team(s.assignTags))
+	s.mux.Handle("DELETE /templates/tags", team(s.deleteTags))
+	// GET /templates/aliases/{alias} and GET /templates/{id}/tags overlap
+	// for the mux: one route tells them apart.
+	s.mux.Handle("GET /templates/{a}/{b}", team(func(w http.ResponseWriter, r *http.Request, c *caller) {
+		switch a, b := r.PathValue("a"), r.PathValue("b"); {
+		case a == "aliases":
+			s.templateAlias(w, r, c, b)
+		case b == "tags":
+			s.listTags(w, r, c, a)
+		default:
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		}
+	}))
+}
+
+// needTeam answers 400 for an admin request that names no team.
+func needTeam(w http.ResponseWriter, c *caller) bool {
+	if c.teamID == "" {
+		writeError(w, http.StatusBadRequest, "an admin acting on templates must name the team in X-Team-ID")
+		return false
+	}
+	return true
+}
+
+// templateErr answers err of an operation on template id.
+func (s *Server) templateErr(w http.ResponseWriter, r *http.Request, id string, err error) {
+	switch {
+	case errdefs.IsNotFound(err):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", id))
+	case errdefs.HTTPStatus(err) == http.StatusForbidden:
+		writeError(w, http.StatusForbidden, fmt.Sprintf("you don't have access to template '%s'", id))
+	default:
+		s.fail(w, r, err)
+	}
+}
+
+// templateCreateRequest is TemplateBuildRequestV3.
+type templateCreateRequest struct {
+	Name     string   `json:"name"`
+	Alias    string   `json:"alias"`
+	Tags     []string `json:"tags"`
+	CPUCount *int     `json:"cpuCount"`
+	MemoryMB *int64   `json:"memoryMB"`
+}
+
+// templateCreateResponse is TemplateRequestResponseV3.
+type templateCreateResponse struct {
+	TemplateID string   `json:"templateID"`
+	BuildID    string   `json:"buildID"`
+	Public     bool     `json:"public"`
+	Names      []string `json:"names"`
+	Tags       []string `json:"tags"`
+	Aliases    []string `json:"aliases"`
+}
+
+func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
+	if !needTeam(w, c) {
+		return
+	}
+	var req templateCreateRequest
+	if err := decode(r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	name := req.Name
+	if name == "" {
+		name = req.Alias
+	}
+	if strings.TrimSpace(name) == "" {
+		s.fail(w, r, invalid("name", "required"))
+		return
+	}
+	lim := s.limits(c)
+	t, b, err := s.cfg.Builds.CreateTemplate(r.Context(), templates.CreateRequest{
+		TeamID: c.teamID, Name: name, Tags: req.Tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB,
+		Limits: templates.Limits{MaxCPU: lim.MaxVCPUs, MaxMemoryMB: lim.MaxMemoryMB},
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, templateCreateResponse{
+		TemplateID: t.ID, BuildID: b.ID, Public: t.Public, Names: names(t), Tags: nonNil(b.Tags), Aliases: nonNil(t.Aliases),
+	})
+}
+
+func names(t *templates.Template) []string { return nonNil(slices.Clone(t.Aliases)) }
+
+func nonNil[T any](v []T) []T {
+	if v == nil {
+		return []T{}
+	}
+	return v
+}
+
+// baseURL is the absolute URL clients reach this API at: the configured
+// public URL, or the request's scheme and Host.
+func (s *Server) baseURL(r *http.Request) string {
+	if s.cfg.PublicURL != "" {
+		return strings.TrimSuffix(s.cfg.PublicURL, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if p := r.Header.Get("X-Forwarded-Proto"); p == "http" || p == "https" {
+		scheme = p
+	}
+	return scheme + "://" + r.Host
+}
+
+func (s *Server) templateFiles(w http.ResponseWriter, r *http.Request, c *caller) {
+	if !needTeam(w, c) {
+		return
+	}
+	id := r.PathValue("id")
+	present, path, err := s.cfg.Builds.Files(r.Context(), c.teamID, id, r.PathValue("hash"))
+	if err != nil {
+		s.templateErr(w, r, id, err)
+		return
+	}
+	out := struct {
+		Present bool   `json:"present"`
+		URL     string `json:"url,omitempty"`
+	}{Present: present}
+	if !present {
+		out.URL = s.baseURL(r) + path
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// buildStartRequest is TemplateBuildStartV2.
+type buildStartRequest struct {
+	FromImage         string         `json:"fromImage"`
+	FromTemplate      string         `json:"fromTemplate"`
+	FromImageRegistry *registryAuth  `json:"fromImageRegistry"`
+	Force             bool           `json:"force"`
+	Steps             []templateStep `json:"steps"`
+	StartCmd          string         `json:"startCmd"`
+	ReadyCmd          string         `json:"readyCmd"`
+}
+
+type registryAuth struct {
+	Type     string `json:"type"`
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// templateStep is TemplateStep.
+type templateStep struct {
+	Type      string   `json:"type"`
+	Args      []string `json:"args"`
+	Force     bool     `json:"force"`
+	FilesHash string   `json:"filesHash"`
+}
+
+func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
+	if !needTeam(w, c) {
+		return
+	}
+	id, buildID := r.PathValue("id"), r.PathValue("buildID")
+	var req buildStartRequest
+	if err := decode(r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.FromImage != "" && req.FromTemplate != "" {
+		s.fail(w, r, invalid("fromTemplate", "give fromImage or fromTemplate, not both"))
+		return
+	}
+	spec := builder.Spec{FromImage: req.FromImage, FromTemplate: req.FromTemplate, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force}
+	if a := req.FromImageRegistry; a != nil {
+		if a.Type != "" && a.Type != "registry" {
+			s.fail(w, r, invalid("fromImageRegistry.type", "%q registries are not supported by this server (use type registry with a username and password)", a.Type))
+			return
+		}
+		spec.RegistryAuth = &builder.RegistryAuth{Username: a.Username, Password: a.Password}
+	}
+	for i, st := range req.Steps {
+		if st.Type == "" {
+			s.fail(w, r, invalid(fmt.Sprintf("steps[%d].type", i), "required"))
+			return
+		}
+		spec.Steps = append(spec.Steps, builder.Step{Type: strings.ToUpper(st.Type), Args: st.Args, Force: st.Force, FilesHash: st.FilesHash})
+	}
+	_, err := s.cfg.Builds.StartBuild(r.Context(), builder.StartRequest{TeamID: c.teamID, TemplateID: id, BuildID: buildID, Spec: spec})
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' or its build '%s' not found", id, buildID))
+			return
+		}
+		s.templateErr(w, r, id, err)
+		return
+	}
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// logEntry is BuildLogEntry.
+type logEntry struct {
+	Timestamp time.Time `json:"timestamp"`
+	Level     string    `json:"level"`
+	Message   string    `json:"message"`
+	Step      string    `json:"step,omitempty"`
+}
+
+func logEntries(in []templates.LogEntry) []logEntry {
+	out := make([]logEntry, 0, len(in))
+	for _, e := range in {
+		out = append(out, logEntry{Timestamp: e.Timestamp.UTC(), Level: string(e.Level), Message: e.Message, Step: e.Step})
+	}
+	return out
+}
+
+// buildInfo is TemplateBuildInfo.
+type buildInfo struct {
+	TemplateID string       `json:"templateID"`
+	BuildID    string       `json:"buildID"`
+	Status     string       `json:"status"`
+	Logs       []string     `json:"logs"`
+	LogEntries []logEntry   `json:"logEntries"`
+	Reason     *buildReason `json:"reason,omitempty"`
+}
+
+type buildReason struct {
+	Message    string     `json:"message"`
+	Step       string     `json:"step,omitempty"`
+	LogEntries []logEntry `json:"logEntries"`
+}
+
+func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request, c *caller) {
+	id, buildID := r.PathValue("id"), r.PathValue("buildID")
+	q := r.URL.Query()
+	offset := 0
+	if v := q.Get("logsOffset"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			s.fail(w, r, invalid("logsOffset", "must be a non-negative integer, got %q", v))
+			return
+		}
+		offset = n
+	}
+	minLevel, err := parseLevel(q.Get("level"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	st, err := s.cfg.Builds.Status(r.Context(), c.teamID, id, buildID, offset)
+	if err != nil {
+		s.buildErr(w, r, id, buildID, err)
+		return
+	}
+	entries := st.LogEntries
+	if minLevel != "" {
+		entries = slices.DeleteFunc(slices.Clone(entries), func(e templates.LogEntry) bool { return levelRank[e.Level] < levelRank[minLevel] })
+	}
+	out := buildInfo{TemplateID: st.TemplateID, BuildID: st.BuildID, Status: string(st.Status), Logs: []string{}, LogEntries: logEntries(entries)}
+	for _, e := range entries {
+		out.Logs = append(out.Logs, e.Message)
+	}
+	if st.Reason != nil {
+		out.Reason = &buildReason{Message: st.Reason.Message, Step: st.Reason.Step, LogEntries: []logEntry{}}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) buildErr(w http.ResponseWriter, r *http.Request, id, buildID string, err error) {
+	if errdefs.IsNotFound(err) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("build '%s' of template '%s' not found", buildID, id))
+		return
+	}
+	s.templateErr(w, r, id, err)
+}
+
+var levelRank = map[templates.LogLevel]int{templates.LogDebug: 0, templates.LogInfo: 1, templates.LogWarn: 2, templates.LogError: 3}
+
+func parseLevel(v string) (templates.LogLevel, error) {
+	if v == "" {
+		return "", nil
+	}
+	l := templates.LogLevel(v)
+	if _, ok := levelRank[l]; !ok {
+		return "", invalid("level", "must be debug, info, warn or error, got %q", v)
+	}
+	return l, nil
+}
+
+func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request, c *caller) {
+	id, buildID := r.PathValue("id"), r.PathValue("buildID")
+	q := r.URL.Query()
+	var lq builder.LogsQuery
+	if v := q.Get("cursor"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 {
+			s.fail(w, r, invalid("cursor", "must be a timestamp in milliseconds, got %q", v))
+			return
+		}
+		lq.Cursor = time.UnixMilli(ms)
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 100 {
+			s.fail(w, r, invalid("limit", "must be an integer between 0 and 100, got %q", v))
+			return
+		}
+		lq.Limit = n
+	}
+	switch v := q.Get("direction"); v {
+	case "", "forward":
+	case "backward":
+		lq.Backward = true
+	default:
+		s.fail(w, r, invalid("direction", "must be forward or backward, got %q", v))
+		return
+	}
+	lvl, err := parseLevel(q.Get("level"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	lq.MinLevel = lvl
+	entries, err := s.cfg.Builds.Logs(r.Context(), c.teamID, id, buildID, lq)
+	if err != nil {
+		s.buildErr(w, r, id, buildID, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"logs": logEntries(entries)})
+}
+
+// templateJSON is Template (and, with the deprecated fields, what the
+// CLI's `template list` reads).
+type templateJSON struct {
+	TemplateID    string     `json:"templateID"`
+	BuildID       string     `json:"buildID"`
+	CPUCount      int        `json:"cpuCount"`
+	MemoryMB      int64      `json:"memoryMB"`
+	DiskSizeMB    int64      `json:"diskSizeMB"`
+	Public        bool       `json:"public"`
+	Aliases       []string   `json:"aliases"`
+	Names         []string   `json:"names"`
+	CreatedAt     time.Time  `json:"createdAt"`
+	UpdatedAt     time.Time  `json:"updatedAt"`
+	CreatedBy     *struct{}  `json:"createdBy"`
+	LastSpawnedAt *time.Time `json:"lastSpawnedAt"`
+	SpawnCount    int64      `json:"spawnCount"`
+	BuildCount    int        `json:"buildCount"`
+	EnvdVersion   string     `json:"envdVersion"`
+	BuildStatus   string     `json:"buildStatus"`
+}
+
+func (s *Server) templateOf(ctx context.Context, t *templates.Template) (templateJSON, error) {
+	out := templateJSON{
+		TemplateID: t.ID, CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskMB, Public: t.Public,
+		Aliases: names(t), Names: names(t), CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(), BuildStatus: string(templates.BuildWaiting),
+	}
+	builds, err := s.cfg.Catalog.Builds(ctx, t.ID)
+	if err != nil {
+		return out, err
+	}
+	out.BuildCount = len(builds)
+	if len(builds) > 0 {
+		last := builds[len(builds)-1]
+		out.BuildStatus = string(last.Status)
+	}
+	if tg, ok := t.Tags[templates.DefaultTag]; ok {
+		out.BuildID = tg.BuildID
+	}
+	for _, b := range builds {
+		if b.ID == out.BuildID || (out.BuildID == "" && b.Status == templates.BuildReady) {
+			out.EnvdVersion = b.EnvdVersion
+			if out.BuildID == "" {
+				out.BuildID = b.ID
+			}
+		}
+	}
+	if out.EnvdVersion == "" {
+		out.EnvdVersion = defaultEnvdVersion
+	}
+	return out, nil
+}
+
+// defaultEnvdVersion is reported for templates whose build did not record
+// the envd it was made with (every sandbox runs the node's envd).
+const defaultEnvdVersion = "0.2.0"
+
+// teamTemplates returns the templates team owns, oldest first.
+func (s *Server) teamTemplates(ctx context.Context, teamID string) ([]templateJSON, error) {
+	all, err := s.cfg.Catalog.List(ctx, teamID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]templateJSON, 0, len(all))
+	for _, t := range all {
+		if teamID == "" && t.TeamID != "" {
+			continue
+		}
+		j, err := s.templateOf(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, c *caller) {
+	out, err := s.teamTemplates(r.Context(), s.listTeam(r, c))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listTeam is the team whose templates a list shows: the caller's (an
+// admin may name one with ?teamID).
+func (s *Server) listTeam(r *http.Request, c *caller) string {
+	if c.admin {
+		if v := r.URL.Query().Get("teamID"); v != "" {
+			return v
+		}
+	}
+	if c.teamID == "" {
+		return "\x00none"
+	}
+	return c.teamID
+}
+
+// pageOf cuts items to a page of limit from the offset in the nextToken
+// query parameter and sets X-Next-Token when more remain.
+func pageOf[T any](w http.ResponseWriter, r *http.Request, items []T) ([]T, error) {
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := parseLimit(v)
+		if err != nil {
+			return nil, err
+		}
+		limit = n
+	}
+	off := 0
+	if v := q.Get("nextToken"); v != "" {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		n, perr := strconv.Atoi(strings.TrimPrefix(string(b), "o:"))
+		if err != nil || perr != nil || !strings.HasPrefix(string(b), "o:") || n < 0 {
+			return nil, invalid("nextToken", "not a token this server issued")
+		}
+		off = n
+	}
+	if off > len(items) {
+		off = len(items)
+	}
+	end := min(off+limit, len(items))
+	if end < len(items) {
+		w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte("o:"+strconv.Itoa(end))))
+	}
+	return items[off:end], nil
+}
+
+func (s *Server) listTemplatesV2(w http.ResponseWriter, r *http.Request, c *caller) {
+	all, err := s.teamTemplates(r.Context(), s.listTeam(r, c))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	page, err := pageOf(w, r, all)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// templateBuildJSON is TemplateBuild.
+type templateBuildJSON struct {
+	BuildID     string     `json:"buildID"`
+	Status      string     `json:"status"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	UpdatedAt   time.Time  `json:"updatedAt"`
+	FinishedAt  *time.Time `json:"finishedAt,omitempty"`
+	CPUCount    int        `json:"cpuCount"`
+	MemoryMB    int64      `json:"memoryMB"`
+	DiskSizeMB  int64      `json:"diskSizeMB"`
+	EnvdVersion string     `json:"envdVersion,omitempty"`
+}
+
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	t, err := s.cfg.Catalog.Find(r.Context(), c.teamID, id)
+	if err != nil {
+		s.templateErr(w, r, id, err)
+		return
+	}
+	builds, err := s.cfg.Catalog.Builds(r.Context(), t.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	bs := make([]templateBuildJSON, 0, len(builds))
+	for i := len(builds) - 1; i >= 0; i-- { // newest first
+		b := builds[i]
+		j := templateBuildJSON{
+			BuildID: b.ID, Status: string(b.Status), CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC(),
+			CPUCount: b.CPUCount, MemoryMB: b.MemoryMB, DiskSizeMB: b.DiskMB, EnvdVersion: b.EnvdVersion,
+		}
+		if !b.FinishedAt.IsZero() {
+			f := b.FinishedAt.UTC()
+			j.FinishedAt = &f
+		}
+		bs = append(bs, j)
+	}
+	page, err := pageOf(w, r, bs)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"templateID": t.ID, "public": t.Public, "aliases": names(t), "names": names(t),
+		"createdAt": t.CreatedAt.UTC(), "updatedAt": t.UpdatedAt.UTC(), "lastSpawnedAt": nil, "spawnCount": 0,
+		"builds": page,
+	})
+}
+
+func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
+	if !needTeam(w, c) {
+		return
+	}
+	id := r.PathValue("id")
+	ctx := r.Context()
+	name, _ := templates.ParseRef(id)
+	t, err := s.cfg.Catalog.Find(ctx, c.teamID, name)
+	if err != nil {
+		s.templateErr(w, r, id, err)
+		return
+	}
+	if t.TeamID != c.teamID {
+		s.templateErr(w, r, id, fmt.Errorf("template %q: %w", id, errdefs.ErrForbidden))
+		return
+	}
+	builds, err := s.cfg.Catalog.Builds(ctx, t.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.cfg.Catalog.Delete(ctx, c.teamID, t.ID); err != nil {
+		s.templateErr(w, r, id, err)
+		return
+	}
+	// Memory snapshots (snapshot on ready, sandbox snapshots) hold a saved
+	// writable layer outside the build's directory: the node deletes it.
+	if s.cfg.Snapshots != nil {
+		for _, b := range builds {
+			if b.SnapshotDir == "" {
+				continue
+			}
+			if err := s.cfg.Snapshots.DeleteSnapshot(context.WithoutCancel(ctx), b.SnapshotDir); err != nil {
+				s.log.Warn("delete template snapshot", "template_id", t.ID, "build_id", b.ID, "error", err)
+			}
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) patchTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
+	if !needTeam(w, c) {
+		return
+	}
+	id := r.PathValue("id")
+	var req struct {
+		Public *bool `json:"public"`
+	}
+	if err := decode(r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var t *templates.Template
+	var err error
+	if req.Public != nil {
+		t, err = s.cfg.Catalog.SetPublic(r.Context(), c.teamID, id, *req.Public)
+	} else {
+		t, err = s.cfg.Catalog.Find(r.Context(), c.teamID, id)
+	}
+	if err != nil {
+		s.templateErr(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"names": names(t)})
+}
+
+func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, c *caller, alias string) {
+	t, err := s.cfg.Catalog.Store().TemplateByAlias(r.Context(), alias)
+	if err != nil {
+		s.templateErr(w, r, alias, err)
+		return
+	}
+	if !(t.Public || t.TeamID == "" || t.TeamID == c.teamID || c.admin && c.teamID == "") {
+		writeError(w, http.StatusForbidden, fmt.Sprintf("you don't have access to template '%s'", alias))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": t.ID, "public": t.Public})
+}
+
+func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, c *caller) {
+	if !needTeam(w, c) {
+		return
+	}
+	var req struct {
+		Target string   `json:"target"`
+		Tags   []string `json:"tags"`
+	}
+	if err := decode(r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Target == "" {
+		s.fail(w, r, invalid("target", "required"))
+		return
+	}
+	if len(req.Tags) == 0 {
+		s.fail(w, r, invalid("tags", "at least one tag is required"))
+		return
+	}
+	buildID, err := s.cfg.Catalog.AssignTags(r.Context(), c.teamID, req.Target, req.Tags)
+	if err != nil {
+		s.templateErr(w, r, req.Target, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"buildID": buildID, "tags": req.Tags})
+}
+
+func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, c *caller) {
+	if !needTeam(w, c) {
+		return
+	}
+	var req struct {
+		Name string   `json:"name"`
+		Tags []string `json:"tags"`
+	}
+	if err := decode(r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Name == "" {
+		s.fail(w, r, invalid("name", "required"))
+		return
+	}
+	if len(req.Tags) == 0 {
+		s.fail(w, r, invalid("tags", "at least one tag is required"))
+		return
+	}
+	if err := s.cfg.Catalog.DeleteTags(r.Context(), c.teamID, req.Name, req.Tags); err != nil {
+		if errdefs.IsNotFound(err) {
+			writeError(w, http.StatusNotFound, clientMessage(err))
+			return
+		}
+		s.templateErr(w, r, req.Name, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listTags(w http.ResponseWriter, r *http.Request, c *caller, id string) {
+	tags, err := s.cfg.Catalog.ListTags(r.Context(), c.teamID, id)
+	if err != nil {
+		s.templateErr(w, r, id, err)
+		return
+	}
+	type tagJSON struct {
+		Tag       string    `json:"tag"`
+		BuildID   string    `json:"buildID"`
+		CreatedAt time.Time `json:"createdAt"`
+	}
+	out := make([]tagJSON, 0, len(tags))
+	for _, tg := range tags {
+		out = append(out, tagJSON{Tag: tg.Tag, BuildID: tg.BuildID, CreatedAt: tg.CreatedAt.UTC()})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
