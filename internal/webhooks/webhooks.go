@@ -1,0 +1,293 @@
+// Package webhooks delivers a team's sandbox lifecycle events to the URLs
+// it registered.
+//
+// Delivery is at least once, from an outbox: the store writes one delivery
+// row per matching webhook in the same transaction as the event
+// (store.AppendEvent, store.TransitionSandbox). The Dispatcher leases due
+// rows, POSTs the signed payload, and records the outcome: a 2xx answer
+// marks the delivery delivered; anything else schedules a retry with
+// exponential backoff (bounded), until MaxAttempts makes it failed. A
+// leased row whose dispatcher died comes due again when its lease ends, so
+// pending deliveries survive restarts. Deliveries go only to the URL of the
+// webhook row that the team registered.
+//
+//	pending ──2xx──▶ delivered
+//	   │ ▲
+//	   │ └── error, attempts < MaxAttempts (after backoff)
+//	   └──── error, attempts = MaxAttempts ──▶ failed
+//	delivered / failed ──redeliver──▶ pending
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/events"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Config configures a Dispatcher. Store is required.
+type Config struct {
+	Store  store.Store
+	Logger *slog.Logger
+	// Client sends the requests (default: a client with Timeout).
+	Client *http.Client
+	// Timeout bounds one attempt (default 10 s).
+	Timeout time.Duration
+	// MaxAttempts is how many attempts a delivery gets before it is failed
+	// (default 10).
+	MaxAttempts int
+	// Backoff is the wait after the first failed attempt, doubled after
+	// each further one up to MaxBackoff (defaults 5 s and 10 min).
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+	// Poll is the longest the dispatcher sleeps between looks at the
+	// outbox (default 1 s); Poke wakes it sooner.
+	Poll time.Duration
+	// Lease is how long a claimed delivery is held before another
+	// dispatcher may take it (default 1 min; more than Timeout).
+	Lease time.Duration
+	// Concurrency bounds the attempts in flight (default 8).
+	Concurrency int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Dispatcher sends pending deliveries. Create it with New and run it with
+// Run.
+type Dispatcher struct {
+	cfg  Config
+	st   store.Store
+	log  *slog.Logger
+	wake chan struct{}
+}
+
+// New returns a Dispatcher.
+func New(cfg Config) (*Dispatcher, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("webhooks: store is required: %w", errdefs.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: cfg.Timeout, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse // deliver only to the registered URL
+		}}
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 10
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = 5 * time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 10 * time.Minute
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = time.Minute
+	}
+	if cfg.Lease <= cfg.Timeout {
+		cfg.Lease = 2 * cfg.Timeout
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 8
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Dispatcher{cfg: cfg, st: cfg.Store, log: cfg.Logger, wake: make(chan struct{}, 1)}, nil
+}
+
+// Poke makes the dispatcher look at the outbox now (after an event).
+func (d *Dispatcher) Poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// BackoffAfter returns the wait after the n-th failed attempt (n ≥ 1).
+func (d *Dispatcher) BackoffAfter(n int) time.Duration {
+	b := d.cfg.Backoff
+	for i := 1; i < n && b < d.cfg.MaxBackoff; i++ {
+		b *= 2
+	}
+	return min(b, d.cfg.MaxBackoff)
+}
+
+// Run delivers until ctx ends.
+func (d *Dispatcher) Run(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-d.wake:
+		}
+		for ctx.Err() == nil {
+			n, err := d.RunOnce(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					d.log.Warn("webhook outbox", "error", err)
+				}
+				break
+			}
+			if n == 0 {
+				break
+			}
+		}
+		wait := d.cfg.Poll
+		if next, err := d.st.NextDeliveryAt(ctx); err == nil && !next.IsZero() {
+			wait = min(wait, max(next.Sub(d.cfg.Now()), 0))
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+	}
+}
+
+// RunOnce claims the deliveries due now, attempts each once and records
+// the outcomes. It returns how many it attempted.
+func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
+	due, err := d.st.ClaimDeliveries(ctx, d.cfg.Now(), d.cfg.Lease, 4*d.cfg.Concurrency)
+	if err != nil {
+		return 0, err
+	}
+	sem := make(chan struct{}, d.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for _, dl := range due {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			d.attempt(ctx, dl)
+		})
+	}
+	wg.Wait()
+	return len(due), nil
+}
+
+func (d *Dispatcher) attempt(ctx context.Context, dl *store.Delivery) {
+	log := d.log.With("webhook_id", dl.WebhookID, "delivery_id", dl.ID, "team_id", dl.TeamID, "event_id", dl.EventID)
+	hook, err := d.st.GetWebhook(ctx, dl.TeamID, dl.WebhookID)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			d.finish(ctx, log, dl, 0, "webhook deleted", true)
+		} else {
+			log.Warn("webhook delivery: read webhook", "error", err)
+		}
+		return
+	}
+	ev, err := d.st.GetEvent(ctx, dl.EventID)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			d.finish(ctx, log, dl, 0, "event pruned", true)
+		} else {
+			log.Warn("webhook delivery: read event", "error", err)
+		}
+		return
+	}
+	log = log.With("sandbox_id", ev.SandboxID, "event", ev.Type)
+	if ev.Type == store.EventKilled {
+		log = log.With("kill_reason", ev.Reason.String())
+	}
+	body, err := json.Marshal(events.PayloadOf(ev))
+	if err != nil {
+		d.finish(ctx, log, dl, 0, "encode payload: "+err.Error(), true)
+		return
+	}
+	status, aerr := d.post(ctx, hook, dl, ev, body)
+	if ctx.Err() != nil {
+		return // shutting down: the lease runs out and the delivery comes due again
+	}
+	if aerr == nil {
+		dl.Attempts++
+		dl.State, dl.LastStatus, dl.LastError, dl.DeliveredAt = store.DeliveryDelivered, status, "", d.cfg.Now()
+		if err := d.st.RecordAttempt(context.WithoutCancel(ctx), dl); err != nil {
+			log.Warn("webhook delivery: record success", "error", err)
+			return
+		}
+		log.Info("webhook delivered", "attempts", dl.Attempts, "status", status)
+		return
+	}
+	d.finish(ctx, log, dl, status, aerr.Error(), false)
+}
+
+// finish records a failed attempt: a retry after backoff, or failed for
+// good when final or out of attempts.
+func (d *Dispatcher) finish(ctx context.Context, log *slog.Logger, dl *store.Delivery, status int, msg string, final bool) {
+	dl.Attempts++
+	dl.LastStatus, dl.LastError = status, msg
+	if final || dl.Attempts >= d.cfg.MaxAttempts {
+		dl.State = store.DeliveryFailed
+		log.Warn("webhook delivery failed for good", "attempts", dl.Attempts, "status", status, "error", msg)
+	} else {
+		wait := d.BackoffAfter(dl.Attempts)
+		dl.State, dl.NextAt = store.DeliveryPending, d.cfg.Now().Add(wait)
+		log.Info("webhook delivery attempt failed, will retry", "attempts", dl.Attempts, "retry_in", wait, "status", status, "error", msg)
+	}
+	if err := d.st.RecordAttempt(context.WithoutCancel(ctx), dl); err != nil {
+		log.Warn("webhook delivery: record attempt", "error", err)
+	}
+}
+
+func (d *Dispatcher) post(ctx context.Context, hook *store.Webhook, dl *store.Delivery, ev *store.Event, body []byte) (int, error) {
+	actx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, hook.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, fmt.Errorf("request: %w", err)
+	}
+	h := req.Header
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", "Warren-Webhooks/1")
+	h.Set(HeaderSignature, Sign(hook.Secret, d.cfg.Now(), body))
+	h.Set(HeaderWebhookID, hook.ID)
+	h.Set(HeaderDeliveryID, dl.ID)
+	h.Set(HeaderEventID, ev.UID)
+	h.Set(HeaderE2BWebhookID, hook.ID)
+	h.Set(HeaderE2BDeliveryID, dl.ID)
+	h.Set(HeaderE2BSignatureVersion, "v1")
+	h.Set(HeaderE2BSignature, E2BSignature(hook.Secret, body))
+	resp, err := d.cfg.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, fmt.Errorf("receiver answered %s", resp.Status)
+	}
+	return resp.StatusCode, nil
+}
+
+// ValidateURL checks a webhook URL given at registration: absolute http or
+// https with a host, no credentials.
+func ValidateURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return fmt.Errorf("webhook url %q: must be an absolute http(s) URL without credentials: %w", raw, errdefs.ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,279 @@
+package webhooks_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/events"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/internal/webhooks"
+)
+
+// receiver is a webhook endpoint on loopback that fails its first
+// failFirst requests and records every request.
+type receiver struct {
+	srv       *httptest.Server
+	secret    string
+	failFirst int
+
+	mu   sync.Mutex
+	reqs []received
+}
+
+type received struct {
+	header http.Header
+	body   []byte
+	status int
+}
+
+func newReceiver(t *testing.T, secret string, failFirst int) *receiver {
+	r := &receiver{secret: secret, failFirst: failFirst}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		status := http.StatusNoContent
+		if len(r.reqs) < r.failFirst {
+			status = http.StatusServiceUnavailable
+		}
+		r.reqs = append(r.reqs, received{header: req.Header.Clone(), body: body, status: status})
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) got() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.reqs...)
+}
+
+// clock is a settable test clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func setup(t *testing.T, st store.Store, url, secret string, types ...string) *store.Webhook {
+	t.Helper()
+	w := &store.Webhook{ID: store.NewUID(), TeamID: "team", Name: "test", URL: url, Secret: secret, Enabled: true, Events: types}
+	if err := st.CreateWebhook(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func killedEvent(t *testing.T, st store.Store) *store.Event {
+	t.Helper()
+	e := &store.Event{SandboxID: "sbx1", TeamID: "team", TemplateID: "base", BuildID: "b1", ExecutionID: "x1",
+		Type: store.EventKilled, Reason: sandbox.KillTimeout,
+		Data: store.EventData{Execution: &store.Execution{VCPUCount: 2, MemoryMB: 512, ExecutionTime: 1500}}}
+	if err := st.AppendEvent(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestDeliverySignedAndVerified(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.SQLite(t)
+	rcv := newReceiver(t, "s3cret", 0)
+	hook := setup(t, st, rcv.srv.URL+"/hook", "s3cret")
+	e := killedEvent(t, st)
+	d, err := webhooks.New(webhooks.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	got := rcv.got()
+	if len(got) != 1 {
+		t.Fatalf("receiver got %d requests", len(got))
+	}
+	r := got[0]
+	if err := webhooks.Verify("s3cret", r.header.Get(webhooks.HeaderSignature), r.body, 5*time.Minute, time.Now()); err != nil {
+		t.Fatalf("signature does not verify: %v (header %q)", err, r.header.Get(webhooks.HeaderSignature))
+	}
+	if r.header.Get(webhooks.HeaderE2BSignature) != webhooks.E2BSignature("s3cret", r.body) || r.header.Get(webhooks.HeaderE2BWebhookID) != hook.ID {
+		t.Fatalf("e2b headers: %v", r.header)
+	}
+	var p events.Payload
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Type != "sandbox.lifecycle.killed" || p.ID != e.UID || p.SandboxID != "sbx1" || p.SandboxTeamID != "team" ||
+		p.SandboxExecutionID != "x1" || p.EventData == nil || p.EventData.KillReason != "timeout" || p.EventData.Execution.MemoryMB != 512 {
+		t.Fatalf("payload %s", r.body)
+	}
+	tests := []struct {
+		name, secret, header string
+		body                 []byte
+		now                  time.Time
+	}{
+		{"wrong secret", "other", r.header.Get(webhooks.HeaderSignature), r.body, time.Now()},
+		{"tampered body", "s3cret", r.header.Get(webhooks.HeaderSignature), append([]byte(" "), r.body...), time.Now()},
+		{"replayed late", "s3cret", r.header.Get(webhooks.HeaderSignature), r.body, time.Now().Add(time.Hour)},
+		{"malformed", "s3cret", "v1=abc", r.body, time.Now()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := webhooks.Verify(tc.secret, tc.header, tc.body, 5*time.Minute, tc.now); err == nil {
+				t.Fatal("verified")
+			}
+		})
+	}
+	ds, _ := st.ListDeliveries(ctx, "team", hook.ID, 0)
+	if len(ds) != 1 || ds[0].State != store.DeliveryDelivered || ds[0].Attempts != 1 || ds[0].LastStatus != 204 {
+		t.Fatalf("delivery %+v", ds[0])
+	}
+}
+
+// TestRetriesThenOnce: a receiver failing three times then succeeding gets
+// the event acknowledged exactly once, after backoffs of 1, 2 and 4 s.
+func TestRetriesThenOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.SQLite(t)
+	rcv := newReceiver(t, "k", 3)
+	hook := setup(t, st, rcv.srv.URL, "k", store.EventKilled)
+	killedEvent(t, st)
+	// An event the webhook did not subscribe to is never sent.
+	if err := st.AppendEvent(ctx, &store.Event{SandboxID: "sbx1", TeamID: "team", Type: store.EventCreated}); err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{now: time.Now()}
+	d, err := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Backoff: time.Second, MaxBackoff: time.Minute, MaxAttempts: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		if n, err := d.RunOnce(ctx); err != nil || n != 1 {
+			t.Fatalf("attempt %d: RunOnce = %d, %v", i+1, n, err)
+		}
+		// Not due again before the backoff ends.
+		clk.Add(wait - time.Millisecond)
+		if n, _ := d.RunOnce(ctx); n != 0 {
+			t.Fatalf("retried %d before the backoff of %v ended", n, wait)
+		}
+		clk.Add(time.Millisecond)
+	}
+	if n, err := d.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("fourth attempt: %d, %v", n, err)
+	}
+	clk.Add(time.Hour)
+	if n, _ := d.RunOnce(ctx); n != 0 {
+		t.Fatalf("delivered again after success: %d", n)
+	}
+	got := rcv.got()
+	acked := 0
+	for _, r := range got {
+		if r.status/100 == 2 {
+			acked++
+		}
+		if r.header.Get(webhooks.HeaderDeliveryID) != got[0].header.Get(webhooks.HeaderDeliveryID) {
+			t.Fatal("delivery ID changed between attempts")
+		}
+	}
+	if len(got) != 4 || acked != 1 {
+		t.Fatalf("receiver: %d requests, %d acknowledged; want 4 and 1", len(got), acked)
+	}
+	ds, _ := st.ListDeliveries(ctx, "team", hook.ID, 0)
+	if len(ds) != 1 || ds[0].State != store.DeliveryDelivered || ds[0].Attempts != 4 {
+		t.Fatalf("deliveries %+v", ds)
+	}
+	// Redeliver sends it once more.
+	if _, err := st.Redeliver(ctx, "team", hook.ID, ds[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := d.RunOnce(ctx); n != 1 || len(rcv.got()) != 5 {
+		t.Fatalf("redeliver: %d attempted, receiver has %d", n, len(rcv.got()))
+	}
+}
+
+func TestGivesUpAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.SQLite(t)
+	rcv := newReceiver(t, "k", 1000)
+	hook := setup(t, st, rcv.srv.URL, "k")
+	killedEvent(t, st)
+	clk := &clock{now: time.Now()}
+	d, _ := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Backoff: time.Second, MaxBackoff: 4 * time.Second, MaxAttempts: 6})
+	for range 20 {
+		d.RunOnce(ctx) //nolint:errcheck
+		clk.Add(4 * time.Second)
+	}
+	ds, _ := st.ListDeliveries(ctx, "team", hook.ID, 0)
+	if len(rcv.got()) != 6 || ds[0].State != store.DeliveryFailed || ds[0].Attempts != 6 || ds[0].LastStatus != 503 {
+		t.Fatalf("after the budget: %d requests, delivery %+v", len(rcv.got()), ds[0])
+	}
+	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 10: 4 * time.Second} {
+		if got := d.BackoffAfter(n); got != want {
+			t.Errorf("BackoffAfter(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// TestLeaseSurvivesCrash: a delivery claimed by a dispatcher that died
+// comes due again when the lease ends and a new dispatcher sends it.
+func TestLeaseSurvivesCrash(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.SQLite(t)
+	rcv := newReceiver(t, "k", 0)
+	setup(t, st, rcv.srv.URL, "k")
+	killedEvent(t, st)
+	now := time.Now()
+	if c, err := st.ClaimDeliveries(ctx, now, time.Minute, 10); err != nil || len(c) != 1 {
+		t.Fatalf("claim by the dispatcher that dies: %v %v", c, err)
+	}
+	clk := &clock{now: now}
+	d, _ := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Lease: time.Minute})
+	if n, _ := d.RunOnce(ctx); n != 0 {
+		t.Fatal("took a leased delivery")
+	}
+	clk.Add(time.Minute)
+	if n, _ := d.RunOnce(ctx); n != 1 || len(rcv.got()) != 1 {
+		t.Fatalf("after the lease: %d attempted, %d received", n, len(rcv.got()))
+	}
+}
+
+// TestRunDelivers runs the dispatcher loop against real time.
+func TestRunDelivers(t *testing.T) {
+	t.Parallel()
+	st := storetest.SQLite(t)
+	rcv := newReceiver(t, "k", 1)
+	setup(t, st, rcv.srv.URL, "k")
+	d, _ := webhooks.New(webhooks.Config{Store: st, Backoff: 10 * time.Millisecond, Poll: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	killedEvent(t, st)
+	d.Poke()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(rcv.got()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("receiver got %d requests in 30 s, want 2", len(rcv.got()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
