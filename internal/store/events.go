@@ -164,7 +164,7 @@ func (s *SQL) QueryEvents(ctx context.Context, f EventFilter) ([]*Event, error) 
 	if f.Desc {
 		order = "DESC"
 	}
-	q := `SELECT ` + eventCols + ` FROM events WHERE ` + strings.Join(where, " AND ") + ` ORDER BY id ` + order + fmt.Sprintf(` LIMIT %d`, f.Limit)
+	q := `SELECT ` + eventCols + ` FROM events WHERE ` + strings.Join(where, " AND ") + ` ORDER BY id ` + order + fmt.Sprintf(` LIMIT %d OFFSET %d`, f.Limit, max(f.Offset, 0))
 	return s.queryEvents(ctx, q, args...)
 }
 

@@ -49,6 +49,7 @@ func testEventQueries(t *testing.T, s store.Store) {
 		{"since", store.EventFilter{TeamID: "t1", Since: base.Add(3 * time.Minute)}, 4},
 		{"until", store.EventFilter{TeamID: "t1", Until: base.Add(time.Minute)}, 2},
 		{"limit", store.EventFilter{TeamID: "t1", Limit: 3}, 3},
+		{"offset", store.EventFilter{TeamID: "t1", Offset: 8}, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -247,6 +247,7 @@ type EventFilter struct {
 	BeforeID  int64     // ID less than (descending pages)
 	Desc      bool
 	Limit     int // default 100
+	Offset    int // events skipped after the other conditions
 }
 
 // Event types recorded by the control plane.
