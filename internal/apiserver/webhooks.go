@@ -221,4 +221,3 @@ func (a *eventsAPI) redeliver(w http.ResponseWriter, r *http.Request, c *caller)
 	a.log.Info("webhook redelivery requested", "team_id", c.teamID, "webhook_id", d.WebhookID, "delivery_id", d.ID)
 	writeJSON(w, http.StatusAccepted, a.deliveryOf(r, d))
 }
-
