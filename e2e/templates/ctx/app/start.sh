@@ -1,0 +1,3 @@
+#!/bin/sh
+echo "started with $GREETING" > /tmp/started
+exec sleep infinity
