@@ -201,3 +201,40 @@ func TestForkSourceKilledDuringRestore(t *testing.T) {
 		a.Close()
 	})
 }
+
+// A running sandbox's snapshot (E2B's sandbox snapshots) restores as new
+// sandboxes; the source keeps running.
+func TestSnapshotSandbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fake.Config{})
+	a := e.start()
+	ctx := context.Background()
+	e.create(a, "src")
+	_, _ = e.drv.Exec(ctx, "src", driver.Process{Args: []string{"tick"}})
+	e.layers.WriteFile("src", "f", "1")
+	dir := filepath.Join(t.TempDir(), "snap")
+	tmpl, err := a.SnapshotSandbox(ctx, "src", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := a.Get(ctx, "src"); sb.State != "running" {
+		t.Errorf("source after snapshot: %+v", sb)
+	}
+	if st, _ := e.drv.Status(ctx, "src"); st.State != driver.StateRunning {
+		t.Errorf("source runtime state %s, want running (thawed)", st.State)
+	}
+	tmpl.SnapshotDir = dir
+	e.create(a, "copy", func(r *node.CreateRequest) { r.Template = tmpl })
+	if c, _ := e.fake.Counter("copy"); c != 1 {
+		t.Errorf("copy counter %d, want 1", c)
+	}
+	if ly, _ := e.layers.Get("copy"); ly.Files["f"] != "1" {
+		t.Errorf("copy layer %+v", ly)
+	}
+	if _, err := a.SnapshotSandbox(ctx, "nope", dir); !errdefs.IsNotFound(err) {
+		t.Errorf("snapshot of unknown: %v", err)
+	}
+	if err := a.DeleteSnapshot(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -718,3 +718,52 @@ func TestRunc(t *testing.T) {
 		t.Errorf("left after kill: %v", left)
 	}
 }
+
+// TestSnapshotSandbox: a snapshot of a running sandbox (left running)
+// restores as a new sandbox with its memory and files.
+func TestSnapshotSandbox(t *testing.T) {
+	h := newHost(t)
+	a, drv := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	id := "ss" + sandbox.NewID()[:10]
+	tok := "tok-" + id
+	sb, err := a.Create(ctx, h.createReq(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sb, tok, "echo disk > /home/user/f; echo mem > /tmp/m")
+	dir := filepath.Join(h.dir, "sandbox-snapshot")
+	start := time.Now()
+	tmpl, err := a.SnapshotSandbox(ctx, id, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("snapshot of a running sandbox took %s", time.Since(start))
+	if out, _ := run(t, sb, tok, "cat /tmp/m"); strings.TrimSpace(out) != "mem" {
+		t.Errorf("source after snapshot: %q", out)
+	}
+	tmpl.SnapshotDir = dir
+	cid := "sc" + sandbox.NewID()[:10]
+	req := h.createReq(cid)
+	req.Template = tmpl
+	req.EnvdAccessToken = "other-" + cid
+	c, err := a.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(t, c, "other-"+cid, "cat /home/user/f /tmp/m"); strings.Join(strings.Fields(out), " ") != "disk mem" {
+		t.Errorf("sandbox from the snapshot: %q", out)
+	}
+	for _, x := range []string{id, cid} {
+		if err := a.Kill(ctx, x, sandbox.KillRequest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.DeleteSnapshot(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	if left := h.leftovers(drv, ""); len(left) > 0 {
+		t.Errorf("left on the host: %v", left)
+	}
+}
