@@ -74,6 +74,7 @@ func (a *Agent) create(ctx context.Context, req CreateRequest, internal bool) (*
 		EnvdVersion: EnvdVersion,
 		AccessToken: req.EnvdAccessToken,
 		InitToken:   sandbox.RandomToken(32),
+		Internal:    internal,
 	}, internal: internal}
 	if snap != nil {
 		// The image's envd was started with the snapshot sandbox's token.

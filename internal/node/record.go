@@ -52,6 +52,9 @@ type record struct {
 	// PausedWithMemory is set while paused with a memory image in
 	// <dir>/snapshot.
 	PausedWithMemory bool `json:"pausedWithMemory,omitempty"`
+	// Internal marks the agent's own temporary sandbox (a template
+	// snapshot's), which no restart keeps.
+	Internal bool `json:"internal,omitempty"`
 }
 
 // sandboxesDir is where the per-sandbox directories live.

@@ -63,6 +63,10 @@ func (a *Agent) recover(ctx context.Context) error {
 			log.Warn("unreadable state record; the sandbox's objects are reclaimed", "error", err)
 			continue
 		}
+		if r.Internal {
+			log.Info("temporary sandbox of an unfinished template snapshot; its objects are reclaimed")
+			continue
+		}
 		switch r.State {
 		case sandbox.StatePaused:
 			known[id] = true

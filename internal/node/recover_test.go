@@ -88,6 +88,7 @@ func TestRecovery(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(e.dir, "sandboxes", "sbx-leak5", "bundle", "config.json"), "{}")
 	writeFile(t, filepath.Join(e.dir, "sandboxes", "sbx-half1", "state.json"), `{"version":1,"id":"half1","state":"starting"}`)
+	writeFile(t, filepath.Join(e.dir, "sandboxes", "sbx-snap1", "state.json"), `{"version":1,"id":"snap1","state":"running","internal":true}`)
 	writeFile(t, filepath.Join(e.dir, "sandboxes", "sbx-future1", "state.json"), `{"version":99,"id":"future1","state":"running"}`)
 	e.cg.Plant("sbx-future1")
 	writeFile(t, filepath.Join(e.dir, "sandboxes", "not-a-sandbox", "keep"), "x")
@@ -150,7 +151,7 @@ func TestRecovery(t *testing.T) {
 		}
 	}
 
-	wantCounts := map[string]int{"container": 2, "cgroup": 3, "network": 2, "mount": 2, "layer": 2, "state_dir": 3, "fork_image": 1}
+	wantCounts := map[string]int{"container": 2, "cgroup": 3, "network": 2, "mount": 2, "layer": 2, "state_dir": 4, "fork_image": 1}
 	got := a2.Reclaimed()
 	for kind, n := range wantCounts {
 		if got[kind] != n {
