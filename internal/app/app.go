@@ -79,6 +79,8 @@ type Config struct {
 	Out io.Writer
 	// Ready, when set, is called with the bound address once serving.
 	Ready func(addr string)
+	// Events tunes event retention and webhook delivery.
+	Events EventsConfig
 }
 
 func (c *Config) setDefaults() error {
@@ -190,6 +192,11 @@ func Run(ctx context.Context, cfg Config) error {
 	lcDone := make(chan error, 1)
 	go func() { lcDone <- lc.Run(runCtx) }()
 	defer func() { stopRun(); <-lcDone }()
+	waitEvents, err := startEvents(runCtx, cfg.Events, st, api, log)
+	if err != nil {
+		return err
+	}
+	defer func() { stopRun(); waitEvents() }()
 
 	srv := &http.Server{
 		Handler:           Dispatch(apiHandler, px),

@@ -54,7 +54,7 @@ type Config struct {
 	// outbox (default 1 s); Poke wakes it sooner.
 	Poll time.Duration
 	// Lease is how long a claimed delivery is held before another
-	// dispatcher may take it (default 1 min; more than Timeout).
+	// dispatcher may take it (default 30 s; at least twice Timeout).
 	Lease time.Duration
 	// Concurrency bounds the attempts in flight (default 8).
 	Concurrency int
@@ -100,7 +100,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg.Poll = time.Second
 	}
 	if cfg.Lease <= 0 {
-		cfg.Lease = time.Minute
+		cfg.Lease = 30 * time.Second
 	}
 	if cfg.Lease <= cfg.Timeout {
 		cfg.Lease = 2 * cfg.Timeout
