@@ -100,6 +100,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.StringVar(&cfg.Net.IfPrefix, "veth-prefix", "", "1-3 letters starting host-side veth names (default wr)")
 	f.StringVar(&cfg.EnvdPath, "envd", defaultPath("envd"), "envd binary mounted into sandboxes")
 	f.StringVar(&cfg.BaseRootFSTar, "base-rootfs", filepath.Join("var", "base-rootfs.tar"), "pre-built root filesystem tar of the base template")
+	f.StringVar(&cfg.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS with HTTP/2)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
