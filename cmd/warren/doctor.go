@@ -1,0 +1,53 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/warren-sandbox/warren/internal/doctor"
+)
+
+// errDoctorFailed makes `warren doctor` exit non-zero without printing a
+// second message: the failed checks are already on stdout.
+type errDoctorFailed struct{}
+
+func (errDoctorFailed) Error() string { return "some host checks failed" }
+
+func newDoctor(stdout io.Writer) *cobra.Command {
+	var cfg doctor.Config
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check that this host can run sandboxes, and say how to fix what is missing",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			results := doctor.Run(cmd.Context(), cfg)
+			if asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(results); err != nil {
+					return err
+				}
+			} else {
+				for _, r := range results {
+					fmt.Fprintln(stdout, r.String())
+				}
+			}
+			if doctor.Failed(results) {
+				return errDoctorFailed{}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Driver, "driver", "runsc", "runtime driver to check for: runsc or runc")
+	f.StringVar(&cfg.RunscPath, "runsc", defaultPath("runsc"), "runsc binary")
+	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary")
+	f.StringVar(&cfg.EnvdPath, "envd", defaultPath("envd"), "envd binary")
+	f.StringVar(&cfg.DataDir, "data-dir", "var/data", "data directory whose disk space is checked")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	return cmd
+}
