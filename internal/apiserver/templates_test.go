@@ -72,7 +72,7 @@ type tplEnv struct {
 	recNode *recNode
 }
 
-func newTemplateEnv(t *testing.T) *tplEnv {
+func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -119,10 +119,14 @@ func newTemplateEnv(t *testing.T) *tplEnv {
 		*dst = k
 	}
 	snaps := &fakeSnapshotter{node: n}
-	api, err := apiserver.New(apiserver.Config{
+	cfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: local.Catalog, AdminToken: adminToken,
 		Builds: local.Service, Catalog: local.Catalog, Snapshots: snaps,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	api, err := apiserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,6 +332,36 @@ func TestTemplateFilesAndUpload(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) { expect(t, tc.name, e.do("GET", tc.path, tc.key, ""), tc.status) })
 		}
 	})
+}
+
+func TestTemplateUploadURL(t *testing.T) {
+	hash := strings.Repeat("12", 32)
+	for _, tc := range []struct {
+		name, public, proto, want string
+	}{
+		{"from the request", "", "", "http://HOST" + builder.UploadPathPrefix},
+		{"behind a TLS proxy", "", "https", "https://HOST" + builder.UploadPathPrefix},
+		{"configured", "https://warren.example.com/", "", "https://warren.example.com" + builder.UploadPathPrefix},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTemplateEnv(t, func(c *apiserver.Config) { c.PublicURL = tc.public })
+			c := e.createTemplate(e.key1, `{"name":"up"}`)
+			var hdr []string
+			if tc.proto != "" {
+				hdr = []string{"X-Forwarded-Proto", tc.proto}
+			}
+			r := e.do("GET", "/templates/"+c.TemplateID+"/files/"+hash, e.key1, "", hdr...)
+			expect(t, "files", r, http.StatusCreated)
+			var f struct {
+				URL string `json:"url"`
+			}
+			decodeJSON(t, r, &f)
+			want := strings.Replace(tc.want, "HOST", strings.TrimPrefix(e.srv.URL, "http://"), 1) + c.TemplateID + "/" + hash + "?token="
+			if !strings.HasPrefix(f.URL, want) {
+				t.Fatalf("url %q, want prefix %q", f.URL, want)
+			}
+		})
+	}
 }
 
 func TestTemplateBuildFlow(t *testing.T) {
