@@ -186,7 +186,7 @@ func (m *Manager) expire(ctx context.Context, id, exec string) {
 		return
 	}
 	if !sb.Spec.AutoPause {
-		if err := m.killLocked(ctx, id, sandbox.KillTimeout); err != nil && !errdefs.IsNotFound(err) {
+		if err := m.killLocked(ctx, id, exec, sandbox.KillTimeout); err != nil && !errdefs.IsNotFound(err) {
 			m.log.Warn("evictor kill failed, will retry", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "error", err)
 			m.arm(id, exec, now.Add(m.cfg.PauseRetry))
 		}
@@ -216,7 +216,7 @@ func (m *Manager) expire(ctx context.Context, id, exec string) {
 	case errdefs.IsNotFound(err):
 	default:
 		m.log.Warn("auto-pause failed, killing", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "error", err)
-		if err := m.killLocked(ctx, id, sandbox.KillTimeout); err != nil && !errdefs.IsNotFound(err) {
+		if err := m.killLocked(ctx, id, exec, sandbox.KillTimeout); err != nil && !errdefs.IsNotFound(err) {
 			m.log.Warn("evictor kill failed, will retry", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "error", err)
 			m.arm(id, exec, now.Add(m.cfg.PauseRetry))
 		}

@@ -194,3 +194,30 @@ func TestStaleExecution(t *testing.T) {
 		}
 	})
 }
+
+// TestEvictorKillNamesExecution: the evictor's timeout kill names the
+// execution it was armed for; a node that runs another execution of the
+// sandbox refuses it, and nothing is recorded as killed.
+func TestEvictorKillNamesExecution(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		n := fakenode.New()
+		h := start(t, storetest.SQLite(t), n, nil)
+		sb := h.create(lifecycle.CreateParams{Timeout: 10 * time.Second})
+		// The node now runs an execution the store does not know.
+		n.Put(&node.Sandbox{ID: sb.ID, ExecutionID: "successor", State: sandbox.StateRunning})
+		time.Sleep(11 * time.Second)
+		synctest.Wait()
+		h.wantState(sb.ID, sandbox.StateRunning, "")
+		if _, err := n.Get(ctx, sb.ID); err != nil {
+			t.Fatalf("the successor execution was killed: %v", err)
+		}
+		if got := h.killed("timeout"); got != 0 {
+			t.Fatalf("sandbox_killed_total{kill_reason=timeout} = %v after a refused kill", got)
+		}
+		if err := h.m.Pause(ctx, "team", sb.ID, true); !errdefs.IsConflict(err) {
+			t.Fatalf("pause naming the old execution: %v, want conflict", err)
+		}
+	})
+}

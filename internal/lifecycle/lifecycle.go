@@ -281,18 +281,29 @@ func (m *Manager) Kill(ctx context.Context, teamID, id string, reason sandbox.Ki
 	if _, err := m.Get(ctx, teamID, id); err != nil {
 		return err
 	}
-	return m.killLocked(ctx, id, reason)
+	return m.killLocked(ctx, id, "", reason)
 }
 
-func (m *Manager) killLocked(ctx context.Context, id string, reason sandbox.KillReason) error {
+// killLocked kills sandbox id; executionID, when set, names the execution
+// the kill is for, and a node running another one refuses it (ErrConflict).
+func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason sandbox.KillReason) error {
 	ctx = context.WithoutCancel(ctx)
 	log := m.log.With("sandbox_id", id, "kill_reason", reason.String())
+	if executionID != "" {
+		log = log.With("execution_id", executionID)
+	}
 	log.Info("killing sandbox")
-	if err := m.node.Kill(ctx, id, reason); err != nil && !errdefs.IsNotFound(err) {
+	var err error
+	if ek, ok := m.node.(node.ExecutionKiller); ok && executionID != "" {
+		err = ek.KillExecution(ctx, id, executionID, reason)
+	} else {
+		err = m.node.Kill(ctx, id, reason)
+	}
+	if err != nil && !errdefs.IsNotFound(err) {
 		log.Warn("node kill failed", "error", err)
 		return fmt.Errorf("kill sandbox %q: %w", id, err)
 	}
-	sb, err := m.markKilled(ctx, id, reason, "")
+	sb, err := m.markKilled(ctx, id, reason, executionID)
 	if err != nil {
 		return err
 	}
@@ -404,7 +415,7 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 	if err != nil {
 		return err
 	}
-	ns, perr := m.node.Pause(ctx, sb.ID, node.PauseRequest{Memory: memory})
+	ns, perr := m.node.Pause(ctx, sb.ID, node.PauseRequest{Memory: memory, ExecutionID: sb.Spec.ExecutionID})
 	out, err := m.st.TransitionSandbox(ctx, sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StatePausing {
 			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)

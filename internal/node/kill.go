@@ -16,6 +16,14 @@ const exitSettle = 100 * time.Millisecond
 // Kill implements Service. The reason is on every log line of the kill path
 // and on the killed event.
 func (a *Agent) Kill(ctx context.Context, id string, reason sandbox.KillReason) error {
+	return a.KillExecution(ctx, id, "", reason)
+}
+
+var _ ExecutionKiller = (*Agent)(nil)
+
+// KillExecution implements ExecutionKiller: Kill, only if the sandbox still
+// runs execution executionID ("" matches any).
+func (a *Agent) KillExecution(ctx context.Context, id, executionID string, reason sandbox.KillReason) error {
 	s, err := a.lookup(id)
 	if err != nil {
 		return err
@@ -27,6 +35,11 @@ func (a *Agent) Kill(ctx context.Context, id string, reason sandbox.KillReason) 
 	a.mu.Unlock()
 	if gone {
 		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if executionID != "" && executionID != execID {
+		a.log.Info("kill for an older execution ignored", "sandbox_id", id, "execution_id", executionID,
+			"current_execution_id", execID, "kill_reason", reason.String())
+		return fmt.Errorf("sandbox %q: kill for execution %q, which is no longer current: %w", id, executionID, errdefs.ErrConflict)
 	}
 	log := a.log.With("sandbox_id", id, "execution_id", execID, "kill_reason", reason.String())
 	log.Info("killing sandbox", "state", state)

@@ -94,6 +94,9 @@ type PauseRequest struct {
 	// Memory keeps the memory image (needs Capabilities.MemoryCheckpoint);
 	// without it only the writable layer is kept.
 	Memory bool
+	// ExecutionID, when set, must name the sandbox's current execution;
+	// a pause meant for an older one is ErrConflict.
+	ExecutionID string
 }
 
 // ResumeRequest tunes Resume.
@@ -161,6 +164,13 @@ type Event struct {
 	ExecutionID string
 	Reason      sandbox.KillReason
 	At          time.Time
+}
+
+// ExecutionKiller is implemented by nodes that can kill a sandbox only if
+// it still runs the named execution: a kill meant for one incarnation never
+// hits its resumed successor (ErrConflict instead).
+type ExecutionKiller interface {
+	KillExecution(ctx context.Context, id, executionID string, reason sandbox.KillReason) error
 }
 
 // Capabilities tells the control plane which optional features a node

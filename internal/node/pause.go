@@ -63,6 +63,9 @@ func (a *Agent) Pause(ctx context.Context, id string, req PauseRequest) (*Sandbo
 		state := s.rec.State
 		a.mu.Unlock()
 		return nil, fmt.Errorf("sandbox %q is %s, not running: %w", id, state, errdefs.ErrConflict)
+	case req.ExecutionID != "" && req.ExecutionID != s.rec.ExecutionID:
+		a.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %q: pause for execution %q, which is no longer current: %w", id, req.ExecutionID, errdefs.ErrConflict)
 	}
 	if req.Memory && a.cfg.MinFreeDiskBytes > 0 {
 		free, err := a.cfg.FreeDisk(a.cfg.DataDir)

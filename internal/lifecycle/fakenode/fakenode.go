@@ -161,6 +161,9 @@ func (n *Node) Pause(_ context.Context, id string, req node.PauseRequest) (*node
 	if s.State != sandbox.StateRunning {
 		return nil, fmt.Errorf("sandbox %q is %s: %w", id, s.State, errdefs.ErrConflict)
 	}
+	if req.ExecutionID != "" && req.ExecutionID != s.ExecutionID {
+		return nil, fmt.Errorf("sandbox %q: stale execution %q: %w", id, req.ExecutionID, errdefs.ErrConflict)
+	}
 	s.State, s.Epoch, s.PausedWithMemory = sandbox.StatePaused, s.Epoch+1, req.Memory
 	return clone(s), nil
 }
@@ -216,6 +219,25 @@ func (n *Node) Kill(_ context.Context, id string, reason sandbox.KillReason) err
 	n.record("kill %s %s", id, reason)
 	if _, err := n.get(id); err != nil {
 		return err
+	}
+	delete(n.sandboxes, id)
+	return nil
+}
+
+var _ node.ExecutionKiller = (*Node)(nil)
+
+// KillExecution implements node.ExecutionKiller; it records the call as
+// Kill does.
+func (n *Node) KillExecution(_ context.Context, id, executionID string, reason sandbox.KillReason) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.record("kill %s %s", id, reason)
+	s, err := n.get(id)
+	if err != nil {
+		return err
+	}
+	if executionID != "" && s.ExecutionID != executionID {
+		return fmt.Errorf("sandbox %q: stale execution %q: %w", id, executionID, errdefs.ErrConflict)
 	}
 	delete(n.sandboxes, id)
 	return nil

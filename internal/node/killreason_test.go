@@ -1,0 +1,121 @@
+package node_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/driver/fake"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// TestKillPathReasons checks LIFECYCLE-RULES §1 on the node: for every way
+// a sandbox ends, the event carries the reason and every log line naming
+// the sandbox from the moment it starts ending carries kill_reason.
+func TestKillPathReasons(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		reason sandbox.KillReason
+		typ    node.EventType
+		end    func(t *testing.T, e *env, a *node.Agent)
+	}{
+		{sandbox.KillRequest, node.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
+			if err := a.Kill(context.Background(), "sb1", sandbox.KillRequest); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{sandbox.KillTimeout, node.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
+			if err := a.Kill(context.Background(), "sb1", sandbox.KillTimeout); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{sandbox.KillOrphaned, node.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
+			if err := a.Kill(context.Background(), "sb1", sandbox.KillOrphaned); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{sandbox.KillTTLBackstop, node.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
+			time.Sleep(time.Hour + 3*time.Minute)
+		}},
+		{sandbox.KillOOM, node.EventExited, func(t *testing.T, e *env, a *node.Agent) {
+			if err := e.fake.OOMKill("sb1"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{sandbox.KillExited, node.EventExited, func(t *testing.T, e *env, a *node.Agent) {
+			if err := e.fake.Exit("sb1", 3); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.reason.String(), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t, fake.Config{})
+				a := e.start()
+				events, _ := a.Watch(t.Context())
+				e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = time.Now().Add(time.Hour) })
+				synctest.Wait()
+				before := len(e.logs.lines(t))
+				tc.end(t, e, a)
+				ev, ok := pollEvent(t, events)
+				if !ok || ev.Type != tc.typ || ev.Reason != tc.reason || ev.ExecutionID != "exec-sb1" {
+					t.Fatalf("event %+v (%t), want %s with reason %s", ev, ok, tc.typ, tc.reason)
+				}
+				n := 0
+				for _, l := range e.logs.lines(t)[before:] {
+					if l["sandbox_id"] != "sb1" {
+						continue
+					}
+					n++
+					if l["kill_reason"] != tc.reason.String() {
+						t.Errorf("log line without kill_reason=%s: %v", tc.reason, l)
+					}
+				}
+				if n == 0 {
+					t.Fatal("no log line names the sandbox on its kill path")
+				}
+			})
+		})
+	}
+}
+
+// TestKillExecution checks that a kill naming an execution never hits a
+// resumed successor.
+func TestKillExecution(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		e.create(a, "sb1")
+		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{Memory: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{}); err == nil {
+			t.Fatal("second pause accepted")
+		}
+		if _, err := a.Resume(ctx, "sb1", node.ResumeRequest{ExecutionID: "exec-2", EndAt: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{ExecutionID: "exec-sb1"}); !errdefs.IsConflict(err) {
+			t.Fatalf("pause naming the old execution: %v, want conflict", err)
+		}
+		if err := a.KillExecution(ctx, "sb1", "exec-sb1", sandbox.KillTimeout); !errdefs.IsConflict(err) {
+			t.Fatalf("kill naming the old execution: %v, want conflict", err)
+		}
+		if !running(t, a, "sb1") {
+			t.Fatal("the resumed execution was stopped by an action for the old one")
+		}
+		if err := a.KillExecution(ctx, "sb1", "exec-2", sandbox.KillTimeout); err != nil {
+			t.Fatalf("kill naming the current execution: %v", err)
+		}
+		if _, err := a.Get(ctx, "sb1"); !errdefs.IsNotFound(err) {
+			t.Fatalf("after kill: %v", err)
+		}
+	})
+}
