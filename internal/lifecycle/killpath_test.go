@@ -221,3 +221,51 @@ func TestEvictorKillNamesExecution(t *testing.T) {
 		}
 	})
 }
+
+// TestEventKinds checks the events of the non-kill transitions: their
+// types, IDs and data.
+func TestEventKinds(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		h := start(t, storetest.SQLite(t), fakenode.New(), nil)
+		sb := h.create(lifecycle.CreateParams{Timeout: time.Minute, Metadata: map[string]string{"k": "v"},
+			Template: node.Template{ID: "base", BuildID: "b7"}, Resources: sandbox.Resources{VCPUs: 2, MemoryMB: 512}})
+		if err := h.m.SetTimeout(ctx, "team", sb.ID, 5*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.m.Checkpointed(ctx, "team", sb.ID, "snap:v1"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := h.m.Fork(ctx, "team", sb.ID, 2, time.Minute, 0)
+		if err != nil || len(res) != 2 || res[0].Err != nil || res[1].Err != nil {
+			t.Fatalf("fork: %+v %v", res, err)
+		}
+		time.Sleep(30 * time.Second)
+		if err := h.m.Pause(ctx, "team", sb.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		evs, _ := h.st.ListEvents(ctx, sb.ID)
+		var types []string
+		for _, e := range evs {
+			types = append(types, e.Type)
+			if e.TeamID != "team" || e.TemplateID != "base" || e.BuildID != "b7" || e.ExecutionID != sb.Spec.ExecutionID || e.Data.Metadata["k"] != "v" {
+				t.Errorf("event %s: %+v data %+v", e.Type, e, e.Data)
+			}
+		}
+		if got := strings.Join(types, ","); got != "created,updated,checkpointed,forked,paused" {
+			t.Fatalf("events %s", got)
+		}
+		if evs[1].Data.EndAt == nil || evs[2].Data.SnapshotID != "snap:v1" || len(evs[3].Data.ForkIDs) != 2 {
+			t.Fatalf("event data: updated %+v checkpointed %+v forked %+v", evs[1].Data, evs[2].Data, evs[3].Data)
+		}
+		x := evs[4].Data.Execution
+		if x == nil || x.VCPUCount != 2 || x.MemoryMB != 512 || x.ExecutionTime != 30000 || evs[4].Data.PausedWithMemory == nil {
+			t.Fatalf("paused execution data %+v", evs[4].Data)
+		}
+		child, _ := h.st.ListEvents(ctx, res[0].Sandbox.ID)
+		if len(child) != 1 || child[0].Type != store.EventCreated || child[0].Data.SourceSandboxID != sb.ID {
+			t.Fatalf("fork child events %+v", child)
+		}
+	})
+}

@@ -539,11 +539,30 @@ func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, p netslo
 	if err := m.node.UpdateNetwork(ctx, id, p); err != nil {
 		return fmt.Errorf("update network of sandbox %q: %w", id, err)
 	}
-	_, err = m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+	_, err = m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 		s.Spec.Network, s.Spec.AllowInternet = doc, allowInternet
-		return nil
+		e := newEvent(s, store.EventUpdated)
+		e.Message = "network"
+		return e, nil
 	})
 	return err
+}
+
+// Checkpointed records that a snapshot of a running sandbox was taken (a
+// checkpointed event naming snapshotID); the sandbox keeps running.
+func (m *Manager) Checkpointed(ctx context.Context, teamID, id, snapshotID string) error {
+	defer m.lock(id)()
+	sb, err := m.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	e := newEvent(sb, store.EventCheckpointed)
+	e.Data.SnapshotID = snapshotID
+	if err := m.st.AppendEvent(context.WithoutCancel(ctx), e); err != nil {
+		return fmt.Errorf("sandbox %q: record checkpoint: %w", id, err)
+	}
+	m.log.Info("sandbox checkpointed", "sandbox_id", id, "execution_id", sb.Spec.ExecutionID, "snapshot_id", snapshotID)
+	return nil
 }
 
 // ForkResult is the outcome of one fork.
