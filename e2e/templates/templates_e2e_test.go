@@ -216,9 +216,17 @@ func TestTemplateBuild(t *testing.T) {
 // TestSnapshot snapshots a running sandbox and creates a sandbox from it.
 func TestSnapshot(t *testing.T) {
 	prerequisites(t)
-	s := startServe(t, t.TempDir())
+	dataDir := t.TempDir()
+	s := startServe(t, dataDir)
 	out := s.node(t, "snapshot.mjs")
 	if !strings.Contains(out, "OK") {
 		t.Fatalf("snapshot flow did not finish:\n%s", out)
+	}
+	// The deleted snapshot's saved layer and memory image are gone.
+	if left, _ := filepath.Glob(filepath.Join(dataDir, "layers", "tpl-*")); len(left) > 0 {
+		t.Errorf("saved layers left after deleteSnapshot: %v", left)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dataDir, "templates", "builds", "*", "snapshot")); len(left) > 0 {
+		t.Errorf("memory images left after deleteSnapshot: %v", left)
 	}
 }

@@ -580,21 +580,23 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, c *calle
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.cfg.Catalog.Delete(ctx, c.teamID, t.ID); err != nil {
-		s.templateErr(w, r, id, err)
-		return
-	}
 	// Memory snapshots (snapshot on ready, sandbox snapshots) hold a saved
-	// writable layer outside the build's directory: the node deletes it.
+	// writable layer outside the build's directory: the node deletes it
+	// with the image while the directory is still where the build says.
+	// Sandboxes restored from it no longer need either.
 	if s.cfg.Snapshots != nil {
 		for _, b := range builds {
 			if b.SnapshotDir == "" {
 				continue
 			}
-			if err := s.cfg.Snapshots.DeleteSnapshot(context.WithoutCancel(ctx), b.SnapshotDir); err != nil {
+			if err := s.cfg.Snapshots.DeleteSnapshot(ctx, b.SnapshotDir); err != nil {
 				s.log.Warn("delete template snapshot", "template_id", t.ID, "build_id", b.ID, "error", err)
 			}
 		}
+	}
+	if err := s.cfg.Catalog.Delete(ctx, c.teamID, t.ID); err != nil {
+		s.templateErr(w, r, id, err)
+		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
