@@ -175,8 +175,12 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		s.fail(w, r, err)
 		return
 	}
+	out := snapshotOf(t, alias, tag)
+	if err := s.lc.Checkpointed(context.WithoutCancel(ctx), c.teamID, id, out.SnapshotID); err != nil {
+		s.log.Warn("record sandbox snapshot event", "sandbox_id", id, "error", err)
+	}
 	s.log.Info("sandbox snapshot", "sandbox_id", id, "template_id", t.ID, "build_id", b.ID)
-	writeJSON(w, http.StatusCreated, snapshotOf(t, alias, tag))
+	writeJSON(w, http.StatusCreated, out)
 }
 
 // snapshotOf names snapshot template t's build behind tag.

@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -129,6 +130,21 @@ func TestSnapshots(t *testing.T) {
 	}
 	r = e.do("POST", "/sandboxes/"+other.SandboxID+"/snapshots", e.key1, `{"name":"snap-b"}`)
 	expect(t, "snapshot of the other sandbox", r, http.StatusCreated)
+
+	// Each snapshot is an event of the source.
+	evs, err := e.st.ListEvents(ctx, src.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snapIDs []string
+	for _, ev := range evs {
+		if ev.Type == store.EventCheckpointed {
+			snapIDs = append(snapIDs, ev.Data.SnapshotID)
+		}
+	}
+	if !slices.Equal(snapIDs, []string{s1.SnapshotID, s2.SnapshotID, s3.SnapshotID}) {
+		t.Fatalf("checkpointed events: %v", snapIDs)
+	}
 
 	// A sandbox from a snapshot restores its memory image.
 	for _, ref := range []string{s1.SnapshotID, "snap-a", "snap-a:v2"} {
