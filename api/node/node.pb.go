@@ -278,8 +278,10 @@ type Sandbox struct {
 	EnvdVersion      string                 `protobuf:"bytes,14,opt,name=envd_version,json=envdVersion,proto3" json:"envd_version,omitempty"`
 	Metadata         map[string]string      `protobuf:"bytes,15,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	PausedWithMemory bool                   `protobuf:"varint,16,opt,name=paused_with_memory,json=pausedWithMemory,proto3" json:"paused_with_memory,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// health is the watchdog's view: healthy, unhealthy or unknown.
+	Health        string `protobuf:"bytes,17,opt,name=health,proto3" json:"health,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
@@ -422,6 +424,13 @@ func (x *Sandbox) GetPausedWithMemory() bool {
 		return x.PausedWithMemory
 	}
 	return false
+}
+
+func (x *Sandbox) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
 }
 
 type CreateRequest struct {
@@ -1582,7 +1591,7 @@ const file_node_proto_rawDesc = "" +
 	"\fsnapshot_dir\x18\b \x01(\tR\vsnapshotDir\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x1f\n" +
@@ -1602,7 +1611,8 @@ const file_node_proto_rawDesc = "" +
 	"\x04host\x18\r \x01(\tR\x04host\x12!\n" +
 	"\fenvd_version\x18\x0e \x01(\tR\venvdVersion\x12A\n" +
 	"\bmetadata\x18\x0f \x03(\v2%.warren.node.v1.Sandbox.MetadataEntryR\bmetadata\x12,\n" +
-	"\x12paused_with_memory\x18\x10 \x01(\bR\x10pausedWithMemory\x1a;\n" +
+	"\x12paused_with_memory\x18\x10 \x01(\bR\x10pausedWithMemory\x12\x16\n" +
+	"\x06health\x18\x11 \x01(\tR\x06health\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x04\n" +

@@ -246,6 +246,9 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *caller) {
 		onTimeout = "pause"
 	}
 	d.Lifecycle = &client.Lifecycle{AutoResume: sb.Spec.AutoResume, OnTimeout: onTimeout}
+	if sb.State == sandbox.StateRunning {
+		d.Health = string(s.lc.Health(r.Context(), sb))
+	}
 	writeJSON(w, http.StatusOK, d)
 }
 

@@ -76,6 +76,12 @@ type Config struct {
 	// identity; empty means the defaults below.
 	Hostname   string
 	ResolvConf string
+	// WatchdogMin and WatchdogMax bound the jittered interval between two
+	// health probes of a running sandbox (LIFECYCLE-RULES §5); defaults
+	// 25 s and 40 s. A negative WatchdogMin disables the watchdog.
+	WatchdogMin, WatchdogMax time.Duration
+	// ProbeTimeout bounds one health probe; default 5 s.
+	ProbeTimeout time.Duration
 	// Registry receives the agent's metrics; nil registers nothing.
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -113,6 +119,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ReclaimInterval == 0 {
 		c.ReclaimInterval = DefaultReclaimInterval
+	}
+	if err := c.watchdogDefaults(); err != nil {
+		return err
 	}
 	if c.Hostname == "" {
 		c.Hostname = "e2b.local"
@@ -183,6 +192,7 @@ type Agent struct {
 	closed    bool
 
 	reclaimCounter *prometheus.CounterVec
+	wd             watchdogMetrics
 	spawn          *spawner
 
 	ctx    context.Context // ends at Close
@@ -210,6 +220,7 @@ type sbx struct {
 	internal      bool // the agent's own (template snapshot): not listed, no events
 	lastCPU       uint64
 	lastCPUAt     time.Time
+	watch         watchState
 }
 
 var _ Service = (*Agent)(nil)
@@ -237,9 +248,12 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			Help: "Host objects (cgroups, network namespaces, mounts, loop devices, runtime containers, state directories) found belonging to no sandbox and destroyed.",
 		}, []string{"kind"}),
 	}
+	a.initWatchdogMetrics()
 	if cfg.Registry != nil {
-		if err := cfg.Registry.Register(a.reclaimCounter); err != nil {
-			return nil, fmt.Errorf("node metrics: %w", err)
+		for _, c := range append([]prometheus.Collector{a.reclaimCounter}, a.watchdogCollectors()...) {
+			if err := cfg.Registry.Register(c); err != nil {
+				return nil, fmt.Errorf("node metrics: %w", err)
+			}
 		}
 	}
 	a.spawn = newSpawner(forkParallelism)
@@ -251,6 +265,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.ReclaimInterval > 0 {
 		a.wg.Go(a.reclaimLoop)
 	}
+	a.startWatchdog()
 	return a, nil
 }
 
@@ -346,6 +361,7 @@ func (a *Agent) viewLocked(s *sbx) *Sandbox {
 		EnvdVersion:      r.EnvdVersion,
 		Metadata:         maps.Clone(r.Metadata),
 		PausedWithMemory: r.PausedWithMemory,
+		Health:           s.healthLocked(),
 	}
 	if r.State == sandbox.StateRunning && r.Slot != nil {
 		v.Host = r.Slot.GuestIP.String()

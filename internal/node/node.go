@@ -134,7 +134,21 @@ type Sandbox struct {
 	EnvdVersion      string
 	Metadata         map[string]string
 	PausedWithMemory bool
+	// Health is what the watchdog last saw of the sandbox's envd in its
+	// current epoch (LIFECYCLE-RULES §5); unknown until the first probe,
+	// and for a sandbox that is not running.
+	Health Health
 }
+
+// Health is a sandbox's health as the node's watchdog sees it.
+type Health string
+
+// Health values.
+const (
+	HealthUnknown   Health = "unknown"
+	HealthHealthy   Health = "healthy"
+	HealthUnhealthy Health = "unhealthy"
+)
 
 // Stats is a sandbox's resource usage.
 type Stats struct {

@@ -105,6 +105,9 @@ type SandboxDetail struct {
 	Domain              *string        `json:"domain"`
 	Network             *NetworkConfig `json:"network,omitempty"`
 	Lifecycle           *Lifecycle     `json:"lifecycle,omitempty"`
+	// Health is Warren's addition: the node watchdog's view of a running
+	// sandbox's envd (healthy, unhealthy or unknown); absent when paused.
+	Health string `json:"health,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /sandboxes/{id}/timeout.

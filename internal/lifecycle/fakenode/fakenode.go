@@ -307,3 +307,12 @@ func (n *Node) Emit(ev node.Event) {
 		w <- ev
 	}
 }
+
+// SetHealth sets the watchdog health that Get reports for sandbox id.
+func (n *Node) SetHealth(id string, h node.Health) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s, ok := n.sandboxes[id]; ok {
+		s.Health = h
+	}
+}

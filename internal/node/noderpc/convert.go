@@ -128,6 +128,7 @@ func SandboxToProto(s *node.Sandbox) *nodepb.Sandbox {
 		State: string(s.State), Epoch: s.Epoch, StartedAt: Timestamp(s.StartedAt), EndAt: Timestamp(s.EndAt),
 		Resources: ResourcesToProto(s.Resources), Network: PolicyToProto(s.Network), Address: s.Address, Host: s.Host,
 		EnvdVersion: s.EnvdVersion, Metadata: s.Metadata, PausedWithMemory: s.PausedWithMemory,
+		Health: string(s.Health),
 	}
 }
 
@@ -149,6 +150,7 @@ func SandboxFromProto(s *nodepb.Sandbox) (*node.Sandbox, error) {
 		State: st, Epoch: s.GetEpoch(), StartedAt: Time(s.GetStartedAt()), EndAt: Time(s.GetEndAt()),
 		Resources: ResourcesFromProto(s.GetResources()), Network: pol, Address: s.GetAddress(), Host: s.GetHost(),
 		EnvdVersion: s.GetEnvdVersion(), Metadata: s.GetMetadata(), PausedWithMemory: s.GetPausedWithMemory(),
+		Health: healthFromProto(s.GetHealth()),
 	}, nil
 }
 
@@ -251,3 +253,14 @@ type classError struct {
 
 func (e *classError) Error() string { return "node: " + e.msg }
 func (e *classError) Unwrap() error { return e.class }
+
+// healthFromProto reads a sandbox's health; empty (an older node) is
+// unknown.
+func healthFromProto(h string) node.Health {
+	switch node.Health(h) {
+	case node.HealthHealthy, node.HealthUnhealthy:
+		return node.Health(h)
+	default:
+		return node.HealthUnknown
+	}
+}

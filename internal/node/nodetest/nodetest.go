@@ -491,6 +491,38 @@ type Envd struct {
 	HealthErr, InitErr, StartErr error
 	// RunFunc answers Run; nil answers exit code 0.
 	RunFunc func(addr string, p node.EnvdProcess) (int, error)
+	// ProbeFunc answers the watchdog's Probe; nil answers healthy with no
+	// memory reading.
+	ProbeFunc func(ctx context.Context, addr string) (node.EnvdHealth, error)
+	probes    []string
+}
+
+var _ node.EnvdProber = (*Envd)(nil)
+
+// Probe implements node.EnvdProber.
+func (e *Envd) Probe(ctx context.Context, addr string) (node.EnvdHealth, error) {
+	e.mu.Lock()
+	e.probes = append(e.probes, addr)
+	f := e.ProbeFunc
+	e.mu.Unlock()
+	if f != nil {
+		return f(ctx, addr)
+	}
+	return node.EnvdHealth{}, nil
+}
+
+// SetProbe replaces ProbeFunc.
+func (e *Envd) SetProbe(f func(ctx context.Context, addr string) (node.EnvdHealth, error)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ProbeFunc = f
+}
+
+// Probes returns the addresses probed, in order.
+func (e *Envd) Probes() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.probes)
 }
 
 // Run implements node.Envd.

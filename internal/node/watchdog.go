@@ -1,0 +1,313 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// The watchdog (LIFECYCLE-RULES §5) probes the envd of every running
+// sandbox on a jittered schedule and marks it healthy or unhealthy. Each
+// probe carries the sandbox's lifecycle epoch: a result that comes back
+// after a pause, resume or kill changed the epoch, or for a sandbox no
+// longer tracked, is dropped and records nothing. Paused and pausing
+// sandboxes, and running ones whose memory is being checkpointed (frozen),
+// are never probed. An accepted probe that carries the guest's used memory
+// records it into sandbox_guest_mem_used_bytes{template}, labelled from the
+// agent's own record of the sandbox; a probe without the reading records
+// nothing. Memory never changes health: the guest's value is
+// tenant-controlled, an observation only.
+
+// Defaults of the watchdog's Config fields.
+const (
+	DefaultWatchdogMin  = 25 * time.Second
+	DefaultWatchdogMax  = 40 * time.Second
+	DefaultProbeTimeout = 5 * time.Second
+	// watchdogTick is how often the watchdog looks for due probes.
+	watchdogTick = time.Second
+)
+
+// MemUsedHeader is the header of envd's /health answer that carries the
+// guest's used memory (MemTotal - MemAvailable) in bytes.
+const MemUsedHeader = "X-Warren-Mem-Used"
+
+// EnvdHealth is one answer of envd's /health.
+type EnvdHealth struct {
+	// MemUsedBytes is the guest's used memory; valid when MemKnown.
+	MemUsedBytes uint64
+	MemKnown     bool
+}
+
+// EnvdProber is the optional part of Envd that the watchdog uses: one
+// health probe. An error means unhealthy. Without it the watchdog is off.
+type EnvdProber interface {
+	Probe(ctx context.Context, addr string) (EnvdHealth, error)
+}
+
+var _ EnvdProber = (*HTTPEnvd)(nil)
+
+// Probe implements EnvdProber: one GET /health, healthy on 204.
+func (e *HTTPEnvd) Probe(ctx context.Context, addr string) (EnvdHealth, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/health", nil)
+	if err != nil {
+		return EnvdHealth{}, fmt.Errorf("envd health: %w", err)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return EnvdHealth{}, fmt.Errorf("envd health: %w: %w", err, errdefs.ErrUnavailable)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return EnvdHealth{}, fmt.Errorf("envd health: status %s: %w", resp.Status, errdefs.ErrUnavailable)
+	}
+	var h EnvdHealth
+	if v := resp.Header.Get(MemUsedHeader); v != "" {
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			h.MemUsedBytes, h.MemKnown = n, true
+		}
+	}
+	return h, nil
+}
+
+// watchState is the watchdog's view of one sandbox. Guarded by Agent.mu.
+type watchState struct {
+	// next is when the sandbox is probed next, in epoch nextEpoch.
+	next      time.Time
+	nextEpoch int64
+	probing   bool
+	// health was seen in healthEpoch.
+	health      Health
+	healthEpoch int64
+}
+
+// healthLocked is s's health in its current epoch. a.mu is held.
+func (s *sbx) healthLocked() Health {
+	if s.rec.State != sandbox.StateRunning || s.watch.health == "" || s.watch.healthEpoch != s.rec.Epoch {
+		return HealthUnknown
+	}
+	return s.watch.health
+}
+
+func (c *Config) watchdogDefaults() error {
+	if c.WatchdogMin == 0 {
+		c.WatchdogMin = DefaultWatchdogMin
+	}
+	if c.WatchdogMax == 0 {
+		c.WatchdogMax = max(DefaultWatchdogMax, c.WatchdogMin)
+	}
+	if c.WatchdogMin > 0 && c.WatchdogMax < c.WatchdogMin {
+		return fmt.Errorf("node config: watchdog interval %s..%s: %w", c.WatchdogMin, c.WatchdogMax, errdefs.ErrInvalid)
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = DefaultProbeTimeout
+	}
+	if c.ProbeTimeout < 0 {
+		return fmt.Errorf("node config: probe timeout %s: %w", c.ProbeTimeout, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
+// watchdogMetrics are the watchdog's series.
+type watchdogMetrics struct {
+	guestMem *prometheus.HistogramVec
+	probes   *prometheus.CounterVec
+}
+
+func (a *Agent) initWatchdogMetrics() {
+	a.wd = watchdogMetrics{
+		guestMem: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sandbox_guest_mem_used_bytes",
+			Help:    "Guest memory in use (MemTotal - MemAvailable) reported by envd's health answer to accepted watchdog probes, by template. Tenant-controlled: an observation only.",
+			Buckets: prometheus.ExponentialBuckets(16<<20, 2, 12), // 16 MiB .. 32 GiB
+		}, []string{"template"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_watchdog_probes_total",
+			Help: "Watchdog health probes of sandboxes' envd by result (healthy, unhealthy, or stale: dropped because the sandbox changed epoch or left meanwhile).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"healthy", "unhealthy", "stale"} {
+		a.wd.probes.WithLabelValues(r)
+	}
+}
+
+func (a *Agent) watchdogCollectors() []prometheus.Collector {
+	return []prometheus.Collector{a.wd.guestMem, a.wd.probes, &agentCollector{a: a}}
+}
+
+// startWatchdog starts the probe loop when it is enabled and the envd
+// client can probe.
+func (a *Agent) startWatchdog() {
+	if a.cfg.WatchdogMin < 0 {
+		a.log.Info("watchdog disabled by configuration")
+		return
+	}
+	p, ok := a.cfg.Envd.(EnvdProber)
+	if !ok {
+		a.log.Info("watchdog disabled: the envd client cannot probe health")
+		return
+	}
+	a.wg.Go(func() { a.watchdogLoop(p) })
+}
+
+// sleep waits d on the agent's clock; false when the agent closes.
+func (a *Agent) sleep(d time.Duration) bool {
+	ch := make(chan struct{})
+	t := a.clock.AfterFunc(d, func() { close(ch) })
+	select {
+	case <-a.ctx.Done():
+		t.Stop()
+		return false
+	case <-ch:
+		return true
+	}
+}
+
+func (a *Agent) jitter() time.Duration {
+	lo, hi := a.cfg.WatchdogMin, a.cfg.WatchdogMax
+	if hi <= lo {
+		return lo
+	}
+	return lo + rand.N(hi-lo+1)
+}
+
+// probeJob is one probe to make.
+type probeJob struct {
+	s        *sbx
+	id, addr string
+	epoch    int64
+}
+
+func (a *Agent) watchdogLoop(p EnvdProber) {
+	for a.sleep(watchdogTick) {
+		now := a.clock.Now()
+		var due []probeJob
+		a.mu.Lock()
+		for id, s := range a.sandboxes {
+			w := &s.watch
+			if s.gone || s.internal || s.rec.State != sandbox.StateRunning || s.checkpointing || s.rec.Slot == nil {
+				// Not probed; a later start is probed after a full
+				// interval.
+				w.next = time.Time{}
+				continue
+			}
+			if w.next.IsZero() || w.nextEpoch != s.rec.Epoch {
+				w.next, w.nextEpoch = now.Add(a.jitter()), s.rec.Epoch
+				continue
+			}
+			if w.probing || now.Before(w.next) {
+				continue
+			}
+			w.probing = true
+			w.next = now.Add(a.jitter())
+			due = append(due, probeJob{s: s, id: id, addr: a.envdAddr(s.rec.Slot), epoch: s.rec.Epoch})
+		}
+		a.mu.Unlock()
+		for _, j := range due {
+			a.wg.Go(func() { a.probe(p, j) })
+		}
+	}
+}
+
+// probe probes one sandbox and applies the result if the sandbox is still
+// in the probe's epoch.
+func (a *Agent) probe(p EnvdProber, j probeJob) {
+	ctx, cancel := context.WithTimeout(a.ctx, a.cfg.ProbeTimeout)
+	h, err := p.Probe(ctx, j.addr)
+	cancel()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := j.s
+	s.watch.probing = false
+	if a.closed {
+		return
+	}
+	if cur := a.sandboxes[j.id]; cur != s || s.gone || s.rec.Epoch != j.epoch ||
+		s.rec.State != sandbox.StateRunning || s.checkpointing {
+		a.wd.probes.WithLabelValues("stale").Inc()
+		a.log.Debug("watchdog: probe result of an old epoch dropped", "sandbox_id", j.id, "probe_epoch", j.epoch)
+		return
+	}
+	prev := s.healthLocked()
+	next := HealthHealthy
+	if err != nil {
+		next = HealthUnhealthy
+	}
+	s.watch.health, s.watch.healthEpoch = next, j.epoch
+	a.wd.probes.WithLabelValues(string(next)).Inc()
+	if err == nil && h.MemKnown {
+		a.wd.guestMem.WithLabelValues(templateLabel(s.rec.Template.ID)).Observe(float64(h.MemUsedBytes))
+	}
+	switch {
+	case next == HealthUnhealthy && prev != HealthUnhealthy:
+		a.log.Warn("watchdog: sandbox unhealthy", "sandbox_id", j.id, "execution_id", s.rec.ExecutionID, "error", err)
+	case next == HealthHealthy && prev == HealthUnhealthy:
+		a.log.Info("watchdog: sandbox healthy again", "sandbox_id", j.id, "execution_id", s.rec.ExecutionID)
+	}
+}
+
+func templateLabel(id string) string {
+	if id == "" {
+		return "unknown"
+	}
+	return id
+}
+
+// agentCollector reports gauges computed from the agent's sandboxes at
+// scrape time: sandboxes by state, running sandboxes by health, and the
+// resources given to running sandboxes.
+type agentCollector struct{ a *Agent }
+
+var (
+	descSandboxes = prometheus.NewDesc("node_sandboxes", "Sandboxes on this node by lifecycle state.", []string{"state"}, nil)
+	descHealth    = prometheus.NewDesc("node_sandbox_health", "Running sandboxes on this node by watchdog health.", []string{"health"}, nil)
+	descVCPUs     = prometheus.NewDesc("node_sandbox_vcpus", "vCPUs given to the running sandboxes of this node.", nil, nil)
+	descMem       = prometheus.NewDesc("node_sandbox_memory_bytes", "Memory limit of the running sandboxes of this node, summed.", nil, nil)
+	descDisk      = prometheus.NewDesc("node_sandbox_disk_bytes", "Writable layer size of the sandboxes (running and paused) of this node, summed.", nil, nil)
+)
+
+var _ prometheus.Collector = (*agentCollector)(nil)
+
+func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSandboxes, descHealth, descVCPUs, descMem, descDisk} {
+		ch <- d
+	}
+}
+
+func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
+	states := map[sandbox.State]int{sandbox.StateStarting: 0, sandbox.StateRunning: 0, sandbox.StatePausing: 0, sandbox.StatePaused: 0}
+	health := map[Health]int{HealthHealthy: 0, HealthUnhealthy: 0, HealthUnknown: 0}
+	var vcpus, mem, disk float64
+	c.a.mu.Lock()
+	for _, s := range c.a.sandboxes {
+		if s.internal || s.gone {
+			continue
+		}
+		states[s.rec.State]++
+		disk += float64(s.rec.Resources.DiskMB) * (1 << 20)
+		if s.rec.State == sandbox.StateRunning {
+			health[s.healthLocked()]++
+			vcpus += float64(s.rec.Resources.VCPUs)
+			mem += float64(s.rec.Resources.MemoryMB) * (1 << 20)
+		}
+	}
+	c.a.mu.Unlock()
+	for st, n := range states {
+		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(n), string(st))
+	}
+	for h, n := range health {
+		ch <- prometheus.MustNewConstMetric(descHealth, prometheus.GaugeValue, float64(n), string(h))
+	}
+	ch <- prometheus.MustNewConstMetric(descVCPUs, prometheus.GaugeValue, vcpus)
+	ch <- prometheus.MustNewConstMetric(descMem, prometheus.GaugeValue, mem)
+	ch <- prometheus.MustNewConstMetric(descDisk, prometheus.GaugeValue, disk)
+}
