@@ -119,3 +119,43 @@ func TestKillExecution(t *testing.T) {
 		}
 	})
 }
+
+// TestBackstopExitRace pins LIFECYCLE-RULES §2's tie rule from both sides:
+// an exit that becomes ready while the firing backstop settles (50 ms after
+// it) is recorded as the exit, never as ttl_backstop; an exit well after
+// the backstop (1 s) is too late, and the backstop's kill stands.
+func TestBackstopExitRace(t *testing.T) {
+	t.Parallel()
+	const grace = 2 * time.Minute
+	tests := []struct {
+		name      string
+		exitAfter time.Duration // after end time plus grace
+		want      node.EventType
+		reason    sandbox.KillReason
+	}{
+		{"exit while the backstop settles wins", 50 * time.Millisecond, node.EventExited, sandbox.KillExited},
+		{"exit a second later loses", time.Second, node.EventKilled, sandbox.KillTTLBackstop},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t, fake.Config{})
+				e.tune = func(c *node.Config) { c.BackstopGrace = grace }
+				start := time.Now()
+				e.fake.SetBehavior("sb1", fake.Behavior{ExitAfter: time.Minute + grace + tc.exitAfter, ExitCode: 2})
+				a := e.start()
+				events, _ := a.Watch(t.Context())
+				e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = start.Add(time.Minute) })
+				time.Sleep(time.Minute + grace + 2*time.Second)
+				ev, ok := pollEvent(t, events)
+				if !ok || ev.Type != tc.want || ev.Reason != tc.reason {
+					t.Fatalf("event %+v (%t), want %s with reason %s", ev, ok, tc.want, tc.reason)
+				}
+				if ev2, ok := pollEvent(t, events); ok {
+					t.Fatalf("second event %+v", ev2)
+				}
+			})
+		})
+	}
+}
