@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
@@ -63,6 +65,9 @@ type Config struct {
 	// Metrics, when set, is served at GET /metrics to admins (X-Admin-Token,
 	// or Authorization: Bearer <admin token> for scrapers).
 	Metrics http.Handler
+	// Registry, when set, receives the HTTP series
+	// (api_http_requests_total{route,method,status} and durations).
+	Registry prometheus.Registerer
 
 	// Builds and Catalog, when both set, serve E2B's template API
 	// (templates.go): builds run in Builds, whose upload handler must be
@@ -84,6 +89,7 @@ type Server struct {
 	lc  *lifecycle.Manager
 	log *slog.Logger
 	mux *http.ServeMux
+	hm  *httpMetrics
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -123,6 +129,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.RetryAfter = 5 * time.Second
 	}
 	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux()}
+	if err := s.initHTTPMetrics(cfg.Registry); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }
@@ -189,6 +198,11 @@ type callerKey struct{}
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.hm != nil {
+		sw := &statusWriter{ResponseWriter: w}
+		defer s.hm.observe(r, sw, time.Now())
+		w = sw
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {

@@ -167,7 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 	apiCfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: parts.templates, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Registry: reg,
 	}
 	if parts.local != nil {
 		apiCfg.Builds, apiCfg.Catalog = parts.local.Service, parts.local.Catalog

@@ -193,6 +193,7 @@ type Agent struct {
 
 	reclaimCounter *prometheus.CounterVec
 	wd             watchdogMetrics
+	opDur          *prometheus.HistogramVec
 	spawn          *spawner
 
 	ctx    context.Context // ends at Close
@@ -249,8 +250,12 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		}, []string{"kind"}),
 	}
 	a.initWatchdogMetrics()
+	a.opDur = newOpDurations()
+	for _, k := range []string{"container", "cgroup", "network", "mount", "loop_device", "layer", "state_dir", "fork_image"} {
+		a.reclaimCounter.WithLabelValues(k)
+	}
 	if cfg.Registry != nil {
-		for _, c := range append([]prometheus.Collector{a.reclaimCounter}, a.watchdogCollectors()...) {
+		for _, c := range append([]prometheus.Collector{a.reclaimCounter, a.opDur, &capacityCollector{a: a}}, a.watchdogCollectors()...) {
 			if err := cfg.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("node metrics: %w", err)
 			}

@@ -33,7 +33,10 @@ type startMode struct {
 
 // Create implements Service.
 func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
-	return a.create(ctx, req, false)
+	start := a.clock.Now()
+	v, err := a.create(ctx, req, false)
+	a.observeOp("create", start, err)
+	return v, err
 }
 
 // create makes a sandbox; an internal one (a template snapshot's) is not

@@ -28,7 +28,7 @@ func snapshotDir(dataDir, id string) string {
 	return filepath.Join(sandboxDir(dataDir, id), "snapshot")
 }
 
-// Pause implements Service.
+// pause implements Service.Pause.
 //
 // With req.Memory the sandbox's memory is checkpointed to disk; without it
 // only the writable layer is kept. Either way every host object but the
@@ -36,7 +36,7 @@ func snapshotDir(dataDir, id string) string {
 // checkpoint of the same sandbox in flight, low disk) is refused with
 // ErrExhausted, and the sandbox's backstop is pushed forward while the
 // control plane retries (LIFECYCLE-RULES §3).
-func (a *Agent) Pause(ctx context.Context, id string, req PauseRequest) (*Sandbox, error) {
+func (a *Agent) pause(ctx context.Context, id string, req PauseRequest) (*Sandbox, error) {
 	s, err := a.lookup(id)
 	if err != nil {
 		return nil, err
@@ -186,10 +186,10 @@ func (a *Agent) pauseFailed(ctx context.Context, s *sbx, log *slog.Logger, cause
 	return fmt.Errorf("sandbox %q: pause failed and the sandbox stopped: %w", id, errors.Join(cause, errdefs.ErrUnavailable))
 }
 
-// Resume implements Service. A sandbox paused with memory is restored (on a
+// resume implements Service.Resume. A sandbox paused with memory is restored (on a
 // new network slot); one paused without it boots again on its writable
 // layer and runs the template's start command.
-func (a *Agent) Resume(ctx context.Context, id string, req ResumeRequest) (*Sandbox, error) {
+func (a *Agent) resume(ctx context.Context, id string, req ResumeRequest) (*Sandbox, error) {
 	s, err := a.lookup(id)
 	if err != nil {
 		return nil, err
@@ -259,11 +259,11 @@ func (a *Agent) Resume(ctx context.Context, id string, req ResumeRequest) (*Sand
 	return v, nil
 }
 
-// Fork implements Service: it checkpoints the running sandbox (which keeps
+// fork implements Service.Fork: it checkpoints the running sandbox (which keeps
 // running) and restores the image as len(req.IDs) new sandboxes, each with
 // a copy of the writable layer and its own slot and cgroup. If one copy
 // fails, the copies made so far are destroyed.
-func (a *Agent) Fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbox, error) {
+func (a *Agent) fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbox, error) {
 	src, err := a.lookup(id)
 	if err != nil {
 		return nil, err
