@@ -154,8 +154,11 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 		m.log.Warn("killing sandbox unknown to the control plane", "sandbox_id", ns.ID, "kill_reason", sandbox.KillOrphaned.String())
 		if err := m.node.Kill(ctx, ns.ID, sandbox.KillOrphaned); err != nil && !errdefs.IsNotFound(err) {
-			m.log.Warn("kill orphan", "sandbox_id", ns.ID, "error", err)
+			m.log.Warn("kill orphan", "sandbox_id", ns.ID, "kill_reason", sandbox.KillOrphaned.String(), "error", err)
+			continue
 		}
+		// No store row, so no event: the metric and the log carry it.
+		m.killed.WithLabelValues(sandbox.KillOrphaned.String()).Inc()
 	}
 	return nil
 }

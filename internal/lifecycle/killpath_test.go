@@ -269,3 +269,33 @@ func TestEventKinds(t *testing.T) {
 		}
 	})
 }
+
+// TestOrphanKill: a sandbox the node runs but the store does not know is
+// killed as orphaned; with no store row there is no event, so the metric
+// and every log line naming it carry the reason.
+func TestOrphanKill(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		logs := &logBuf{}
+		n := fakenode.New()
+		n.Put(&node.Sandbox{ID: "orphan", State: sandbox.StateRunning})
+		h := start(t, storetest.SQLite(t), n, func(c *lifecycle.Config) {
+			c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+		})
+		if _, err := n.Get(context.Background(), "orphan"); !errdefs.IsNotFound(err) {
+			t.Fatalf("orphan still on the node: %v", err)
+		}
+		if got := h.killed("orphaned"); got != 1 {
+			t.Fatalf("sandbox_killed_total{kill_reason=orphaned} = %v, want 1", got)
+		}
+		lines := logs.lines(t, "orphan")
+		if len(lines) == 0 {
+			t.Fatal("no log line names the orphan")
+		}
+		for _, l := range lines {
+			if l["kill_reason"] != "orphaned" {
+				t.Errorf("log line without kill_reason=orphaned: %v", l)
+			}
+		}
+	})
+}
