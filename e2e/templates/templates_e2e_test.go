@@ -206,11 +206,23 @@ func (s *server) node(t testing.TB, script string, args ...string) string {
 func TestTemplateBuild(t *testing.T) {
 	prerequisites(t)
 	s := startServe(t, t.TempDir())
-	out := s.node(t, "build.mjs", fmt.Sprintf("e2e-tpl-%d", os.Getpid()))
+	name := fmt.Sprintf("e2e-tpl-%d", os.Getpid())
+	out := s.node(t, "build.mjs", name)
 	if !strings.Contains(out, "OK") {
 		t.Fatalf("build flow did not finish:\n%s", out)
 	}
 	t.Logf("%s", out)
+
+	// The E2B CLI lists and deletes it.
+	cli := "../node_modules/@e2b/cli/dist/index.js"
+	require(t, exists(cli), "e2e/node_modules/@e2b/cli missing; run npm ci in e2e/")
+	if out := s.node(t, cli, "template", "list", "--format", "json"); !strings.Contains(out, name) {
+		t.Fatalf("CLI template list lacks %s:\n%s", name, out)
+	}
+	s.node(t, cli, "template", "delete", name, "--yes")
+	if out := s.node(t, cli, "template", "list", "--format", "json"); strings.Contains(out, name) {
+		t.Fatalf("CLI template list still has %s after delete:\n%s", name, out)
+	}
 }
 
 // TestSnapshot snapshots a running sandbox and creates a sandbox from it.
