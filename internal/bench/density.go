@@ -24,6 +24,10 @@ func (r *Runner) density(ctx context.Context) {
 	}
 	cgBefore, cgErr := cgroupMemory(r.cfg.CgroupRoot)
 	var drop float64
+	// MemAvailable after 0, 1, 2 … sandboxes: the slope of a least-squares
+	// line through them is less sensitive to the other loads of a shared
+	// host than the difference of two readings.
+	avail := []float64{before}
 	d.StopReason = fmt.Sprintf("max count %d", p.DensityMax)
 	for d.Started < p.DensityMax {
 		if ctx.Err() != nil {
@@ -42,6 +46,7 @@ func (r *Runner) density(ctx context.Context) {
 			d.StopReason = "host memory unreadable: " + err.Error()
 			break
 		}
+		avail = append(avail, now)
 		drop = before - now
 		if drop >= float64(p.DensityBudgetMiB) {
 			d.StopReason = fmt.Sprintf("memory budget %d MiB", p.DensityBudgetMiB)
@@ -54,15 +59,30 @@ func (r *Runner) density(ctx context.Context) {
 	// Let the idle sandboxes settle before the final reading.
 	settle(ctx, 2*time.Second)
 	if now, err := memAvailable(); err == nil {
-		drop = before - now
+		avail[len(avail)-1] = now
 	}
-	d.HostMiBPerSandbox = round1(drop / float64(d.Started))
+	d.HostMiBPerSandbox = round1(-slope(avail))
 	if cgErr == nil {
 		if cg, err := cgroupMemory(r.cfg.CgroupRoot); err == nil {
 			d.CgroupMiBPerSandbox = round1((cg - cgBefore) / float64(d.Started))
 		}
 	}
 	r.killAll(ctx)
+}
+
+// slope returns the least-squares slope of ys over xs = 0, 1, 2 … (0 for
+// fewer than two points).
+func slope(ys []float64) float64 {
+	n := float64(len(ys))
+	if len(ys) < 2 {
+		return 0
+	}
+	var sx, sy, sxx, sxy float64
+	for i, y := range ys {
+		x := float64(i)
+		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+	}
+	return (n*sxy - sx*sy) / (n*sxx - sx*sx)
 }
 
 func round1(f float64) float64 { return math.Round(f*10) / 10 }

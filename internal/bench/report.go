@@ -76,8 +76,9 @@ type Density struct {
 	// why no more were started (budget, max count or a failure).
 	Started    int    `json:"started"`
 	StopReason string `json:"stopReason"`
-	// HostMiBPerSandbox is the drop of the host's MemAvailable divided by
-	// Started; CgroupMiBPerSandbox is the server's cgroup root memory
+	// HostMiBPerSandbox is the host's MemAvailable drop per sandbox (the
+	// least-squares slope over the readings after each start; other loads
+	// of the host add noise); CgroupMiBPerSandbox is the server's cgroup root memory
 	// usage divided by Started (0 when it could not be read).
 	HostMiBPerSandbox   float64 `json:"hostMiBPerSandbox"`
 	CgroupMiBPerSandbox float64 `json:"cgroupMiBPerSandbox,omitempty"`

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -70,6 +71,30 @@ func TestSummarize(t *testing.T) {
 				if in[i] != tt.samples[i] {
 					t.Fatalf("Summarize reordered its input: %v", tt.samples)
 				}
+			}
+		})
+	}
+}
+
+func TestSlope(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		ys   []float64
+		want float64
+	}{
+		{"none", nil, 0},
+		{"one", []float64{5}, 0},
+		{"two points", []float64{100, 80}, -20},
+		{"exact line", []float64{1000, 990, 980, 970}, -10},
+		{"noise averages out", []float64{1000, 985, 985, 965, 965}, -9},
+		{"flat", []float64{3, 3, 3}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := slope(tt.ys); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("slope(%v) = %v, want %v", tt.ys, got, tt.want)
 			}
 		})
 	}
