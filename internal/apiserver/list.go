@@ -252,17 +252,21 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("end", "must not be before start"))
 		return
 	}
-	st, err := s.lc.Stats(r.Context(), c.teamID, id)
+	var from, to time.Time
+	if bounds[0] != 0 {
+		from = time.Unix(bounds[0], 0)
+	}
+	if bounds[1] != 0 {
+		to = time.Unix(bounds[1], int64(time.Second-1)) // the whole end second
+	}
+	samples, err := s.lc.Metrics(r.Context(), c.teamID, id, from, to)
 	if err != nil {
 		s.sandboxErr(w, r, id, err)
 		return
 	}
-	out := []client.Metric{}
-	if st != nil {
-		ts := st.At.Unix()
-		if (bounds[0] == 0 || ts >= bounds[0]) && (bounds[1] == 0 || ts <= bounds[1]) {
-			out = append(out, metricOf(st))
-		}
+	out := make([]client.Metric, 0, len(samples))
+	for i := range samples {
+		out = append(out, metricOf(&samples[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -280,7 +284,7 @@ func (s *Server) batchMetrics(w http.ResponseWriter, r *http.Request, c *caller)
 	}
 	out := client.SandboxesWithMetrics{Sandboxes: map[string]client.Metric{}}
 	for _, id := range ids {
-		st, err := s.lc.Stats(r.Context(), c.teamID, id)
+		st, err := s.lc.LatestMetric(r.Context(), c.teamID, id)
 		if err != nil || st == nil {
 			continue // unknown, paused or gone: no sample
 		}

@@ -82,6 +82,11 @@ type Config struct {
 	WatchdogMin, WatchdogMax time.Duration
 	// ProbeTimeout bounds one health probe; default 5 s.
 	ProbeTimeout time.Duration
+	// MetricsInterval is how often each running sandbox's CPU, memory and
+	// disk use is sampled for getMetrics; default 5 s, negative disables.
+	MetricsInterval time.Duration
+	// MetricsRetention is how long samples are kept; default 1 hour.
+	MetricsRetention time.Duration
 	// Registry receives the agent's metrics; nil registers nothing.
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -121,6 +126,9 @@ func (c *Config) setDefaults() error {
 		c.ReclaimInterval = DefaultReclaimInterval
 	}
 	if err := c.watchdogDefaults(); err != nil {
+		return err
+	}
+	if err := c.samplesDefaults(); err != nil {
 		return err
 	}
 	if c.Hostname == "" {
@@ -222,6 +230,7 @@ type sbx struct {
 	lastCPU       uint64
 	lastCPUAt     time.Time
 	watch         watchState
+	samples       sampleRing
 }
 
 var _ Service = (*Agent)(nil)
@@ -271,6 +280,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.wg.Go(a.reclaimLoop)
 	}
 	a.startWatchdog()
+	a.startSampler()
 	return a, nil
 }
 
@@ -294,6 +304,7 @@ func (a *Agent) Close() error {
 	a.cancel()
 	a.wg.Wait()
 	a.spawn.close()
+	a.flushSamples()
 	return nil
 }
 
