@@ -160,7 +160,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer parts.close()
-	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: parts.node, Logger: log.With("component", "lifecycle"), Registry: reg})
+	disp, err := newDispatcher(cfg.Events, st, log)
+	if err != nil {
+		return err
+	}
+	lc, err := lifecycle.New(lifecycle.Config{Store: pokingStore{Store: st, poke: disp.Poke}, Node: parts.node, Logger: log.With("component", "lifecycle"), Registry: reg})
 	if err != nil {
 		return err
 	}
@@ -192,10 +196,7 @@ func Run(ctx context.Context, cfg Config) error {
 	lcDone := make(chan error, 1)
 	go func() { lcDone <- lc.Run(runCtx) }()
 	defer func() { stopRun(); <-lcDone }()
-	waitEvents, err := startEvents(runCtx, cfg.Events, st, api, log)
-	if err != nil {
-		return err
-	}
+	waitEvents := startEvents(runCtx, cfg.Events, st, disp, api, log)
 	defer func() { stopRun(); waitEvents() }()
 
 	srv := &http.Server{

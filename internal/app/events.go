@@ -24,21 +24,45 @@ type EventsConfig struct {
 	WebhookMaxBackoff  time.Duration
 }
 
-// startEvents mounts the events and webhooks API on api and runs the
-// webhook dispatcher and the event pruner until ctx ends; wait waits for
-// them.
-func startEvents(ctx context.Context, cfg EventsConfig, st store.Store, api *apiserver.Server, log *slog.Logger) (wait func(), err error) {
-	disp, err := webhooks.New(webhooks.Config{
+// pokingStore wakes the webhook dispatcher after every write that may add
+// outbox rows, so deliveries leave at once rather than at the next poll.
+type pokingStore struct {
+	store.Store
+	poke func()
+}
+
+func (p pokingStore) AppendEvent(ctx context.Context, e *store.Event) error {
+	err := p.Store.AppendEvent(ctx, e)
+	if err == nil {
+		p.poke()
+	}
+	return err
+}
+
+func (p pokingStore) TransitionSandbox(ctx context.Context, id string, fn func(*store.Sandbox) (*store.Event, error)) (*store.Sandbox, error) {
+	sb, err := p.Store.TransitionSandbox(ctx, id, fn)
+	if err == nil {
+		p.poke()
+	}
+	return sb, err
+}
+
+// newDispatcher makes the webhook dispatcher of cfg over st.
+func newDispatcher(cfg EventsConfig, st store.Store, log *slog.Logger) (*webhooks.Dispatcher, error) {
+	return webhooks.New(webhooks.Config{
 		Store: st, Logger: log.With("component", "webhooks"), MaxAttempts: cfg.WebhookMaxAttempts,
 		Backoff: cfg.WebhookBackoff, MaxBackoff: cfg.WebhookMaxBackoff,
 	})
-	if err != nil {
-		return nil, err
-	}
+}
+
+// startEvents mounts the events and webhooks API on api and runs the
+// webhook dispatcher and the event pruner until ctx ends; wait waits for
+// them.
+func startEvents(ctx context.Context, cfg EventsConfig, st store.Store, disp *webhooks.Dispatcher, api *apiserver.Server, log *slog.Logger) (wait func()) {
 	api.MountEvents(apiserver.EventsConfig{Poke: disp.Poke})
 	pr := events.NewPruner(events.PrunerConfig{Store: st, Retention: cfg.Retention, Logger: log.With("component", "events")})
 	var wg sync.WaitGroup
 	wg.Go(func() { disp.Run(ctx) })
 	wg.Go(func() { pr.Run(ctx) })
-	return wg.Wait, nil
+	return wg.Wait
 }
