@@ -22,6 +22,9 @@ type EventsConfig struct {
 	WebhookMaxAttempts int
 	WebhookBackoff     time.Duration
 	WebhookMaxBackoff  time.Duration
+	// WebhookDenyPrivate refuses deliveries to loopback, private and
+	// link-local addresses (for servers shared by untrusted teams).
+	WebhookDenyPrivate bool
 }
 
 // pokingStore wakes the webhook dispatcher after every write that may add
@@ -51,7 +54,7 @@ func (p pokingStore) TransitionSandbox(ctx context.Context, id string, fn func(*
 func newDispatcher(cfg EventsConfig, st store.Store, log *slog.Logger) (*webhooks.Dispatcher, error) {
 	return webhooks.New(webhooks.Config{
 		Store: st, Logger: log.With("component", "webhooks"), MaxAttempts: cfg.WebhookMaxAttempts,
-		Backoff: cfg.WebhookBackoff, MaxBackoff: cfg.WebhookMaxBackoff,
+		Backoff: cfg.WebhookBackoff, MaxBackoff: cfg.WebhookMaxBackoff, DenyPrivate: cfg.WebhookDenyPrivate,
 	})
 }
 

@@ -22,12 +22,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -60,6 +64,11 @@ type Config struct {
 	Concurrency int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// DenyPrivate refuses to connect to loopback, private, link-local,
+	// unspecified and multicast addresses (checked on the resolved address
+	// at connect time), for servers whose teams must not reach the
+	// operator's internal network. It applies to the default Client only.
+	DenyPrivate bool
 }
 
 // Dispatcher sends pending deliveries. Create it with New and run it with
@@ -83,7 +92,13 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg.Timeout = 10 * time.Second
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: cfg.Timeout, CheckRedirect: func(*http.Request, []*http.Request) error {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if cfg.DenyPrivate {
+			dialer := &net.Dialer{Timeout: cfg.Timeout, Control: denyPrivate}
+			tr.DialContext = dialer.DialContext
+			tr.Proxy = nil
+		}
+		cfg.Client = &http.Client{Timeout: cfg.Timeout, Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // deliver only to the registered URL
 		}}
 	}
@@ -280,6 +295,28 @@ func (d *Dispatcher) post(ctx context.Context, hook *store.Webhook, dl *store.De
 		return resp.StatusCode, fmt.Errorf("receiver answered %s", resp.Status)
 	}
 	return resp.StatusCode, nil
+}
+
+// ErrPrivateAddress is the error of a delivery that DenyPrivate stopped.
+var ErrPrivateAddress = errors.New("webhook address is private or local")
+
+// denyPrivate is a net.Dialer Control that refuses non-public addresses.
+func denyPrivate(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return fmt.Errorf("%w: %q", ErrPrivateAddress, host)
+	}
+	ip = ip.Unmap()
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() ||
+		netip.MustParsePrefix("100.64.0.0/10").Contains(ip) {
+		return fmt.Errorf("%w: %s", ErrPrivateAddress, ip)
+	}
+	return nil
 }
 
 // ValidateURL checks a webhook URL given at registration: absolute http or

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,5 +276,27 @@ func TestRunDelivers(t *testing.T) {
 			t.Fatalf("receiver got %d requests in 30 s, want 2", len(rcv.got()))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDenyPrivate: with DenyPrivate a loopback URL is never connected to,
+// and the attempt is recorded as failed with the reason.
+func TestDenyPrivate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.SQLite(t)
+	rcv := newReceiver(t, "k", 0)
+	hook := setup(t, st, rcv.srv.URL, "k")
+	killedEvent(t, st)
+	d, _ := webhooks.New(webhooks.Config{Store: st, DenyPrivate: true})
+	if n, err := d.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	if len(rcv.got()) != 0 {
+		t.Fatal("a private address was reached")
+	}
+	ds, _ := st.ListDeliveries(ctx, "team", hook.ID, 0)
+	if ds[0].State != store.DeliveryPending || ds[0].Attempts != 1 || !strings.Contains(ds[0].LastError, "private or local") {
+		t.Fatalf("delivery %+v", ds[0])
 	}
 }
