@@ -160,7 +160,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer parts.close()
-	disp, err := newDispatcher(cfg.Events, st, log)
+	disp, err := newDispatcher(cfg.Events, st, log, reg)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/events"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -51,8 +53,8 @@ func (p pokingStore) TransitionSandbox(ctx context.Context, id string, fn func(*
 }
 
 // newDispatcher makes the webhook dispatcher of cfg over st.
-func newDispatcher(cfg EventsConfig, st store.Store, log *slog.Logger) (*webhooks.Dispatcher, error) {
-	return webhooks.New(webhooks.Config{
+func newDispatcher(cfg EventsConfig, st store.Store, log *slog.Logger, reg prometheus.Registerer) (*webhooks.Dispatcher, error) {
+	return webhooks.New(webhooks.Config{Registry: reg,
 		Store: st, Logger: log.With("component", "webhooks"), MaxAttempts: cfg.WebhookMaxAttempts,
 		Backoff: cfg.WebhookBackoff, MaxBackoff: cfg.WebhookMaxBackoff, DenyPrivate: cfg.WebhookDenyPrivate,
 	})

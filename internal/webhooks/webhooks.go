@@ -34,6 +34,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/events"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -69,6 +71,9 @@ type Config struct {
 	// at connect time), for servers whose teams must not reach the
 	// operator's internal network. It applies to the default Client only.
 	DenyPrivate bool
+	// Registry receives webhook_delivery_attempts_total{outcome} (outcome
+	// delivered, retry or failed); nil registers nothing.
+	Registry prometheus.Registerer
 }
 
 // Dispatcher sends pending deliveries. Create it with New and run it with
@@ -78,6 +83,8 @@ type Dispatcher struct {
 	st   store.Store
 	log  *slog.Logger
 	wake chan struct{}
+
+	attempts *prometheus.CounterVec
 }
 
 // New returns a Dispatcher.
@@ -126,7 +133,18 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Dispatcher{cfg: cfg, st: cfg.Store, log: cfg.Logger, wake: make(chan struct{}, 1)}, nil
+	d := &Dispatcher{cfg: cfg, st: cfg.Store, log: cfg.Logger, wake: make(chan struct{}, 1),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_delivery_attempts_total",
+			Help: "Webhook delivery attempts, by outcome (delivered, retry, failed).",
+		}, []string{"outcome"}),
+	}
+	if cfg.Registry != nil {
+		if err := cfg.Registry.Register(d.attempts); err != nil {
+			return nil, fmt.Errorf("webhooks metrics: %w", err)
+		}
+	}
+	return d, nil
 }
 
 // Poke makes the dispatcher look at the outbox now (after an event).
@@ -243,6 +261,7 @@ func (d *Dispatcher) attempt(ctx context.Context, dl *store.Delivery) {
 			log.Warn("webhook delivery: record success", "error", err)
 			return
 		}
+		d.attempts.WithLabelValues("delivered").Inc()
 		log.Info("webhook delivered", "attempts", dl.Attempts, "status", status)
 		return
 	}
@@ -256,10 +275,12 @@ func (d *Dispatcher) finish(ctx context.Context, log *slog.Logger, dl *store.Del
 	dl.LastStatus, dl.LastError = status, msg
 	if final || dl.Attempts >= d.cfg.MaxAttempts {
 		dl.State = store.DeliveryFailed
+		d.attempts.WithLabelValues("failed").Inc()
 		log.Warn("webhook delivery failed for good", "attempts", dl.Attempts, "status", status, "error", msg)
 	} else {
 		wait := d.BackoffAfter(dl.Attempts)
 		dl.State, dl.NextAt = store.DeliveryPending, d.cfg.Now().Add(wait)
+		d.attempts.WithLabelValues("retry").Inc()
 		log.Info("webhook delivery attempt failed, will retry", "attempts", dl.Attempts, "retry_in", wait, "status", status, "error", msg)
 	}
 	if err := d.st.RecordAttempt(context.WithoutCancel(ctx), dl); err != nil {

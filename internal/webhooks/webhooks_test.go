@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/events"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -161,7 +163,8 @@ func TestRetriesThenOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := &clock{now: time.Now()}
-	d, err := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Backoff: time.Second, MaxBackoff: time.Minute, MaxAttempts: 5})
+	reg := prometheus.NewRegistry()
+	d, err := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Backoff: time.Second, MaxBackoff: time.Minute, MaxAttempts: 5, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +202,11 @@ func TestRetriesThenOnce(t *testing.T) {
 	ds, _ := st.ListDeliveries(ctx, "team", hook.ID, 0)
 	if len(ds) != 1 || ds[0].State != store.DeliveryDelivered || ds[0].Attempts != 4 {
 		t.Fatalf("deliveries %+v", ds)
+	}
+	for outcome, want := range map[string]float64{"retry": 3, "delivered": 1, "failed": 0} {
+		if got := counter(t, reg, outcome); got != want {
+			t.Errorf("webhook_delivery_attempts_total{outcome=%s} = %v, want %v", outcome, got, want)
+		}
 	}
 	// Redeliver sends it once more.
 	if _, err := st.Redeliver(ctx, "team", hook.ID, ds[0].ID); err != nil {
@@ -299,4 +307,24 @@ func TestDenyPrivate(t *testing.T) {
 	if ds[0].State != store.DeliveryPending || ds[0].Attempts != 1 || !strings.Contains(ds[0].LastError, "private or local") {
 		t.Fatalf("delivery %+v", ds[0])
 	}
+}
+
+// counter returns webhook_delivery_attempts_total{outcome}.
+func counter(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "webhook_delivery_attempts_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
