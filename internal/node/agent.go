@@ -167,6 +167,7 @@ func (c *Config) setDefaults() error {
 //	sandboxes/sbx-<id>/state.json   the versioned state record (mode 0600)
 //	sandboxes/sbx-<id>/bundle/      the driver's files (OCI bundle)
 //	sandboxes/sbx-<id>/snapshot/    the memory image while paused with memory
+//	sandboxes/sbx-<id>/metrics.json the sampled metrics (samples.go)
 //	forks/sbx-<id>-<random>/        a fork's image while its copies restore
 //
 // The writable layers live where Config.Layers keeps them.
