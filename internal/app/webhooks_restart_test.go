@@ -200,7 +200,7 @@ func TestWebhooksSurviveKill9(t *testing.T) {
 	for range 3 {
 		sb, err := c.Create(ctx, client.NewSandbox{TemplateID: "base"})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("create: %v\n%s", err, p.logs.String())
 		}
 		if ok, err := c.Kill(ctx, sb.SandboxID); !ok || err != nil {
 			t.Fatalf("kill: %t %v", ok, err)
