@@ -87,6 +87,9 @@ type Config struct {
 	MetricsInterval time.Duration
 	// MetricsRetention is how long samples are kept; default 1 hour.
 	MetricsRetention time.Duration
+	// PoolConcurrency bounds how many warm pool members are made at once;
+	// default 2 (pool.go).
+	PoolConcurrency int
 	// Registry receives the agent's metrics; nil registers nothing.
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -130,6 +133,9 @@ func (c *Config) setDefaults() error {
 	}
 	if err := c.samplesDefaults(); err != nil {
 		return err
+	}
+	if c.PoolConcurrency <= 0 {
+		c.PoolConcurrency = DefaultPoolConcurrency
 	}
 	if c.Hostname == "" {
 		c.Hostname = "e2b.local"
@@ -203,6 +209,10 @@ type Agent struct {
 	reclaimCounter *prometheus.CounterVec
 	wd             watchdogMetrics
 	opDur          *prometheus.HistogramVec
+	pm             poolMetrics
+	pools          map[string]*pool // by template ID; guarded by mu
+	reserved       map[string]*sbx  // pool members handed out by Reserve
+	poolMaking     int
 	spawn          *spawner
 
 	ctx    context.Context // ends at Close
@@ -232,6 +242,7 @@ type sbx struct {
 	lastCPUAt     time.Time
 	watch         watchState
 	samples       sampleRing
+	frozen        bool // a warm pool member frozen by the agent
 }
 
 var _ Service = (*Agent)(nil)
@@ -261,11 +272,13 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.initWatchdogMetrics()
 	a.opDur = newOpDurations()
+	a.pm = newPoolMetrics()
+	a.pools, a.reserved = map[string]*pool{}, map[string]*sbx{}
 	for _, k := range []string{"container", "cgroup", "network", "mount", "loop_device", "layer", "state_dir", "fork_image"} {
 		a.reclaimCounter.WithLabelValues(k)
 	}
 	if cfg.Registry != nil {
-		for _, c := range append([]prometheus.Collector{a.reclaimCounter, a.opDur, &capacityCollector{a: a}}, a.watchdogCollectors()...) {
+		for _, c := range append([]prometheus.Collector{a.reclaimCounter, a.opDur, &capacityCollector{a: a}, a.pm.claims, a.pm.ready}, a.watchdogCollectors()...) {
 			if err := cfg.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("node metrics: %w", err)
 			}
@@ -282,6 +295,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.startWatchdog()
 	a.startSampler()
+	a.wg.Go(a.poolLoop)
 	return a, nil
 }
 

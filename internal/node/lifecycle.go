@@ -34,6 +34,10 @@ type startMode struct {
 // Create implements Service.
 func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
 	start := a.clock.Now()
+	if v, ok := a.claim(ctx, req); ok {
+		a.observeOp("create", start, nil)
+		return v, nil
+	}
 	v, err := a.create(ctx, req, false)
 	a.observeOp("create", start, err)
 	return v, err

@@ -1,0 +1,336 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// Warm pools (LIFECYCLE-RULES §6): per template, the node keeps a number of
+// ready sandboxes, started and then frozen (when the driver can freeze;
+// otherwise left idle), as the agent's own internal sandboxes: not listed,
+// no events, never probed or sampled. A create claims one in two steps:
+// the control plane calls Reserve, which takes a ready member out of the
+// pool and answers its ID, and then Create with that ID, which thaws the
+// member and re-initialises its envd (/init with the create's environment,
+// access token, user and workdir) instead of starting a sandbox. From then
+// on the member is an ordinary started sandbox, in a new epoch. If the
+// claim fails, the member is destroyed and Create starts a sandbox of that
+// ID the usual way. Pools refill in the background, at most
+// Config.PoolConcurrency members being made at a time; a pool whose
+// template build changes, or whose size drops, destroys its extra members.
+// Pool members do not survive an agent restart (internal sandboxes are
+// reclaimed at start); the pools refill.
+//
+// Pool configuration is in memory: the control plane sets it (SetPool)
+// after a node starts.
+
+// DefaultPoolConcurrency bounds how many pool members are made at once.
+const DefaultPoolConcurrency = 2
+
+// poolTick is how often the pools are checked for members to make.
+const poolTick = time.Second
+
+// Pooler is the optional part of Service for warm pools. Agent implements
+// it.
+type Pooler interface {
+	// SetPool keeps size ready sandboxes of tmpl with res (zero fields take
+	// the node's defaults); size 0 removes the pool.
+	SetPool(ctx context.Context, tmpl Template, res sandbox.Resources, size int) error
+	// Reserve takes a ready member of tmpl's pool with resources res out of
+	// the pool and returns its ID, to be passed to Create; false when none
+	// is ready (a miss).
+	Reserve(tmpl Template, res sandbox.Resources) (string, bool)
+	// Pools reports each pool by template ID.
+	Pools() map[string]PoolStatus
+}
+
+// PoolStatus is one pool's state.
+type PoolStatus struct {
+	BuildID string
+	Size    int
+	Ready   int
+	Making  int
+}
+
+var _ Pooler = (*Agent)(nil)
+
+type pool struct {
+	tmpl   Template
+	res    sandbox.Resources
+	size   int
+	ready  []*sbx
+	making int
+}
+
+type poolMetrics struct {
+	claims *prometheus.CounterVec
+	ready  *prometheus.GaugeVec
+}
+
+func newPoolMetrics() poolMetrics {
+	return poolMetrics{
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_pool_claims_total",
+			Help: "Creates that asked a warm pool for a sandbox, by template and result (hit, miss).",
+		}, []string{"template", "result"}),
+		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sandbox_pool_ready",
+			Help: "Ready sandboxes in the warm pool of each template on this node.",
+		}, []string{"template"}),
+	}
+}
+
+// SetPool implements Pooler.
+func (a *Agent) SetPool(ctx context.Context, tmpl Template, res sandbox.Resources, size int) error {
+	if size < 0 {
+		return fmt.Errorf("pool of template %q: size %d: %w", tmpl.ID, size, errdefs.ErrInvalid)
+	}
+	if tmpl.ID == "" || (tmpl.RootFS == "" && tmpl.SnapshotDir == "") {
+		return fmt.Errorf("pool of template %q: no root filesystem on this node: %w", tmpl.ID, errdefs.ErrInvalid)
+	}
+	res = a.resources(res)
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return fmt.Errorf("node agent: %w", errdefs.ErrUnavailable)
+	}
+	p := a.pools[tmpl.ID]
+	var drop []*sbx
+	if p != nil && (p.tmpl.BuildID != tmpl.BuildID || p.res != res) {
+		// The template (or the members' shape) changed: its members go.
+		drop, p.ready = p.ready, nil
+	}
+	if size == 0 {
+		if p != nil {
+			drop = append(drop, p.ready...)
+			delete(a.pools, tmpl.ID)
+			a.pm.ready.DeleteLabelValues(tmpl.ID)
+		}
+	} else {
+		if p == nil {
+			p = &pool{}
+			a.pools[tmpl.ID] = p
+		}
+		p.tmpl, p.res, p.size = tmpl, res, size
+		if len(p.ready) > size {
+			drop = append(drop, p.ready[size:]...)
+			p.ready = p.ready[:size]
+		}
+		a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
+	}
+	a.mu.Unlock()
+	for _, s := range drop {
+		a.dropMember(ctx, s)
+	}
+	a.log.Info("warm pool set", "template_id", tmpl.ID, "build_id", tmpl.BuildID, "size", size)
+	return nil
+}
+
+// Reserve implements Pooler.
+func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
+	res = a.resources(res)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.pools[tmpl.ID]
+	if p == nil || p.tmpl.BuildID != tmpl.BuildID || p.res != res || len(p.ready) == 0 {
+		a.pm.claims.WithLabelValues(templateLabel(tmpl.ID), "miss").Inc()
+		return "", false
+	}
+	s := p.ready[len(p.ready)-1]
+	p.ready = p.ready[:len(p.ready)-1]
+	a.reserved[s.rec.ID] = s
+	a.pm.claims.WithLabelValues(tmpl.ID, "hit").Inc()
+	a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
+	return s.rec.ID, true
+}
+
+// Pools implements Pooler.
+func (a *Agent) Pools() map[string]PoolStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]PoolStatus{}
+	for id, p := range a.pools {
+		out[id] = PoolStatus{BuildID: p.tmpl.BuildID, Size: p.size, Ready: len(p.ready), Making: p.making}
+	}
+	return out
+}
+
+func (a *Agent) dropMember(ctx context.Context, s *sbx) {
+	s.op.Lock()
+	defer s.op.Unlock()
+	a.mu.Lock()
+	gone, id := s.gone, s.rec.ID
+	a.mu.Unlock()
+	if gone {
+		return
+	}
+	a.destroy(ctx, s, a.log.With("sandbox_id", id, "kill_reason", "pool_shrink"))
+}
+
+func (a *Agent) poolLoop() {
+	for a.sleep(poolTick) {
+		a.fillPools()
+	}
+}
+
+// fillPools starts the members the pools lack, within the concurrency
+// limit.
+func (a *Agent) fillPools() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	for _, p := range a.pools {
+		live := p.ready[:0]
+		for _, s := range p.ready {
+			if !s.gone {
+				live = append(live, s)
+			}
+		}
+		p.ready = live
+		for len(p.ready)+p.making < p.size && a.poolMaking < a.cfg.PoolConcurrency {
+			p.making++
+			a.poolMaking++
+			tmpl, res := p.tmpl, p.res
+			a.wg.Go(func() { a.makeMember(tmpl, res) })
+		}
+	}
+}
+
+// makeMember starts one pool member and freezes it.
+func (a *Agent) makeMember(tmpl Template, res sandbox.Resources) {
+	ctx := a.ctx
+	id := sandbox.NewID()
+	log := a.log.With("sandbox_id", id, "template_id", tmpl.ID, "pool", true)
+	_, err := a.create(ctx, CreateRequest{ID: id, Template: tmpl, Resources: res}, true)
+	var s *sbx
+	if err == nil {
+		s, err = a.lookup(id)
+	}
+	if err == nil {
+		if f, ok := a.drv.(driver.Freezer); ok && a.drv.Capabilities().Freeze {
+			if ferr := f.Freeze(ctx, id); ferr != nil {
+				log.Debug("freeze pool member; kept idle", "error", ferr)
+			} else {
+				a.mu.Lock()
+				s.frozen = true
+				a.mu.Unlock()
+			}
+		}
+	}
+	a.mu.Lock()
+	a.poolMaking--
+	p := a.pools[tmpl.ID]
+	keep := err == nil && p != nil && p.tmpl.BuildID == tmpl.BuildID && p.res == res && len(p.ready) < p.size && !a.closed
+	if p != nil && p.tmpl.BuildID == tmpl.BuildID {
+		p.making--
+	}
+	if keep {
+		p.ready = append(p.ready, s)
+		a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
+	}
+	a.mu.Unlock()
+	switch {
+	case err != nil:
+		log.Warn("make pool member", "error", err)
+	case !keep:
+		a.dropMember(context.WithoutCancel(ctx), s)
+	default:
+		log.Debug("pool member ready")
+	}
+}
+
+// claim turns reserved pool member req.ID into the sandbox req asks for.
+// It reports false when req.ID is no reserved member, or when the claim
+// failed (the member is then destroyed and the ID free for a plain
+// create).
+func (a *Agent) claim(ctx context.Context, req CreateRequest) (*Sandbox, bool) {
+	a.mu.Lock()
+	s, ok := a.reserved[req.ID]
+	delete(a.reserved, req.ID)
+	a.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	log := a.log.With("sandbox_id", req.ID, "execution_id", req.ExecutionID, "template_id", req.Template.ID, "team_id", req.TeamID)
+	v, err := a.claimLocked(ctx, s, req)
+	if err != nil {
+		log.Warn("claim of a warm pool member failed; starting a sandbox instead", "error", err)
+		a.dropMember(context.WithoutCancel(ctx), s)
+		return nil, false
+	}
+	log.Info("sandbox created from the warm pool", "address", v.Address)
+	return v, true
+}
+
+func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sandbox, error) {
+	s.op.Lock()
+	defer s.op.Unlock()
+	a.mu.Lock()
+	if s.gone || s.rec.State != sandbox.StateRunning || s.rec.Slot == nil {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("pool member is gone: %w", errdefs.ErrNotFound)
+	}
+	r := s.rec
+	frozen := s.frozen
+	a.mu.Unlock()
+	if frozen {
+		f, _ := a.drv.(driver.Freezer)
+		if err := f.Thaw(ctx, r.ID); err != nil {
+			return nil, fmt.Errorf("thaw: %w", err)
+		}
+		a.mu.Lock()
+		s.frozen = false
+		a.mu.Unlock()
+	}
+	if err := a.cfg.Net.Update(ctx, r.Slot, req.Network); err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	addr := a.envdAddr(r.Slot)
+	rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
+	defer cancel()
+	init := EnvdInit{
+		EnvVars:        mergeEnv(req.Template.Env, req.EnvVars),
+		AccessToken:    req.EnvdAccessToken,
+		DefaultUser:    orDefault(req.Template.User, "user"),
+		DefaultWorkdir: orDefault(req.Template.Workdir, "/home/user"),
+		Timestamp:      a.clock.Now().UTC(),
+	}
+	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
+		return nil, fmt.Errorf("envd init at %s: %w", addr, err)
+	}
+	execID := req.ExecutionID
+	if execID == "" {
+		execID = sandbox.NewExecutionID()
+	}
+	a.mu.Lock()
+	s.rec.ExecutionID = execID
+	s.rec.TeamID = req.TeamID
+	s.rec.Template = req.Template
+	s.rec.EndAt = req.EndAt
+	s.rec.Network = clonePolicy(req.Network)
+	s.rec.EnvVars = maps.Clone(req.EnvVars)
+	s.rec.Metadata = maps.Clone(req.Metadata)
+	s.rec.AccessToken = req.EnvdAccessToken
+	s.rec.Internal = false
+	s.internal = false
+	s.rec.Epoch++
+	s.rec.StartedAt = a.clock.Now()
+	s.lastCPU, s.lastCPUAt = 0, a.clock.Now()
+	a.armBackstopLocked(s)
+	v := a.viewLocked(s)
+	a.mu.Unlock()
+	if err := a.persist(s); err != nil {
+		a.log.Warn("persist claimed pool member", "sandbox_id", r.ID, "error", err)
+	}
+	return v, nil
+}

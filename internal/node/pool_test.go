@@ -1,0 +1,175 @@
+package node_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/driver/fake"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// waitPool advances time until tmpl's pool has want ready members.
+func waitPool(t *testing.T, a *node.Agent, tmpl string, want int) {
+	t.Helper()
+	for range 60 {
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if a.Pools()[tmpl].Ready == want {
+			return
+		}
+	}
+	t.Fatalf("pool %s: %+v, want %d ready within 60 s", tmpl, a.Pools()[tmpl], want)
+}
+
+func TestWarmPoolClaim(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		req := createReq("ignored")
+		res := req.Resources
+		if err := a.SetPool(ctx, req.Template, res, 2); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 2)
+		if l, _ := a.List(ctx); len(l) != 0 {
+			t.Errorf("pool members listed: %+v", l)
+		}
+		for _, id := range runtimeIDs(t, e) {
+			if st, _ := e.drv.Status(ctx, id); st.State != driver.StateFrozen {
+				t.Errorf("pool member %s is %s, want frozen", id, st.State)
+			}
+		}
+		// Not probed while in the pool.
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := len(e.envd.Probes()); n != 0 {
+			t.Errorf("pool members probed %d times", n)
+		}
+
+		id, ok := a.Reserve(req.Template, res)
+		if !ok {
+			t.Fatal("no member reserved from a full pool")
+		}
+		req.ID = id
+		req.EnvdAccessToken = "claimed-token"
+		req.Metadata = map[string]string{"claimed": "yes"}
+		sb, err := a.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.ID != id || sb.State != sandbox.StateRunning || sb.TeamID != "team1" || sb.Metadata["claimed"] != "yes" {
+			t.Errorf("claimed sandbox %+v", sb)
+		}
+		if st, _ := e.drv.Status(ctx, id); st.State != driver.StateRunning {
+			t.Errorf("claimed member is %s in the runtime, want running", st.State)
+		}
+		inits := e.envd.Inits()
+		last := inits[len(inits)-1]
+		if last.Addr != sb.Address || last.Init.AccessToken != "claimed-token" || last.Init.EnvVars["B"] != "create" {
+			t.Errorf("claim's /init %+v, want the create's token and env at %s", last, sb.Address)
+		}
+		if l, _ := a.List(ctx); len(l) != 1 || l[0].ID != id {
+			t.Errorf("list after the claim: %+v", l)
+		}
+
+		// The pool refills.
+		waitPool(t, a, "tmpl", 2)
+
+		// A claimed member is an ordinary started sandbox: probed...
+		time.Sleep(41 * time.Second)
+		synctest.Wait()
+		if n := countAddr(e.envd.Probes(), sb.Address); n == 0 {
+			t.Error("claimed sandbox not probed")
+		}
+		if h := health(t, a, id); h != node.HealthHealthy {
+			t.Errorf("claimed sandbox health %q", h)
+		}
+		// ...pausable and resumable...
+		if _, err := a.Pause(ctx, id, node.PauseRequest{Memory: true}); err != nil {
+			t.Fatalf("pause claimed sandbox: %v", err)
+		}
+		if _, err := a.Resume(ctx, id, node.ResumeRequest{}); err != nil {
+			t.Fatalf("resume claimed sandbox: %v", err)
+		}
+		// ...and killable.
+		events, _ := a.Watch(t.Context())
+		if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
+			t.Fatal(err)
+		}
+		if ev := nextEvent(t, events); ev.SandboxID != id || ev.Type != node.EventKilled {
+			t.Errorf("kill event %+v", ev)
+		}
+		e.assertNoHostObjects(id)
+
+		if v := gauge(t, e.reg, "sandbox_pool_claims_total", "result", "hit"); v != 1 {
+			t.Errorf("pool hits %v, want 1", v)
+		}
+		other := req.Template
+		other.ID = "other"
+		if _, ok := a.Reserve(other, res); ok {
+			t.Error("reserved from a template without a pool")
+		}
+		if v := gauge(t, e.reg, "sandbox_pool_claims_total", "result", "miss"); v != 1 {
+			t.Errorf("pool misses %v, want 1", v)
+		}
+	})
+}
+
+func TestWarmPoolShrinks(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		// Each member takes 10 s to start.
+		e := newEnv(t, fake.Config{Default: fake.Behavior{StartDelay: 10 * time.Second}})
+		e.tune = func(c *node.Config) { c.PoolConcurrency = 1 }
+		a := e.start()
+		tmpl := createReq("x").Template
+		if err := a.SetPool(ctx, tmpl, sandbox.Resources{}, 3); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if st := a.Pools()["tmpl"]; st.Making != 1 || st.Ready != 0 {
+			t.Errorf("pool %+v: want 1 member being made at once (limit 1)", st)
+		}
+		waitPool(t, a, "tmpl", 3)
+		old := runtimeIDs(t, e)
+
+		// A new build of the template replaces every member.
+		tmpl.BuildID = "build2"
+		if err := a.SetPool(ctx, tmpl, sandbox.Resources{}, 1); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range old {
+			e.assertNoHostObjects(id)
+		}
+		waitPool(t, a, "tmpl", 1)
+		if st := a.Pools()["tmpl"]; st.BuildID != "build2" {
+			t.Errorf("pool %+v, want build2", st)
+		}
+		if err := a.SetPool(ctx, tmpl, sandbox.Resources{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := a.Pools()["tmpl"]; ok {
+			t.Error("pool of size 0 still there")
+		}
+		if ids := runtimeIDs(t, e); len(ids) != 0 {
+			t.Errorf("runtime sandboxes left after the pool went: %v", ids)
+		}
+	})
+}
+
+func runtimeIDs(t *testing.T, e *env) []string {
+	t.Helper()
+	ids, err := e.drv.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
