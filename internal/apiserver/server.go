@@ -77,6 +77,8 @@ type Config struct {
 	// PublicURL is the absolute URL clients reach the API at, used in the
 	// upload URLs handed out; empty takes the request's scheme and Host.
 	PublicURL string
+	// Pools, when set, serves the warm pool admin routes (pools.go).
+	Pools node.Pooler
 	// Snapshots, when set (with Catalog), takes sandbox snapshots and
 	// deletes template snapshots (the node agent; snapshots.go).
 	Snapshots Snapshotter
@@ -171,6 +173,7 @@ func (s *Server) routes() {
 	if s.cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", admin(func(w http.ResponseWriter, r *http.Request, _ *caller) { s.cfg.Metrics.ServeHTTP(w, r) }))
 	}
+	s.poolRoutes(admin)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})

@@ -179,6 +179,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if parts.agent != nil {
 		apiCfg.Snapshots = parts.agent
 	}
+	if pl, ok := parts.node.(node.Pooler); ok {
+		apiCfg.Pools = pl
+	}
 	api, err := apiserver.New(apiCfg)
 	if err != nil {
 		return err

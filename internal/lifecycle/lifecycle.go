@@ -150,8 +150,9 @@ type CreateParams struct {
 // its concurrency limit gets an ErrExhausted error wrapped in LimitError.
 func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, error) {
 	now := time.Now().UTC()
+	id, pooled := m.poolID(p)
 	sb := &store.Sandbox{
-		ID: sandbox.NewID(), TeamID: p.TeamID, TemplateID: p.Template.ID, State: sandbox.StateStarting,
+		ID: id, TeamID: p.TeamID, TemplateID: p.Template.ID, State: sandbox.StateStarting,
 		Epoch: 1, StartedAt: now, EndAt: now.Add(p.Timeout),
 		Spec: store.Spec{
 			Alias: p.Alias, BuildID: p.Template.BuildID, NodeID: m.cfg.NodeID, ExecutionID: sandbox.NewExecutionID(),
@@ -167,6 +168,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, e
 		sb.Spec.TrafficAccessToken = sandbox.RandomToken(32)
 	}
 	if err := m.reserve(ctx, sb, p.MaxConcurrent); err != nil {
+		m.unpool(id, pooled)
 		return nil, err
 	}
 	log := m.log.With("sandbox_id", sb.ID, "team_id", sb.TeamID, "template_id", sb.TemplateID)

@@ -48,6 +48,9 @@ type Pooler interface {
 	// the pool and returns its ID, to be passed to Create; false when none
 	// is ready (a miss).
 	Reserve(tmpl Template, res sandbox.Resources) (string, bool)
+	// Unreserve puts a reserved member that will not be claimed back into
+	// its pool (or destroys it when the pool no longer wants it).
+	Unreserve(id string)
 	// Pools reports each pool by template ID.
 	Pools() map[string]PoolStatus
 }
@@ -150,6 +153,27 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 	a.pm.claims.WithLabelValues(tmpl.ID, "hit").Inc()
 	a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
 	return s.rec.ID, true
+}
+
+// Unreserve implements Pooler.
+func (a *Agent) Unreserve(id string) {
+	a.mu.Lock()
+	s, ok := a.reserved[id]
+	delete(a.reserved, id)
+	if !ok {
+		a.mu.Unlock()
+		return
+	}
+	p := a.pools[s.rec.Template.ID]
+	back := p != nil && !s.gone && p.tmpl.BuildID == s.rec.Template.BuildID && p.res == s.rec.Resources && len(p.ready) < p.size
+	if back {
+		p.ready = append(p.ready, s)
+		a.pm.ready.WithLabelValues(p.tmpl.ID).Set(float64(len(p.ready)))
+	}
+	a.mu.Unlock()
+	if !back {
+		a.dropMember(a.ctx, s)
+	}
 }
 
 // Pools implements Pooler.

@@ -1,0 +1,66 @@
+package apiserver
+
+import (
+	"net/http"
+	"sort"
+)
+
+// Warm pools (LIFECYCLE-RULES §6), admin routes: how many ready sandboxes
+// of a template the node keeps for creates to claim.
+//
+//	PUT /admin/templates/{templateID}/pool {"size": N}   (0 removes it)
+//	GET /admin/pools
+//
+// The template is resolved as the caller's team sees it (X-Team-ID); the
+// members get the API's default resources, so creates with default
+// resources claim them.
+
+// PoolStatus is one pool in the admin API's answers.
+type PoolStatus struct {
+	TemplateID string `json:"templateID"`
+	BuildID    string `json:"buildID"`
+	Size       int    `json:"size"`
+	Ready      int    `json:"ready"`
+}
+
+func (s *Server) poolRoutes(admin func(func(http.ResponseWriter, *http.Request, *caller)) http.Handler) {
+	if s.cfg.Pools == nil {
+		return
+	}
+	s.mux.Handle("PUT /admin/templates/{templateID}/pool", admin(s.setPool))
+	s.mux.Handle("GET /admin/pools", admin(s.listPools))
+}
+
+func (s *Server) setPool(w http.ResponseWriter, r *http.Request, c *caller) {
+	var body struct {
+		Size *int `json:"size"`
+	}
+	if err := decode(r, &body, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if body.Size == nil || *body.Size < 0 || *body.Size > 100 {
+		s.fail(w, r, invalid("size", "required, 0 to 100"))
+		return
+	}
+	tmpl, err := s.cfg.Templates.Resolve(r.Context(), c.teamID, r.PathValue("templateID"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.cfg.Pools.SetPool(r.Context(), tmpl, s.cfg.DefaultResources, *body.Size); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	st := s.cfg.Pools.Pools()[tmpl.ID]
+	writeJSON(w, http.StatusOK, PoolStatus{TemplateID: tmpl.ID, BuildID: tmpl.BuildID, Size: *body.Size, Ready: st.Ready})
+}
+
+func (s *Server) listPools(w http.ResponseWriter, r *http.Request, _ *caller) {
+	out := []PoolStatus{}
+	for id, st := range s.cfg.Pools.Pools() {
+		out = append(out, PoolStatus{TemplateID: id, BuildID: st.BuildID, Size: st.Size, Ready: st.Ready})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].TemplateID < out[j].TemplateID })
+	writeJSON(w, http.StatusOK, out)
+}
