@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,8 +100,16 @@ func TestBenchRunsc(t *testing.T) {
 	if d := run.Density; d == nil || d.Started != 2 {
 		t.Errorf("density: %+v, want 2 idle sandboxes", run.Density)
 	}
-	// The server's data dir is removed when bench ends.
+	// The server's data dir, cgroup root and nftables table are removed
+	// when bench ends.
 	if left, _ := filepath.Glob(filepath.Join(dir, "warren-bench-*")); len(left) != 0 {
 		t.Errorf("data dirs left behind: %v", left)
+	}
+	pid := cmd.Process.Pid
+	if left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/warren-bench-%d-*", pid)); len(left) != 0 {
+		t.Errorf("cgroups left behind: %v", left)
+	}
+	if out, err := exec.Command("nft", "list", "table", "inet", fmt.Sprintf("warren_bench_%d_0", pid)).CombinedOutput(); err == nil {
+		t.Errorf("nftables table left behind:\n%s", out)
 	}
 }

@@ -48,6 +48,7 @@ type Server struct {
 	URL, APIKey string
 	// CgroupRoot is the server's --cgroup-root.
 	CgroupRoot string
+	iso        hostIsolation
 	cmd        *exec.Cmd
 	dataDir    string
 	done       chan error
@@ -96,7 +97,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		os.RemoveAll(dataDir)
 		return nil, fmt.Errorf("bench server %s: start %s: %w", cfg.Driver, cfg.Warren, err)
 	}
-	s := &Server{URL: "http://" + addr, APIKey: key, CgroupRoot: iso.cgroupRoot, cmd: cmd, dataDir: dataDir, done: make(chan error, 1), log: cfg.Log}
+	s := &Server{URL: "http://" + addr, APIKey: key, CgroupRoot: iso.cgroupRoot, iso: iso, cmd: cmd, dataDir: dataDir, done: make(chan error, 1), log: cfg.Log}
 	go func() { s.done <- cmd.Wait(); logf.Close() }()
 	cfg.Log.Info("bench: started warren serve", "driver", cfg.Driver, "url", s.URL, "data_dir", dataDir, "pid", cmd.Process.Pid)
 	if err := s.waitHealthy(ctx, cfg.StartTimeout); err != nil {
@@ -174,8 +175,8 @@ func (s *Server) waitHealthy(ctx context.Context, timeout time.Duration) error {
 }
 
 // Stop ends the server (SIGTERM, SIGKILL after a minute) and removes its
-// data directory. Sandboxes should be killed first: a stopped server
-// leaves them running for its next start.
+// data directory, nftables table and cgroup root. Sandboxes should be
+// killed first: a stopped server leaves them running for its next start.
 func (s *Server) Stop() {
 	if s.cmd.Process != nil {
 		s.cmd.Process.Signal(syscall.SIGTERM)
@@ -185,6 +186,9 @@ func (s *Server) Stop() {
 			s.cmd.Process.Kill()
 			<-s.done
 		}
+	}
+	if err := removeHostObjects(context.Background(), s.iso); err != nil {
+		s.log.Warn("bench: host objects left behind", "error", err)
 	}
 	if err := os.RemoveAll(s.dataDir); err != nil {
 		s.log.Warn("bench: data dir left behind", "data_dir", s.dataDir, "error", err)

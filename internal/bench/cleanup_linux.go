@@ -1,0 +1,61 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// removeHostObjects removes what a stopped server of the bench leaves on
+// the host (a stopped server keeps them for its next start, which never
+// comes): its nftables table and its empty cgroup root in every
+// hierarchy. Sandboxes must be gone; a cgroup with processes stays.
+func removeHostObjects(ctx context.Context, iso hostIsolation) error {
+	var errs []error
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "nft", "delete", "table", "inet", iso.nftTable).CombinedOutput(); err != nil &&
+		!strings.Contains(string(out), "No such file or directory") {
+		errs = append(errs, fmt.Errorf("nft table %s: %s: %w", iso.nftTable, strings.TrimSpace(string(out)), errors.Join(errdefs.ErrUnavailable, err)))
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", iso.cgroupRoot))
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", iso.cgroupRoot)); err == nil {
+		dirs = append(dirs, filepath.Join("/sys/fs/cgroup", iso.cgroupRoot))
+	}
+	for _, d := range dirs {
+		if err := rmdirCgroup(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rmdirCgroup removes a cgroup directory and its child cgroups, deepest
+// first (cgroupfs directories are removed with rmdir, not unlink).
+func rmdirCgroup(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := rmdirCgroup(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("cgroup %s: %w", dir, errors.Join(errdefs.ErrConflict, err))
+	}
+	return nil
+}
