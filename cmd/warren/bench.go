@@ -21,7 +21,7 @@ func newBench(stdout, stderr io.Writer) *cobra.Command {
 		quick                   bool
 		jsonFile, drivers       string
 		runsc, envd, baseRootFS string
-		logLevel                string
+		logLevel, commit        string
 		iterations, burst       int
 		densityMiB, densityMax  int
 	)
@@ -87,6 +87,9 @@ Otherwise it measures the server at --api-url (env E2B_API_URL) with --api-key
 			if rep == nil {
 				return runErr
 			}
+			if commit != "" {
+				rep.Commit = commit
+			}
 			if err := rep.WriteTable(stdout); err != nil {
 				return err
 			}
@@ -114,6 +117,7 @@ Otherwise it measures the server at --api-url (env E2B_API_URL) with --api-key
 	f.StringVar(&runsc, "runsc", "", "serve --runsc for the started servers")
 	f.StringVar(&envd, "envd", "", "serve --envd for the started servers")
 	f.StringVar(&baseRootFS, "base-rootfs", "", "serve --base-rootfs for the started servers")
+	f.StringVar(&commit, "commit", "", "commit recorded in the report (default the binary's VCS revision, absent with -buildvcs=false)")
 	f.StringVar(&logLevel, "log-level", "info", "log level of bench's progress on stderr")
 	return cmd
 }
