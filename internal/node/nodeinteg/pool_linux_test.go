@@ -1,0 +1,123 @@
+package nodeinteg
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// waitPoolReady waits (polling, generously) until tmpl's pool has n ready
+// members.
+func waitPoolReady(t testing.TB, a *node.Agent, tmpl string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for a.Pools()[tmpl].Ready < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool %s not ready within 2 minutes: %+v", tmpl, a.Pools()[tmpl])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// claim reserves a member of the pool and creates sandbox req from it.
+func claim(t testing.TB, a *node.Agent, req node.CreateRequest) *node.Sandbox {
+	t.Helper()
+	id, ok := a.Reserve(req.Template, req.Resources)
+	if !ok {
+		t.Fatal("no pool member to reserve")
+	}
+	req.ID, req.ExecutionID, req.EnvdAccessToken = id, "e-"+id, "tok-"+id
+	sb, err := a.Create(context.Background(), req)
+	if err != nil {
+		t.Fatalf("create from the pool: %v", err)
+	}
+	if sb.ID != id {
+		t.Fatalf("created %s, want the pool member %s", sb.ID, id)
+	}
+	return sb
+}
+
+// TestWarmPoolRunsc: a member of a runsc pool, claimed, runs commands with
+// the create's environment and access token, pauses, resumes and is
+// killed without leftovers.
+func TestWarmPoolRunsc(t *testing.T) {
+	h := newHost(t)
+	a, drv := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	req := h.createReq("unused")
+	if err := a.SetPool(ctx, req.Template, req.Resources, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolReady(t, a, "base", 1)
+	req.EnvVars = map[string]string{"FROM_CREATE": "claimed"}
+	sb := claim(t, a, req)
+	if out, code := run(t, sb, "tok-"+sb.ID, "echo $FROM_CREATE"); code != 0 || strings.TrimSpace(out) != "claimed" {
+		t.Fatalf("command in the claimed sandbox: %q (exit %d), want the create's env", out, code)
+	}
+	if _, err := a.Pause(ctx, sb.ID, node.PauseRequest{Memory: true}); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	rs, err := a.Resume(ctx, sb.ID, node.ResumeRequest{})
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if out, code := run(t, rs, "tok-"+sb.ID, "echo $FROM_CREATE"); code != 0 || strings.TrimSpace(out) != "claimed" {
+		t.Fatalf("command after resume: %q (exit %d)", out, code)
+	}
+	if err := a.Kill(ctx, sb.ID, sandbox.KillRequest); err != nil {
+		t.Fatal(err)
+	}
+	if left := h.leftovers(drv, sb.ID); len(left) > 0 {
+		t.Errorf("left after kill: %v", left)
+	}
+	waitPoolReady(t, a, "base", 1)
+	if err := a.SetPool(ctx, req.Template, req.Resources, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkWarmPoolCreate: create p50/p99 with and without a warm pool, in
+// the same run (each iteration one cold create and one claim, each
+// killed; the pool refills between claims, untimed).
+//
+//	go test -run '^$' -bench WarmPoolCreate -benchtime 20x ./internal/node/nodeinteg/
+func BenchmarkWarmPoolCreate(b *testing.B) {
+	h := newHost(b)
+	a, _ := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	req := h.createReq("unused")
+	if err := a.SetPool(ctx, req.Template, req.Resources, 1); err != nil {
+		b.Fatal(err)
+	}
+	var cold, warm []time.Duration
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("bw%03d%s", i%1000, sandbox.NewID()[:8])
+		t0 := time.Now()
+		if _, err := a.Create(ctx, h.createReq(id)); err != nil {
+			b.Fatal(err)
+		}
+		cold = append(cold, time.Since(t0))
+		if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
+			b.Fatal(err)
+		}
+
+		b.StopTimer()
+		waitPoolReady(b, a, "base", 1)
+		b.StartTimer()
+		t1 := time.Now()
+		sb := claim(b, a, req)
+		warm = append(warm, time.Since(t1))
+		if err := a.Kill(ctx, sb.ID, sandbox.KillRequest); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report(b, "cold-create", cold)
+	report(b, "warm-create", warm)
+}
