@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 eval "$(scripts/start-postgres.sh "$PWD/var/pgdata" "${WARREN_TEST_PG_PORT:-55432}")"
 trap 'eval "$WARREN_TEST_POSTGRES_STOP" >/dev/null 2>&1 || true' EXIT
 
+# The node's leak test runs the 100 create/kill cycles the runtime issue asks for.
+export WARREN_TEST_CYCLES=${WARREN_TEST_CYCLES:-100}
+
 echo "== go test"
 go test -count=1 -timeout 40m -p 2 ./...
 
