@@ -34,7 +34,8 @@ func templateCommand() *cobra.Command {
 	open := func(runner builder.Runner) (*builder.Local, error) {
 		return builder.OpenLocal(builder.LocalConfig{DataDir: dataDir, BaseRootFSTar: baseTar, Runner: runner})
 	}
-	cmd.AddCommand(templateBuildCommand(open, &team), templateListCommand(open, &team), templateDeleteCommand(open, &team))
+	cmd.AddCommand(templateBuildCommand(open, &team), templateListCommand(open, &team), templateDeleteCommand(open, &team),
+		templatePoolCommand(&team))
 	return cmd
 }
 
