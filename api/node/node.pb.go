@@ -894,9 +894,12 @@ func (*UpdateNetworkResponse) Descriptor() ([]byte, []int) {
 }
 
 type PauseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Memory        bool                   `protobuf:"varint,2,opt,name=memory,proto3" json:"memory,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Memory bool                   `protobuf:"varint,2,opt,name=memory,proto3" json:"memory,omitempty"`
+	// execution_id, when set, names the incarnation the pause is for: a
+	// resumed successor refuses it (conflict).
+	ExecutionId   string `protobuf:"bytes,3,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -943,6 +946,13 @@ func (x *PauseRequest) GetMemory() bool {
 		return x.Memory
 	}
 	return false
+}
+
+func (x *PauseRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
 }
 
 type ResumeRequest struct {
@@ -1118,9 +1128,12 @@ func (x *ForkResponse) GetSandboxes() []*Sandbox {
 }
 
 type KillRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// execution_id, when set, names the incarnation the kill is for: a
+	// resumed successor refuses it (conflict).
+	ExecutionId   string `protobuf:"bytes,3,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1165,6 +1178,13 @@ func (x *KillRequest) GetId() string {
 func (x *KillRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *KillRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
 	}
 	return ""
 }
@@ -1649,10 +1669,11 @@ const file_node_proto_rawDesc = "" +
 	"\x14UpdateNetworkRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
 	"\anetwork\x18\x02 \x01(\v2\x16.warren.node.v1.PolicyR\anetwork\"\x17\n" +
-	"\x15UpdateNetworkResponse\"6\n" +
+	"\x15UpdateNetworkResponse\"Y\n" +
 	"\fPauseRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06memory\x18\x02 \x01(\bR\x06memory\"u\n" +
+	"\x06memory\x18\x02 \x01(\bR\x06memory\x12!\n" +
+	"\fexecution_id\x18\x03 \x01(\tR\vexecutionId\"u\n" +
 	"\rResumeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x121\n" +
@@ -1663,10 +1684,11 @@ const file_node_proto_rawDesc = "" +
 	"\rexecution_ids\x18\x03 \x03(\tR\fexecutionIds\x121\n" +
 	"\x06end_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"E\n" +
 	"\fForkResponse\x125\n" +
-	"\tsandboxes\x18\x01 \x03(\v2\x17.warren.node.v1.SandboxR\tsandboxes\"5\n" +
+	"\tsandboxes\x18\x01 \x03(\v2\x17.warren.node.v1.SandboxR\tsandboxes\"X\n" +
 	"\vKillRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x0e\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12!\n" +
+	"\fexecution_id\x18\x03 \x01(\tR\vexecutionId\"\x0e\n" +
 	"\fKillResponse\"\x1e\n" +
 	"\fStatsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\xc7\x02\n" +

@@ -103,7 +103,7 @@ func (c *Client) UpdateNetwork(ctx context.Context, id string, policy netslot.Po
 
 // Pause implements node.Service.
 func (c *Client) Pause(ctx context.Context, id string, req node.PauseRequest) (*node.Sandbox, error) {
-	resp, err := c.rpc.Pause(ctx, connect.NewRequest(&nodepb.PauseRequest{Id: id, Memory: req.Memory}))
+	resp, err := c.rpc.Pause(ctx, connect.NewRequest(&nodepb.PauseRequest{Id: id, Memory: req.Memory, ExecutionId: req.ExecutionID}))
 	if err != nil {
 		return nil, noderpc.FromConnectError(err)
 	}
@@ -132,9 +132,17 @@ func (c *Client) Fork(ctx context.Context, id string, req node.ForkRequest) ([]*
 
 // Kill implements node.Service.
 func (c *Client) Kill(ctx context.Context, id string, reason sandbox.KillReason) error {
-	_, err := c.rpc.Kill(ctx, connect.NewRequest(&nodepb.KillRequest{Id: id, Reason: string(reason)}))
+	return c.KillExecution(ctx, id, "", reason)
+}
+
+// KillExecution implements node.ExecutionKiller: the node refuses the kill
+// (conflict) when the sandbox's current execution is not executionID.
+func (c *Client) KillExecution(ctx context.Context, id, executionID string, reason sandbox.KillReason) error {
+	_, err := c.rpc.Kill(ctx, connect.NewRequest(&nodepb.KillRequest{Id: id, Reason: string(reason), ExecutionId: executionID}))
 	return noderpc.FromConnectError(err)
 }
+
+var _ node.ExecutionKiller = (*Client)(nil)
 
 // Stats implements node.Service.
 func (c *Client) Stats(ctx context.Context, id string) (*node.Stats, error) {

@@ -306,3 +306,34 @@ func TestWatchReconnects(t *testing.T) {
 	for range events {
 	}
 }
+
+// TestStaleExecution: a pause or kill naming an execution the sandbox has
+// left is refused over RPC, and the current execution is untouched.
+func TestStaleExecution(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, fake.Config{}, "")
+	ctx := context.Background()
+	c := r.client
+	if _, err := c.Create(ctx, req("sb1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pause(ctx, "sb1", node.PauseRequest{Memory: true, ExecutionID: "e-sb1"}); err != nil {
+		t.Fatalf("pause of the current execution: %v", err)
+	}
+	if _, err := c.Resume(ctx, "sb1", node.ResumeRequest{ExecutionID: "e-2", EndAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pause(ctx, "sb1", node.PauseRequest{Memory: true, ExecutionID: "e-sb1"}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("pause of an old execution: %v, want conflict", err)
+	}
+	if err := c.KillExecution(ctx, "sb1", "e-sb1", sandbox.KillTimeout); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("kill of an old execution: %v, want conflict", err)
+	}
+	got, err := c.Get(ctx, "sb1")
+	if err != nil || got.State != sandbox.StateRunning || got.ExecutionID != "e-2" {
+		t.Fatalf("after stale calls: %+v, %v; want running execution e-2", got, err)
+	}
+	if err := c.KillExecution(ctx, "sb1", "e-2", sandbox.KillTimeout); err != nil {
+		t.Fatalf("kill of the current execution: %v", err)
+	}
+}

@@ -107,7 +107,7 @@ func (s *server) UpdateNetwork(ctx context.Context, req *connect.Request[nodepb.
 }
 
 func (s *server) Pause(ctx context.Context, req *connect.Request[nodepb.PauseRequest]) (*connect.Response[nodepb.SandboxResponse], error) {
-	sb, err := s.svc.Pause(ctx, req.Msg.GetId(), node.PauseRequest{Memory: req.Msg.GetMemory()})
+	sb, err := s.svc.Pause(ctx, req.Msg.GetId(), node.PauseRequest{Memory: req.Msg.GetMemory(), ExecutionID: req.Msg.GetExecutionId()})
 	if err != nil {
 		return nil, s.fail("Pause", err)
 	}
@@ -137,7 +137,14 @@ func (s *server) Fork(ctx context.Context, req *connect.Request[nodepb.ForkReque
 }
 
 func (s *server) Kill(ctx context.Context, req *connect.Request[nodepb.KillRequest]) (*connect.Response[nodepb.KillResponse], error) {
-	if err := s.svc.Kill(ctx, req.Msg.GetId(), sandbox.KillReason(req.Msg.GetReason())); err != nil {
+	id, reason := req.Msg.GetId(), sandbox.KillReason(req.Msg.GetReason())
+	var err error
+	if ek, ok := s.svc.(node.ExecutionKiller); ok && req.Msg.GetExecutionId() != "" {
+		err = ek.KillExecution(ctx, id, req.Msg.GetExecutionId(), reason)
+	} else {
+		err = s.svc.Kill(ctx, id, reason)
+	}
+	if err != nil {
 		return nil, s.fail("Kill", err)
 	}
 	return connect.NewResponse(&nodepb.KillResponse{}), nil
