@@ -212,6 +212,7 @@ type Agent struct {
 	pm             poolMetrics
 	pools          map[string]*pool // by template ID; guarded by mu
 	reserved       map[string]*sbx  // pool members handed out by Reserve
+	poolsMu        sync.Mutex       // serialises writes of pools.json
 	poolMaking     int
 	spawn          *spawner
 
@@ -287,6 +288,10 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.spawn = newSpawner(forkParallelism)
 	a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := a.recover(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if err := a.loadPools(ctx); err != nil {
 		a.Close()
 		return nil, err
 	}

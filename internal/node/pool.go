@@ -29,8 +29,8 @@ import (
 // Pool members do not survive an agent restart (internal sandboxes are
 // reclaimed at start); the pools refill.
 //
-// Pool configuration is in memory: the control plane sets it (SetPool)
-// after a node starts.
+// Pool configuration is persisted by the node (pool_persist.go) and set
+// again when the agent restarts.
 
 // DefaultPoolConcurrency bounds how many pool members are made at once.
 const DefaultPoolConcurrency = 2
@@ -132,6 +132,12 @@ func (a *Agent) SetPool(ctx context.Context, tmpl Template, res sandbox.Resource
 	a.mu.Unlock()
 	for _, s := range drop {
 		a.dropMember(ctx, s)
+	}
+	a.poolsMu.Lock()
+	err := a.savePools()
+	a.poolsMu.Unlock()
+	if err != nil {
+		return err
 	}
 	a.log.Info("warm pool set", "template_id", tmpl.ID, "build_id", tmpl.BuildID, "size", size)
 	return nil

@@ -173,3 +173,42 @@ func runtimeIDs(t *testing.T, e *env) []string {
 	}
 	return ids
 }
+
+// TestWarmPoolSurvivesRestart: a pool's configuration outlives the agent
+// (no in-memory-only state); the new agent refills it, and a pool removed
+// before the restart stays removed.
+func TestWarmPoolSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a1 := e.start()
+		req := createReq("ignored")
+		if err := a1.SetPool(ctx, req.Template, req.Resources, 2); err != nil {
+			t.Fatal(err)
+		}
+		gone := req.Template
+		gone.ID = "gone"
+		if err := a1.SetPool(ctx, gone, req.Resources, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := a1.SetPool(ctx, gone, req.Resources, 0); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a1, "tmpl", 2)
+		a1.Close()
+
+		a2 := e.start()
+		st, ok := a2.Pools()["tmpl"]
+		if !ok || st.Size != 2 || st.BuildID != "build1" {
+			t.Fatalf("pools after restart: %+v, want tmpl of size 2", a2.Pools())
+		}
+		if _, ok := a2.Pools()["gone"]; ok {
+			t.Fatalf("a removed pool came back: %+v", a2.Pools())
+		}
+		waitPool(t, a2, "tmpl", 2)
+		if id, ok := a2.Reserve(req.Template, req.Resources); !ok || id == "" {
+			t.Fatal("no member reserved from the restored pool")
+		}
+	})
+}

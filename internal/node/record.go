@@ -72,32 +72,8 @@ func writeRecord(dir string, r *record) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %q: encode state: %w", r.ID, err)
 	}
-	tmp, err := os.CreateTemp(dir, ".state-*.json")
-	if err != nil {
+	if err := writeFileAtomic(dir, recordFile, b); err != nil {
 		return fmt.Errorf("sandbox %q: write state: %w", r.ID, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sandbox %q: write state: %w", r.ID, err)
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sandbox %q: write state: %w", r.ID, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sandbox %q: write state: %w", r.ID, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("sandbox %q: write state: %w", r.ID, err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, recordFile)); err != nil {
-		return fmt.Errorf("sandbox %q: write state: %w", r.ID, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

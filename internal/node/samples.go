@@ -219,19 +219,7 @@ func (a *Agent) writeSamples(s *sbx, id string, buf []Stats) error {
 		return nil
 	}
 	dir := sandboxDir(a.cfg.DataDir, id)
-	tmp, err := os.CreateTemp(dir, ".metrics-*.json")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, metricsFile))
+	return writeFileAtomic(dir, metricsFile, b)
 }
 
 // Metrics implements MetricsSource.
