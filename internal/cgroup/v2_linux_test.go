@@ -20,7 +20,7 @@ func TestV2Files(t *testing.T) {
 		"cpu.max": "max 100000", "memory.max": "max", "memory.swap.max": "max", "pids.max": "max",
 		"cpu.stat":       "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n",
 		"memory.current": "4096", "memory.peak": "8192", "pids.current": "3",
-		"memory.events":  "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n",
+		"memory.events": "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n",
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
