@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -111,6 +112,9 @@ func New(cfg Config) (*Proxy, error) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: t.addr})
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
+			if pr.Out.Body != nil && pr.Out.ContentLength > 0 {
+				pr.Out.Body = &declaredBody{rc: pr.Out.Body, left: pr.Out.ContentLength}
+			}
 		},
 		Transport:     tr,
 		FlushInterval: -1, // flush every write: Connect streams, SSE
@@ -289,3 +293,38 @@ func writeJSONError(w http.ResponseWriter, r *http.Request, status int, b errBod
 	w.WriteHeader(status)
 	w.Write(data) //nolint:errcheck
 }
+
+// declaredBody is the outbound copy of an inbound body with a declared
+// length: it ends at that length without reading the inbound body again.
+//
+// http.Transport, having copied ContentLength bytes, reads the body once
+// more to check that it is not longer. For an HTTP/1 inbound request that
+// read can come after the sandbox has answered and the proxy has written
+// the response headers, and by then net/http's server has drained and
+// closed the inbound body (see http.ResponseWriter): the read fails with
+// ErrBodyReadAfterClose, the transport's write loop closes the connection
+// to the sandbox, and the response being streamed back is cut ("use of
+// closed network connection"; the SDK sees "terminated"). The server has
+// already bounded the inbound body to its Content-Length, so stopping
+// here loses nothing.
+type declaredBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *declaredBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	if err == nil && b.left == 0 {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (b *declaredBody) Close() error { return b.rc.Close() }
