@@ -36,9 +36,14 @@ $(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum
 
 base-rootfs: $(BASE_ROOTFS)
 
-$(BASE_ROOTFS): scripts/build-base-rootfs.sh
-	mkdir -p $(VAR)
+$(BASE_ROOTFS): scripts/build-base-rootfs.sh | $(VAR)/go.mod
 	scripts/build-base-rootfs.sh $@
+
+# var/ holds root filesystems whose trees contain .go files (Debian's docs):
+# a go.mod of its own keeps them out of `go test ./...` and `go vet ./...`.
+$(VAR)/go.mod:
+	mkdir -p $(VAR)
+	printf 'module warren.invalid/var\n' > $@
 
 generate:
 	scripts/generate.sh
@@ -46,10 +51,10 @@ generate:
 check-generate:
 	scripts/check-generate.sh
 
-run: deps build
+run: deps build | $(VAR)/go.mod
 	$(BIN)/warren serve --data-dir $(VAR)/data $(ARGS)
 
-test: deps build base-rootfs check-generate
+test: deps build base-rootfs check-generate | $(VAR)/go.mod
 	scripts/test.sh
 
 clean:
