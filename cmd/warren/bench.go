@@ -24,14 +24,16 @@ func newBench(stdout, stderr io.Writer) *cobra.Command {
 		logLevel, commit        string
 		iterations, burst       int
 		densityMiB, densityMax  int
+		poolSize                int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure a Warren server the way a user's program sees it",
 		Long: `Measure time to interactive (create → first command result), bursts of
 creates, exec and 1 MiB file round trips, pause/resume/fork and idle density,
-through the HTTP API and envd behind the edge proxy. Print a table; --json
-writes the figures.
+through the HTTP API and envd behind the edge proxy; then time to interactive
+and a burst again with a warm pool (admin API) when the server offers one.
+Print a table; --json writes the figures.
 
 With --drivers, bench starts its own 'warren serve' for each driver, one after
 the other, each with its own data dir, cgroup root, nftables table, address
@@ -63,6 +65,12 @@ Otherwise it measures the server at --api-url (env E2B_API_URL) with --api-key
 			}
 			if f.Changed("density-max") {
 				o.Plan.DensityMax = densityMax
+			}
+			if f.Changed("pool-size") {
+				o.Plan.PoolSize = poolSize
+			}
+			if o.AdminToken == "" {
+				o.AdminToken = os.Getenv("WARREN_ADMIN_TOKEN")
 			}
 			if o.APIURL == "" {
 				o.APIURL = os.Getenv("E2B_API_URL")
@@ -104,6 +112,9 @@ Otherwise it measures the server at --api-url (env E2B_API_URL) with --api-key
 	f := cmd.Flags()
 	f.StringVar(&o.APIURL, "api-url", "", "API URL of the server to measure (env E2B_API_URL)")
 	f.StringVar(&o.APIKey, "api-key", "", "API key (env E2B_API_KEY)")
+	f.StringVar(&o.AdminToken, "admin-token", "", "admin token of the measured server, to set a warm pool for the pooled pass (env WARREN_ADMIN_TOKEN)")
+	f.StringVar(&o.Team, "team", "default", "team the warm pool is set for (the API key's team)")
+	f.IntVar(&poolSize, "pool-size", 0, "warm pool size of the pooled pass: time to interactive again and a burst of this size (default 20, quick 5; 0 skips)")
 	f.StringVar(&o.CgroupRoot, "cgroup-root", "", "the measured server's --cgroup-root, for cgroup memory per sandbox in the density run")
 	f.StringVar(&drivers, "drivers", "", "start a warren serve per driver (e.g. runsc,runc), one after the other, and compare them")
 	f.BoolVar(&quick, "quick", false, "quick run (about two minutes per driver) instead of the full one")

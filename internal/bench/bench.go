@@ -33,24 +33,28 @@ type Plan struct {
 	// memory dropped by that much; DensityMax bounds the count (0 skips).
 	DensityBudgetMiB int
 	DensityMax       int
+	// PoolSize, when positive, repeats time to interactive and a burst of
+	// PoolSize with a warm pool of that many ready sandboxes (needs the
+	// admin token).
+	PoolSize int
 }
 
 // QuickPlan fits in about two minutes per driver on a small machine.
 func QuickPlan() Plan {
 	return Plan{Mode: "quick", TTIIterations: 10, Burst: 10, ExecIterations: 30, FileIterations: 5,
-		PauseIterations: 2, ForkCount: 10, DensityBudgetMiB: 1024, DensityMax: 10}
+		PauseIterations: 2, ForkCount: 10, DensityBudgetMiB: 1024, DensityMax: 10, PoolSize: 5}
 }
 
 // FullPlan is the full run.
 func FullPlan() Plan {
 	return Plan{Mode: "full", TTIIterations: 100, Burst: 100, ExecIterations: 200, FileIterations: 20,
-		PauseIterations: 5, ForkCount: 10, DensityBudgetMiB: 4096, DensityMax: 100}
+		PauseIterations: 5, ForkCount: 10, DensityBudgetMiB: 4096, DensityMax: 100, PoolSize: 20}
 }
 
 // MaxConcurrent is the number of sandboxes the plan has running at once at
 // most; the team's concurrency limit must allow it.
 func (p Plan) MaxConcurrent() int {
-	return max(p.Burst, p.DensityMax, 1+p.ForkCount, 1)
+	return max(p.Burst, p.DensityMax, 1+p.ForkCount, p.PoolSize, 1)
 }
 
 // Config configures a Runner.
@@ -61,6 +65,9 @@ type Config struct {
 	// Template is the template sandboxes start from (default "base").
 	Template string
 	Plan     Plan
+	// AdminToken, when set, lets the runner set a warm pool (admin API)
+	// for Team (default "default").
+	AdminToken, Team string
 	// CgroupRoot, when set, names the server's cgroup root whose memory
 	// usage the density run reads.
 	CgroupRoot string
@@ -107,22 +114,27 @@ func NewRunner(cfg Config) *Runner {
 // interrupted leaves nothing behind for long.
 const sandboxTimeout = 600
 
-// Run measures everything the plan asks for. Failures of single
-// operations are counted in the figures; Run returns an error only when
-// the server cannot be used at all.
-func (r *Runner) Run(ctx context.Context) (*Run, error) {
-	r.run = &Run{Driver: r.cfg.Driver, APIURL: r.cfg.APIURL, WarmPool: "none (the API offers no warm pool)"}
+// Run measures everything the plan asks for, without a warm pool and
+// then (when the plan and the API allow) with one: the runs it returns.
+// Failures of single operations are counted in the figures; Run returns
+// an error only when the server cannot be used at all.
+func (r *Runner) Run(ctx context.Context) ([]*Run, error) {
+	r.run = &Run{Driver: r.cfg.Driver, APIURL: r.cfg.APIURL, WarmPool: "none"}
+	runs := []*Run{r.run}
 	defer r.killAll(context.WithoutCancel(ctx))
 	// Warm up: the first sandbox pays one-off costs (template caches).
 	if _, err := r.interactive(ctx, true); err != nil {
-		return r.run, fmt.Errorf("bench %s: warm-up sandbox: %w", r.cfg.APIURL, err)
+		return runs, fmt.Errorf("bench %s: warm-up sandbox: %w", r.cfg.APIURL, err)
 	}
 	p := r.cfg.Plan
 	r.step("tti", func() { r.tti(ctx, p.TTIIterations) })
 	r.step("burst", func() { r.burst(ctx, p.Burst) })
 	r.step("running", func() { r.inRunning(ctx) })
 	r.step("density", func() { r.density(ctx) })
-	return r.run, ctx.Err()
+	if pr := r.pooled(ctx); pr != nil {
+		runs = append(runs, pr)
+	}
+	return runs, ctx.Err()
 }
 
 func (r *Runner) step(name string, f func()) {

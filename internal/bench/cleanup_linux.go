@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -17,8 +19,11 @@ import (
 // the host (a stopped server keeps them for its next start, which never
 // comes): its nftables table and its empty cgroup root in every
 // hierarchy. Sandboxes must be gone; a cgroup with processes stays.
-func removeHostObjects(ctx context.Context, iso hostIsolation) error {
+func removeHostObjects(ctx context.Context, iso hostIsolation, dataDir string) error {
 	var errs []error
+	if err := unmountUnder(dataDir); err != nil {
+		errs = append(errs, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, "nft", "delete", "table", "inet", iso.nftTable).CombinedOutput(); err != nil &&
@@ -32,6 +37,36 @@ func removeHostObjects(ctx context.Context, iso hostIsolation) error {
 	for _, d := range dirs {
 		if err := rmdirCgroup(d); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unmountUnder detaches every mount below dir (deepest first), such as
+// the runtime's null network namespace a stopped server keeps.
+func unmountUnder(dir string) error {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return fmt.Errorf("mounts: %w", err)
+	}
+	prefix := filepath.Clean(dir) + "/"
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		// /proc/self/mounts escapes spaces and the like as octal.
+		mp := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(f[1])
+		if strings.HasPrefix(mp, prefix) {
+			points = append(points, mp)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	var errs []error
+	for _, mp := range points {
+		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mp, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -4,4 +4,4 @@ package bench
 
 import "context"
 
-func removeHostObjects(context.Context, hostIsolation) error { return nil }
+func removeHostObjects(context.Context, hostIsolation, string) error { return nil }

@@ -39,7 +39,8 @@ func pathFrom(t *testing.T, env, rel string) string {
 }
 
 // TestBenchRunsc builds warren and runs a tiny `warren bench --quick
-// --drivers runsc` against a server it starts, then checks the JSON.
+// --drivers runsc` (with a warm pool pass) against a server it starts,
+// then checks the JSON and that no host object is left.
 func TestBenchRunsc(t *testing.T) {
 	if os.Geteuid() != 0 {
 		prerequisite(t, "needs root (runsc, cgroups, network namespaces)")
@@ -57,7 +58,7 @@ func TestBenchRunsc(t *testing.T) {
 	}
 	report := filepath.Join(dir, "bench.json")
 	cmd := exec.CommandContext(ctx, warren, "bench", "--quick", "--drivers", "runsc",
-		"--iterations", "2", "--burst", "2", "--density-max", "2", "--density-budget-mib", "4096",
+		"--iterations", "2", "--burst", "2", "--density-max", "2", "--density-budget-mib", "4096", "--pool-size", "2",
 		"--runsc", runsc, "--envd", envd, "--base-rootfs", rootfs, "--work-dir", dir, "--json", report)
 	out, err := cmd.CombinedOutput()
 	t.Logf("warren bench:\n%s", out)
@@ -72,29 +73,35 @@ func TestBenchRunsc(t *testing.T) {
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatalf("report: %v\n%s", err, data)
 	}
-	if rep.Mode != "quick" || len(rep.Runs) != 1 || rep.Runs[0].Driver != "runsc" {
-		t.Fatalf("report header: mode %q, %d runs", rep.Mode, len(rep.Runs))
+	if rep.Mode != "quick" || len(rep.Runs) != 2 || rep.Runs[0].Driver != "runsc" || rep.Runs[1].Pool != 2 {
+		t.Fatalf("report header: mode %q, %d runs, want runsc without and with a pool of 2", rep.Mode, len(rep.Runs))
+	}
+	for _, m := range rep.Runs[1].Metrics {
+		checkFigures(t, m, 2)
+	}
+	if len(rep.Runs[1].Metrics) != 2 {
+		t.Errorf("with a warm pool: %d metrics, want tti and burst", len(rep.Runs[1].Metrics))
 	}
 	run := rep.Runs[0]
 	metrics := map[string]*bench.Metric{}
 	for _, m := range run.Metrics {
 		metrics[m.Name] = m
 	}
+	// Every attempt is counted (a sample or a failure); single failures
+	// are figures, not test failures, but each metric has figures.
 	for _, tc := range []struct {
-		name string
-		minN int
+		name     string
+		attempts int
 	}{
-		{bench.MetricTTI, 2}, {bench.MetricBurst, 2}, {bench.MetricExec, 1}, {bench.MetricWrite1MiB, 1},
-		{bench.MetricRead1MiB, 1}, {bench.MetricPause, 1}, {bench.MetricResume, 1}, {bench.MetricFork10, 1},
+		{bench.MetricTTI, 2}, {bench.MetricBurst, 2}, {bench.MetricExec, 30}, {bench.MetricWrite1MiB, 5},
+		{bench.MetricRead1MiB, 5}, {bench.MetricPause, 2}, {bench.MetricResume, 2}, {bench.MetricFork10, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := metrics[tc.name]
 			if m == nil {
 				t.Fatalf("no %s in %s", tc.name, data)
 			}
-			if m.N < tc.minN || m.P50Ms <= 0 || m.P95Ms < m.P50Ms || m.P99Ms < m.P95Ms {
-				t.Errorf("%s: %+v, want at least %d samples and ordered percentiles", tc.name, m.Summary, tc.minN)
-			}
+			checkFigures(t, m, tc.attempts)
 		})
 	}
 	if d := run.Density; d == nil || d.Started != 2 {
@@ -111,5 +118,15 @@ func TestBenchRunsc(t *testing.T) {
 	}
 	if out, err := exec.Command("nft", "list", "table", "inet", fmt.Sprintf("warren_bench_%d_0", pid)).CombinedOutput(); err == nil {
 		t.Errorf("nftables table left behind:\n%s", out)
+	}
+}
+
+// checkFigures checks that m accounts for every attempt and has ordered
+// percentiles.
+func checkFigures(t *testing.T, m *bench.Metric, attempts int) {
+	t.Helper()
+	s := m.Summary
+	if s.N < 1 || s.N+s.Failures != attempts || s.P50Ms <= 0 || s.P95Ms < s.P50Ms || s.P99Ms < s.P95Ms {
+		t.Errorf("%s: %+v, want %d attempts, at least one sample, ordered percentiles", m.Name, s, attempts)
 	}
 }

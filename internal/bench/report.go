@@ -48,8 +48,10 @@ type Run struct {
 	// external --api-url whose driver is unknown).
 	Driver string `json:"driver,omitempty"`
 	APIURL string `json:"apiURL"`
-	// WarmPool says whether a warm pool served the creates.
+	// WarmPool says whether a warm pool served the creates ("none", the
+	// pool's size, or why none was measured); Pool is the size (0: none).
 	WarmPool string    `json:"warmPool"`
+	Pool     int       `json:"pool,omitempty"`
 	Metrics  []*Metric `json:"metrics"`
 	Density  *Density  `json:"density,omitempty"`
 	// Errors are a sample of the failures met (first few of each kind).
@@ -104,37 +106,49 @@ func (r *Run) metric(name string) *Metric {
 }
 
 func (r *Run) label() string {
-	if r.Driver != "" {
-		return r.Driver
+	l := r.Driver
+	if l == "" {
+		l = r.APIURL
 	}
-	return r.APIURL
+	if r.Pool > 0 {
+		l += "+pool"
+	}
+	return l
 }
 
-// ComputeRatios fills Ratios with the first run's figures over each other
-// run's, for every metric both measured, and for density per sandbox.
+// ComputeRatios compares runs pairwise, for every metric both measured
+// (and density per sandbox): drivers with the same pool setting (first
+// over later, e.g. runsc/runc), and one driver without over with a pool.
 func (rep *Report) ComputeRatios() {
 	rep.Ratios = nil
-	if len(rep.Runs) < 2 {
-		return
-	}
-	a := rep.Runs[0]
-	for _, b := range rep.Runs[1:] {
-		for _, ma := range a.Metrics {
-			mb := b.metric(ma.Name)
-			if mb == nil || ma.N == 0 || mb.N == 0 || mb.P50Ms == 0 {
-				continue
+	for i, a := range rep.Runs {
+		for _, b := range rep.Runs[i+1:] {
+			if (a.Pool > 0) == (b.Pool > 0) && a.Driver != b.Driver || a.Driver == b.Driver && a.Pool == 0 && b.Pool > 0 {
+				rep.Ratios = append(rep.Ratios, ratios(a, b)...)
 			}
-			r := Ratio{Metric: ma.Name, Num: a.label(), Den: b.label(), P50: round3(ma.P50Ms / mb.P50Ms)}
-			if mb.P95Ms > 0 {
-				r.P95 = round3(ma.P95Ms / mb.P95Ms)
-			}
-			rep.Ratios = append(rep.Ratios, r)
-		}
-		if a.Density != nil && b.Density != nil && b.Density.HostMiBPerSandbox > 0 && a.Density.HostMiBPerSandbox > 0 {
-			rep.Ratios = append(rep.Ratios, Ratio{Metric: "density_host_mib_per_sandbox", Num: a.label(), Den: b.label(),
-				P50: round3(a.Density.HostMiBPerSandbox / b.Density.HostMiBPerSandbox)})
 		}
 	}
+}
+
+// ratios returns a's figures over b's.
+func ratios(a, b *Run) []Ratio {
+	var out []Ratio
+	for _, ma := range a.Metrics {
+		mb := b.metric(ma.Name)
+		if mb == nil || ma.N == 0 || mb.N == 0 || mb.P50Ms == 0 {
+			continue
+		}
+		r := Ratio{Metric: ma.Name, Num: a.label(), Den: b.label(), P50: round3(ma.P50Ms / mb.P50Ms)}
+		if mb.P95Ms > 0 {
+			r.P95 = round3(ma.P95Ms / mb.P95Ms)
+		}
+		out = append(out, r)
+	}
+	if a.Density != nil && b.Density != nil && b.Density.HostMiBPerSandbox > 0 && a.Density.HostMiBPerSandbox > 0 {
+		out = append(out, Ratio{Metric: "density_host_mib_per_sandbox", Num: a.label(), Den: b.label(),
+			P50: round3(a.Density.HostMiBPerSandbox / b.Density.HostMiBPerSandbox)})
+	}
+	return out
 }
 
 func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }

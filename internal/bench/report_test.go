@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -55,6 +56,22 @@ func TestComputeRatios(t *testing.T) {
 		if rep.Ratios[i] != want[i] {
 			t.Errorf("ratio %d = %+v, want %+v", i, rep.Ratios[i], want[i])
 		}
+	}
+	// With pools: drivers are compared at the same pool setting, and each
+	// driver without a pool over with one.
+	pool := func(drv string, p50 float64) *Run {
+		return &Run{Driver: drv, Pool: 5, WarmPool: "5", Metrics: []*Metric{{Name: MetricTTI, Summary: Summary{N: 5, P50Ms: p50, P95Ms: p50}}}}
+	}
+	withPools := &Report{Runs: []*Run{rep.Runs[0], pool("runsc", 100), rep.Runs[1], pool("runc", 50)}}
+	withPools.ComputeRatios()
+	var got []string
+	for _, r := range withPools.Ratios {
+		if r.Metric == MetricTTI {
+			got = append(got, fmt.Sprintf("%s/%s=%.1f", r.Num, r.Den, r.P50))
+		}
+	}
+	if want := "runsc/runsc+pool=6.0 runsc/runc=2.0 runsc+pool/runc+pool=2.0 runc/runc+pool=6.0"; strings.Join(got, " ") != want {
+		t.Errorf("tti ratios with pools: %s, want %s", strings.Join(got, " "), want)
 	}
 	one := &Report{Runs: rep.Runs[:1]}
 	one.ComputeRatios()
@@ -174,6 +191,9 @@ func TestPlans(t *testing.T) {
 	}
 	if q.TTIIterations >= f.TTIIterations || q.Burst >= f.Burst {
 		t.Errorf("quick plan %+v is not smaller than full %+v", q, f)
+	}
+	if q.PoolSize <= 0 || f.PoolSize <= 0 {
+		t.Errorf("plans without a warm pool pass: %+v %+v", q, f)
 	}
 	if got := f.MaxConcurrent(); got != 100 {
 		t.Errorf("full MaxConcurrent = %d, want 100", got)

@@ -18,6 +18,9 @@ type Options struct {
 	// APIURL and APIKey name an existing server; used when Drivers is
 	// empty.
 	APIURL, APIKey string
+	// AdminToken (and Team, default "default") let the runner set a warm
+	// pool on an existing server; the started servers get one of their own.
+	AdminToken, Team string
 	// CgroupRoot is the existing server's cgroup root for density (may be
 	// empty).
 	CgroupRoot string
@@ -50,18 +53,19 @@ func Execute(ctx context.Context, o Options) (*Report, error) {
 		if o.APIURL == "" {
 			return nil, fmt.Errorf("bench: no --api-url and no --drivers: %w", errdefs.ErrInvalid)
 		}
-		run, err := NewRunner(Config{APIURL: o.APIURL, APIKey: o.APIKey, Template: o.Template, Plan: o.Plan, CgroupRoot: o.CgroupRoot, Log: o.Log}).Run(ctx)
-		rep.Runs = append(rep.Runs, run)
+		runs, err := NewRunner(Config{APIURL: o.APIURL, APIKey: o.APIKey, AdminToken: o.AdminToken, Team: o.Team, Template: o.Template,
+			Plan: o.Plan, CgroupRoot: o.CgroupRoot, Log: o.Log}).Run(ctx)
+		rep.Runs = append(rep.Runs, runs...)
 		errs = append(errs, err)
 	}
 	for i, drv := range o.Drivers {
 		if ctx.Err() != nil {
 			break
 		}
-		run, err := benchDriver(ctx, o, i, drv)
-		rep.Runs = append(rep.Runs, run)
+		runs, err := benchDriver(ctx, o, i, drv)
+		rep.Runs = append(rep.Runs, runs...)
 		if err != nil {
-			run.Errors = append(run.Errors, err.Error())
+			runs[0].Errors = append(runs[0].Errors, err.Error())
 			errs = append(errs, err)
 		}
 	}
@@ -70,12 +74,12 @@ func Execute(ctx context.Context, o Options) (*Report, error) {
 	return rep, errors.Join(errs...)
 }
 
-func benchDriver(ctx context.Context, o Options, i int, drv string) (*Run, error) {
+func benchDriver(ctx context.Context, o Options, i int, drv string) ([]*Run, error) {
 	warren := o.Warren
 	if warren == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return &Run{Driver: drv}, fmt.Errorf("bench %s: own executable: %w", drv, err)
+			return []*Run{{Driver: drv}}, fmt.Errorf("bench %s: own executable: %w", drv, err)
 		}
 		warren = exe
 	}
@@ -83,15 +87,11 @@ func benchDriver(ctx context.Context, o Options, i int, drv string) (*Run, error
 	srv, err := StartServer(ctx, ServerConfig{Warren: warren, Driver: drv, Index: i, WorkDir: o.WorkDir,
 		MaxConcurrent: o.Plan.MaxConcurrent() + 5, Extra: o.ServeFlags, Log: o.Log})
 	if err != nil {
-		return &Run{Driver: drv}, err
+		return []*Run{{Driver: drv}}, err
 	}
 	defer srv.Stop()
-	run, err := NewRunner(Config{APIURL: srv.URL, APIKey: srv.APIKey, Driver: drv, Template: o.Template, Plan: o.Plan,
-		CgroupRoot: srv.CgroupRoot, Log: o.Log}).Run(ctx)
-	if run == nil {
-		run = &Run{Driver: drv, APIURL: srv.URL}
-	}
-	return run, err
+	return NewRunner(Config{APIURL: srv.URL, APIKey: srv.APIKey, AdminToken: srv.AdminToken, Driver: drv, Template: o.Template,
+		Plan: o.Plan, CgroupRoot: srv.CgroupRoot, Log: o.Log}).Run(ctx)
 }
 
 // commit returns the VCS revision the binary was built from (short, with

@@ -45,7 +45,7 @@ type ServerConfig struct {
 
 // Server is a running `warren serve`.
 type Server struct {
-	URL, APIKey string
+	URL, APIKey, AdminToken string
 	// CgroupRoot is the server's --cgroup-root.
 	CgroupRoot string
 	iso        hostIsolation
@@ -74,6 +74,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		os.RemoveAll(dataDir)
 		return nil, fmt.Errorf("bench server %s: %w", cfg.Driver, err)
 	}
+	adminToken := randomHex(16)
 	port, err := freePort()
 	if err != nil {
 		os.RemoveAll(dataDir)
@@ -81,7 +82,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	iso := isolation(os.Getpid(), cfg.Index, cfg.Driver)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	args := []string{"serve", "--driver", cfg.Driver, "--listen", addr, "--data-dir", dataDir, "--api-key", key,
+	args := []string{"serve", "--driver", cfg.Driver, "--listen", addr, "--data-dir", dataDir, "--api-key", key, "--admin-token", adminToken,
 		"--cgroup-root", iso.cgroupRoot, "--net-cidr", iso.cidr, "--nft-table", iso.nftTable, "--veth-prefix", iso.vethPrefix}
 	args = append(args, cfg.Extra...)
 	logf, err := os.Create(filepath.Join(dataDir, "serve.log"))
@@ -97,7 +98,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		os.RemoveAll(dataDir)
 		return nil, fmt.Errorf("bench server %s: start %s: %w", cfg.Driver, cfg.Warren, err)
 	}
-	s := &Server{URL: "http://" + addr, APIKey: key, CgroupRoot: iso.cgroupRoot, iso: iso, cmd: cmd, dataDir: dataDir, done: make(chan error, 1), log: cfg.Log}
+	s := &Server{URL: "http://" + addr, APIKey: key, AdminToken: adminToken, CgroupRoot: iso.cgroupRoot, iso: iso, cmd: cmd, dataDir: dataDir, done: make(chan error, 1), log: cfg.Log}
 	go func() { s.done <- cmd.Wait(); logf.Close() }()
 	cfg.Log.Info("bench: started warren serve", "driver", cfg.Driver, "url", s.URL, "data_dir", dataDir, "pid", cmd.Process.Pid)
 	if err := s.waitHealthy(ctx, cfg.StartTimeout); err != nil {
@@ -136,9 +137,13 @@ func seed(ctx context.Context, dataDir string, maxConcurrent int) (string, error
 	if err != nil {
 		return "", fmt.Errorf("seed default team: %w", err)
 	}
-	b := make([]byte, 20)
+	return "e2b_" + randomHex(20), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
 	rand.Read(b)
-	return "e2b_" + hex.EncodeToString(b), nil
+	return hex.EncodeToString(b)
 }
 
 func freePort() (int, error) {
@@ -187,7 +192,7 @@ func (s *Server) Stop() {
 			<-s.done
 		}
 	}
-	if err := removeHostObjects(context.Background(), s.iso); err != nil {
+	if err := removeHostObjects(context.Background(), s.iso, s.dataDir); err != nil {
 		s.log.Warn("bench: host objects left behind", "error", err)
 	}
 	if err := os.RemoveAll(s.dataDir); err != nil {
