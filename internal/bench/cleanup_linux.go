@@ -42,6 +42,11 @@ func removeHostObjects(ctx context.Context, iso hostIsolation, dataDir string) e
 	return errors.Join(errs...)
 }
 
+// endWithParent makes cmd receive SIGTERM when bench dies.
+func endWithParent(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+}
+
 // unmountUnder detaches every mount below dir (deepest first), such as
 // the runtime's null network namespace a stopped server keeps.
 func unmountUnder(dir string) error {

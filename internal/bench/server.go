@@ -92,7 +92,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	cmd := exec.Command(cfg.Warren, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	endWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		os.RemoveAll(dataDir)
