@@ -3,6 +3,7 @@ package nodeinteg
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -114,4 +115,64 @@ func BenchmarkFork10(b *testing.B) {
 	}
 	report(b, "fork10", forks)
 	b.ReportMetric(float64(lost), "copies-lost")
+}
+
+// BenchmarkSnapshotCreate: create from a template's memory snapshot (a
+// restore) beside a cold start of the same template, alternating in one
+// run so both see the same machine load. The template's start command is a
+// small Python server; "create" is Create returning (envd answers), "ready"
+// is until the template's ready command passes (the server answers), which
+// a cold start only reaches after Create has returned.
+//
+//	go test -run '^$' -bench SnapshotCreate -benchtime 20x ./internal/node/nodeinteg/
+func BenchmarkSnapshotCreate(b *testing.B) {
+	h := newHost(b)
+	a, _ := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	const readyCmd = "curl -sf http://127.0.0.1:8000/ >/dev/null"
+	tmpl := h.createReq("x").Template
+	tmpl.StartCmd = "python3 -m http.server 8000 --bind 127.0.0.1"
+	dir := filepath.Join(h.dir, "bench-snapshot")
+	if err := a.Snapshot(ctx, tmpl, readyCmd, dir); err != nil {
+		b.Fatal(err)
+	}
+	defer a.DeleteSnapshot(context.Background(), dir)
+	snap := tmpl
+	snap.SnapshotDir = dir
+	type figures struct{ create, ready []time.Duration }
+	var restored, cold figures
+	for i := 0; b.Loop(); i++ {
+		for _, c := range []struct {
+			t   node.Template
+			out *figures
+		}{{snap, &restored}, {tmpl, &cold}} {
+			id := fmt.Sprintf("bs%03d%s", i%1000, sandbox.NewID()[:8])
+			req := h.createReq(id)
+			req.Template = c.t
+			t0 := time.Now()
+			sb, err := a.Create(ctx, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.out.create = append(c.out.create, time.Since(t0))
+			for {
+				if _, code := run(b, sb, req.EnvdAccessToken, readyCmd); code == 0 {
+					break
+				}
+				if time.Since(t0) > time.Minute {
+					b.Fatalf("sandbox %s: not ready after a minute", id)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			c.out.ready = append(c.out.ready, time.Since(t0))
+			if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	report(b, "snapshot-create", restored.create)
+	report(b, "snapshot-ready", restored.ready)
+	report(b, "cold-create", cold.create)
+	report(b, "cold-ready", cold.ready)
 }
