@@ -75,13 +75,16 @@ func NewIsolation(name, cidr, vethPrefix string) Isolation {
 	}
 }
 
-// Cleanup removes the nftables table and the cgroup root; call it from
-// TestMain after the tests ran.
+// Cleanup removes the nftables table and the cgroup roots (the node's
+// and the build sandboxes' beside it); call it from TestMain after the
+// tests ran.
 func (i Isolation) Cleanup() {
 	exec.Command("nft", "delete", "table", "inet", i.Table).Run()
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + i.CgroupRoot)
-	for _, d := range dirs {
-		os.Remove(d)
+	for _, root := range []string{i.CgroupRoot, i.CgroupRoot + "-build"} {
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + root)
+		for _, d := range dirs {
+			os.Remove(d)
+		}
 	}
 }
 

@@ -65,11 +65,22 @@ func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*node
 	if err != nil {
 		return nil, fmt.Errorf("root filesystems: %w", err)
 	}
+	// Build steps run in sandboxes of their own; what a crash left of
+	// them goes before the node agent's start-up reclaim frees their slots.
+	bs, err := newBuildSandboxes(cfg, cgRoot, pool, log)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := bs.reclaim(ctx); err != nil {
+		log.Warn("some build sandboxes left by a crash could not be reclaimed", "error", err)
+	} else if n > 0 {
+		log.Info("reclaimed build sandboxes left by a crash", "count", n)
+	}
 	// The catalog and the build engine; the build engine's snapshot on
 	// ready goes to the node agent, made below.
 	snap := &lateSnapshotter{}
 	local, err := builder.OpenLocal(builder.LocalConfig{
-		DataDir: cfg.DataDir, BaseRootFSTar: cfg.BaseRootFSTar, Runner: builder.RuncRunner{Runc: cfg.RuncPath},
+		DataDir: cfg.DataDir, BaseRootFSTar: cfg.BaseRootFSTar, Runner: bs.runner,
 		Snapshotter: snap, Logger: cfg.Logger.With("component", "templates"),
 	})
 	if err != nil {

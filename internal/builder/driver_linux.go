@@ -33,7 +33,8 @@ type DriverRunner struct {
 	// access) for sandboxes that ask for network; without it build
 	// sandboxes have no network.
 	NetNS func(ctx context.Context, id string) (path string, release func(), err error)
-	// ResolvConf is the sandbox's /etc/resolv.conf when it has network.
+	// ResolvConf is the contents of the sandbox's /etc/resolv.conf when
+	// it has network (default: the host's /etc/resolv.conf).
 	ResolvConf string
 	// Log receives the runtime's diagnostics; may be nil.
 	Log io.Writer
@@ -84,8 +85,11 @@ func (r DriverRunner) Start(ctx context.Context, req SandboxRequest) (BuildSandb
 		}
 		s.releaseNet = release
 		spec.NetNSPath = path
-		if b, err := os.ReadFile(orDefault(r.ResolvConf, "/etc/resolv.conf")); err == nil {
-			spec.ResolvConf = string(b)
+		spec.ResolvConf = r.ResolvConf
+		if spec.ResolvConf == "" {
+			if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+				spec.ResolvConf = string(b)
+			}
 		}
 	}
 	if err := r.Driver.Start(ctx, spec); err != nil {
@@ -93,13 +97,6 @@ func (r DriverRunner) Start(ctx context.Context, req SandboxRequest) (BuildSandb
 		return nil, fmt.Errorf("build sandbox %s: %w", id, err)
 	}
 	return s, nil
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 type driverSandbox struct {

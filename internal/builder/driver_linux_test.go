@@ -3,6 +3,7 @@ package builder
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -34,7 +35,16 @@ func TestDriverRunnerRunsc(t *testing.T) {
 		t.Skipf("WARREN_ENVD %q: %v (make build)", envd, err)
 	}
 	t.Parallel()
-	d, err := runsc.New(runsc.Config{Path: bin, StateDir: filepath.Join(t.TempDir(), "runsc")})
+	// A cgroup root of its own (runsc's default is the node's "/warren"),
+	// removed at the end in every hierarchy.
+	cgRoot := "warren-test-bld-" + strconv.Itoa(os.Getpid())
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgRoot)
+		for _, d := range dirs {
+			os.Remove(d)
+		}
+	})
+	d, err := runsc.New(runsc.Config{Path: bin, StateDir: filepath.Join(t.TempDir(), "runsc"), CgroupRoot: "/" + cgRoot})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,9 +27,13 @@ const EnvdVersion = envd.Version
 
 // Defaults of Config.
 const (
-	DefaultEnvdPort         = 49983
-	DefaultBackstopGrace    = 2 * time.Minute
-	DefaultReclaimInterval  = 5 * time.Minute
+	DefaultEnvdPort        = 49983
+	DefaultBackstopGrace   = 2 * time.Minute
+	DefaultReclaimInterval = 5 * time.Minute
+	// DefaultResolvConf is a sandbox's /etc/resolv.conf: public resolvers,
+	// since the host's own (often on loopback or a private address) lies
+	// in the ranges no sandbox reaches.
+	DefaultResolvConf       = "nameserver 8.8.8.8\nnameserver 1.1.1.1\n"
 	DefaultReadyTimeout     = 60 * time.Second
 	DefaultMinFreeDiskBytes = 1 << 30
 	// envdMountPath is where envd's binary is bound, read-only, in every
@@ -141,7 +145,7 @@ func (c *Config) setDefaults() error {
 		c.Hostname = "e2b.local"
 	}
 	if c.ResolvConf == "" {
-		c.ResolvConf = "nameserver 8.8.8.8\nnameserver 1.1.1.1\n"
+		c.ResolvConf = DefaultResolvConf
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
