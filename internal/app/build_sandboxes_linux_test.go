@@ -17,6 +17,8 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/driver/runc"
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/netslot/netslottest"
@@ -26,18 +28,24 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// TestBuildSandboxes runs a build sandbox as warren serve makes it (gVisor,
-// a slot of the node's pool) and checks that a step has its own network
+// TestBuildSandboxes runs a build sandbox as warren serve makes it (its
+// driver, a slot of the node's pool) and checks that a step has its own network
 // without the host's loopback, that the node agent's leak reclaim over the
 // same cgroup root, data dir and pool leaves it running, and that what a
 // crash leaves of it is reclaimed by the next start.
 func TestBuildSandboxes(t *testing.T) {
+	for _, kind := range []string{"runsc", "runc"} {
+		t.Run(kind, func(t *testing.T) { testBuildSandboxes(t, kind) })
+	}
+}
+
+func testBuildSandboxes(t *testing.T, kind string) {
 	runscBin, envd, tarPath := realRuntime(t)
 	pool, netCfg := netslottest.New(t)
 	data := t.TempDir()
 	cgRoot := "warren-test-" + sandbox.NewExecutionID()[:8]
 	t.Cleanup(func() { removeCgroupRoots(cgRoot, buildCgroupRoot(cgRoot)) })
-	cfg := Config{DataDir: data, Driver: "runsc", RunscPath: runscBin, EnvdPath: envd, Net: netCfg}
+	cfg := Config{DataDir: data, Driver: kind, RunscPath: runscBin, RuncPath: "runc", EnvdPath: envd, Net: netCfg}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	bs, err := newBuildSandboxes(cfg, cgRoot, pool, log)
 	if err != nil {
@@ -106,7 +114,12 @@ func TestBuildSandboxes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		drv, err := runsc.New(runsc.Config{Path: runscBin, StateDir: filepath.Join(data, "runsc"), CgroupRoot: "/" + cgRoot, Logger: log})
+		var drv driver.Driver
+		if kind == "runsc" {
+			drv, err = runsc.New(runsc.Config{Path: runscBin, StateDir: filepath.Join(data, "runsc"), CgroupRoot: "/" + cgRoot, Logger: log})
+		} else {
+			drv, err = runc.New(runc.Config{StateDir: filepath.Join(data, "runc"), CgroupRoot: "/" + cgRoot, Logger: log})
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
