@@ -89,7 +89,8 @@ type Spec struct {
 // Config configures a Builder.
 type Config struct {
 	// DataDir holds the layer cache (layers/), uploaded files (files/) and
-	// scratch space (work/); on the same file system as the catalog.
+	// scratch space (work/, one locked session per Builder: see Cleanup);
+	// on the same file system as the catalog.
 	DataDir string
 	Catalog *templates.Catalog
 	Runner  Runner
@@ -131,8 +132,11 @@ type Builder struct {
 	cfg Config
 	cat *templates.Catalog
 	log *slog.Logger
-	// cacheMu: builds hold it shared, PruneCache exclusively.
+	// cacheMu: builds hold it shared, PruneCache and Cleanup exclusively.
 	cacheMu sync.RWMutex
+	// sess is the scratch session (cleanup.go); nil once closed.
+	sessMu sync.Mutex
+	sess   *session
 }
 
 // New returns a Builder.
@@ -160,7 +164,11 @@ func New(cfg Config) (*Builder, error) {
 			return nil, fmt.Errorf("builder: %w", err)
 		}
 	}
-	return &Builder{cfg: cfg, cat: cfg.Catalog, log: cfg.Logger}, nil
+	sess, err := openSession(filepath.Join(cfg.DataDir, "work"))
+	if err != nil {
+		return nil, err
+	}
+	return &Builder{cfg: cfg, cat: cfg.Catalog, log: cfg.Logger, sess: sess}, nil
 }
 
 // StepError is a failed build step: which, its output's tail and exit code.

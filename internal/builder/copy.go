@@ -41,7 +41,7 @@ func (b *Builder) copyContext(ctx context.Context, buildID string, s Step, spec 
 		if err != nil {
 			return "", "", noop, fmt.Errorf("files %s: not a gzip'd tar: %w", s.FilesHash, errdefs.ErrInvalid)
 		}
-		dir, err := os.MkdirTemp(filepath.Join(b.cfg.DataDir, "work"), "context-")
+		dir, err := b.scratchDir("context-")
 		if err != nil {
 			return "", "", noop, err
 		}

@@ -63,6 +63,7 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 	}
 	svc, err := NewService(ServiceConfig{Builder: b, Logger: log})
 	if err != nil {
+		b.Close()
 		return nil, err
 	}
 	return &Local{Catalog: cat, Builder: b, Service: svc}, nil

@@ -84,8 +84,29 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 }
 
 // Recover marks builds that a previous process left waiting or building
-// as failed: their work died with that process. Call once at start.
+// as failed (their work died with that process), then removes what they
+// left on disk: mounts and scratch files of crashed processes, partial
+// cache entries and uploads, the files of failed builds (Builder.Cleanup).
+// Call once at start, before builds are started.
 func (s *Service) Recover(ctx context.Context) error {
+	if err := s.failInterrupted(ctx); err != nil {
+		return err
+	}
+	st, err := s.b.Cleanup(ctx)
+	if st.Total() > 0 || st.Kept > 0 {
+		s.log.Info("build leftovers of a previous run removed", "unmounted", st.Unmounted, "scratch_dirs", st.Sessions,
+			"partial_files", st.Partials, "failed_build_dirs", st.BuildDirs, "kept", st.Kept)
+	}
+	if err != nil {
+		// What is left costs disk space only; the next start tries again.
+		s.log.Warn("some build leftovers could not be removed", "error", err)
+	}
+	return nil
+}
+
+// failInterrupted marks builds that are waiting or building, but not in
+// this process, as failed.
+func (s *Service) failInterrupted(ctx context.Context) error {
 	all, err := s.cat.List(ctx, "")
 	if err != nil {
 		return err
@@ -114,10 +135,14 @@ func (s *Service) Recover(ctx context.Context) error {
 	return nil
 }
 
-// Close cancels running builds and waits for them to record their end.
+// Close cancels running builds, waits for them to record their end, and
+// closes the builder (its scratch session).
 func (s *Service) Close() {
 	s.cancel()
 	s.wg.Wait()
+	if err := s.b.Close(); err != nil {
+		s.log.Warn("close builder", "error", err)
+	}
 }
 
 // CreateTemplate makes a waiting build (POST /v3/templates).
@@ -337,7 +362,9 @@ func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Re
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".upload-*")
+	// Written in the builder's scratch session, renamed into place
+	// complete: a crash mid-upload leaves nothing in files/.
+	f, err := s.b.scratchFile("upload-")
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/builder/layer"
@@ -70,20 +71,26 @@ func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, er
 	dir := b.layerDir(key)
 	if _, err := os.Stat(dir); err != nil {
 		bl.add(templates.LogInfo, "base", "Pulling "+spec.FromImage+" ("+digest+")")
-		tmp := dir + ".pulling." + templates.NewTemplateID()[:8]
-		if err := os.MkdirAll(tmp, 0o755); err != nil {
+		// Pulled in the session, renamed into place complete: a crash
+		// leaves no partial image in the cache.
+		scratch, err := b.scratchDir("pull-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(scratch)
+		tmp := filepath.Join(scratch, "diff")
+		if err := os.Mkdir(tmp, 0o755); err != nil {
 			return nil, err
 		}
 		if err := unpackImage(ctx, img, tmp); err != nil {
-			os.RemoveAll(tmp)
 			return nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: classifyRegistryError(spec.FromImage, err)}
 		}
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 			return nil, err
 		}
-		if err := os.Rename(tmp, dir); err != nil {
-			os.RemoveAll(tmp) // another build won the race: same content
-		}
+		if err := os.Rename(tmp, dir); err != nil && !errors.Is(err, os.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+			return nil, err
+		} // else another build won the race: same content
 	} else {
 		now := time.Now()
 		os.Chtimes(dir, now, now) // last use, for PruneCache
@@ -172,8 +179,23 @@ func (b *Builder) cacheStore(st *state) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
-	tmp := p + ".tmp." + templates.NewTemplateID()[:8]
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	// Written in the session, renamed into place: the entry appears
+	// complete or not at all.
+	f, err := b.scratchFile("state-")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after the rename
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
 	return os.Rename(tmp, p)
@@ -312,7 +334,7 @@ func validateStep(s Step) error {
 // withLayer mounts the state's layers with a new upper directory, lets fn
 // change the tree, and adds the upper directory as the state's new layer.
 func (b *Builder) withLayer(ctx context.Context, buildID, name string, ns *state, fn func(root string) error) error {
-	scratch, err := os.MkdirTemp(filepath.Join(b.cfg.DataDir, "work"), "step-")
+	scratch, err := b.scratchDir("step-")
 	if err != nil {
 		return err
 	}
@@ -333,12 +355,11 @@ func (b *Builder) withLayer(ctx context.Context, buildID, name string, ns *state
 		return err
 	}
 	if _, err := os.Stat(dst); err == nil {
-		// A forced rebuild (or a concurrent build) made this layer before.
-		old := dst + ".old." + templates.NewTemplateID()[:8]
-		if err := os.Rename(dst, old); err != nil {
+		// A forced rebuild (or a concurrent build) made this layer before;
+		// the old one moves to the scratch directory, removed with it.
+		if err := os.Rename(dst, filepath.Join(scratch, "old")); err != nil {
 			return err
 		}
-		defer os.RemoveAll(old)
 	}
 	if err := os.Rename(m.Upper, dst); err != nil {
 		return err
@@ -470,7 +491,7 @@ func (b *Builder) checkReady(ctx context.Context, buildID, rootfs string, st *st
 		bl.add(templates.LogInfo, "ready", "No ready command: the start command runs when a sandbox starts")
 		return nil
 	}
-	scratch, err := os.MkdirTemp(filepath.Join(b.cfg.DataDir, "work"), "ready-")
+	scratch, err := b.scratchDir("ready-")
 	if err != nil {
 		return err
 	}

@@ -543,3 +543,37 @@ func (c *Catalog) ListTags(ctx context.Context, teamID, idOrAlias string) ([]Tag
 	})
 	return out, nil
 }
+
+// RemovePartial removes what an interrupted unpack left in the build
+// directories (builds/<id>/rootfs.unpacking: the tree is unpacked there and
+// renamed into place when complete) and returns how many it removed. Call
+// it at start, before templates are resolved.
+func (c *Catalog) RemovePartial(ctx context.Context) (int, error) {
+	c.baseMu.Lock()
+	defer c.baseMu.Unlock()
+	c.unpackMu.Lock()
+	defer c.unpackMu.Unlock()
+	builds := filepath.Join(c.cfg.DataDir, "builds")
+	entries, err := os.ReadDir(builds)
+	if err != nil {
+		return 0, fmt.Errorf("build directories: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		p := filepath.Join(builds, e.Name(), "rootfs.unpacking")
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, fmt.Errorf("partial root filesystem %s: %w", p, err))
+			continue
+		}
+		n++
+		c.log.Info("partial root filesystem removed", "build_id", e.Name(), "path", p)
+	}
+	return n, errors.Join(errs...)
+}
