@@ -66,11 +66,31 @@ func TestPruner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Killed two days ago, killed an hour ago, running.
+	for _, sb := range []struct {
+		id       string
+		state    sandbox.State
+		killedAt time.Time
+	}{{"old", sandbox.StateKilled, time.Now().Add(-48 * time.Hour)}, {"recent", sandbox.StateKilled, time.Now().Add(-time.Hour)}, {"live", sandbox.StateRunning, time.Time{}}} {
+		row := &store.Sandbox{ID: sb.id, TeamID: "t", TemplateID: "base", State: sb.state, Epoch: 1, StartedAt: time.Now().Add(-72 * time.Hour),
+			EndAt: time.Now().Add(time.Hour), KilledAt: sb.killedAt}
+		if sb.state == sandbox.StateKilled {
+			row.KillReason = sandbox.KillTimeout
+		}
+		if err := st.CreateSandbox(ctx, row); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p := events.NewPruner(events.PrunerConfig{Store: st, Retention: 24 * time.Hour})
 	if n, err := p.PruneOnce(ctx); err != nil || n != 2 {
 		t.Fatalf("pruned %d, %v; want 2", n, err)
 	}
 	if evs, _ := st.ListEvents(ctx, "s"); len(evs) != 1 {
 		t.Fatalf("%d events left, want 1", len(evs))
+	}
+	for id, want := range map[string]bool{"old": false, "recent": true, "live": true} {
+		if _, err := st.GetSandbox(ctx, id); (err == nil) != want {
+			t.Errorf("sandbox %s after prune: %v, want kept=%v", id, err, want)
+		}
 	}
 }

@@ -42,13 +42,25 @@ func NewPruner(cfg PrunerConfig) *Pruner {
 	return &Pruner{cfg: cfg}
 }
 
-// PruneOnce deletes the events older than the retention period now.
+// PruneOnce deletes the events older than the retention period now, and
+// the rows of sandboxes killed before it; it returns how many events went.
 func (p *Pruner) PruneOnce(ctx context.Context) (int, error) {
-	n, err := p.cfg.Store.PruneEvents(ctx, time.Now().Add(-p.cfg.Retention))
-	if err == nil && n > 0 {
+	cut := time.Now().Add(-p.cfg.Retention)
+	n, err := p.cfg.Store.PruneEvents(ctx, cut)
+	if err != nil {
+		return 0, err
+	}
+	if n > 0 {
 		p.cfg.Logger.Info("pruned lifecycle events past retention", "count", n, "retention", p.cfg.Retention)
 	}
-	return n, err
+	ns, err := p.cfg.Store.PruneSandboxes(ctx, cut)
+	if err != nil {
+		return n, err
+	}
+	if ns > 0 {
+		p.cfg.Logger.Info("pruned killed sandboxes past retention", "count", ns, "retention", p.cfg.Retention)
+	}
+	return n, nil
 }
 
 // Run prunes at start and then every Interval until ctx ends.

@@ -174,6 +174,21 @@ func (s *SQL) GetEvent(ctx context.Context, id int64) (*Event, error) {
 	return e, classify(err, fmt.Sprintf("event %d", id))
 }
 
+// PruneSandboxes implements Store.
+func (s *SQL) PruneSandboxes(ctx context.Context, before time.Time) (int, error) {
+	// A killed row without a kill time (none is written so) ages by its
+	// last update.
+	cut := toNanos(before)
+	res, err := s.db.ExecContext(ctx, s.d.rebind(`DELETE FROM sandboxes WHERE state = ? AND
+		((killed_at > 0 AND killed_at < ?) OR (killed_at = 0 AND updated_at < ?))`),
+		string(sandbox.StateKilled), cut, cut)
+	if err != nil {
+		return 0, classify(err, "prune killed sandboxes")
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
 // PruneEvents implements Store.
 func (s *SQL) PruneEvents(ctx context.Context, before time.Time) (int, error) {
 	tx, err := s.db.BeginTx(ctx, nil)

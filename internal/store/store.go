@@ -73,6 +73,10 @@ type Store interface {
 	// PruneEvents deletes the events recorded before t and their
 	// deliveries; it returns how many events went.
 	PruneEvents(ctx context.Context, before time.Time) (int, error)
+	// PruneSandboxes deletes the rows of sandboxes killed before t (their
+	// events go with the events' own retention; a killed row without a
+	// kill time ages by its last update); it returns how many went.
+	PruneSandboxes(ctx context.Context, before time.Time) (int, error)
 
 	// CreateWebhook, GetWebhook, ListWebhooks, UpdateWebhook and
 	// DeleteWebhook manage a team's webhooks. Get, Update and Delete of

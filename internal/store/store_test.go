@@ -186,6 +186,20 @@ func testSandboxes(t *testing.T, s store.Store) {
 	if _, err := s.UpdateSandbox(ctx, "zzz", func(*store.Sandbox) error { return nil }); !errdefs.IsNotFound(err) {
 		t.Fatalf("update missing: %v", err)
 	}
+	// Retention of killed sandboxes: aaa was killed at t0+1h; a cut
+	// before that keeps it, one after removes it and nothing else.
+	if n, err := s.PruneSandboxes(ctx, t0.Add(time.Hour)); err != nil || n != 0 {
+		t.Fatalf("prune before the kill: %d, %v", n, err)
+	}
+	if n, err := s.PruneSandboxes(ctx, t0.Add(time.Hour+time.Second)); err != nil || n != 1 {
+		t.Fatalf("prune after the kill: %d, %v; want 1", n, err)
+	}
+	if _, err := s.GetSandbox(ctx, "aaa"); !errdefs.IsNotFound(err) {
+		t.Fatalf("pruned killed sandbox: %v", err)
+	}
+	if got, err := s.GetSandbox(ctx, "bbb"); err != nil || got.State != sandbox.StatePaused {
+		t.Fatalf("prune touched a paused sandbox: %+v %v", got, err)
+	}
 	if err := s.DeleteSandbox(ctx, "ccc"); err != nil {
 		t.Fatal(err)
 	}
