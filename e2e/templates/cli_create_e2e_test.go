@@ -4,11 +4,13 @@ package templatese2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +57,7 @@ func TestCLITemplateCreate(t *testing.T) {
 		t.Helper()
 		args := append([]string{"template", "create", name, "-p", "cli",
 			"-c", "/opt/app/start.sh", "--ready-cmd", "test -s /tmp/started",
-			"--cpu-count", "1", "--memory-mb", "512", "--min-free-disk-mb", "2048"}, extra...)
+			"--cpu-count", "1", "--memory-mb", "512", "--min-free-disk-mb", "8192"}, extra...)
 		return runCLI(t, s, args...)
 	}
 	cachedStep := regexp.MustCompile(`(?m)CACHED \[\d+\] RUN chmod`)
@@ -80,6 +82,29 @@ func TestCLITemplateCreate(t *testing.T) {
 		}
 		if out := s.Node(t, "cli_check.mjs", name); !strings.Contains(out, "OK") {
 			t.Fatalf("sandbox check did not finish:\n%s", out)
+		}
+		// The resources the CLI asked for are the template's.
+		out, code = runCLI(t, s, "template", "list", "--format", "json")
+		var list []struct {
+			Aliases    []string `json:"aliases"`
+			CPUCount   int      `json:"cpuCount"`
+			MemoryMB   int      `json:"memoryMB"`
+			DiskSizeMB int      `json:"diskSizeMB"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &list); code != 0 || err != nil {
+			t.Fatalf("e2b template list: exit %d, %v:\n%s", code, err, out)
+		}
+		found := false
+		for _, tp := range list {
+			if slices.Contains(tp.Aliases, name) {
+				found = true
+				if tp.CPUCount != 1 || tp.MemoryMB != 512 || tp.DiskSizeMB != 8192 {
+					t.Errorf("template %s: %d vCPUs, %d MiB, disk %d MiB; want 1, 512, 8192", name, tp.CPUCount, tp.MemoryMB, tp.DiskSizeMB)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("e2b template list lacks %s:\n%s", name, out)
 		}
 	})
 	if t.Failed() {

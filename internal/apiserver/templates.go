@@ -72,13 +72,32 @@ func (s *Server) templateErr(w http.ResponseWriter, r *http.Request, id string, 
 	}
 }
 
-// templateCreateRequest is TemplateBuildRequestV3.
+// templateCreateRequest is TemplateBuildRequestV3. Fields it does not
+// name (teamID, anything newer) are ignored.
 type templateCreateRequest struct {
 	Name     string   `json:"name"`
 	Alias    string   `json:"alias"`
 	Tags     []string `json:"tags"`
 	CPUCount *int     `json:"cpuCount"`
 	MemoryMB *int64   `json:"memoryMB"`
+	// MinFreeDiskMB (SDK and CLI --min-free-disk-mb) is the free space
+	// wanted after the build steps; it raises the template's disk size and
+	// never lowers it (diskMB).
+	MinFreeDiskMB *int64 `json:"minFreeDiskMb"`
+}
+
+// diskMB is the disk size to record for req: minFreeDiskMb when it is
+// above the default, else 0 (the catalog's default).
+func (req templateCreateRequest) diskMB() (int64, error) {
+	if req.MinFreeDiskMB == nil {
+		return 0, nil
+	}
+	if v := *req.MinFreeDiskMB; v < 0 {
+		return 0, invalid("minFreeDiskMb", "must not be negative, got %d", v)
+	} else if v > templates.DefaultDiskMB {
+		return v, nil
+	}
+	return 0, nil
 }
 
 // templateCreateResponse is TemplateRequestResponseV3.
@@ -108,9 +127,14 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *calle
 		s.fail(w, r, invalid("name", "required"))
 		return
 	}
+	disk, err := req.diskMB()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	lim := s.limits(c)
 	t, b, err := s.cfg.Builds.CreateTemplate(r.Context(), templates.CreateRequest{
-		TeamID: c.teamID, Name: name, Tags: req.Tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB,
+		TeamID: c.teamID, Name: name, Tags: req.Tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB, DiskMB: disk,
 		Limits: templates.Limits{MaxCPU: lim.MaxVCPUs, MaxMemoryMB: lim.MaxMemoryMB},
 	})
 	if err != nil {

@@ -280,6 +280,51 @@ func TestTemplateCreate(t *testing.T) {
 	}
 }
 
+// TestTemplateCreateMinFreeDisk: minFreeDiskMb (CLI --min-free-disk-mb)
+// raises the template's and the build's disk size, never lowers it, and
+// must be a non-negative integer.
+func TestTemplateCreateMinFreeDisk(t *testing.T) {
+	e := newTemplateEnv(t)
+	tests := []struct {
+		name, field string
+		status      int
+		disk        int64
+	}{
+		{"omitted", ``, 202, 4096},
+		{"zero", `,"minFreeDiskMb":0`, 202, 4096},
+		{"below the default", `,"minFreeDiskMb":100`, 202, 4096},
+		{"above the default", `,"minFreeDiskMb":8192`, 202, 8192},
+		{"negative", `,"minFreeDiskMb":-1`, 400, 0},
+		{"not an integer", `,"minFreeDiskMb":1.5`, 400, 0},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", "/v3/templates", e.key1, `{"name":"disk-`+itoa(i)+`"`+tc.field+`}`)
+			expect(t, tc.name, r, tc.status)
+			if tc.status != 202 {
+				if !strings.Contains(string(r.body), "minFreeDiskMb") {
+					t.Fatalf("message %s does not name minFreeDiskMb", r.body)
+				}
+				return
+			}
+			var c createResp
+			decodeJSON(t, r, &c)
+			g := e.do("GET", "/templates/"+c.TemplateID, e.key1, "")
+			expect(t, "get template", g, 200)
+			var got struct {
+				Builds []struct {
+					BuildID    string `json:"buildID"`
+					DiskSizeMB int64  `json:"diskSizeMB"`
+				} `json:"builds"`
+			}
+			decodeJSON(t, g, &got)
+			if len(got.Builds) != 1 || got.Builds[0].BuildID != c.BuildID || got.Builds[0].DiskSizeMB != tc.disk {
+				t.Fatalf("builds %+v, want one of disk %d", got.Builds, tc.disk)
+			}
+		})
+	}
+}
+
 func TestTemplateFilesAndUpload(t *testing.T) {
 	e := newTemplateEnv(t)
 	c := e.createTemplate(e.key1, `{"name":"files"}`)
