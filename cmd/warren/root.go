@@ -103,7 +103,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.StringVar(&cfg.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS with HTTP/2)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file")
-	f.DurationVar(&cfg.Events.Retention, "event-retention", 0, "how long lifecycle events and webhook deliveries are kept (default 720h)")
+	f.DurationVar(&cfg.Events.Retention, "event-retention", 0, "how long lifecycle events, webhook deliveries and records of killed sandboxes are kept (default 720h)")
 	f.IntVar(&cfg.Events.WebhookMaxAttempts, "webhook-max-attempts", 0, "attempts per webhook delivery before it is marked failed (default 10)")
 	f.DurationVar(&cfg.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
 	f.BoolVar(&cfg.Events.WebhookDenyPrivate, "webhook-deny-private", false, "refuse webhook URLs on loopback, private and link-local addresses (for servers shared by untrusted teams)")
