@@ -61,7 +61,8 @@ type Config struct {
 	RuncPath  string
 	EnvdPath  string
 	// CgroupRoot is the cgroup under which sandboxes' cgroups live
-	// (default "warren"); Net configures the network slot pool (CIDR,
+	// (default "warren"; template build sandboxes use CgroupRoot-build,
+	// and their runtime state lives under DataDir/builder); Net configures the network slot pool (CIDR,
 	// nftables table, interface prefix). Two servers on one host need
 	// different ones.
 	CgroupRoot string
