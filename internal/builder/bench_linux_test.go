@@ -1,9 +1,15 @@
 package builder
 
 import (
+	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/driver/runsc"
+	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/netslot/netslottest"
 )
 
 // BenchmarkBuild measures a five-step build from the base template, with
@@ -31,4 +37,77 @@ func BenchmarkBuild(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkBuildRunners measures an uncached build of three RUN steps with
+// each runner: a chroot (no isolation, the floor), runc in the host's
+// network namespace (the former default), and the runsc driver with a
+// network slot per build sandbox (what warren serve uses). Each step is one
+// build sandbox: start, exec, stop.
+func BenchmarkBuildRunners(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	runscBin, envd := os.Getenv("WARREN_RUNSC"), os.Getenv("WARREN_ENVD")
+	spec := Spec{FromTemplate: "base", Force: true, Steps: []Step{
+		{Type: StepRun, Args: []string{"echo one > /one"}},
+		{Type: StepRun, Args: []string{"echo two > /two"}},
+		{Type: StepRun, Args: []string{"cat /one /two > /three"}},
+	}}
+	runners := []struct {
+		name string
+		make func(b *testing.B) Runner
+	}{
+		{"chroot", func(*testing.B) Runner { return ChrootRunner{} }},
+		{"runc-host-netns", func(*testing.B) Runner { return withNetwork{RuncRunner{}} }},
+		{"runsc-slot", func(b *testing.B) Runner {
+			if runscBin == "" || envd == "" {
+				b.Skip("WARREN_RUNSC and WARREN_ENVD are needed (make build)")
+			}
+			cgRoot := "warren-test-bench-" + strconv.Itoa(os.Getpid())
+			b.Cleanup(func() {
+				dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgRoot)
+				for _, d := range dirs {
+					os.Remove(d)
+				}
+			})
+			d, err := runsc.New(runsc.Config{Path: runscBin, StateDir: filepath.Join(b.TempDir(), "runsc"), CgroupRoot: "/" + cgRoot})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pool, _ := netslottest.New(b)
+			return withNetwork{DriverRunner{
+				Driver: d, Init: envd, InitArgs: []string{"-listen", "127.0.0.1", "-no-port-forward"},
+				ResolvConf: "nameserver 127.0.0.1\n",
+				NetNS: func(ctx context.Context, id string) (string, func(), error) {
+					s, err := pool.Acquire(ctx, id, netslot.Policy{Internet: true})
+					if err != nil {
+						return "", nil, err
+					}
+					return s.NetNSPath, func() { pool.Release(context.Background(), s) }, nil
+				},
+			}}
+		}},
+	}
+	for _, r := range runners {
+		b.Run(r.name, func(b *testing.B) {
+			f := newFixtureWith(b, tinyRootFS(b), r.make(b))
+			i := 0
+			for b.Loop() {
+				i++
+				if bd, err := f.build(b, "team", "bench-"+strconv.Itoa(i), spec); err != nil {
+					b.Fatalf("%v\n%s", err, f.logs(b, bd.ID))
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N)/float64(len(spec.Steps)), "ms/step")
+		})
+	}
+}
+
+// withNetwork asks every build sandbox for network, as warren serve does.
+type withNetwork struct{ Runner }
+
+func (w withNetwork) Start(ctx context.Context, req SandboxRequest) (BuildSandbox, error) {
+	req.Network = true
+	return w.Runner.Start(ctx, req)
 }
