@@ -3,6 +3,8 @@ package templates
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
@@ -28,21 +31,42 @@ const BaseSuite = "bookworm"
 
 // Progress reports how far EnsureBase got.
 type Progress struct {
-	// Phase is "check", "bootstrap" (mmdebstrap runs), "unpack" or "ready".
+	// Phase is "check", "hash" (the tar's SHA-256 is computed), "bootstrap"
+	// (mmdebstrap runs), "unpack" or "ready".
 	Phase string
 	// Message is a human-readable line (mmdebstrap's output while
 	// bootstrapping).
 	Message string
-	// Done and Total count bytes while unpacking; Total is 0 when unknown.
+	// Done and Total count bytes while hashing and unpacking; Total is 0
+	// when unknown.
 	Done, Total int64
 }
 
 // EnsureBase makes sure the default `base` template exists with a ready
 // build whose root filesystem is unpacked on this machine. On first start
 // it builds the root filesystem from Debian's packages with mmdebstrap (or
-// takes Config.BaseRootFSTar when that file exists); later calls reuse it.
+// takes Config.BaseRootFSTar when that file exists); later calls reuse it
+// as long as the tar it came from is the same (its size and modification
+// time, else its SHA-256, against the fingerprint recorded in the build).
+// When the tar changed (`make base-rootfs` made a new one), EnsureBase
+// makes a new base build from it and moves the default tag there; the old
+// build and its tree stay for what was made from it (see RebuildBase).
 // progress, when set, is called as work advances.
 func (c *Catalog) EnsureBase(ctx context.Context, progress func(Progress)) error {
+	return c.ensureBase(ctx, progress, false)
+}
+
+// RebuildBase makes a new base build whatever the state of the current
+// one: from Config.BaseRootFSTar when that file exists, else from a new
+// mmdebstrap run (fresh Debian packages). The default tag moves to the new
+// build. The old build stays ready with its tree: templates built from it
+// have trees of their own, but sandbox snapshots and running or paused
+// sandboxes of the base template use the old tree as their lower layer.
+func (c *Catalog) RebuildBase(ctx context.Context, progress func(Progress)) error {
+	return c.ensureBase(ctx, progress, true)
+}
+
+func (c *Catalog) ensureBase(ctx context.Context, progress func(Progress), force bool) error {
 	if progress == nil {
 		progress = func(Progress) {}
 	}
@@ -50,28 +74,45 @@ func (c *Catalog) EnsureBase(ctx context.Context, progress func(Progress)) error
 	defer c.baseMu.Unlock()
 	progress(Progress{Phase: "check", Message: "looking for the base template"})
 
-	if t, err := c.store.GetTemplate(ctx, BaseID); err == nil {
-		if tg, ok := t.Tags[DefaultTag]; ok {
-			b, err := c.store.GetBuild(ctx, tg.BuildID)
-			if err == nil && b.Status == BuildReady {
-				if _, err := c.ensureRootFS(ctx, b); err == nil {
-					progress(Progress{Phase: "ready", Message: "base template ready (build " + b.ID + ")"})
-					return nil
-				}
-				c.log.Warn("base template build unusable, rebuilding", "build_id", b.ID)
-			}
+	// The tar: the configured one when present (the operator's choice),
+	// else the one an earlier mmdebstrap run left, unless forced.
+	tarPath, configured := c.cfg.BaseRootFSTar, true
+	if tarPath == "" || !fileExists(tarPath) {
+		tarPath, configured = filepath.Join(c.cfg.DataDir, "base", "rootfs.tar"), false
+		if force || !fileExists(tarPath) {
+			tarPath = ""
 		}
-	} else if !errdefs.IsNotFound(err) {
+	}
+	cur, err := c.currentBase(ctx)
+	if err != nil {
 		return fmt.Errorf("base template: %w", err)
 	}
+	switch {
+	case cur == nil:
+	case force:
+		c.log.Info("base template rebuild asked for", "build_id", cur.ID)
+	case tarPath == "" || (!configured && cur.RootFSTar != tarPath):
+		// Nothing to compare with: the build's own tar is gone (and no
+		// configured one replaces it).
+		progress(Progress{Phase: "ready", Message: "base template ready (build " + cur.ID + ")"})
+		return nil
+	default:
+		changed, err := c.baseTarChanged(ctx, cur, tarPath, progress)
+		if err != nil {
+			return fmt.Errorf("base template: %w", err)
+		}
+		if !changed {
+			progress(Progress{Phase: "ready", Message: "base template ready (build " + cur.ID + ")"})
+			return nil
+		}
+		c.log.Info("base root filesystem tar changed, making a new base build", "old_build_id", cur.ID, "tar", tarPath)
+		progress(Progress{Phase: "check", Message: tarPath + " changed since build " + cur.ID + ": making a new base build"})
+	}
 
-	tarPath := c.cfg.BaseRootFSTar
-	if tarPath == "" || !fileExists(tarPath) {
+	if tarPath == "" {
 		tarPath = filepath.Join(c.cfg.DataDir, "base", "rootfs.tar")
-		if !fileExists(tarPath) {
-			if err := c.bootstrapBase(ctx, tarPath, progress); err != nil {
-				return fmt.Errorf("base template: %w", err)
-			}
+		if err := c.bootstrapBase(ctx, tarPath, progress); err != nil {
+			return fmt.Errorf("base template: %w", err)
 		}
 	}
 
@@ -100,9 +141,12 @@ func (c *Catalog) EnsureBase(ctx context.Context, progress func(Progress)) error
 		return fmt.Errorf("base template: %w", err)
 	}
 	progress(Progress{Phase: "unpack", Message: "unpacking " + tarPath})
-	err := c.unpackTar(ctx, tarPath, b.RootFSDir, func(done, total int64) {
+	fp, err := c.unpackTar(ctx, tarPath, b.RootFSDir, nil, func(done, total int64) {
 		progress(Progress{Phase: "unpack", Done: done, Total: total})
 	})
+	if err == nil {
+		_, err = c.UpdateBuild(ctx, b.ID, func(x *Build) error { x.RootFSTarFingerprint = fp; return nil })
+	}
 	if err != nil {
 		if _, ferr := c.FinishBuild(context.WithoutCancel(ctx), b.ID, &Reason{Message: err.Error(), Step: "unpack"}); ferr != nil {
 			c.log.Warn("record failed base build", "build_id", b.ID, "error", ferr)
@@ -112,9 +156,125 @@ func (c *Catalog) EnsureBase(ctx context.Context, progress func(Progress)) error
 	if _, err := c.FinishBuild(ctx, b.ID, nil); err != nil {
 		return fmt.Errorf("base template: %w", err)
 	}
-	c.log.Info("base template ready", "template_id", BaseID, "build_id", b.ID, "rootfs", b.RootFSDir)
+	c.log.Info("base template ready", "template_id", BaseID, "build_id", b.ID, "rootfs", b.RootFSDir, "tar", tarPath, "sha256", fp.SHA256)
 	progress(Progress{Phase: "ready", Message: "base template ready (build " + b.ID + ")"})
 	return nil
+}
+
+// currentBase returns the ready build behind the base template's default
+// tag when its root filesystem is usable here, or nil.
+func (c *Catalog) currentBase(ctx context.Context) (*Build, error) {
+	t, err := c.store.GetTemplate(ctx, BaseID)
+	if errdefs.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	tg, ok := t.Tags[DefaultTag]
+	if !ok {
+		return nil, nil
+	}
+	b, err := c.store.GetBuild(ctx, tg.BuildID)
+	if err != nil || b.Status != BuildReady {
+		return nil, nil
+	}
+	if _, err := c.ensureRootFS(ctx, b); err != nil {
+		c.log.Warn("base template build unusable, making a new one", "build_id", b.ID, "error", err)
+		return nil, nil
+	}
+	return b, nil
+}
+
+// baseTarChanged tells whether tarPath differs from the tar that build b
+// was made from. Same size and modification time mean the same tar;
+// otherwise its SHA-256 decides, and an unchanged tar's new size, time or
+// path is recorded. A build made before fingerprints were recorded counts
+// as changed when the tar is newer than the build.
+func (c *Catalog) baseTarChanged(ctx context.Context, b *Build, tarPath string, progress func(Progress)) (bool, error) {
+	fi, err := os.Stat(tarPath)
+	if err != nil {
+		return false, fmt.Errorf("root filesystem tar: %w", err)
+	}
+	old := b.RootFSTarFingerprint
+	if old != nil && old.Size == fi.Size() && old.ModTime.Equal(fi.ModTime()) && b.RootFSTar == tarPath {
+		return false, nil
+	}
+	if old == nil && fi.ModTime().After(b.CreatedAt) {
+		return true, nil
+	}
+	progress(Progress{Phase: "hash", Message: fmt.Sprintf("checking %s (%d MB, sha256)", tarPath, fi.Size()>>20), Total: fi.Size()})
+	fp, err := fingerprintFile(ctx, tarPath, func(done, total int64) {
+		progress(Progress{Phase: "hash", Done: done, Total: total})
+	})
+	if err != nil {
+		return false, err
+	}
+	if old != nil && old.SHA256 != fp.SHA256 {
+		return true, nil
+	}
+	// Same content (or a build from before fingerprints, older than its
+	// tar): record what the tar looks like now.
+	_, err = c.store.UpdateBuild(ctx, b.ID, func(x *Build) error {
+		x.RootFSTarFingerprint, x.RootFSTar = fp, tarPath
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	c.log.Info("base root filesystem tar unchanged, fingerprint recorded", "build_id", b.ID, "tar", tarPath, "sha256", fp.SHA256)
+	return false, nil
+}
+
+// TarFingerprint identifies the content of a root filesystem tar: size
+// and modification time notice a change cheaply, SHA-256 decides.
+type TarFingerprint struct {
+	Size    int64     `json:"size"`
+	ModTime time.Time `json:"modTime"`
+	SHA256  string    `json:"sha256"`
+}
+
+// fingerprintFile hashes the file at p, reporting progress every 8 MiB.
+func fingerprintFile(ctx context.Context, p string, progress func(done, total int64)) (*TarFingerprint, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("root filesystem tar: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("root filesystem tar: %w", err)
+	}
+	h := sha256.New()
+	r := &countingReader{r: f, ctx: ctx, total: fi.Size(), progress: progress}
+	if _, err := io.Copy(h, r); err != nil {
+		return nil, fmt.Errorf("root filesystem tar %s: %w", p, err)
+	}
+	return &TarFingerprint{Size: fi.Size(), ModTime: fi.ModTime(), SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// countingReader reports how much was read, every 8 MiB, and stops when
+// ctx ends.
+type countingReader struct {
+	r        io.Reader
+	ctx      context.Context
+	done     int64
+	last     int64
+	total    int64
+	progress func(done, total int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := c.r.Read(p)
+	c.done += int64(n)
+	if c.progress != nil && (c.done-c.last >= 8<<20 || (err == io.EOF && c.done != c.last)) {
+		c.last = c.done
+		c.progress(c.done, c.total)
+	}
+	return n, err
 }
 
 // MmdebstrapArgs is the mmdebstrap command line (after the program name)
@@ -188,4 +348,28 @@ func (l *lastLines) String() string { return strings.Join(l.lines, " | ") }
 func fileExists(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular()
+}
+
+// PrintProgress returns a progress function for EnsureBase and RebuildBase
+// that writes lines to out, each starting with prefix: every message, and
+// while hashing or unpacking the percentage done, once per tenth.
+func PrintProgress(out io.Writer, prefix string) func(Progress) {
+	phase, tenth := "", int64(-1)
+	return func(p Progress) {
+		if p.Phase != phase {
+			phase, tenth = p.Phase, -1
+		}
+		if p.Message != "" {
+			fmt.Fprintf(out, "%s%s\n", prefix, p.Message)
+			return
+		}
+		if p.Total <= 0 {
+			return
+		}
+		verb := map[string]string{"hash": "checking", "unpack": "unpacking"}[p.Phase]
+		if t := p.Done * 10 / p.Total; verb != "" && t != tenth {
+			tenth = t
+			fmt.Fprintf(out, "%s%s %d%%\n", prefix, verb, t*10)
+		}
+	}
 }

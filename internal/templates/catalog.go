@@ -2,6 +2,8 @@ package templates
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -197,47 +199,62 @@ func (c *Catalog) ensureRootFS(ctx context.Context, b *Build) (string, error) {
 	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
 		return dir, nil
 	}
-	if err := c.unpackTar(ctx, b.RootFSTar, dir, nil); err != nil {
+	if _, err := c.unpackTar(ctx, b.RootFSTar, dir, b.RootFSTarFingerprint, nil); err != nil {
 		return "", fmt.Errorf("build %s: %w", b.ID, err)
 	}
 	return dir, nil
 }
 
 // unpackTar unpacks tarPath into dir atomically: into a temporary sibling
-// first, renamed into place when complete.
-func (c *Catalog) unpackTar(ctx context.Context, tarPath, dir string, progress func(done, total int64)) error {
+// first, renamed into place when complete. It returns the tar's
+// fingerprint, hashed on the way; when want is set and the tar's content
+// differs from it, nothing is renamed into place and the error is
+// ErrUnavailable (the build's tar was replaced since).
+func (c *Catalog) unpackTar(ctx context.Context, tarPath, dir string, want *TarFingerprint, progress func(done, total int64)) (*TarFingerprint, error) {
 	f, err := os.Open(tarPath)
 	if err != nil {
-		return fmt.Errorf("root filesystem tar: %w", err)
+		return nil, fmt.Errorf("root filesystem tar: %w", err)
 	}
 	defer f.Close()
-	var total int64
-	if fi, err := f.Stat(); err == nil {
-		total = fi.Size()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("root filesystem tar: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	tmp := dir + ".unpacking"
 	if err := os.RemoveAll(tmp); err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.Mkdir(tmp, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	var cb func(int64)
 	if progress != nil {
-		cb = func(n int64) { progress(n, total) }
+		cb = func(n int64) { progress(n, fi.Size()) }
 	}
-	if err := layer.Unpack(ctx, f, tmp, cb); err != nil {
+	h := sha256.New()
+	tee := io.TeeReader(f, h)
+	err = layer.Unpack(ctx, tee, tmp, cb)
+	if err == nil {
+		_, err = io.Copy(io.Discard, tee) // the tar's end, for the hash
+	}
+	if err != nil {
 		os.RemoveAll(tmp)
-		return err
+		return nil, err
+	}
+	fp := &TarFingerprint{Size: fi.Size(), ModTime: fi.ModTime(), SHA256: hex.EncodeToString(h.Sum(nil))}
+	if want != nil && want.SHA256 != fp.SHA256 {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("root filesystem tar %s changed since the build was made (sha256 %s, was %s); its tree is gone and cannot be made again: %w",
+			tarPath, fp.SHA256, want.SHA256, errdefs.ErrUnavailable)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		os.RemoveAll(tmp)
-		return err
+		return nil, err
 	}
-	return nil
+	return fp, nil
 }
 
 // List returns the templates team owns, or every template when teamID is

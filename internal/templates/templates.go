@@ -96,6 +96,10 @@ type Build struct {
 	// node unpacks); RootFSDir is the unpacked tree on this machine.
 	RootFSTar string `json:"rootfsTar,omitempty"`
 	RootFSDir string `json:"rootfsDir,omitempty"`
+	// RootFSTarFingerprint identifies the tar's content as the build used
+	// it (base builds): a changed tar makes a new base build, and is never
+	// unpacked for this one.
+	RootFSTarFingerprint *TarFingerprint `json:"rootfsTarFingerprint,omitempty"`
 	// Env is the image's ENV merged with the build's ENV steps.
 	Env      map[string]string `json:"env,omitempty"`
 	User     string            `json:"user"`
