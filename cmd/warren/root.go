@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/app"
+	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -53,6 +56,7 @@ func defaultPath(name string) string {
 func newServe(stdout, stderr io.Writer) *cobra.Command {
 	var cfg app.Config
 	var logLevel string
+	var rebuildBase bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the API, the node agent and the edge proxy in one process",
@@ -77,6 +81,16 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 			cfg.Out = stdout
+			if rebuildBase {
+				if cfg.Driver == "fake" {
+					return fmt.Errorf("--rebuild-base: the fake driver has no base template: %w", errdefs.ErrInvalid)
+				}
+				// A request on the data directory, honoured (and removed)
+				// once the new base build is ready.
+				if err := builder.RequestBaseRebuild(cfg.DataDir); err != nil {
+					return err
+				}
+			}
 			return app.Run(cmd.Context(), cfg)
 		},
 	}
@@ -100,6 +114,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.StringVar(&cfg.Net.IfPrefix, "veth-prefix", "", "1-3 letters starting host-side veth names (default wr)")
 	f.StringVar(&cfg.EnvdPath, "envd", defaultPath("envd"), "envd binary mounted into sandboxes")
 	f.StringVar(&cfg.BaseRootFSTar, "base-rootfs", filepath.Join("var", "base-rootfs.tar"), "pre-built root filesystem tar of the base template")
+	f.BoolVar(&rebuildBase, "rebuild-base", false, "make a new build of the base template at this start, even if its tar is unchanged (from --base-rootfs, else a new mmdebstrap run)")
 	f.StringVar(&cfg.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS with HTTP/2)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file")

@@ -29,6 +29,13 @@ type LocalConfig struct {
 	Logger      *slog.Logger
 }
 
+// RequestBaseRebuild asks the next Catalog.EnsureBase over dataDir (the
+// data directory of LocalConfig) for a new base build, as RebuildBase
+// does: `warren serve --rebuild-base`.
+func RequestBaseRebuild(dataDir string) error {
+	return templates.RequestBaseRebuild(filepath.Join(dataDir, "templates"))
+}
+
 // Local is a catalog, a builder and a build service over one data
 // directory.
 type Local struct {

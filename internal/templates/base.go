@@ -66,6 +66,24 @@ func (c *Catalog) RebuildBase(ctx context.Context, progress func(Progress)) erro
 	return c.ensureBase(ctx, progress, true)
 }
 
+// rebuildRequest is the file (in DataDir/base) by which RequestBaseRebuild
+// asks the next EnsureBase for a new base build.
+const rebuildRequest = "rebuild-requested"
+
+// RequestBaseRebuild asks the next EnsureBase on the catalog in dataDir
+// (Config.DataDir) to act as RebuildBase (`warren serve --rebuild-base`).
+// The request stays until a new base build is ready.
+func RequestBaseRebuild(dataDir string) error {
+	dir := filepath.Join(dataDir, "base")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("base template rebuild request: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, rebuildRequest), []byte("requested "+time.Now().UTC().Format(time.RFC3339)+"\n")); err != nil {
+		return fmt.Errorf("base template rebuild request: %w", err)
+	}
+	return nil
+}
+
 func (c *Catalog) ensureBase(ctx context.Context, progress func(Progress), force bool) error {
 	if progress == nil {
 		progress = func(Progress) {}
@@ -73,6 +91,11 @@ func (c *Catalog) ensureBase(ctx context.Context, progress func(Progress), force
 	c.baseMu.Lock()
 	defer c.baseMu.Unlock()
 	progress(Progress{Phase: "check", Message: "looking for the base template"})
+	request := filepath.Join(c.cfg.DataDir, "base", rebuildRequest)
+	if fileExists(request) {
+		force = true
+		progress(Progress{Phase: "check", Message: "a rebuild of the base template was asked for"})
+	}
 
 	// The tar: the configured one when present (the operator's choice),
 	// else the one an earlier mmdebstrap run left, unless forced.
@@ -155,6 +178,11 @@ func (c *Catalog) ensureBase(ctx context.Context, progress func(Progress), force
 	}
 	if _, err := c.FinishBuild(ctx, b.ID, nil); err != nil {
 		return fmt.Errorf("base template: %w", err)
+	}
+	if force {
+		if err := os.Remove(request); err != nil && !errors.Is(err, os.ErrNotExist) {
+			c.log.Warn("remove base rebuild request", "path", request, "error", err)
+		}
 	}
 	c.log.Info("base template ready", "template_id", BaseID, "build_id", b.ID, "rootfs", b.RootFSDir, "tar", tarPath, "sha256", fp.SHA256)
 	progress(Progress{Phase: "ready", Message: "base template ready (build " + b.ID + ")"})
