@@ -1,268 +1,301 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/pkg/client"
 )
 
-// templateCommand is `warren template build|list|delete`. Like `warren
-// keys` it works on the data directory directly (a running `warren serve`
-// sees the result); remote builds go through the E2B API
-// (`Template.build()` in the SDK).
+// defaultAPIURL is where `warren serve` listens unless told otherwise.
+const defaultAPIURL = "http://127.0.0.1:3000"
+
+// templateCommand is `warren template build|list|delete|pool`. Build, list
+// and delete are clients of a running `warren serve` over E2B's template
+// API (the one the SDK's Template.build() uses), so builds run where the
+// server runs them (sandboxes of its runtime, with their own network);
+// pool goes through the server's admin API.
 func templateCommand() *cobra.Command {
-	var dataDir, team, baseTar string
-	cmd := &cobra.Command{Use: "template", Short: "Build, list and delete templates (works on the data directory)"}
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&dataDir, "data-dir", filepath.Join("var", "data"), "data directory of warren serve")
-	pf.StringVar(&team, "team", apiserver.DefaultTeamID, "team ID")
-	pf.StringVar(&baseTar, "base-rootfs", filepath.Join("var", "base-rootfs.tar"), "pre-built root filesystem tar of the base template")
-	open := func(runner builder.Runner) (*builder.Local, error) {
-		return builder.OpenLocal(builder.LocalConfig{DataDir: dataDir, BaseRootFSTar: baseTar, Runner: runner})
-	}
-	cmd.AddCommand(templateBuildCommand(open, &team), templateListCommand(open, &team), templateDeleteCommand(open, &team),
-		templatePoolCommand(&team))
+	var team string
+	cmd := &cobra.Command{Use: "template", Short: "Build, list and delete templates of a running warren serve"}
+	pool := templatePoolCommand(&team)
+	pool.PersistentFlags().StringVar(&team, "team", apiserver.DefaultTeamID, "team ID the admin API acts for")
+	cmd.AddCommand(templateBuildCommand(), templateListCommand(), templateDeleteCommand(), pool)
 	return cmd
 }
 
-func templateBuildCommand(open func(builder.Runner) (*builder.Local, error), team *string) *cobra.Command {
-	var file, name, startCmd, readyCmd, runner string
-	var buildArgs []string
-	var force bool
-	var cpu int
-	var memMB int64
+// apiFlags are the server and key of the template commands.
+type apiFlags struct{ url, key string }
+
+func (a *apiFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&a.url, "api-url", "", "API URL of the running warren serve (env E2B_API_URL, else "+defaultAPIURL+")")
+	fs.StringVar(&a.key, "api-key", "", "API key (env E2B_API_KEY; warren serve prints it)")
+}
+
+// client returns the API client: flags first, then the environment that
+// `warren serve` tells users to export.
+func (a *apiFlags) client() (*client.Client, error) {
+	url, key := a.url, a.key
+	if url == "" {
+		url = os.Getenv("E2B_API_URL")
+	}
+	if url == "" {
+		url = defaultAPIURL
+	}
+	if key == "" {
+		key = os.Getenv("E2B_API_KEY")
+	}
+	if key == "" {
+		return nil, fmt.Errorf("no API key: pass --api-key or export E2B_API_KEY (warren serve prints it): %w", errdefs.ErrInvalid)
+	}
+	return client.New(url, key), nil
+}
+
+// buildOptions are the flags of `warren template build`.
+type buildOptions struct {
+	api       apiFlags
+	file      string
+	name      string
+	startCmd  string
+	readyCmd  string
+	buildArgs []string
+	force     bool
+	cpu       int
+	memMB     int64
+}
+
+func templateBuildCommand() *cobra.Command {
+	var o buildOptions
 	c := &cobra.Command{
 		Use:   "build [-f Dockerfile] [--name NAME] [DIR]",
-		Short: "Build a template from a Dockerfile (DIR is the build context, . by default)",
-		Args:  cobra.MaximumNArgs(1),
+		Short: "Build a template from a Dockerfile on the running warren serve (DIR is the build context, . by default)",
+		Long: `Build a template from a Dockerfile on a running warren serve, through E2B's
+template build API: the Dockerfile is read here (FROM, RUN, COPY/ADD, ENV,
+ARG, WORKDIR, USER, CMD/ENTRYPOINT; anything else is refused by name), the
+files of each COPY are uploaded, and the server runs the build in its own
+sandboxes while this command prints the steps and their output.
+
+FROM names a template of the server when it is a plain name the server knows
+(base, myapp, myapp:v2); otherwise an image of an OCI registry, pulled by the
+server (e2bdev/base is the server's base template).`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := "."
 			if len(args) == 1 {
 				dir = args[0]
 			}
-			abs, err := filepath.Abs(dir)
-			if err != nil {
-				return err
-			}
-			if file == "" {
-				file = filepath.Join(abs, "Dockerfile")
-			}
-			if name == "" {
-				name = strings.ToLower(filepath.Base(abs))
-			}
-			bargs := map[string]string{}
-			for _, a := range buildArgs {
-				k, v, ok := strings.Cut(a, "=")
-				if !ok {
-					v, ok = os.LookupEnv(k)
-				}
-				if ok {
-					bargs[k] = v
-				}
-			}
-			f, err := os.Open(file)
-			if err != nil {
-				return err
-			}
-			spec, warnings, err := builder.ParseDockerfile(f, bargs)
-			f.Close()
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			for _, w := range warnings {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning: Dockerfile", w)
-			}
-			spec.ContextDir, spec.Force = abs, force
-			if startCmd != "" {
-				spec.StartCmd = startCmd
-			}
-			spec.ReadyCmd = readyCmd
-			var r builder.Runner = builder.RuncRunner{}
-			switch runner {
-			case "runc":
-			case "chroot":
-				r = builder.ChrootRunner{}
-			default:
-				return fmt.Errorf("--runner %q: want runc or chroot: %w", runner, errdefs.ErrInvalid)
-			}
-			l, err := open(r)
-			if err != nil {
-				return err
-			}
-			defer l.Service.Close()
-			ctx := cmd.Context()
-			if spec.FromTemplate == templates.BaseID || strings.HasPrefix(spec.FromImage, "e2bdev/base") {
-				if err := l.Catalog.EnsureBase(ctx, baseProgress(out)); err != nil {
-					return err
-				}
-			}
-			req := builder.StartRequest{TeamID: *team, Create: templates.CreateRequest{Name: name}, Spec: spec}
-			if cmd.Flags().Changed("cpu") {
-				req.Create.CPUCount = &cpu
-			}
-			if cmd.Flags().Changed("memory-mb") {
-				req.Create.MemoryMB = &memMB
-			}
-			id, err := l.Service.StartBuild(ctx, req)
-			if err != nil {
-				return err
-			}
-			bd, err := streamBuild(ctx, out, l, *team, id, len(spec.Steps))
-			if err != nil {
-				return err
-			}
-			if bd.Status != templates.BuildReady {
-				msg := "build failed"
-				if bd.Reason != nil {
-					msg = bd.Reason.Message
-				}
-				return errors.New(msg)
-			}
-			fmt.Fprintf(out, "template %s ready: id %s, build %s\n", name, bd.TemplateID, bd.ID)
-			return nil
+			return runTemplateBuild(cmd, o, dir)
 		},
 	}
 	fl := c.Flags()
-	fl.StringVarP(&file, "file", "f", "", "Dockerfile (default DIR/Dockerfile)")
-	fl.StringVar(&name, "name", "", "template name (alias[:tag]; default: the directory's name)")
-	fl.StringArrayVar(&buildArgs, "build-arg", nil, "ARG value, KEY=VALUE (repeatable)")
-	fl.BoolVar(&force, "force", false, "rebuild every step without the layer cache")
-	fl.StringVar(&startCmd, "start-cmd", "", "start command (default: the Dockerfile's CMD/ENTRYPOINT)")
-	fl.StringVar(&readyCmd, "ready-cmd", "", "ready command, retried every 2 s for up to 10 min")
-	fl.StringVar(&runner, "runner", "runc", "where RUN steps execute: runc, or chroot (no isolation, trusted Dockerfiles only)")
-	fl.IntVar(&cpu, "cpu", templates.DefaultCPU, "vCPUs of the template's sandboxes")
-	fl.Int64Var(&memMB, "memory-mb", templates.DefaultMemoryMB, "memory of the template's sandboxes in MiB")
+	o.api.register(fl)
+	fl.StringVarP(&o.file, "file", "f", "", "Dockerfile (default DIR/Dockerfile)")
+	fl.StringVar(&o.name, "name", "", "template name, alias[:tag] (default: the directory's name)")
+	fl.StringArrayVar(&o.buildArgs, "build-arg", nil, "ARG value, KEY=VALUE, or KEY to take it from the environment (repeatable)")
+	fl.BoolVar(&o.force, "force", false, "rebuild every step without the layer cache")
+	fl.BoolVar(&o.force, "no-cache", false, "same as --force")
+	fl.StringVar(&o.startCmd, "start-cmd", "", "start command (default: the Dockerfile's CMD/ENTRYPOINT)")
+	fl.StringVar(&o.readyCmd, "ready-cmd", "", "ready command, retried every 2 s for up to 10 min")
+	fl.IntVar(&o.cpu, "cpu", 0, "vCPUs of the template's sandboxes (default: the server's)")
+	fl.Int64Var(&o.memMB, "memory-mb", 0, "memory of the template's sandboxes in MiB (default: the server's)")
 	return c
 }
 
-// baseProgress prints EnsureBase's progress, unpack progress once per
-// tenth.
-func baseProgress(out io.Writer) func(templates.Progress) {
-	lastTenth := int64(-1)
-	return func(p templates.Progress) {
-		switch {
-		case p.Phase == "unpack" && p.Total > 0:
-			if t := p.Done * 10 / p.Total; t != lastTenth {
-				lastTenth = t
-				fmt.Fprintf(out, "base: unpacking %d%%\n", t*10)
-			}
-		case p.Message != "":
-			fmt.Fprintf(out, "base: %s\n", p.Message)
-		}
-	}
-}
-
-// streamBuild prints a build's log entries as they come, with a step
-// counter, until the build ends.
-func streamBuild(ctx context.Context, out io.Writer, l *builder.Local, team, buildID string, steps int) (*templates.Build, error) {
-	bd, err := l.Catalog.Build(ctx, buildID)
+func runTemplateBuild(cmd *cobra.Command, o buildOptions, dir string) error {
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	offset := 0
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return fmt.Errorf("build context %s: not a directory: %w", dir, errdefs.ErrInvalid)
+	}
+	file := o.file
+	if file == "" {
+		file = filepath.Join(abs, "Dockerfile")
+	}
+	name := o.name
+	if name == "" {
+		name = strings.ToLower(filepath.Base(abs))
+	}
+	bargs := map[string]string{}
+	for _, a := range o.buildArgs {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			v, ok = os.LookupEnv(k)
+		}
+		if ok {
+			bargs[k] = v
+		}
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	spec, warnings, err := builder.ParseDockerfile(f, bargs)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: Dockerfile", w)
+	}
+	if o.startCmd != "" {
+		spec.StartCmd = o.startCmd
+	}
+	steps, err := apiSteps(spec)
+	if err != nil {
+		return err
+	}
+	bc, err := openContext(abs)
+	if err != nil {
+		return err
+	}
+	// Every COPY source is read before the server is asked for anything:
+	// a missing file leaves no waiting build behind.
+	ctxFiles, err := copyFiles(bc, steps)
+	if err != nil {
+		return err
+	}
+	c, err := o.api.client()
+	if err != nil {
+		return err
+	}
+	fromImage, fromTemplate, err := baseOf(ctx, spec.FromImage, c.TemplateByAlias)
+	if err != nil {
+		return err
+	}
+	req := client.NewTemplate{Name: name}
+	if cmd.Flags().Changed("cpu") {
+		req.CPUCount = &o.cpu
+	}
+	if cmd.Flags().Changed("memory-mb") {
+		req.MemoryMB = &o.memMB
+	}
+	created, err := c.CreateTemplate(ctx, req)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	for {
-		st, err := l.Service.Status(ctx, team, bd.TemplateID, buildID, offset)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range st.LogEntries {
-			prefix := "      "
-			if e.Step != "" {
-				prefix = fmt.Sprintf("[%s/%d]", e.Step, steps)
-				if !strings.ContainsAny(e.Step[:1], "0123456789") {
-					prefix = "[" + e.Step + "]"
-				}
-			}
-			fmt.Fprintf(out, "%6.1fs %-10s %s\n", time.Since(start).Seconds(), prefix, e.Message)
-		}
-		offset += len(st.LogEntries)
-		if (st.Status == templates.BuildReady || st.Status == templates.BuildError) && len(st.LogEntries) == 0 {
-			return l.Catalog.Build(ctx, buildID)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(out, "%6.1fs %-10s %s\n", time.Since(start).Seconds(), "", fmt.Sprintf(format, args...))
+	}
+	base := "FROM template " + fromTemplate
+	if fromImage != "" {
+		base = "FROM image " + fromImage
+	}
+	logf("template %s (id %s), build %s: %s, %d steps", name, created.TemplateID, created.BuildID, base, len(steps))
+	if err := uploadContexts(ctx, c, created.TemplateID, ctxFiles, steps, logf); err != nil {
+		return err
+	}
+	err = c.StartTemplateBuild(ctx, created.TemplateID, created.BuildID, client.TemplateBuild{
+		FromImage: fromImage, FromTemplate: fromTemplate, Force: o.force, Steps: steps,
+		StartCmd: spec.StartCmd, ReadyCmd: o.readyCmd,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = c.WaitTemplateBuild(ctx, created.TemplateID, created.BuildID, 0, func(e client.BuildLogEntry) {
+		printLogEntry(out, start, e, len(steps))
+	})
+	var fe *client.BuildFailedError
+	switch {
+	case errors.As(err, &fe):
+		return fmt.Errorf("template %s: build %s failed: %s", name, created.BuildID, fe.Error())
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(out, "template %s ready: id %s, build %s\n", name, created.TemplateID, created.BuildID)
+	return nil
+}
+
+// printLogEntry prints one build log line: time since start, the step
+// as n/N (or the phase), the message.
+func printLogEntry(out io.Writer, start time.Time, e client.BuildLogEntry, steps int) {
+	prefix := ""
+	switch {
+	case e.Step == "":
+	case e.Step[0] >= '0' && e.Step[0] <= '9':
+		prefix = fmt.Sprintf("[%s/%d]", e.Step, steps)
+	default:
+		prefix = "[" + e.Step + "]"
+	}
+	// The server starts a step's first line with "[n] ": the prefix says it.
+	msg := strings.TrimPrefix(e.Message, "["+e.Step+"] ")
+	for _, line := range strings.Split(strings.TrimRight(msg, "\n"), "\n") {
+		fmt.Fprintf(out, "%6.1fs %-10s %s\n", time.Since(start).Seconds(), prefix, line)
 	}
 }
 
-func templateListCommand(open func(builder.Runner) (*builder.Local, error), team *string) *cobra.Command {
-	var all bool
+func templateListCommand() *cobra.Command {
+	var api apiFlags
 	c := &cobra.Command{
 		Use:   "list",
-		Short: "List the team's templates (and public ones with --all)",
+		Short: "List the team's templates on the running warren serve",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, err := open(nil)
+			c, err := api.client()
 			if err != nil {
 				return err
 			}
-			defer l.Service.Close()
-			ctx := cmd.Context()
-			list, err := l.Catalog.List(ctx, "")
+			list, err := c.Templates(cmd.Context())
 			if err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			io.WriteString(tw, "ID\tNAMES\tTAGS\tPUBLIC\tCPU\tMEMORY\tLAST BUILD\tUPDATED\n")
+			io.WriteString(tw, "ID\tNAMES\tPUBLIC\tCPU\tMEMORY\tBUILDS\tLAST BUILD\tUPDATED\n")
 			for _, t := range list {
-				if t.TeamID != *team && !(all && (t.Public || t.TeamID == "")) {
-					continue
+				names := strings.Join(t.Aliases, ",")
+				if names == "" {
+					names = "-"
 				}
-				tags := make([]string, 0, len(t.Tags))
-				for tg := range t.Tags {
-					tags = append(tags, tg)
-				}
-				slices.Sort(tags)
-				last := "-"
-				if builds, err := l.Catalog.Builds(ctx, t.ID); err == nil && len(builds) > 0 {
-					last = string(builds[len(builds)-1].Status)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%d MiB\t%s\t%s\n", t.ID, strings.Join(t.Aliases, ","), strings.Join(tags, ","),
-					t.Public, t.CPUCount, t.MemoryMB, last, t.UpdatedAt.UTC().Format(time.RFC3339))
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%d MiB\t%d\t%s\t%s\n", t.TemplateID, names, t.Public, t.CPUCount, t.MemoryMB,
+					t.BuildCount, t.BuildStatus, t.UpdatedAt.UTC().Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},
 	}
-	c.Flags().BoolVar(&all, "all", false, "also list public and system templates (base)")
+	api.register(c.Flags())
 	return c
 }
 
-func templateDeleteCommand(open func(builder.Runner) (*builder.Local, error), team *string) *cobra.Command {
-	return &cobra.Command{
+func templateDeleteCommand() *cobra.Command {
+	var api apiFlags
+	c := &cobra.Command{
 		Use:   "delete NAME|ID...",
-		Short: "Delete templates of the team with their builds",
+		Short: "Delete templates of the team, with their builds, on the running warren serve",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := open(nil)
+			c, err := api.client()
 			if err != nil {
 				return err
 			}
-			defer l.Service.Close()
 			for _, a := range args {
-				if err := l.Catalog.Delete(cmd.Context(), *team, a); err != nil {
+				ok, err := c.DeleteTemplate(cmd.Context(), a)
+				if err != nil {
 					return err
+				}
+				if !ok {
+					return fmt.Errorf("template %q: %w", a, errdefs.ErrNotFound)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "deleted %s\n", a)
 			}
 			return nil
 		},
 	}
+	api.register(c.Flags())
+	return c
 }

@@ -1,54 +1,32 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
-)
+	"time"
 
-// shellRootFS writes a tar of a minimal root filesystem (the host's dash as
-// /bin/sh with its libraries) to path.
-func shellRootFS(t *testing.T, path string) {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	add := func(name string, body []byte) {
-		tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(body))})
-		tw.Write(body)
-	}
-	files := map[string]string{"bin/sh": "/usr/bin/dash"}
-	out, err := exec.Command("ldd", "/usr/bin/dash").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range regexp.MustCompile(`(/\S+\.so[.\d]*)`).FindAllString(string(out), -1) {
-		files[strings.TrimPrefix(l, "/")] = l
-	}
-	for dst, src := range files {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		add(dst, b)
-	}
-	add("etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\n"))
-	add("etc/group", []byte("root:x:0:\n"))
-	tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777})
-	tw.Close()
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
+	"github.com/warren-sandbox/warren/e2e/e2eserve"
+	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/pkg/client"
+)
 
 func runTemplate(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
 	cmd := templateCommand()
+	cmd.SilenceUsage = true
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
 	cmd.SetArgs(args)
@@ -56,65 +34,480 @@ func runTemplate(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func TestTemplateCommand(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("template builds need root (CI=true)")
+// writeFiles writes name → content under dir ("->target" makes a link).
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
 		}
-		t.Skip("template builds need root")
+		var err error
+		if target, ok := strings.CutPrefix(content, "->"); ok {
+			err = os.Symlink(target, p)
+		} else {
+			err = os.WriteFile(p, []byte(content), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
+}
+
+func TestAPISteps(t *testing.T) {
+	t.Parallel()
+	step := func(typ string, args ...string) client.TemplateStep {
+		return client.TemplateStep{Type: typ, Args: args}
+	}
+	for _, tc := range []struct {
+		name       string
+		dockerfile string
+		buildArgs  map[string]string
+		want       []client.TemplateStep
+		wantErr    string
+	}{
+		{
+			name:       "every step type",
+			dockerfile: "FROM base\nARG WHO=world\nENV GREETING=hi DIR=/opt/app\nWORKDIR $DIR\nCOPY --chown=user --chmod=0755 a.sh ${DIR}/bin/\nADD b.tgz /srv/\nRUN echo \"$GREETING $WHO\"\nUSER user\n",
+			want: []client.TemplateStep{
+				step("ARG", "WHO", "world"), step("ENV", "GREETING", "hi", "DIR", "/opt/app"), step("WORKDIR", "/opt/app"),
+				step("COPY", "a.sh", "/opt/app/bin/", "user", "0755"), step("ADD", "b.tgz", "/srv/", "", ""),
+				step("RUN", `echo "$GREETING $WHO"`), step("USER", "user"),
+			},
+		},
+		{
+			name:       "a build arg wins over the default, ENV over ARG",
+			dockerfile: "FROM base\nARG WHO=world\nARG V=1\nENV V=2\nWORKDIR /w/$WHO/$V\n",
+			buildArgs:  map[string]string{"WHO": "warren"},
+			want:       []client.TemplateStep{step("ARG", "WHO", "warren"), step("ARG", "V", "1"), step("ENV", "V", "2"), step("WORKDIR", "/w/warren/2")},
+		},
+		{
+			name:       "an ARG default from an earlier ARG, a declared empty ARG",
+			dockerfile: "FROM base\nARG A=x\nARG B=${A}y\nARG E\nENV C=${E:-d}\n",
+			want:       []client.TemplateStep{step("ARG", "A", "x"), step("ARG", "B", "xy"), step("ARG", "E", ""), step("ENV", "C", "d")},
+		},
+		{
+			name:       "a default of a variable the Dockerfile does not set",
+			dockerfile: "FROM base\nENV C=${LATER:-d}\nARG LATER\n",
+			wantErr:    "$LATER is not set",
+		},
+		{
+			name:       "a variable of the base image",
+			dockerfile: "FROM base\nENV PATH=/opt/bin:$PATH\n",
+			wantErr:    "$PATH is not set by an ARG or ENV of the Dockerfile",
+		},
+		{
+			name:       "RUN is left to the shell",
+			dockerfile: "FROM base\nRUN echo $HOME $UNKNOWN\n",
+			want:       []client.TemplateStep{step("RUN", "echo $HOME $UNKNOWN")},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			spec, _, err := builder.ParseDockerfile(strings.NewReader(tc.dockerfile), tc.buildArgs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := apiSteps(spec)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("steps\n got %v\nwant %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBaseOf(t *testing.T) {
+	t.Parallel()
+	known := map[string]int{"base": 200, "myapp": 200, "theirs": 403, "broken": 500}
+	for _, tc := range []struct {
+		from, image, template, wantErr string
+		asks                           bool
+	}{
+		{from: "", template: "base"},
+		{from: "base", template: "base", asks: true},
+		{from: "myapp:v2", template: "myapp:v2", asks: true},
+		{from: "theirs", template: "theirs", asks: true},
+		{from: "python:3.12", image: "python:3.12", asks: true},
+		{from: "e2bdev/base", image: "e2bdev/base"},
+		{from: "127.0.0.1:5000/x/y:t", image: "127.0.0.1:5000/x/y:t"},
+		{from: "debian@sha256:0123", image: "debian@sha256:0123"},
+		{from: "broken", wantErr: "500", asks: true},
+	} {
+		t.Run(tc.from, func(t *testing.T) {
+			t.Parallel()
+			asked := false
+			lookup := func(_ context.Context, alias string) (*client.TemplateAlias, error) {
+				asked = true
+				switch st := known[alias]; st {
+				case 200:
+					return &client.TemplateAlias{TemplateID: alias}, nil
+				case 0:
+					return nil, &client.APIError{Status: http.StatusNotFound, Message: "not found"}
+				default:
+					return nil, fmt.Errorf("wrapped: %w", &client.APIError{Status: st, Message: "no"})
+				}
+			}
+			image, template, err := baseOf(context.Background(), tc.from, lookup)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || image != tc.image || template != tc.template || asked != tc.asks {
+				t.Errorf("baseOf(%q) = image %q, template %q, %v (asked the server: %v)", tc.from, image, template, err, asked)
+			}
+		})
+	}
+}
+
+func TestContextFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	base := filepath.Join(dir, "base.tar")
-	shellRootFS(t, base)
-	ctxDir := filepath.Join(dir, "myapp")
-	os.MkdirAll(ctxDir, 0o755)
-	os.WriteFile(filepath.Join(ctxDir, "hello.txt"), []byte("hello\n"), 0o644)
-	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM e2bdev/base\nARG WHO=world\nENV GREETING=hi\nCOPY hello.txt /app/\nRUN echo \"$GREETING $WHO\" > /app/greeting.txt\nCMD [\"/bin/sh\"]\n"), 0o644)
-	common := []string{"--data-dir", data, "--base-rootfs", base, "--team", "t1"}
-
-	out, err := runTemplate(t, append([]string{"build", "--runner", "chroot", "--build-arg", "WHO=warren", ctxDir}, common...)...)
+	writeFiles(t, dir, map[string]string{
+		"a.txt": "a", "b.log": "b", "app/x.go": "x", "app/x.log": "l", "app/node_modules/m/i.js": "i",
+		"app/keep/y.txt": "y", "docs/d.md": "d", ".dockerignore": "*.log\n**/node_modules\n# comment\n\napp/keep\n!app/keep/y.txt\n",
+	})
+	bc, err := openContext(dir)
 	if err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+		t.Fatal(err)
 	}
-	for _, want := range []string{"base: base template ready", "[4/4]", "template myapp ready"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("build output lacks %q:\n%s", want, out)
+	for _, tc := range []struct {
+		src     string
+		want    []string
+		wantErr string
+	}{
+		{src: "a.txt", want: []string{"a.txt"}},
+		{src: "/a.txt", want: []string{"a.txt"}},
+		{src: "../../a.txt", want: []string{"a.txt"}}, // never outside the context
+		{src: "*.txt", want: []string{"a.txt"}},
+		{src: "app", want: []string{"app", "app/keep/y.txt", "app/x.go", "app/x.log"}},
+		{src: ".", want: []string{"", ".dockerignore", "a.txt", "app", "app/keep/y.txt", "app/x.go", "app/x.log", "docs", "docs/d.md"}},
+		{src: "b.log", wantErr: "no such file in the build context"},
+		{src: "nope", wantErr: "no such file in the build context"},
+	} {
+		t.Run(tc.src, func(t *testing.T) {
+			t.Parallel()
+			files, err := bc.files(tc.src)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, f := range files {
+				got = append(got, f.rel)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("files(%q) = %q, want %q", tc.src, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFilesHashMatchesSDK compares the COPY hashes with those of the real
+// e2b SDK (Template.toJSON computes them), so that the server's upload
+// cache serves builds from both.
+func TestFilesHashMatchesSDK(t *testing.T) {
+	t.Parallel()
+	sdk, err := filepath.Abs("../../e2e/node_modules/e2b/dist/index.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, nodeErr := exec.LookPath("node")
+	e2eserve.Require(t, nodeErr == nil, "node is not installed")
+	e2eserve.Require(t, e2eserve.Exists(sdk), "e2e/node_modules/e2b missing; run npm ci in e2e/")
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"a.txt": "hello\n", "app/x.go": "package x\n", "app/sub/y.bin": "\x00\x01", "link": "->a.txt", "app/empty/.keep": ""})
+	if err := os.Chmod(filepath.Join(dir, "app/sub/y.bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copies := [][2]string{{"a.txt", "./"}, {"app", "/opt/app/"}, {".", "/x/"}, {"link", "/y"}, {"app/*.go", "/z/"}}
+	script := filepath.Join(t.TempDir(), "hash.mjs")
+	os.WriteFile(script, []byte(`const { Template } = await import(process.argv[2])
+const [dir, ...pairs] = process.argv.slice(3)
+let t = Template({ fileContextPath: dir }).fromImage('debian:bookworm')
+for (let i = 0; i < pairs.length; i += 2) t = t.copy(pairs[i], pairs[i + 1])
+console.log(await Template.toJSON(t, true))
+`), 0o644)
+	args := []string{script, "file://" + sdk, dir}
+	for _, c := range copies {
+		args = append(args, c[0], c[1])
+	}
+	out, err := exec.Command("node", args...).Output()
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	var sdkJSON struct {
+		Steps []struct {
+			Args      []string `json:"args"`
+			FilesHash string   `json:"filesHash"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal(out, &sdkJSON); err != nil || len(sdkJSON.Steps) != len(copies) {
+		t.Fatalf("SDK answer %s: %v", out, err)
+	}
+	bc, err := openContext(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range copies {
+		files, err := bc.files(c[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := filesHash("COPY", c[0], c[1], files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := sdkJSON.Steps[i].FilesHash; got != want {
+			t.Errorf("COPY %s %s: hash %s, the SDK's %s", c[0], c[1], got, want)
 		}
 	}
-	matches, _ := filepath.Glob(filepath.Join(data, "templates", "builds", "*", "rootfs", "app", "greeting.txt"))
-	if len(matches) != 1 {
-		t.Fatalf("greeting.txt in %d builds", len(matches))
+}
+
+func TestTemplateCommandNeedsKey(t *testing.T) {
+	t.Setenv("E2B_API_KEY", "")
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"Dockerfile": "FROM base\nRUN true\n"})
+	for _, args := range [][]string{{"build", dir}, {"list"}, {"delete", "x"}} {
+		if _, err := runTemplate(t, args...); err == nil || !strings.Contains(err.Error(), "--api-key") {
+			t.Errorf("%v without a key: err = %v", args, err)
+		}
 	}
-	if b, _ := os.ReadFile(matches[0]); string(b) != "hi warren\n" {
-		t.Errorf("RUN wrote %q", b)
+}
+
+// serveRunsc runs `warren serve --driver runsc` in process, on host objects
+// of its own, and returns its API URL. The cleanup kills the sandboxes
+// left, stops the server and removes what it made on the host.
+func serveRunsc(t *testing.T, apiKey string) string {
+	t.Helper()
+	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
+	for _, env := range []string{"WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
+		e2eserve.Require(t, e2eserve.Exists(os.Getenv(env)), fmt.Sprintf("$%s (%q) does not exist; run make build base-rootfs", env, os.Getenv(env)))
+	}
+	dataDir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cgRoot, table := fmt.Sprintf("warren-clitest-%d", os.Getpid()), fmt.Sprintf("warrenclitest%d", os.Getpid())
+	var out, errb syncBuffer
+	root := newRoot(&out, &errb)
+	root.SetArgs([]string{"serve", "--driver", "runsc", "--listen", addr, "--data-dir", dataDir, "--api-key", apiKey,
+		"--runsc", os.Getenv("WARREN_RUNSC"), "--envd", os.Getenv("WARREN_ENVD"), "--base-rootfs", os.Getenv("WARREN_TEST_ROOTFS_TAR"),
+		"--cgroup-root", cgRoot, "--nft-table", table, "--net-cidr", "100.72.0.0/16", "--veth-prefix", "wc"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	url := "http://" + addr
+	t.Cleanup(func() {
+		c := client.New(url, apiKey)
+		if list, _, err := c.List(context.Background(), client.ListOptions{}); err == nil {
+			for _, sb := range list {
+				c.Kill(context.Background(), sb.SandboxID)
+			}
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Error("serve did not stop")
+		}
+		e2eserve.UnmountUnder(t, dataDir)
+		e2eserve.Isolation{CgroupRoot: cgRoot, Table: table}.Cleanup()
+		if t.Failed() {
+			t.Logf("warren serve log:\n%s", errb.String())
+		}
+	})
+	deadline := time.After(5 * time.Minute) // the first start unpacks the base root filesystem
+	for !strings.Contains(out.String(), "E2B_API_KEY") {
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited: %v\n%s", err, errb.String())
+		case <-deadline:
+			t.Fatalf("serve printed no exports:\n%s", errb.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return url
+}
+
+// readSandboxFile reads a file of a sandbox through the server's proxy to
+// its envd; ok is false when the file does not exist.
+func readSandboxFile(t *testing.T, apiURL string, sb *client.Sandbox, path string) (string, bool) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, apiURL+"/files?username=root&path="+path, nil)
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", "49983")
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return string(b), true
+	case http.StatusNotFound:
+		return "", false
+	}
+	t.Fatalf("read %s: %s: %s", path, resp.Status, b)
+	return "", false
+}
+
+// TestTemplateCommands runs `warren template build|list|delete` against a
+// real `warren serve` (runsc): a Dockerfile with every step type builds,
+// a sandbox of it has the files, users and environment the steps made, a
+// rebuild hits the caches, a failing RUN fails the command with the step,
+// its output and exit code, delete removes the template.
+func TestTemplateCommands(t *testing.T) {
+	const key = "e2b_00112233445566778899aabbccddeeff00112233"
+	apiURL := serveRunsc(t, key)
+	common := []string{"--api-url", apiURL, "--api-key", key}
+	ctxDir := filepath.Join(t.TempDir(), "MyApp")
+	writeFiles(t, ctxDir, map[string]string{
+		"hello.txt": "hello\n", "sub/deep.txt": "deep\n", "sub/skip.log": "ignored\n", ".dockerignore": "sub/*.log\n",
+		"Dockerfile": `FROM base
+ARG WHO=world
+ENV GREETING=hi APPDIR=/opt/app
+WORKDIR $APPDIR
+COPY hello.txt ./
+COPY sub $APPDIR/sub/
+RUN echo "$GREETING $WHO" > greeting.txt && id -un > builder.txt
+USER user
+RUN whoami > /home/user/who.txt && echo step-output-line
+CMD ["/bin/sh", "-c", "env > /home/user/start-env.txt; exec sleep infinity"]
+`,
+		"Dockerfile.fail": "FROM base\nRUN echo failing-output; echo to-stderr >&2; exit 4\n",
+		"Dockerfile.bad":  "FROM base\nHEALTHCHECK CMD true\n",
+	})
+	build := func(t *testing.T, extra ...string) (string, error) {
+		t.Helper()
+		args := append([]string{"build", "--build-arg", "WHO=warren", "--ready-cmd", "test -s /home/user/start-env.txt"}, common...)
+		return runTemplate(t, append(args, append(extra, ctxDir)...)...)
 	}
 
-	out, err = runTemplate(t, append([]string{"build", "--runner", "chroot", "--name", "broken", "-f", filepath.Join(ctxDir, "Dockerfile.bad"), ctxDir}, common...)...)
-	if err == nil {
-		t.Errorf("build of a missing Dockerfile succeeded:\n%s", out)
+	out, err := build(t)
+	t.Logf("warren template build:\n%s", out)
+	if err != nil {
+		t.Fatalf("build: %v", err)
 	}
-	os.WriteFile(filepath.Join(ctxDir, "Dockerfile.bad"), []byte("FROM e2bdev/base\nHEALTHCHECK CMD true\n"), 0o644)
-	if _, err := runTemplate(t, append([]string{"build", "--name", "broken", "-f", filepath.Join(ctxDir, "Dockerfile.bad"), ctxDir}, common...)...); err == nil || !strings.Contains(err.Error(), "HEALTHCHECK is not supported") {
-		t.Errorf("unsupported instruction: %v", err)
+	for _, want := range []string{"myapp", "FROM template base, 8 steps", "uploaded 1 files", "uploaded 2 files", "[8/8]", "step-output-line", "template myapp ready"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("build output lacks %q", want)
+		}
 	}
-	os.WriteFile(filepath.Join(ctxDir, "Dockerfile.fail"), []byte("FROM e2bdev/base\nRUN echo failing; exit 4\n"), 0o644)
-	out, err = runTemplate(t, append([]string{"build", "--runner", "chroot", "--name", "failing", "-f", filepath.Join(ctxDir, "Dockerfile.fail"), ctxDir}, common...)...)
-	if err == nil || !strings.Contains(err.Error(), "exit code 4") || !strings.Contains(out, "failing") {
-		t.Errorf("failing RUN: %v\n%s", err, out)
+	if regexp.MustCompile(`CACHED`).MatchString(out) {
+		t.Errorf("first build took steps from the cache")
 	}
 
 	out, err = runTemplate(t, append([]string{"list"}, common...)...)
-	if err != nil || !strings.Contains(out, "myapp") || strings.Contains(out, " base ") {
-		t.Errorf("list: %v\n%s", err, out)
+	if err != nil || !regexp.MustCompile(`(?m)^\S+\s+myapp\s+false\s+\d+\s+\d+ MiB\s+1\s+ready`).MatchString(out) {
+		t.Fatalf("list: %v\n%s", err, out)
 	}
-	if out, err = runTemplate(t, append([]string{"list", "--all"}, common...)...); err != nil || !strings.Contains(out, "base") {
-		t.Errorf("list --all: %v\n%s", err, out)
+
+	c := client.New(apiURL, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sb, err := c.Create(ctx, client.NewSandbox{TemplateID: "myapp"})
+	if err != nil {
+		t.Fatalf("create a sandbox of myapp: %v", err)
 	}
-	if out, err = runTemplate(t, append([]string{"delete", "myapp"}, common...)...); err != nil {
-		t.Fatalf("delete: %v\n%s", err, out)
+	for path, want := range map[string]string{
+		"/opt/app/greeting.txt": "hi warren\n", // ARG (build arg), ENV, WORKDIR, RUN
+		"/opt/app/builder.txt":  "root\n",      // RUN before USER
+		"/home/user/who.txt":    "user\n",      // RUN after USER user
+		"/opt/app/hello.txt":    "hello\n",     // COPY to the WORKDIR
+		"/opt/app/sub/deep.txt": "deep\n",      // COPY of a directory
+	} {
+		if got, ok := readSandboxFile(t, apiURL, sb, path); got != want {
+			t.Errorf("%s = %q (exists %v), want %q", path, got, ok, want)
+		}
 	}
-	if out, _ = runTemplate(t, append([]string{"list"}, common...)...); strings.Contains(out, "myapp") {
-		t.Errorf("after delete:\n%s", out)
+	if _, ok := readSandboxFile(t, apiURL, sb, "/opt/app/sub/skip.log"); ok {
+		t.Errorf("a file of .dockerignore reached the template")
 	}
+	env, _ := readSandboxFile(t, apiURL, sb, "/home/user/start-env.txt")
+	for _, want := range []string{"GREETING=hi", "APPDIR=/opt/app"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("the start command's environment lacks %s:\n%s", want, env)
+		}
+	}
+	if _, err := c.Kill(ctx, sb.SandboxID); err != nil {
+		t.Error(err)
+	}
+
+	t.Run("rebuild", func(t *testing.T) {
+		out, err := build(t)
+		if err != nil {
+			t.Fatalf("rebuild: %v\n%s", err, out)
+		}
+		for _, want := range []string{"files already on the server", "CACHED", "template myapp ready"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("rebuild output lacks %q:\n%s", want, out)
+			}
+		}
+		out, err = build(t, "--no-cache")
+		if err != nil || strings.Contains(out, "CACHED") {
+			t.Errorf("--no-cache: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("failing RUN", func(t *testing.T) {
+		out, err := runTemplate(t, append(append([]string{"build", "--name", "failing", "-f", filepath.Join(ctxDir, "Dockerfile.fail")}, common...), ctxDir)...)
+		if err == nil {
+			t.Fatalf("a failing RUN built:\n%s", out)
+		}
+		for _, want := range []string{"step 1", "exit code 4", "failing-output", "to-stderr"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q lacks %q", err, want)
+			}
+		}
+		if !regexp.MustCompile(`(?m)\[1/1\]\s+failing-output$`).MatchString(out) {
+			t.Errorf("the step's output was not streamed:\n%s", out)
+		}
+	})
+
+	t.Run("unsupported instruction", func(t *testing.T) {
+		_, err := runTemplate(t, append(append([]string{"build", "--name", "bad", "-f", filepath.Join(ctxDir, "Dockerfile.bad")}, common...), ctxDir)...)
+		if err == nil || !strings.Contains(err.Error(), "HEALTHCHECK is not supported") {
+			t.Errorf("unsupported instruction: %v", err)
+		}
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		if out, err := runTemplate(t, append([]string{"delete", "myapp", "failing"}, common...)...); err != nil || !strings.Contains(out, "deleted myapp") {
+			t.Fatalf("delete: %v\n%s", err, out)
+		}
+		if out, _ := runTemplate(t, append([]string{"list"}, common...)...); strings.Contains(out, "myapp") || strings.Contains(out, "failing") {
+			t.Errorf("list after delete:\n%s", out)
+		}
+		_, err := runTemplate(t, append([]string{"delete", "myapp"}, common...)...)
+		if err == nil || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("delete of a deleted template: %v", err)
+		}
+		if _, err := c.Create(ctx, client.NewSandbox{TemplateID: "myapp"}); !client.IsNotFound(err) {
+			t.Errorf("create from a deleted template: %v", err)
+		}
+	})
 }
