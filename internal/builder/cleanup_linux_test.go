@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -232,6 +234,9 @@ func TestCrashLeftoversRemoved(t *testing.T) {
 			os.WriteFile(p, []byte("half"), 0o600)
 		}
 	}
+	partials = append(partials, filepath.Join(f.dir, "templates", "base", "rootfs.tar.tmp"))
+	os.MkdirAll(filepath.Dir(partials[len(partials)-1]), 0o755)
+	os.WriteFile(partials[len(partials)-1], []byte("half a tar"), 0o644)
 	crashedBuildDir := f.cat.BuildDir(crashed)
 	os.MkdirAll(filepath.Join(crashedBuildDir, "rootfs.partial", "etc"), 0o755)
 
@@ -251,11 +256,13 @@ func TestCrashLeftoversRemoved(t *testing.T) {
 	}
 
 	// The next start.
-	b2, err := New(Config{DataDir: filepath.Join(f.dir, "builder"), Catalog: f.cat, Runner: ChrootRunner{}})
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	b2, err := New(Config{DataDir: filepath.Join(f.dir, "builder"), Catalog: f.cat, Runner: ChrootRunner{}, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc2, err := NewService(ServiceConfig{Builder: b2})
+	svc2, err := NewService(ServiceConfig{Builder: b2, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +271,19 @@ func TestCrashLeftoversRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	t.Run("logged and counted", func(t *testing.T) {
+		// Two overlays (the crashed step's, the legacy one), two scratch
+		// directories (the crashed session, the legacy step), six partial
+		// files (mmdebstrap's tar among them), the crashed build's
+		// directory.
+		want := "unmounted=2 scratch_dirs=2 partial_files=6 failed_build_dirs=1 kept=0"
+		if !strings.Contains(logs.String(), "build leftovers of a previous run removed") || !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks the summary %q:\n%s", want, logs.String())
+		}
+		if !strings.Contains(logs.String(), "build leftover unmounted") {
+			t.Errorf("log lacks the unmounts:\n%s", logs.String())
+		}
+	})
 	t.Run("crashed build failed and its files gone", func(t *testing.T) {
 		bd, err := f.cat.Build(ctx, crashed)
 		if err != nil || bd.Status != templates.BuildError {
@@ -417,4 +437,22 @@ func TestMountsBelow(t *testing.T) {
 			t.Error("unmount outside the root was not refused")
 		}
 	})
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes (a logger's).
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -563,8 +563,9 @@ func (c *Catalog) ListTags(ctx context.Context, teamID, idOrAlias string) ([]Tag
 
 // RemovePartial removes what an interrupted unpack left in the build
 // directories (builds/<id>/rootfs.unpacking: the tree is unpacked there and
-// renamed into place when complete) and returns how many it removed. Call
-// it at start, before templates are resolved.
+// renamed into place when complete) and an interrupted mmdebstrap run's
+// tar, and returns how many it removed. Call it at start, before templates
+// are resolved.
 func (c *Catalog) RemovePartial(ctx context.Context) (int, error) {
 	c.baseMu.Lock()
 	defer c.baseMu.Unlock()
@@ -591,6 +592,15 @@ func (c *Catalog) RemovePartial(ctx context.Context) (int, error) {
 		}
 		n++
 		c.log.Info("partial root filesystem removed", "build_id", e.Name(), "path", p)
+	}
+	// A base tar mmdebstrap was writing (bootstrapBase renames it into
+	// place when complete).
+	tmp := filepath.Join(c.cfg.DataDir, "base", "rootfs.tar.tmp")
+	if err := os.Remove(tmp); err == nil {
+		n++
+		c.log.Info("partial base root filesystem tar removed", "path", tmp)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("partial base tar: %w", err))
 	}
 	return n, errors.Join(errs...)
 }
