@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -213,6 +214,8 @@ func runTemplateBuild(cmd *cobra.Command, o buildOptions, dir string) error {
 	})
 	var fe *client.BuildFailedError
 	switch {
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("stopped following build %s of template %s; it goes on in the server: %w", created.BuildID, name, err)
 	case errors.As(err, &fe):
 		return fmt.Errorf("template %s: build %s failed: %s", name, created.BuildID, fe.Error())
 	case err != nil:
