@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -477,6 +478,61 @@ func TestTemplateBuildFlow(t *testing.T) {
 	sb := e.create(e.key1, client.NewSandbox{TemplateID: "flow"})
 	if sb.TemplateID != c.TemplateID || sb.Alias != "flow" {
 		t.Fatalf("sandbox: %+v", sb)
+	}
+}
+
+// TestTemplateBuildCLIRequest replays the requests of `e2b template create`
+// (CLI 2.19.0) for a Dockerfile with ENV, ARG, WORKDIR, COPY --chown and
+// RUN: the CLI's framing USER/WORKDIR steps, step fields Warren does not
+// use (forceUpload, resolveSymlinks, gzip) and minFreeDiskMb are accepted
+// and the build is what the Dockerfile says.
+func TestTemplateBuildCLIRequest(t *testing.T) {
+	needRootForBuild(t)
+	e := newTemplateEnv(t)
+	c := e.createTemplate(e.key1, `{"name":"from-cli","cpuCount":2,"memoryMB":1024,"minFreeDiskMb":100}`)
+	hash := strings.Repeat("ef", 32)
+	r := e.do("GET", "/templates/"+c.TemplateID+"/files/"+hash, e.key1, "")
+	expect(t, "files", r, http.StatusCreated)
+	var f struct {
+		Present bool   `json:"present"`
+		URL     string `json:"url"`
+	}
+	decodeJSON(t, r, &f)
+	if f.Present || f.URL == "" {
+		t.Fatalf("files: %s", r.body)
+	}
+	req, _ := http.NewRequest("PUT", f.URL, bytes.NewReader(tarOf(t, true, map[string]string{"note.txt": "note"})))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode/100 != 2 {
+		t.Fatalf("upload: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	body := `{"startCmd":"/opt/start.sh","readyCmd":"test -f /tmp/started","steps":[
+		{"type":"USER","args":["root"],"force":false},
+		{"type":"WORKDIR","args":["/"],"force":false},
+		{"type":"ENV","args":["GREETING","hello-cli","SECOND","two"],"force":false},
+		{"type":"ENV","args":["BUILD_ONLY","arg-value"],"force":false},
+		{"type":"WORKDIR","args":["/opt/app"],"force":false},
+		{"type":"COPY","args":["note.txt","/opt/","user:user",""],"force":false,"forceUpload":true,"resolveSymlinks":false,"gzip":true,"filesHash":"` + hash + `"},
+		{"type":"RUN","args":["echo built > /opt/run.txt"],"force":false},
+		{"type":"USER","args":["user"],"force":false}],
+		"force":false,"fromImage":"e2bdev/base","somethingNewer":{"x":1}}`
+	expect(t, "start build", e.do("POST", "/v2/templates/"+c.TemplateID+"/builds/"+c.BuildID, e.key1, body), http.StatusAccepted)
+	if bi := e.waitBuild(e.key1, c.TemplateID, c.BuildID); bi.Status != "ready" {
+		t.Fatalf("build: %+v", bi)
+	}
+	nt, err := e.local.Catalog.Resolve(context.Background(), "t1", "from-cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nt.Env["GREETING"] != "hello-cli" || nt.Env["SECOND"] != "two" || nt.Env["BUILD_ONLY"] != "arg-value" ||
+		nt.Workdir != "/opt/app" || nt.User != "user" || nt.StartCmd != "/opt/start.sh" {
+		t.Fatalf("resolved template: %+v", nt)
+	}
+	p := filepath.Join(nt.RootFS, "opt/note.txt")
+	var st syscall.Stat_t
+	if b, err := os.ReadFile(p); err != nil || string(b) != "note" || syscall.Stat(p, &st) != nil || st.Uid != 1000 {
+		t.Fatalf("copied file: %q %v, uid %d", b, err, st.Uid)
 	}
 }
 
