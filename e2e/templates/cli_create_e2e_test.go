@@ -44,10 +44,12 @@ func runCLI(t *testing.T, s *e2eserve.Server, args ...string) (string, int) {
 }
 
 // TestCLITemplateCreate builds cli/e2b.Dockerfile (FROM e2bdev/base, ENV,
-// ARG, WORKDIR, COPY of a directory and a file, RUN, EXPOSE) with `e2b
-// template create` and a start and a ready command, checks a sandbox of it
-// with the SDK, rebuilds it unchanged (cache hits in the printed logs) and
-// with --no-cache (none), and builds a Dockerfile whose RUN fails.
+// ARG, WORKDIR, COPY of a directory and of a file with --chown, RUN,
+// EXPOSE) with `e2b template create`, a start and a ready command and
+// resources, checks a sandbox of it with the SDK, rebuilds it unchanged
+// (cache hits in the printed logs), with --no-cache and with the force that
+// flag is meant to send (no cache hits), builds a Dockerfile whose RUN
+// fails, and checks that `template build` is only a deprecation notice.
 func TestCLITemplateCreate(t *testing.T) {
 	e2eserve.Prerequisites(t)
 	e2eserve.Require(t, e2eserve.Exists(cliPath), "e2e/node_modules/@e2b/cli missing; run npm ci in e2e/")
