@@ -48,7 +48,7 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.cfg.Pools.SetPool(r.Context(), tmpl, s.cfg.DefaultResources, *body.Size); err != nil {
+	if err := s.cfg.Pools.SetPool(r.Context(), tmpl, s.sandboxResources(tmpl), *body.Size); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -90,7 +91,14 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 		return nil, err
 	}
 	lim := s.limits(c)
-	res := s.cfg.DefaultResources
+	tmpl, err := s.cfg.Templates.Resolve(r.Context(), c.teamID, req.TemplateID)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("template '%s' not found: %w", req.TemplateID, errdefs.ErrNotFound)
+		}
+		return nil, err
+	}
+	res := s.sandboxResources(tmpl)
 	if res.VCPUs > lim.MaxVCPUs {
 		return nil, fmt.Errorf("cpuCount %d exceeds the team's limit of %d: %w", res.VCPUs, lim.MaxVCPUs, errdefs.ErrInvalid)
 	}
@@ -124,13 +132,6 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 			return nil, invalid("metadata", "keys must not be empty")
 		}
 	}
-	tmpl, err := s.cfg.Templates.Resolve(r.Context(), c.teamID, req.TemplateID)
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("template '%s' not found: %w", req.TemplateID, errdefs.ErrNotFound)
-		}
-		return nil, err
-	}
 	alias := ""
 	if req.TemplateID != tmpl.ID {
 		alias = req.TemplateID
@@ -147,6 +148,23 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 		AllowInternet: allow, Policy: policy, Network: netDoc, VolumeMounts: volumes,
 		MaxConcurrent: lim.MaxConcurrent,
 	}, nil
+}
+
+// sandboxResources sizes a sandbox of tmpl as E2B does: the CPU and
+// memory its template was built with, and a disk no smaller than the
+// server's default; the server's defaults fill what the template leaves
+// zero.
+func (s *Server) sandboxResources(tmpl node.Template) sandbox.Resources {
+	res := s.cfg.DefaultResources
+	t := tmpl.Resources
+	if t.VCPUs > 0 {
+		res.VCPUs = t.VCPUs
+	}
+	if t.MemoryMB > 0 {
+		res.MemoryMB = t.MemoryMB
+	}
+	res.DiskMB = max(res.DiskMB, t.DiskMB)
+	return res
 }
 
 // policyOf parses allow/deny lists of CIDRs or bare IPs.

@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -29,6 +30,11 @@ func (staticTemplates) Resolve(_ context.Context, _, ref string) (node.Template,
 	switch ref {
 	case "base", "debian":
 		return node.Template{ID: "base", BuildID: "b1", User: "user", Workdir: "/home/user"}, nil
+	case "small":
+		// Built with 1 vCPU, 1 GiB and a 2 GiB disk (below the server's).
+		return node.Template{ID: "small", BuildID: "b2", Resources: sandbox.Resources{VCPUs: 1, MemoryMB: 1024, DiskMB: 2048}}, nil
+	case "bigdisk":
+		return node.Template{ID: "bigdisk", BuildID: "b3", Resources: sandbox.Resources{DiskMB: 20480}}, nil
 	}
 	return node.Template{}, fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
 }
@@ -174,6 +180,7 @@ func TestEndpoints(t *testing.T) {
 		{"create bad cidr", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":["example.com"]}}`, "", nil, 400, "'network.allowOut[0]'"},
 		{"create autoresume without memory", "POST", "/v2/sandboxes", `{"templateID":"base","autoResume":{"enabled":true},"autoPauseMemory":false}`, "", nil, 400, "'autoResume'"},
 		{"create over cpu bound", "POST", "/v2/sandboxes", `{"templateID":"base"}`, "low", nil, 400, "cpuCount 2 exceeds"},
+		{"create of a 1 vCPU template within the bound", "POST", "/v2/sandboxes", `{"templateID":"small"}`, "low", nil, 201, ""},
 		{"admin create needs team", "POST", "/v2/sandboxes", `{"templateID":"base"}`, "-", []string{"X-Admin-Token", adminToken}, 400, "X-Team-ID"},
 
 		{"list v1", "GET", "/sandboxes", "", "", nil, 200, "{run}"},
@@ -524,5 +531,34 @@ func TestForkAndAdmin(t *testing.T) {
 	}
 	if res = e.do("GET", "/v2/sandboxes", "", "", "X-Admin-Token", adminToken, "X-Team-ID", "nope"); res.status != 400 {
 		t.Fatalf("admin unknown team: %d %s", res.status, res.body)
+	}
+}
+
+// TestSandboxSizedByTemplate: a sandbox gets the CPU and memory its
+// template was built with, and a disk no smaller than the server's.
+func TestSandboxSizedByTemplate(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		template string
+		cpu      int
+		memMB    int64
+		diskMB   int64
+	}{
+		{"base", 2, 512, 10240},
+		{"small", 1, 1024, 10240},
+		{"bigdisk", 2, 512, 20480},
+	} {
+		t.Run(tc.template, func(t *testing.T) {
+			sb := e.create(e.key2, client.NewSandbox{TemplateID: tc.template})
+			d, err := e.client(e.key2).Get(ctx, sb.SandboxID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.CPUCount != tc.cpu || d.MemoryMB != tc.memMB || d.DiskSizeMB != tc.diskMB {
+				t.Errorf("sandbox of %s: %d vCPU, %d MiB, disk %d MiB; want %d, %d, %d",
+					tc.template, d.CPUCount, d.MemoryMB, d.DiskSizeMB, tc.cpu, tc.memMB, tc.diskMB)
+			}
+		})
 	}
 }

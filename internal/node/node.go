@@ -71,6 +71,11 @@ type Template struct {
 	// SnapshotDir, when set, is a memory image to restore instead of
 	// booting (template snapshot on ready).
 	SnapshotDir string
+	// Resources are the template's own sizing (CPU and memory given at
+	// its build, its disk); zero fields leave the server's defaults. The
+	// control plane sizes sandboxes from it; a node uses only
+	// CreateRequest.Resources.
+	Resources sandbox.Resources
 }
 
 // CreateRequest asks a node to start a sandbox.

@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // Config configures a Catalog.
@@ -178,6 +179,7 @@ func (b *Build) NodeTemplate() node.Template {
 		Workdir:     wd,
 		StartCmd:    b.StartCmd,
 		SnapshotDir: b.SnapshotDir,
+		Resources:   sandbox.Resources{VCPUs: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskMB},
 	}
 }
 
