@@ -84,7 +84,7 @@ func RequestBaseRebuild(dataDir string) error {
 	return nil
 }
 
-func (c *Catalog) ensureBase(ctx context.Context, progress func(Progress), force bool) error {
+func (c *Catalog) ensureBase(ctx context.Context, progress func(Progress), force bool) (err error) {
 	if progress == nil {
 		progress = func(Progress) {}
 	}
@@ -95,6 +95,14 @@ func (c *Catalog) ensureBase(ctx context.Context, progress func(Progress), force
 	if fileExists(request) {
 		force = true
 		progress(Progress{Phase: "check", Message: "a rebuild of the base template was asked for"})
+		defer func() {
+			// A failed rebuild is reported once: the next start without
+			// the request goes on with the current build.
+			if err != nil && ctx.Err() == nil {
+				os.Remove(request)
+				err = fmt.Errorf("%w (the rebuild request is dropped; the next start keeps the current base build)", err)
+			}
+		}()
 	}
 
 	// The tar: the configured one when present (the operator's choice),

@@ -323,3 +323,35 @@ func TestRebuildBaseWithMmdebstrap(t *testing.T) {
 		t.Errorf("mmdebstrap ran %d times, want 2", n)
 	}
 }
+
+// TestRebuildRequestFailure: a requested rebuild that fails fails that
+// start once; the next start goes on with the current build.
+func TestRebuildRequestFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	data := t.TempDir()
+	tarPath := filepath.Join(t.TempDir(), "base.tar")
+	writeTar(t, tarPath, versionedRootFS(t, "v1"), time.Now().Add(-time.Hour))
+	c := newCatalog(t, Config{DataDir: data, BaseRootFSTar: tarPath, Mmdebstrap: "/nonexistent/mmdebstrap"})
+	if err := c.EnsureBase(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := baseVersion(t, c, "base")
+	// Without the tar a rebuild needs mmdebstrap, which is missing.
+	if err := os.Remove(tarPath); err != nil {
+		t.Fatal(err)
+	}
+	if err := RequestBaseRebuild(data); err != nil {
+		t.Fatal(err)
+	}
+	err := c.EnsureBase(ctx, nil)
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "rebuild request is dropped") {
+		t.Fatalf("requested rebuild without mmdebstrap: %v", err)
+	}
+	if err := c.EnsureBase(ctx, nil); err != nil {
+		t.Fatalf("the next start: %v", err)
+	}
+	if cur, _ := baseVersion(t, c, "base"); cur != first {
+		t.Fatalf("base build %s, want %s kept", cur, first)
+	}
+}
