@@ -156,13 +156,17 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		s.fail(w, r, fmt.Errorf("snapshot of sandbox %q: %w", id, err))
 		return
 	}
+	// The source build's tar (and its fingerprint, so that a lost tree is
+	// never re-made from a changed tar) goes with the tree.
 	var tarPath string
+	var tarFP *templates.TarFingerprint
 	if sb, err := cat.Build(ctx, src.BuildID); err == nil {
-		tarPath = sb.RootFSTar
+		tarPath, tarFP = sb.RootFSTar, sb.RootFSTarFingerprint
 	}
 	_, err = cat.UpdateBuild(ctx, b.ID, func(x *templates.Build) error {
 		x.RootFSDir, x.RootFSTar, x.Env, x.User, x.Workdir, x.StartCmd, x.SnapshotDir =
 			src.RootFS, tarPath, src.Env, src.User, src.Workdir, src.StartCmd, dir
+		x.RootFSTarFingerprint = tarFP
 		x.EnvdVersion = sb.Spec.EnvdVersion
 		return nil
 	})

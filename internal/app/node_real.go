@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -87,7 +86,7 @@ func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*node
 		return nil, err
 	}
 	log.Info("preparing the base template (the first start unpacks or builds its root filesystem)")
-	if err := local.Catalog.EnsureBase(ctx, baseProgress(cfg.Out)); err != nil {
+	if err := local.Catalog.EnsureBase(ctx, templates.PrintProgress(cfg.Out, "# base template: ")); err != nil {
 		local.Service.Close()
 		return nil, fmt.Errorf("base template: %w", err)
 	}
@@ -123,23 +122,3 @@ func (l *lateSnapshotter) Snapshot(ctx context.Context, t node.Template, readyCm
 }
 
 var _ builder.Snapshotter = (*lateSnapshotter)(nil)
-
-// baseProgress prints the base template's preparation: phases as they
-// change and, while unpacking, every tenth of the way.
-func baseProgress(out io.Writer) func(templates.Progress) {
-	phase, tenth := "", int64(-1)
-	return func(p templates.Progress) {
-		switch {
-		case p.Phase == "unpack" && p.Total > 0:
-			if t := p.Done * 10 / p.Total; t != tenth {
-				tenth = t
-				fmt.Fprintf(out, "# base template: unpacking %d%%\n", t*10)
-			}
-		case p.Phase == "bootstrap" && p.Message != "":
-			fmt.Fprintf(out, "# base template: %s\n", p.Message)
-		case p.Phase != phase && p.Message != "":
-			fmt.Fprintf(out, "# base template: %s\n", p.Message)
-		}
-		phase = p.Phase
-	}
-}

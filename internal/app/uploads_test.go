@@ -35,7 +35,7 @@ func TestWithUploads(t *testing.T) {
 func TestBaseProgress(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
-	p := baseProgress(&out)
+	p := templates.PrintProgress(&out, "# base template: ")
 	p(templates.Progress{Phase: "check", Message: "looking for the base template"})
 	for done := int64(0); done <= 1000; done += 50 {
 		p(templates.Progress{Phase: "unpack", Done: done, Total: 1000})
