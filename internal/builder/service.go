@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -323,7 +325,8 @@ func (s *Service) token(templateID, hash string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// UploadHandler takes PUTs of gzip'd tars at the paths Files hands out.
+// UploadHandler takes PUTs of tars (gzip'd or not) at the paths Files
+// hands out.
 // The token in the path authenticates the request; mount it without API
 // key checks at UploadPathPrefix.
 func (s *Service) UploadHandler() http.Handler {
@@ -353,7 +356,8 @@ func (s *Service) UploadHandler() http.Handler {
 	})
 }
 
-// PutFiles stores a gzip'd tar as the COPY context hash of a template.
+// PutFiles stores a gzip'd or plain tar as the COPY context hash of a
+// template.
 func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Reader) error {
 	p, err := s.b.filesPath(templateID, hash)
 	if err != nil {
@@ -369,14 +373,29 @@ func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Re
 		return err
 	}
 	defer os.Remove(f.Name())
-	var magic [2]byte
-	n, err := io.ReadFull(r, magic[:])
-	if err != nil || n != 2 || magic != [2]byte{0x1f, 0x8b} {
+	// The SDK sends a gzip'd tar, or a plain one for a COPY with
+	// gzip: false; the store keeps gzip'd tars only.
+	head := make([]byte, 512)
+	n, err := io.ReadFull(r, head)
+	head = head[:n]
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		f.Close()
-		return fmt.Errorf("files %s: the upload is not gzip'd: %w", hash, errdefs.ErrInvalid)
+		return fmt.Errorf("files %s: %w", hash, err)
 	}
-	f.Write(magic[:])
-	if _, err := io.Copy(f, r); err != nil {
+	body := io.MultiReader(bytes.NewReader(head), r)
+	switch {
+	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
+		_, err = io.Copy(f, body)
+	case n == 512 && string(head[257:262]) == "ustar":
+		zw := gzip.NewWriter(f)
+		if _, err = io.Copy(zw, body); err == nil {
+			err = zw.Close()
+		}
+	default:
+		f.Close()
+		return fmt.Errorf("files %s: the upload is neither a gzip'd tar nor a tar: %w", hash, errdefs.ErrInvalid)
+	}
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("files %s: %w", hash, err)
 	}

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +75,39 @@ func TestServiceE2BFlow(t *testing.T) {
 			t.Errorf("bad token: %d, want 403", code)
 		}
 		if code := put(t, srv.URL+path, []byte("plain text")); code != http.StatusBadRequest {
-			t.Errorf("not gzip: %d, want 400", code)
+			t.Errorf("not a tar: %d, want 400", code)
+		}
+	})
+	t.Run("plain tar", func(t *testing.T) {
+		// A COPY with gzip: false uploads the tar as it is.
+		const plainHash = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+		_, plainPath, err := f.svc.Files(ctx, "team", tpl.ID, plainHash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(gzTar(t, map[string]string{"plain.txt": "plain\n"})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(zr)
+		if code := put(t, srv.URL+plainPath, raw); code != http.StatusCreated {
+			t.Fatalf("plain tar upload: %d, want 201", code)
+		}
+		stored, err := f.b.filesPath(tpl.ID, plainHash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sf, err := os.Open(stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sf.Close()
+		szr, err := gzip.NewReader(sf)
+		if err != nil {
+			t.Fatalf("stored upload is not gzip'd: %v", err)
+		}
+		if h, err := tar.NewReader(szr).Next(); err != nil || h.Name != "plain.txt" {
+			t.Errorf("stored upload: %v, %v", h, err)
 		}
 	})
 	if code := put(t, srv.URL+path, gzTar(t, map[string]string{"app/main.py": "print('hi')\n", "app/data.txt": "data\n"})); code != http.StatusCreated {
