@@ -27,7 +27,7 @@ type CLI struct {
 // gets its own process group so that a terminal's signals do not reach it.
 func (c CLI) Command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, c.Path, append(append([]string(nil), c.Global...), args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = processGroup()
 	return cmd
 }
 
@@ -137,6 +137,11 @@ type ExecOptions struct {
 	// --internal-pid-file. When nil, cancellation sends SIGTERM to the
 	// runtime's exec client, which forwards it (runc).
 	KillInside func(ctx context.Context, pid int) error
+	// CannotExecCode, when not 0, is the exit code with which the runtime's
+	// exec says that it could not run the process (runsc: 128); on it
+	// Runtime.Exec gives the sandbox's watch a moment before it trusts the
+	// runtime's state. CLI.Exec ignores it.
+	CannotExecCode int
 }
 
 // Exec runs `exec --process` for p in container id and returns the

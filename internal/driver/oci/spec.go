@@ -1,8 +1,10 @@
 // Package oci turns a driver.Spec into an OCI runtime bundle (config.json
 // plus the small files it bind-mounts) and holds what the OCI-runtime drivers
 // (runsc, runc) share: a command-line client for a runtime binary, the
-// process description for exec, and the cgroup reading that detects an
-// out-of-memory kill.
+// process description for exec, the cgroup reading that detects an
+// out-of-memory kill, and Runtime, the half of a driver that does not depend
+// on the runtime binary (sandbox records, exit bookkeeping, and the
+// driver.Driver methods whose logic runc and runsc share).
 //
 // Bundle layout, in driver.Spec.BundleDir:
 //

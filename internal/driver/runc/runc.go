@@ -32,17 +32,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/oci"
-	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // Config configures the runc driver.
@@ -85,14 +79,10 @@ const pidFile = "init.pid"
 
 // Driver drives runc. Create it with New.
 type Driver struct {
-	cfg   Config
-	cli   oci.CLI
-	root  string
-	index oci.Index
-	log   *slog.Logger
-
-	mu        sync.Mutex
-	sandboxes map[string]*box
+	cfg Config
+	rt  *oci.Runtime
+	cli oci.CLI
+	log *slog.Logger
 }
 
 var (
@@ -100,36 +90,25 @@ var (
 	_ driver.Freezer = (*Driver)(nil)
 )
 
-type box struct {
-	cgroupsPath string
-	bundleDir   string
-	watch       *oci.Watch
-	killed      bool
-}
-
 // New returns a runc driver. It creates the state directories and checks
-// that the binary exists.
+// that the binary exists. Off Linux it fails with errdefs.ErrUnavailable.
 func New(cfg Config) (*Driver, error) {
 	cfg.setDefaults()
-	path, err := exec.LookPath(cfg.Path)
+	d := &Driver{log: cfg.Logger.With("driver", "runc")}
+	rt, err := oci.NewRuntime(oci.RuntimeConfig{
+		Name:        "runc",
+		Path:        cfg.Path,
+		StateDir:    cfg.StateDir,
+		CgroupRoot:  cfg.CgroupRoot,
+		DefaultPids: cfg.DefaultPids,
+		Watch:       func(id string, b *oci.Box) { go d.pollExit(id, b) },
+	})
 	if err != nil {
-		return nil, fmt.Errorf("runc binary %q: %v: %w", cfg.Path, err, errdefs.ErrUnavailable)
+		return nil, err
 	}
-	cfg.Path = path
-	root := filepath.Join(cfg.StateDir, "runtime")
-	d := &Driver{
-		cfg:       cfg,
-		cli:       oci.CLI{Path: path, Global: []string{"--root", root}},
-		root:      root,
-		index:     oci.Index{Dir: filepath.Join(cfg.StateDir, "sandboxes")},
-		log:       cfg.Logger.With("driver", "runc"),
-		sandboxes: map[string]*box{},
-	}
-	for _, dir := range []string{root, d.index.Dir} {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return nil, fmt.Errorf("runc state dir: %w", err)
-		}
-	}
+	d.rt, d.cli = rt, rt.CLI()
+	cfg.Path = d.cli.Path
+	d.cfg = cfg
 	return d, nil
 }
 
@@ -142,47 +121,20 @@ func (d *Driver) Capabilities() driver.Capabilities {
 }
 
 // RuntimeRoot is runc's --root directory (for leak checks and tools).
-func (d *Driver) RuntimeRoot() string { return d.root }
-
-func (d *Driver) cgroupsPath(s driver.Spec) string {
-	if s.CgroupParent != "" {
-		return s.CgroupParent
-	}
-	return filepath.Join(d.cfg.CgroupRoot, sandbox.HostName(s.ID))
-}
+func (d *Driver) RuntimeRoot() string { return d.rt.Root() }
 
 // Start implements driver.Driver: it writes the bundle, runs `runc run
 // --keep` as a child and returns once init runs (runc wrote its PID file).
 func (d *Driver) Start(ctx context.Context, spec driver.Spec) (err error) {
-	cg := d.cgroupsPath(spec)
-	ociSpec, err := oci.Generate(spec, oci.Options{CgroupsPath: cg, DefaultPids: d.cfg.DefaultPids, CgroupNamespace: true})
+	b, err := d.rt.Prepare(spec, oci.Options{CgroupNamespace: true})
 	if err != nil {
 		return err
-	}
-	d.mu.Lock()
-	if _, ok := d.sandboxes[spec.ID]; ok {
-		d.mu.Unlock()
-		return fmt.Errorf("sandbox %q: %w", spec.ID, errdefs.ErrAlreadyExists)
-	}
-	b := &box{cgroupsPath: cg, bundleDir: spec.BundleDir, watch: oci.NewWatch()}
-	d.sandboxes[spec.ID] = b
-	d.mu.Unlock()
-	if _, err := d.index.Get(spec.ID); err == nil {
-		d.forget(spec.ID, b)
-		return fmt.Errorf("sandbox %q: %w", spec.ID, errdefs.ErrAlreadyExists)
 	}
 	defer func() {
 		if err != nil {
 			d.cleanupFailed(spec.ID, b)
 		}
 	}()
-
-	if err := oci.WriteBundle(spec, ociSpec); err != nil {
-		return err
-	}
-	if err := d.index.Put(oci.Record{ID: spec.ID, BundleDir: spec.BundleDir, CgroupsPath: cg}); err != nil {
-		return err
-	}
 	logf, release, err := oci.OpenLog(spec.BundleDir, spec.Log)
 	if err != nil {
 		return fmt.Errorf("sandbox %q: log: %w", spec.ID, err)
@@ -204,7 +156,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (err error) {
 			e = driver.Exit{Code: -1}
 		}
 		close(exited)
-		d.finishExit(b, e)
+		d.rt.FinishExit(b, e)
 	}()
 
 	// Wait for the PID file (written once init runs) or runc's exit.
@@ -229,84 +181,30 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (err error) {
 }
 
 // cleanupFailed removes what a failed Start left behind.
-func (d *Driver) cleanupFailed(id string, b *box) {
+func (d *Driver) cleanupFailed(id string, b *oci.Box) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d.mu.Lock()
-	b.killed = true
-	d.mu.Unlock()
+	b.MarkDeleting()
 	if _, err := d.cli.Run(ctx, "delete", "--force", id); err != nil && !oci.NotExist(err) {
 		d.log.Warn("delete after failed start", "sandbox_id", id, "err", err)
 	}
 	select {
-	case <-b.watch.Done():
+	case <-b.Watch.Done():
 	case <-ctx.Done():
 	}
-	_ = d.index.Remove(id)
-	_ = os.RemoveAll(b.bundleDir)
-	d.forget(id, b)
-}
-
-func (d *Driver) forget(id string, b *box) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.sandboxes[id] == b {
-		delete(d.sandboxes, id)
-	}
-}
-
-// finishExit adds what the cgroup and the driver know to e and records it.
-func (d *Driver) finishExit(b *box, e driver.Exit) {
-	if n, err := oci.OOMKills(b.cgroupsPath); err == nil && n > 0 {
-		e.OOM, e.Signaled = true, true
-		if e.Code < 0 {
-			e.Code = 128 + int(unix.SIGKILL)
-		}
-	}
-	d.mu.Lock()
-	killed := b.killed
-	d.mu.Unlock()
-	if killed && !e.OOM && e.Code < 0 {
-		e = driver.Exit{Code: 128 + int(unix.SIGKILL), Signaled: true}
-	}
-	b.watch.Finish(e, nil)
-}
-
-// lookup returns the in-memory box of id, recovering it from the index for
-// a container started by an earlier run of the agent.
-func (d *Driver) lookup(ctx context.Context, id string) (*box, error) {
-	d.mu.Lock()
-	b, ok := d.sandboxes[id]
-	d.mu.Unlock()
-	if ok {
-		return b, nil
-	}
-	rec, err := d.index.Get(id)
-	if err != nil {
-		return nil, err
-	}
-	b = &box{cgroupsPath: rec.CgroupsPath, bundleDir: rec.BundleDir, watch: oci.NewWatch()}
-	d.mu.Lock()
-	if cur, ok := d.sandboxes[id]; ok {
-		d.mu.Unlock()
-		return cur, nil
-	}
-	d.sandboxes[id] = b
-	d.mu.Unlock()
-	go d.pollExit(id, b)
-	return b, nil
+	d.rt.Discard(id, b)
 }
 
 // pollExit watches a recovered container (not our child) until it stops.
-func (d *Driver) pollExit(id string, b *box) {
+func (d *Driver) pollExit(id string, b *oci.Box) {
 	for {
 		st, err := d.cli.State(context.Background(), id)
 		if err != nil || oci.DriverState(st.Status) == driver.StateStopped {
-			d.finishExit(b, driver.Exit{Code: -1})
+			d.rt.FinishExit(b, driver.Exit{Code: -1})
 			return
 		}
 		select {
-		case <-b.watch.Done():
+		case <-b.Watch.Done():
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
@@ -315,60 +213,20 @@ func (d *Driver) pollExit(id string, b *box) {
 
 // Wait implements driver.Driver.
 func (d *Driver) Wait(ctx context.Context, id string) (driver.Exit, error) {
-	b, err := d.lookup(ctx, id)
-	if err != nil {
-		return driver.Exit{}, err
-	}
-	e, err := b.watch.Wait(ctx)
-	if err != nil {
-		return driver.Exit{}, fmt.Errorf("sandbox %q: wait: %w", id, err)
-	}
-	return e, nil
+	return d.rt.Wait(ctx, id)
 }
 
-// Exec implements driver.Driver with `runc exec --process`.
+// Exec implements driver.Driver with `runc exec --process`; cancelling ctx
+// sends SIGTERM to the runc exec client, which forwards it.
 func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, error) {
-	b, err := d.lookup(ctx, id)
-	if err != nil {
-		return -1, err
-	}
-	if b.watch.Finished() {
-		return -1, fmt.Errorf("sandbox %q is stopped: %w", id, errdefs.ErrConflict)
-	}
-	code, err := d.cli.Exec(ctx, id, b.bundleDir, p, oci.ExecOptions{})
-	if err != nil || code == 0 {
-		return code, err
-	}
-	// runc fails with a non-zero code when it cannot exec (paused,
-	// stopped): tell that apart from the process's own code by the state.
-	st, serr := d.Status(ctx, id)
-	if serr != nil {
-		return -1, serr
-	}
-	if st.State != driver.StateRunning {
-		return -1, fmt.Errorf("sandbox %q is %s: %w", id, st.State, errdefs.ErrConflict)
-	}
-	return code, nil
+	return d.rt.Exec(ctx, id, p, oci.ExecOptions{})
 }
 
 // Kill implements driver.Driver: SIGKILL to every process of the container
 // (a frozen one is thawed so that the signal lands).
 func (d *Driver) Kill(ctx context.Context, id string) error {
-	b, err := d.lookup(ctx, id)
-	if err != nil {
-		return err
-	}
-	if b.watch.Finished() {
-		return nil
-	}
-	d.mu.Lock()
-	b.killed = true
-	d.mu.Unlock()
-	st, err := d.cli.State(ctx, id)
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return nil
-		}
+	st, ok, err := d.rt.BeginKill(ctx, id)
+	if !ok || err != nil {
 		return err
 	}
 	state := oci.DriverState(st.Status)
@@ -396,117 +254,49 @@ func (d *Driver) Kill(ctx context.Context, id string) error {
 // Delete implements driver.Driver: `runc delete --force`, then the bundle
 // and the record.
 func (d *Driver) Delete(ctx context.Context, id string) error {
-	if !sandbox.ValidID(id) {
-		return nil
-	}
-	d.mu.Lock()
-	b, ok := d.sandboxes[id]
-	d.mu.Unlock()
-	bundleDir := ""
-	if ok {
-		bundleDir = b.bundleDir
-	} else if rec, err := d.index.Get(id); err == nil {
-		bundleDir = rec.BundleDir
-	} else if st, err := d.cli.State(ctx, id); err == nil {
-		bundleDir = st.Bundle
-	}
-	if ok && !b.watch.Finished() {
+	return d.rt.Delete(ctx, id, d.deleteContainer)
+}
+
+// deleteContainer is Delete's runc part: b (nil when the driver holds no
+// box) is killed and its runc run's exit awaited, then runc forgets it.
+func (d *Driver) deleteContainer(ctx context.Context, id string, b *oci.Box) error {
+	if b != nil && !b.Watch.Finished() {
 		// Kill and wait for our runc run to report the exit: faster than
 		// letting delete --force poll for the container to stop.
 		if err := d.Kill(ctx, id); err == nil {
 			select {
-			case <-b.watch.Done():
+			case <-b.Watch.Done():
 			case <-time.After(10 * time.Second):
 			}
 		}
 	}
-	if ok {
-		d.mu.Lock()
-		b.killed = true
-		d.mu.Unlock()
+	if b != nil {
+		b.MarkDeleting()
 	}
 	if _, err := d.cli.Run(ctx, "delete", "--force", id); err != nil && !oci.NotExist(err) {
 		return fmt.Errorf("sandbox %q: delete: %w", id, err)
 	}
-	if ok {
+	if b != nil {
 		select {
-		case <-b.watch.Done():
+		case <-b.Watch.Done():
 		case <-ctx.Done():
 			return fmt.Errorf("sandbox %q: delete: %w", id, ctx.Err())
 		}
-		d.forget(id, b)
 	}
-	if bundleDir != "" {
-		if err := os.RemoveAll(bundleDir); err != nil {
-			return fmt.Errorf("sandbox %q: remove bundle: %w", id, err)
-		}
-	}
-	return d.index.Remove(id)
+	return nil
 }
 
 // Status implements driver.Driver.
 func (d *Driver) Status(ctx context.Context, id string) (driver.Status, error) {
-	d.mu.Lock()
-	b, ok := d.sandboxes[id]
-	d.mu.Unlock()
-	if ok && b.watch.Finished() {
-		return driver.Status{ID: id, State: driver.StateStopped}, nil
-	}
-	st, err := d.cli.State(ctx, id)
-	if errdefs.IsNotFound(err) {
-		if _, ierr := d.index.Get(id); ok || ierr == nil {
-			return driver.Status{ID: id, State: driver.StateStopped}, nil
-		}
-	}
-	if err != nil {
-		return driver.Status{}, err
-	}
-	state := oci.DriverState(st.Status)
-	pid := st.Pid
-	if state == driver.StateStopped {
-		pid = 0
-	}
-	return driver.Status{ID: id, State: state, InitPID: pid}, nil
+	return d.rt.Status(ctx, id)
 }
 
 // List implements driver.Driver: every container runc knows under the
 // driver's root, and every sandbox with a record.
-func (d *Driver) List(ctx context.Context) ([]string, error) {
-	ids, err := d.cli.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("runc list: %w", err)
-	}
-	recs, err := d.index.IDs()
-	if err != nil {
-		return nil, err
-	}
-	return oci.MergeIDs(ids, recs), nil
-}
+func (d *Driver) List(ctx context.Context) ([]string, error) { return d.rt.List(ctx) }
 
 // Freeze implements driver.Freezer with `runc pause` (cgroup freezer).
-func (d *Driver) Freeze(ctx context.Context, id string) error {
-	return d.setFrozen(ctx, id, "pause", driver.StateFrozen)
-}
+func (d *Driver) Freeze(ctx context.Context, id string) error { return d.rt.Freeze(ctx, id) }
 
 // Thaw implements driver.Freezer with `runc resume`.
-func (d *Driver) Thaw(ctx context.Context, id string) error {
-	return d.setFrozen(ctx, id, "resume", driver.StateRunning)
-}
-
-func (d *Driver) setFrozen(ctx context.Context, id, verb string, want driver.State) error {
-	if _, err := d.lookup(ctx, id); err != nil {
-		return err
-	}
-	_, err := d.cli.Run(ctx, verb, id)
-	if err == nil {
-		return nil
-	}
-	st, serr := d.Status(ctx, id)
-	if serr != nil {
-		return serr
-	}
-	if st.State == want {
-		return nil
-	}
-	return fmt.Errorf("sandbox %q is %s: %s: %v: %w", id, st.State, verb, err, errdefs.ErrConflict)
-}
+func (d *Driver) Thaw(ctx context.Context, id string) error { return d.rt.Thaw(ctx, id) }

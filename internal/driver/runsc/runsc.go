@@ -58,12 +58,9 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/oci"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // Config configures the runsc driver.
@@ -111,13 +108,10 @@ func (c *Config) setDefaults() {
 
 // Driver drives runsc. Create it with New.
 type Driver struct {
-	cfg   Config
-	root  string // runsc --root
-	index oci.Index
-	log   *slog.Logger
-
-	mu        sync.Mutex
-	sandboxes map[string]*box
+	cfg Config
+	rt  *oci.Runtime
+	cli oci.CLI // for commands that do not create a sandbox
+	log *slog.Logger
 
 	// netMu guards the shared null network namespace that runsc
 	// --network=none bind-mounts at <root>/null-netns: starts without a
@@ -131,39 +125,32 @@ var (
 	_ driver.Checkpointer = (*Driver)(nil)
 )
 
-// box is what the driver holds in memory for one sandbox it started,
-// restored or found.
-type box struct {
-	cgroupsPath string
-	bundleDir   string
-	watch       *oci.Watch
-	waitCmd     *exec.Cmd
-	killed      bool // Kill was called: the exit is a signal from us
-	checkpoint  bool // a checkpoint without LeaveRunning is stopping it
-	deleting    bool // Delete runs: an ended runsc wait is final
-}
-
 // New returns a runsc driver. It creates the state directories and checks
-// that the binary runs.
+// that the binary exists. Off Linux it fails with errdefs.ErrUnavailable.
 func New(cfg Config) (*Driver, error) {
 	cfg.setDefaults()
-	path, err := exec.LookPath(cfg.Path)
+	d := &Driver{log: cfg.Logger.With("driver", "runsc")}
+	rt, err := oci.NewRuntime(oci.RuntimeConfig{
+		Name:        "runsc",
+		Path:        cfg.Path,
+		StateDir:    cfg.StateDir,
+		Flags:       append([]string{"--platform", cfg.Platform, "--overlay2=none"}, cfg.ExtraFlags...),
+		CgroupRoot:  cfg.CgroupRoot,
+		DefaultPids: cfg.DefaultPids,
+		CheckAlive:  true,
+		Adopt:       d.adopt,
+		Watch: func(id string, b *oci.Box) {
+			if err := d.watchExit(id, b); err != nil {
+				b.Watch.Finish(driver.Exit{Code: -1}, nil)
+			}
+		},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("runsc binary %q: %v: %w", cfg.Path, err, errdefs.ErrUnavailable)
+		return nil, err
 	}
-	cfg.Path = path
-	d := &Driver{
-		cfg:       cfg,
-		root:      filepath.Join(cfg.StateDir, "runtime"),
-		index:     oci.Index{Dir: filepath.Join(cfg.StateDir, "sandboxes")},
-		log:       cfg.Logger.With("driver", "runsc"),
-		sandboxes: map[string]*box{},
-	}
-	for _, dir := range []string{d.root, d.index.Dir} {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return nil, fmt.Errorf("runsc state dir: %w", err)
-		}
-	}
+	d.rt, d.cli = rt, rt.CLI()
+	cfg.Path = d.cli.Path
+	d.cfg = cfg
 	return d, nil
 }
 
@@ -176,23 +163,13 @@ func (d *Driver) Capabilities() driver.Capabilities {
 }
 
 // RuntimeRoot is runsc's --root directory (for leak checks and tools).
-func (d *Driver) RuntimeRoot() string { return d.root }
+func (d *Driver) RuntimeRoot() string { return d.rt.Root() }
 
-// cli returns the runsc client; network is "" for commands that do not
-// create a sandbox.
-func (d *Driver) cli(network string) oci.CLI {
-	g := []string{"--root", d.root, "--platform", d.cfg.Platform, "--overlay2=none"}
-	if network != "" {
-		g = append(g, "--network="+network)
-	}
-	return oci.CLI{Path: d.cfg.Path, Global: append(g, d.cfg.ExtraFlags...)}
-}
-
-func (d *Driver) cgroupsPath(s driver.Spec) string {
-	if s.CgroupParent != "" {
-		return s.CgroupParent
-	}
-	return filepath.Join(d.cfg.CgroupRoot, sandbox.HostName(s.ID))
+// createCLI returns the runsc client for run and restore, with the
+// sandbox's --network.
+func (d *Driver) createCLI(network string) oci.CLI {
+	g := []string{"--root", d.rt.Root(), "--platform", d.cfg.Platform, "--overlay2=none", "--network=" + network}
+	return oci.CLI{Path: d.cli.Path, Global: append(g, d.cfg.ExtraFlags...)}
 }
 
 // Start implements driver.Driver: it writes the bundle and runs
@@ -212,36 +189,15 @@ func (d *Driver) Restore(ctx context.Context, spec driver.Spec, dir string) erro
 }
 
 func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) (err error) {
-	cg := d.cgroupsPath(spec)
-	ociSpec, err := oci.Generate(spec, oci.Options{CgroupsPath: cg, DefaultPids: d.cfg.DefaultPids})
+	b, err := d.rt.Prepare(spec, oci.Options{})
 	if err != nil {
 		return err
 	}
-
-	d.mu.Lock()
-	if _, ok := d.sandboxes[spec.ID]; ok {
-		d.mu.Unlock()
-		return fmt.Errorf("sandbox %q: %w", spec.ID, errdefs.ErrAlreadyExists)
-	}
-	b := &box{cgroupsPath: cg, bundleDir: spec.BundleDir, watch: oci.NewWatch()}
-	d.sandboxes[spec.ID] = b // reserves the ID
-	d.mu.Unlock()
-	if _, err := d.index.Get(spec.ID); err == nil {
-		d.forget(spec.ID, b)
-		return fmt.Errorf("sandbox %q: %w", spec.ID, errdefs.ErrAlreadyExists)
-	}
-
 	defer func() {
 		if err != nil {
 			d.cleanupFailed(spec.ID, b)
 		}
 	}()
-	if err := oci.WriteBundle(spec, ociSpec); err != nil {
-		return err
-	}
-	if err := d.index.Put(oci.Record{ID: spec.ID, BundleDir: spec.BundleDir, CgroupsPath: cg}); err != nil {
-		return err
-	}
 
 	network := "sandbox"
 	if spec.NetNSPath == "" {
@@ -259,7 +215,7 @@ func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) 
 		args = []string{"restore", "-detach", "--image-path", imageDir, "--bundle", spec.BundleDir, spec.ID}
 		op = "restore"
 	}
-	cmd := d.cli(network).Command(ctx, args...)
+	cmd := d.createCLI(network).Command(ctx, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	runErr := cmd.Run()
 	release()
@@ -277,46 +233,30 @@ func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) 
 }
 
 // cleanupFailed removes what a failed create left behind.
-func (d *Driver) cleanupFailed(id string, b *box) {
+func (d *Driver) cleanupFailed(id string, b *oci.Box) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := d.cli("").Run(ctx, "delete", "-force", id); err != nil && !oci.NotExist(err) {
+	if _, err := d.cli.Run(ctx, "delete", "-force", id); err != nil && !oci.NotExist(err) {
 		d.log.Warn("delete after failed start", "sandbox_id", id, "err", err)
 	}
-	b.watch.Finish(driver.Exit{Code: -1}, fmt.Errorf("sandbox %q: start failed: %w", id, errdefs.ErrNotFound))
-	d.mu.Lock()
-	b.deleting = true
-	cmd := b.waitCmd
-	d.mu.Unlock()
-	if cmd != nil {
+	b.Watch.Finish(driver.Exit{Code: -1}, fmt.Errorf("sandbox %q: start failed: %w", id, errdefs.ErrNotFound))
+	if cmd := b.MarkDeleting(); cmd != nil {
 		_ = cmd.Process.Kill()
 	}
-	_ = d.index.Remove(id)
-	_ = os.RemoveAll(b.bundleDir)
-	d.forget(id, b)
+	d.rt.Discard(id, b)
 	d.cleanNullNetns(ctx)
 }
 
-func (d *Driver) forget(id string, b *box) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.sandboxes[id] == b {
-		delete(d.sandboxes, id)
-	}
-}
-
-// watchExit starts `runsc wait id` and finishes b.watch when it returns.
-func (d *Driver) watchExit(id string, b *box) error {
-	cmd := d.cli("").Command(context.Background(), "wait", id)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+// watchExit starts `runsc wait id` and finishes b.Watch when it returns.
+func (d *Driver) watchExit(id string, b *oci.Box) error {
+	cmd := d.cli.Command(context.Background(), "wait", id)
+	cmd.SysProcAttr = waitProcAttr()
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("sandbox %q: runsc wait: %w", id, err)
 	}
-	d.mu.Lock()
-	b.waitCmd = cmd
-	d.mu.Unlock()
+	b.SetWatcher(cmd)
 	go func() {
 		werr := cmd.Wait()
 		if d.waitLost(id, b, cmd) {
@@ -337,164 +277,69 @@ func (d *Driver) watchExit(id string, b *box) error {
 			d.log.Debug("sandbox exit status unavailable", "sandbox_id", id, "err", werr,
 				"stderr", strings.TrimSpace(stderr.String()))
 		}
-		d.finishExit(id, b, e)
+		d.rt.FinishExit(b, e)
 	}()
 	return nil
 }
 
 // waitLost reports whether the runsc wait cmd died by a signal while the
 // sandbox is still alive and not being deleted.
-func (d *Driver) waitLost(id string, b *box, cmd *exec.Cmd) bool {
+func (d *Driver) waitLost(id string, b *oci.Box, cmd *exec.Cmd) bool {
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ok || !ws.Signaled() {
 		return false
 	}
-	d.mu.Lock()
-	deleting := b.deleting
-	d.mu.Unlock()
-	if deleting {
+	if b.Deleting() {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := d.cli("").State(ctx, id)
+	st, err := d.cli.State(ctx, id)
 	return err == nil && oci.DriverState(st.Status) != driver.StateStopped && oci.ProcessAlive(st.Pid)
 }
 
-// finishExit completes e with what the driver knows (OOM, our own kill,
-// checkpoint) and records it.
-func (d *Driver) finishExit(id string, b *box, e driver.Exit) {
-	if n, err := oci.OOMKills(b.cgroupsPath); err == nil && n > 0 {
-		e.OOM = true
-		e.Signaled = true
-		if e.Code < 0 {
-			e.Code = 128 + int(unix.SIGKILL)
-		}
+// adopt finishes the watch of a sandbox found in the index (started by an
+// earlier run of the agent) that runsc no longer runs; Lookup then starts
+// watchExit for one that it does.
+func (d *Driver) adopt(ctx context.Context, id string, b *oci.Box) {
+	if st, err := d.cli.State(ctx, id); err != nil || oci.DriverState(st.Status) == driver.StateStopped || !oci.ProcessAlive(st.Pid) {
+		b.Watch.Finish(driver.Exit{Code: -1}, nil)
 	}
-	d.mu.Lock()
-	killed, ckpt := b.killed, b.checkpoint
-	d.mu.Unlock()
-	switch {
-	case ckpt:
-		e = driver.Exit{Code: 0}
-	case killed && !e.OOM && e.Code < 0:
-		e = driver.Exit{Code: 128 + int(unix.SIGKILL), Signaled: true}
-	}
-	b.watch.Finish(e, nil)
-}
-
-// lookup returns the in-memory box of id, recovering one from the index for
-// a sandbox started by an earlier run of the agent.
-func (d *Driver) lookup(ctx context.Context, id string) (*box, error) {
-	d.mu.Lock()
-	b, ok := d.sandboxes[id]
-	d.mu.Unlock()
-	if ok {
-		return b, nil
-	}
-	rec, err := d.index.Get(id)
-	if err != nil {
-		return nil, err
-	}
-	b = &box{cgroupsPath: rec.CgroupsPath, bundleDir: rec.BundleDir, watch: oci.NewWatch()}
-	if rec.Stopped {
-		b.watch.Finish(rec.Exit, nil)
-	} else if st, err := d.cli("").State(ctx, id); err != nil || oci.DriverState(st.Status) == driver.StateStopped || !oci.ProcessAlive(st.Pid) {
-		b.watch.Finish(driver.Exit{Code: -1}, nil)
-	}
-	d.mu.Lock()
-	if cur, ok := d.sandboxes[id]; ok {
-		d.mu.Unlock()
-		return cur, nil
-	}
-	d.sandboxes[id] = b
-	d.mu.Unlock()
-	if !b.watch.Finished() {
-		if err := d.watchExit(id, b); err != nil {
-			b.watch.Finish(driver.Exit{Code: -1}, nil)
-		}
-	}
-	return b, nil
 }
 
 // Wait implements driver.Driver.
 func (d *Driver) Wait(ctx context.Context, id string) (driver.Exit, error) {
-	b, err := d.lookup(ctx, id)
-	if err != nil {
-		return driver.Exit{}, err
-	}
-	e, err := b.watch.Wait(ctx)
-	if err != nil {
-		return driver.Exit{}, fmt.Errorf("sandbox %q: wait: %w", id, err)
-	}
-	return e, nil
+	return d.rt.Wait(ctx, id)
 }
 
-// Exec implements driver.Driver with `runsc exec --process`.
+// Exec implements driver.Driver with `runsc exec --process`. A cancelled
+// exec is ended with `runsc kill --pid` inside the sandbox; runsc fails
+// with code 128 when it cannot exec.
 func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, error) {
-	b, err := d.lookup(ctx, id)
-	if err != nil {
-		return -1, err
-	}
-	if b.watch.Finished() {
-		return -1, fmt.Errorf("sandbox %q is stopped: %w", id, errdefs.ErrConflict)
-	}
-	code, err := d.cli("").Exec(ctx, id, b.bundleDir, p, oci.ExecOptions{
+	return d.rt.Exec(ctx, id, p, oci.ExecOptions{
 		KillInside: func(ctx context.Context, pid int) error {
-			_, err := d.cli("").Run(ctx, "kill", "--pid", strconv.Itoa(pid), id, "KILL")
+			_, err := d.cli.Run(ctx, "kill", "--pid", strconv.Itoa(pid), id, "KILL")
 			return err
 		},
+		CannotExecCode: 128,
 	})
-	if err != nil || code == 0 {
-		return code, err
-	}
-	// runsc fails with code 128 when it cannot exec (paused, stopped): tell
-	// that apart from the process's own exit code by the sandbox's state.
-	// A sandbox that died under the exec still reads as running for a
-	// moment, so give its watch a chance to see the exit.
-	if code == 128 {
-		select {
-		case <-b.watch.Done():
-			return -1, fmt.Errorf("sandbox %q stopped during exec: %w", id, errdefs.ErrConflict)
-		case <-time.After(2 * time.Second):
-		}
-	}
-	if st, serr := d.Status(ctx, id); serr != nil {
-		return -1, serr
-	} else if st.State != driver.StateRunning {
-		return -1, fmt.Errorf("sandbox %q is %s: %w", id, st.State, errdefs.ErrConflict)
-	}
-	return code, nil
 }
 
 // Kill implements driver.Driver: SIGKILL to the sandbox's init, which ends
 // the whole gVisor sandbox.
 func (d *Driver) Kill(ctx context.Context, id string) error {
-	b, err := d.lookup(ctx, id)
-	if err != nil {
-		return err
-	}
-	if b.watch.Finished() {
-		return nil
-	}
-	d.mu.Lock()
-	b.killed = true
-	d.mu.Unlock()
-	st, err := d.cli("").State(ctx, id)
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return nil
-		}
+	st, ok, err := d.rt.BeginKill(ctx, id)
+	if !ok || err != nil {
 		return err
 	}
 	if oci.DriverState(st.Status) == driver.StateFrozen {
 		// runsc refuses to signal a paused sandbox: resume it first (it
 		// runs for the moment until the signal lands).
-		if _, err := d.cli("").Run(ctx, "resume", id); err != nil {
+		if _, err := d.cli.Run(ctx, "resume", id); err != nil {
 			return fmt.Errorf("sandbox %q: resume to kill: %w", id, err)
 		}
 	}
-	if _, err := d.cli("").Run(ctx, "kill", id, "KILL"); err != nil {
+	if _, err := d.cli.Run(ctx, "kill", id, "KILL"); err != nil {
 		if cur, serr := d.Status(ctx, id); serr == nil && cur.State == driver.StateStopped {
 			return nil
 		}
@@ -506,72 +351,52 @@ func (d *Driver) Kill(ctx context.Context, id string) error {
 // Delete implements driver.Driver: `runsc delete -force`, then the bundle,
 // the record and, after the last sandbox, runsc's null network namespace.
 func (d *Driver) Delete(ctx context.Context, id string) error {
-	if !sandbox.ValidID(id) {
-		return nil
-	}
-	d.mu.Lock()
-	b, ok := d.sandboxes[id]
-	d.mu.Unlock()
-	bundleDir := ""
-	if ok {
-		bundleDir = b.bundleDir
-	} else if rec, err := d.index.Get(id); err == nil {
-		bundleDir = rec.BundleDir
-	} else if st, err := d.cli("").State(ctx, id); err == nil {
-		bundleDir = st.Bundle
-	}
-	if _, err := d.cli("").Run(ctx, "delete", "-force", id); err != nil && !oci.NotExist(err) {
-		return fmt.Errorf("sandbox %q: delete: %w", id, err)
-	}
-	if ok {
-		d.mu.Lock()
-		b.killed = true
-		b.deleting = true
-		cmd := b.waitCmd
-		d.mu.Unlock()
-		// The sandbox is gone, so runsc wait returns; bound it anyway.
-		select {
-		case <-b.watch.Done():
-		case <-time.After(10 * time.Second):
-			if cmd != nil {
-				_ = cmd.Process.Kill()
-			}
-			<-b.watch.Done()
-		}
-		d.forget(id, b)
-	}
-	if bundleDir != "" {
-		if err := os.RemoveAll(bundleDir); err != nil {
-			return fmt.Errorf("sandbox %q: remove bundle: %w", id, err)
-		}
-	}
-	if err := d.index.Remove(id); err != nil {
+	if err := d.rt.Delete(ctx, id, d.deleteContainer); err != nil {
 		return err
 	}
 	d.cleanNullNetns(ctx)
 	return nil
 }
 
+// deleteContainer is Delete's runsc part: runsc forgets the sandbox, and
+// the exit of b (nil when the driver holds no box) is awaited.
+func (d *Driver) deleteContainer(ctx context.Context, id string, b *oci.Box) error {
+	if _, err := d.cli.Run(ctx, "delete", "-force", id); err != nil && !oci.NotExist(err) {
+		return fmt.Errorf("sandbox %q: delete: %w", id, err)
+	}
+	if b == nil {
+		return nil
+	}
+	cmd := b.MarkDeleting()
+	// The sandbox is gone, so runsc wait returns; bound it anyway.
+	select {
+	case <-b.Watch.Done():
+	case <-time.After(10 * time.Second):
+		if cmd != nil {
+			_ = cmd.Process.Kill()
+		}
+		<-b.Watch.Done()
+	}
+	return nil
+}
+
 // cleanNullNetns unmounts runsc's shared null network namespace once no
 // sandbox is left, so that an idle driver leaves nothing mounted.
 func (d *Driver) cleanNullNetns(ctx context.Context) {
-	path := filepath.Join(d.root, "null-netns")
+	path := filepath.Join(d.rt.Root(), "null-netns")
 	if _, err := os.Lstat(path); err != nil {
 		return
 	}
-	d.mu.Lock()
-	busy := len(d.sandboxes) > 0
-	d.mu.Unlock()
-	if busy {
+	if d.rt.Len() > 0 {
 		return // not the last one this driver knows; skip the runsc list
 	}
 	d.netMu.Lock()
 	defer d.netMu.Unlock()
-	ids, err := d.cli("").List(ctx)
+	ids, err := d.cli.List(ctx)
 	if err != nil || len(ids) > 0 {
 		return
 	}
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+	if err := unmountDetach(path); err != nil {
 		d.log.Warn("unmount null netns", "path", path, "err", err)
 		return
 	}
@@ -580,86 +405,28 @@ func (d *Driver) cleanNullNetns(ctx context.Context) {
 	}
 }
 
-// Status implements driver.Driver.
+// Status implements driver.Driver. A sandbox whose runsc sandbox process
+// is a zombie or gone reads as stopped.
 func (d *Driver) Status(ctx context.Context, id string) (driver.Status, error) {
-	d.mu.Lock()
-	b, ok := d.sandboxes[id]
-	d.mu.Unlock()
-	if ok && b.watch.Finished() {
-		return driver.Status{ID: id, State: driver.StateStopped}, nil
-	}
-	st, err := d.cli("").State(ctx, id)
-	if errdefs.IsNotFound(err) {
-		if ok {
-			return driver.Status{ID: id, State: driver.StateStopped}, nil
-		}
-		if rec, ierr := d.index.Get(id); ierr == nil {
-			_ = rec
-			return driver.Status{ID: id, State: driver.StateStopped}, nil
-		}
-	}
-	if err != nil {
-		return driver.Status{}, err
-	}
-	state := oci.DriverState(st.Status)
-	pid := st.Pid
-	if state != driver.StateStopped && !oci.ProcessAlive(pid) {
-		state = driver.StateStopped // a zombie sandbox process reads as running
-	}
-	if state == driver.StateStopped || pid < 0 {
-		pid = 0
-	}
-	return driver.Status{ID: id, State: state, InitPID: pid}, nil
+	return d.rt.Status(ctx, id)
 }
 
 // List implements driver.Driver: every container runsc knows under the
 // driver's root, and every sandbox with a record.
-func (d *Driver) List(ctx context.Context) ([]string, error) {
-	ids, err := d.cli("").List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("runsc list: %w", err)
-	}
-	recs, err := d.index.IDs()
-	if err != nil {
-		return nil, err
-	}
-	return oci.MergeIDs(ids, recs), nil
-}
+func (d *Driver) List(ctx context.Context) ([]string, error) { return d.rt.List(ctx) }
 
 // Freeze implements driver.Freezer with `runsc pause`.
-func (d *Driver) Freeze(ctx context.Context, id string) error {
-	return d.setFrozen(ctx, id, "pause", driver.StateFrozen)
-}
+func (d *Driver) Freeze(ctx context.Context, id string) error { return d.rt.Freeze(ctx, id) }
 
 // Thaw implements driver.Freezer with `runsc resume`.
-func (d *Driver) Thaw(ctx context.Context, id string) error {
-	return d.setFrozen(ctx, id, "resume", driver.StateRunning)
-}
-
-func (d *Driver) setFrozen(ctx context.Context, id, verb string, want driver.State) error {
-	if _, err := d.lookup(ctx, id); err != nil {
-		return err
-	}
-	_, err := d.cli("").Run(ctx, verb, id)
-	if err == nil {
-		return nil
-	}
-	st, serr := d.Status(ctx, id)
-	if serr != nil {
-		return serr
-	}
-	if st.State == want {
-		return nil
-	}
-	return fmt.Errorf("sandbox %q is %s: %s: %v: %w", id, st.State, verb, err, errdefs.ErrConflict)
-}
+func (d *Driver) Thaw(ctx context.Context, id string) error { return d.rt.Thaw(ctx, id) }
 
 // Checkpoint implements driver.Checkpointer with `runsc checkpoint`. Without
 // LeaveRunning the stopped container is deleted from runsc at once (runsc
 // cannot restore under an ID it still holds), and the driver remembers the
 // sandbox as stopped until Delete.
 func (d *Driver) Checkpoint(ctx context.Context, id string, dir string, opts driver.CheckpointOptions) error {
-	b, err := d.lookup(ctx, id)
+	b, err := d.rt.Lookup(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -675,27 +442,23 @@ func (d *Driver) Checkpoint(ctx context.Context, id string, dir string, opts dri
 	if opts.LeaveRunning {
 		args = append(args, "--leave-running")
 	} else {
-		d.mu.Lock()
-		b.checkpoint = true
-		d.mu.Unlock()
+		b.SetCheckpointing(true)
 	}
-	if _, err := d.cli("").Run(ctx, append(args, id)...); err != nil {
-		d.mu.Lock()
-		b.checkpoint = false
-		d.mu.Unlock()
+	if _, err := d.cli.Run(ctx, append(args, id)...); err != nil {
+		b.SetCheckpointing(false)
 		return fmt.Errorf("sandbox %q: checkpoint: %w", id, err)
 	}
 	if opts.LeaveRunning {
 		return nil
 	}
-	if err := d.index.Put(oci.Record{ID: id, BundleDir: b.bundleDir, CgroupsPath: b.cgroupsPath, Stopped: true}); err != nil {
+	if err := d.rt.Index().Put(oci.Record{ID: id, BundleDir: b.BundleDir, CgroupsPath: b.CgroupsPath, Stopped: true}); err != nil {
 		return err
 	}
-	if _, err := d.cli("").Run(ctx, "delete", "-force", id); err != nil && !oci.NotExist(err) {
+	if _, err := d.cli.Run(ctx, "delete", "-force", id); err != nil && !oci.NotExist(err) {
 		return fmt.Errorf("sandbox %q: delete after checkpoint: %w", id, err)
 	}
 	select {
-	case <-b.watch.Done():
+	case <-b.Watch.Done():
 	case <-ctx.Done():
 		return fmt.Errorf("sandbox %q: checkpoint: %w", id, ctx.Err())
 	}

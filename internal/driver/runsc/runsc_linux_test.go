@@ -62,22 +62,20 @@ func TestWaitSurvivesLostWaiter(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = d.Delete(context.Background(), sp.ID) })
 
-	d.mu.Lock()
-	b := d.sandboxes[sp.ID]
-	first := b.waitCmd
-	d.mu.Unlock()
+	b, err := d.rt.Lookup(ctx, sp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := b.Watcher()
 	if err := first.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		d.mu.Lock()
-		cur := b.waitCmd
-		d.mu.Unlock()
-		if cur != first {
+		if b.Watcher() != first {
 			break
 		}
-		if b.watch.Finished() {
+		if b.Watch.Finished() {
 			t.Fatal("the sandbox's exit was reported after its waiter was killed")
 		}
 		if time.Now().After(deadline) {

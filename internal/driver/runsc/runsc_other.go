@@ -1,0 +1,18 @@
+//go:build !linux
+
+package runsc
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// Off Linux New fails (see oci.NewRuntime), so nothing below is reached.
+
+func waitProcAttr() *syscall.SysProcAttr { return nil }
+
+func unmountDetach(path string) error {
+	return fmt.Errorf("unmount %s: needs Linux: %w", path, errdefs.ErrUnavailable)
+}
