@@ -225,7 +225,7 @@ func UnmountUnder(t testing.TB, dir string) {
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(mounts)))
 	for _, m := range mounts {
-		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+		if err := unmountDetach(m); err != nil {
 			t.Logf("unmount %s: %v", m, err)
 		}
 	}
