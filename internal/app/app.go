@@ -82,6 +82,38 @@ type Config struct {
 	Ready func(addr string)
 	// Events tunes event retention and webhook delivery.
 	Events EventsConfig
+	// Limits are the server's default team limits (a team's own non-zero
+	// limits win); zero fields keep apiserver's defaults.
+	Limits store.Limits
+	// Node tunes the node agent; zero fields keep its defaults.
+	Node NodeTuning
+}
+
+// NodeTuning are the node agent's knobs that serve exposes as flags.
+type NodeTuning struct {
+	// WatchdogInterval is the mean interval between two health probes of
+	// a running sandbox (jittered ±25 %); negative disables the watchdog.
+	WatchdogInterval time.Duration
+	// PoolConcurrency bounds how many warm pool members are made at once.
+	PoolConcurrency int
+	// MetricsRetention is how long per-sandbox metric samples are kept.
+	MetricsRetention time.Duration
+}
+
+// apply sets the tuned fields of a node agent's configuration.
+func (t NodeTuning) apply(c *node.Config) {
+	switch {
+	case t.WatchdogInterval < 0:
+		c.WatchdogMin = -1
+	case t.WatchdogInterval > 0:
+		c.WatchdogMin, c.WatchdogMax = t.WatchdogInterval*3/4, t.WatchdogInterval*5/4
+	}
+	if t.PoolConcurrency > 0 {
+		c.PoolConcurrency = t.PoolConcurrency
+	}
+	if t.MetricsRetention > 0 {
+		c.MetricsRetention = t.MetricsRetention
+	}
 }
 
 func (c *Config) setDefaults() error {
@@ -171,7 +203,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	apiCfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: parts.templates, Logger: log.With("component", "api"),
-		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL,
+		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Registry: reg,
 	}
 	if parts.local != nil {

@@ -45,7 +45,7 @@ func buildNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*nod
 // in-memory host pieces: sandboxes exist only as records, with no envd.
 // It is for tests of the control plane and of the CLI.
 func fakeNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (node.Service, apiserver.TemplateResolver, closer, error) {
-	a, err := node.New(ctx, node.Config{
+	nc := node.Config{
 		DataDir:  filepath.Join(cfg.DataDir, "node"),
 		Driver:   fake.New(fake.Config{}),
 		Cgroups:  nodetest.NewCgroups(),
@@ -57,7 +57,9 @@ func fakeNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (node.
 		// Sandboxes of the fake driver do not survive a restart of the
 		// process; nothing on the host to reclaim either.
 		ReclaimInterval: -1,
-	})
+	}
+	cfg.Node.apply(&nc)
+	a, err := node.New(ctx, nc)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("node agent: %w", err)
 	}

@@ -90,10 +90,12 @@ func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*node
 		local.Service.Close()
 		return nil, fmt.Errorf("base template: %w", err)
 	}
-	a, err := node.New(ctx, node.Config{
+	nc := node.Config{
 		DataDir: filepath.Join(cfg.DataDir, "node"), Driver: drv, Cgroups: cg, Net: pool,
 		Layers: rootfslayers.New(rm, layersRoot), EnvdPath: cfg.EnvdPath, Logger: log, Registry: reg,
-	})
+	}
+	cfg.Node.apply(&nc)
+	a, err := node.New(ctx, nc)
 	if err != nil {
 		local.Service.Close()
 		return nil, fmt.Errorf("node agent: %w", err)
