@@ -1,0 +1,75 @@
+package node
+
+import "slices"
+
+// TemplateUse is one template build that a sandbox of the agent (or one of
+// its warm pools) may still read: its root filesystem tree (the lower
+// directory of a sandbox's overlay, needed again at every resume) and its
+// snapshot directory (restored by creates and pool refills).
+type TemplateUse struct {
+	TemplateID  string
+	BuildID     string
+	RootFS      string
+	SnapshotDir string
+	// SandboxID is the sandbox that uses it; empty for a warm pool's
+	// template.
+	SandboxID string
+}
+
+// TemplatesInUse returns the template files every sandbox the agent keeps
+// uses, whatever its state (starting, running, pausing, paused; forks,
+// warm pool members, reserved members, the agent's internal snapshot
+// sandboxes — which List leaves out), and the templates of its warm pools.
+// It is a snapshot: see HoldTemplates to act on it before a new sandbox
+// can appear.
+func (a *Agent) TemplatesInUse() []TemplateUse {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.templatesInUseLocked()
+}
+
+// HoldTemplates calls fn with TemplatesInUse while holding the agent's
+// lock, under which every sandbox is registered (before its root
+// filesystem is mounted or its snapshot read) and every warm pool is set.
+// No sandbox can start using a template file while fn runs, so a file fn
+// finds unused and moves out of its place (a rename) is never picked up
+// half-removed: a create that registers later finds it missing and fails
+// cleanly. fn must be quick and must not call the agent.
+func (a *Agent) HoldTemplates(fn func(inUse []TemplateUse)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fn(a.templatesInUseLocked())
+}
+
+func (a *Agent) templatesInUseLocked() []TemplateUse {
+	var out []TemplateUse
+	add := func(sandboxID string, t Template) {
+		if t.RootFS == "" && t.SnapshotDir == "" {
+			return
+		}
+		out = append(out, TemplateUse{TemplateID: t.ID, BuildID: t.BuildID, RootFS: t.RootFS, SnapshotDir: t.SnapshotDir, SandboxID: sandboxID})
+	}
+	for id, s := range a.sandboxes {
+		add(id, s.rec.Template)
+	}
+	// Reserved pool members are out of the map until claimed or put back.
+	for id, s := range a.reserved {
+		add(id, s.rec.Template)
+	}
+	for _, p := range a.pools {
+		add("", p.tmpl)
+		for _, s := range p.ready {
+			add(s.rec.ID, s.rec.Template)
+		}
+	}
+	slices.SortFunc(out, func(x, y TemplateUse) int {
+		switch {
+		case x.SandboxID < y.SandboxID:
+			return -1
+		case x.SandboxID > y.SandboxID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
