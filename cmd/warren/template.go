@@ -88,6 +88,12 @@ ARG, WORKDIR, USER, CMD/ENTRYPOINT; anything else is refused by name), the
 files of each COPY are uploaded, and the server runs the build in its own
 sandboxes while this command prints the steps and their output.
 
+Variables in ENV, ARG defaults, WORKDIR, USER and COPY/ADD destinations are
+expanded by the server when the step runs, from the build's environment
+(the base image's ENV included: ENV PATH=/opt/bin:$PATH works); COPY/ADD
+sources are expanded here, from the Dockerfile's ARG and ENV values, since
+their files are read here. --build-arg values are taken literally.
+
 FROM names a template of the server when it is a plain name the server knows
 (base, myapp, myapp:v2); otherwise an image of an OCI registry, pulled by the
 server (e2bdev/base is the server's base template).`,
@@ -157,7 +163,7 @@ func runTemplateBuild(cmd *cobra.Command, o buildOptions, dir string) error {
 	if o.startCmd != "" {
 		spec.StartCmd = o.startCmd
 	}
-	steps, err := apiSteps(spec)
+	steps, srcs, err := apiSteps(spec)
 	if err != nil {
 		return err
 	}
@@ -167,7 +173,7 @@ func runTemplateBuild(cmd *cobra.Command, o buildOptions, dir string) error {
 	}
 	// Every COPY source is read before the server is asked for anything:
 	// a missing file leaves no waiting build behind.
-	ctxFiles, err := copyFiles(bc, steps)
+	ctxFiles, err := copyFiles(bc, steps, srcs)
 	if err != nil {
 		return err
 	}

@@ -303,20 +303,23 @@ func writeTarGz(w io.Writer, files []ctxFile) error {
 // read before the build is created.
 type copyContext struct {
 	files map[int][]ctxFile // by step index
+	srcs  map[int]string    // the sources as resolved here (apiSteps)
 }
 
 // copyFiles reads the files of every COPY/ADD step and sets their hashes.
-func copyFiles(bc *buildContext, steps []client.TemplateStep) (*copyContext, error) {
-	cc := &copyContext{files: map[int][]ctxFile{}}
+// srcs are the steps' sources as resolved here (apiSteps).
+func copyFiles(bc *buildContext, steps []client.TemplateStep, srcs map[int]string) (*copyContext, error) {
+	cc := &copyContext{files: map[int][]ctxFile{}, srcs: srcs}
 	for i := range steps {
 		st := &steps[i]
 		if st.Type != builder.StepCopy && st.Type != builder.StepAdd {
 			continue
 		}
-		if len(st.Args) < 2 {
+		src, ok := srcs[i]
+		if len(st.Args) < 2 || !ok {
 			return nil, fmt.Errorf("step %d: %s needs a source and a destination: %w", i+1, st.Type, errdefs.ErrInvalid)
 		}
-		src, dest := st.Args[0], st.Args[1]
+		dest := st.Args[1]
 		if strings.Contains(src, "://") {
 			return nil, fmt.Errorf("step %d: %s from a URL is not supported; download it in a RUN step: %w", i+1, st.Type, errdefs.ErrUnsupported)
 		}
@@ -348,15 +351,16 @@ func uploadContexts(ctx context.Context, c *client.Client, templateID string, cc
 		if err != nil {
 			return fmt.Errorf("step %d: %w", i+1, err)
 		}
+		src := cc.srcs[i]
 		if up.Present || up.URL == "" {
-			logf("[%d] %s %s: files already on the server", i+1, st.Type, st.Args[0])
+			logf("[%d] %s %s: files already on the server", i+1, st.Type, src)
 			continue
 		}
 		size, err := uploadTar(ctx, c, up, files)
 		if err != nil {
-			return fmt.Errorf("step %d: %s %s: %w", i+1, st.Type, st.Args[0], err)
+			return fmt.Errorf("step %d: %s %s: %w", i+1, st.Type, src, err)
 		}
-		logf("[%d] %s %s: uploaded %d files (%d bytes)", i+1, st.Type, st.Args[0], len(files), size)
+		logf("[%d] %s %s: uploaded %d files (%d bytes)", i+1, st.Type, src, len(files), size)
 	}
 	return nil
 }

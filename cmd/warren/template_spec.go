@@ -19,89 +19,112 @@ import (
 // The translation of a parsed Dockerfile (builder.Spec) into the steps of
 // E2B's build API, the inverse of what the API server does with them.
 //
-// The API takes arguments as written, while ParseDockerfile leaves the
-// variables of ENV, ARG defaults, COPY/ADD, WORKDIR and USER to be expanded
-// when the step runs. So they are expanded here, in order, from the ARG and
-// ENV values the Dockerfile sets (ENV over ARG, as Docker does). A
-// reference to a variable the Dockerfile does not set — one of the base
-// image, such as $PATH — cannot be expanded on this side and is refused with
-// a message that says so. RUN commands stay as written: their shell expands
-// them in the build sandbox, where ARG and ENV values are in the
-// environment.
+// ParseDockerfile leaves the variables of ENV, ARG defaults, COPY/ADD,
+// WORKDIR and USER to be expanded when the step runs, from the build's
+// environment at that point, the base image's ENV included (Docker's
+// rule: `ENV PATH=/opt/bin:$PATH` extends the image's PATH). Only the
+// server knows that environment, so those steps go as written with
+// Warren's `expand` extension, and the server expands them. A --build-arg
+// value is literal (not expanded), as in Docker.
+//
+// One part is resolved here: a COPY/ADD source names files of the local
+// build context, which are uploaded before the build starts. It is
+// expanded from the ARG and ENV values the Dockerfile sets (ENV over
+// ARG); a reference to a variable without such a value — one of the base
+// image — is refused with a message that says so. The resolved source is
+// sent escaped, so that the server's expansion leaves it as it is.
 
-// apiSteps returns the API steps of spec. The COPY and ADD steps still
-// lack their FilesHash (uploadContexts sets it).
-func apiSteps(spec builder.Spec) ([]client.TemplateStep, error) {
-	args, env := map[string]string{}, map[string]string{}
-	out := make([]client.TemplateStep, 0, len(spec.Steps))
-	for i, s := range spec.Steps {
-		st := client.TemplateStep{Type: s.Type, Args: slices.Clone(s.Args), Force: s.Force}
-		if s.Expand {
-			vars := maps.Clone(args)
-			maps.Copy(vars, env)
-			var err error
-			if st.Args, err = expandArgs(s.Type, st.Args, vars); err != nil {
-				return nil, fmt.Errorf("Dockerfile step %d (%s): %w", i+1, describeStep(s), err)
+// apiSteps returns the API steps of spec and, by step index, the source
+// of each COPY/ADD step as resolved here (what copyFiles reads). The COPY
+// and ADD steps still lack their FilesHash (copyFiles sets it).
+func apiSteps(spec builder.Spec) ([]client.TemplateStep, map[int]string, error) {
+	// Values known here; known is false for one that depends on a
+	// variable the Dockerfile does not set (the server's to expand).
+	type value struct {
+		v     string
+		known bool
+	}
+	args, env := map[string]value{}, map[string]value{}
+	vars := func() map[string]string {
+		out := map[string]string{}
+		for _, m := range []map[string]value{args, env} { // ENV over ARG
+			for k, v := range m {
+				if v.known {
+					out[k] = v.v
+				} else {
+					delete(out, k)
+				}
 			}
 		}
+		return out
+	}
+	lex := shell.NewLex('\\')
+	local := func(word string, vars map[string]string) value {
+		res, err := lex.ProcessWordWithMatches(word, envGetter(vars))
+		if err != nil || len(res.Unmatched) > 0 {
+			return value{}
+		}
+		return value{v: res.Result, known: true}
+	}
+	out := make([]client.TemplateStep, 0, len(spec.Steps))
+	srcs := map[int]string{}
+	for i, s := range spec.Steps {
+		st := client.TemplateStep{Type: s.Type, Args: slices.Clone(s.Args), Force: s.Force, Expand: s.Expand}
 		switch s.Type {
 		case builder.StepEnv:
-			for j := 0; j+1 < len(st.Args); j += 2 {
-				env[st.Args[j]] = st.Args[j+1]
+			before := vars() // every pair sees the environment before the step
+			for j := 0; j+1 < len(s.Args); j += 2 {
+				v := value{v: s.Args[j+1], known: true}
+				if s.Expand {
+					v = local(s.Args[j+1], before)
+				}
+				env[s.Args[j]] = v
 			}
 		case builder.StepArg:
-			if _, set := args[st.Args[0]]; !set || len(st.Args) > 1 {
-				v := ""
-				if len(st.Args) > 1 {
-					v = st.Args[1]
+			if _, set := args[s.Args[0]]; !set || len(s.Args) > 1 {
+				v := value{known: true}
+				if len(s.Args) > 1 {
+					v.v = s.Args[1]
+					if s.Expand {
+						v = local(s.Args[1], vars())
+					}
 				}
-				args[st.Args[0]] = v
+				args[s.Args[0]] = v
 			}
+		case builder.StepCopy, builder.StepAdd:
+			if len(s.Args) == 0 {
+				break // copyFiles names the step
+			}
+			src := s.Args[0]
+			if s.Expand {
+				res, err := lex.ProcessWordWithMatches(src, envGetter(vars()))
+				if err != nil {
+					return nil, nil, fmt.Errorf("Dockerfile step %d (%s): source: %v: %w", i+1, describeStep(s), err, errdefs.ErrInvalid)
+				}
+				if len(res.Unmatched) > 0 {
+					names := slices.Sorted(maps.Keys(res.Unmatched))
+					return nil, nil, fmt.Errorf("Dockerfile step %d (%s): $%s has no value from the Dockerfile's ARG and ENV; a %s source names files of the build context, read here, where the base image's variables are not known: write the source out: %w",
+						i+1, describeStep(s), strings.Join(names, ", $"), s.Type, errdefs.ErrUnsupported)
+				}
+				src = res.Result
+				st.Args[0] = escapeWord(src)
+			}
+			srcs[i] = src
 		}
 		out = append(out, st)
 	}
-	return out, nil
+	return out, srcs, nil
 }
 
 func describeStep(s builder.Step) string {
 	return strings.TrimSpace(s.Type + " " + strings.Join(s.Args, " "))
 }
 
-// expandArgs expands the arguments of a step that the Dockerfile rules
-// expand: ENV values, an ARG's default, COPY/ADD source, destination and
-// owner, WORKDIR and USER.
-func expandArgs(typ string, a []string, vars map[string]string) ([]string, error) {
-	var idx []int
-	switch typ {
-	case builder.StepEnv:
-		for i := 1; i < len(a); i += 2 {
-			idx = append(idx, i)
-		}
-	case builder.StepArg:
-		idx = []int{1}
-	case builder.StepCopy, builder.StepAdd:
-		idx = []int{0, 1, 2}
-	case builder.StepWorkdir, builder.StepUser:
-		idx = []int{0}
-	}
-	lex := shell.NewLex('\\')
-	for _, i := range idx {
-		if i >= len(a) {
-			continue
-		}
-		res, err := lex.ProcessWordWithMatches(a[i], envGetter(vars))
-		if err != nil {
-			return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalid)
-		}
-		if len(res.Unmatched) > 0 {
-			names := slices.Sorted(maps.Keys(res.Unmatched))
-			return nil, fmt.Errorf("$%s is not set by an ARG or ENV of the Dockerfile; variables of the base image cannot be expanded through the build API, so write the value out: %w",
-				strings.Join(names, ", $"), errdefs.ErrUnsupported)
-		}
-		a[i] = res.Result
-	}
-	return a, nil
-}
+// escapeWord escapes s for Dockerfile variable expansion: expanded, it is
+// s again.
+func escapeWord(s string) string { return wordEscaper.Replace(s) }
+
+var wordEscaper = strings.NewReplacer(`\`, `\\`, `$`, `\$`, `'`, `\'`, `"`, `\"`)
 
 // envGetter serves shell.Lex from a map.
 type envGetter map[string]string

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -17,8 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/buildkit/frontend/dockerfile/shell"
+
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
 	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/templates"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -57,6 +61,9 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 func TestAPISteps(t *testing.T) {
 	t.Parallel()
 	step := func(typ string, args ...string) client.TemplateStep {
+		return client.TemplateStep{Type: typ, Args: args, Expand: typ != "RUN"}
+	}
+	literal := func(typ string, args ...string) client.TemplateStep {
 		return client.TemplateStep{Type: typ, Args: args}
 	}
 	for _, tc := range []struct {
@@ -64,42 +71,54 @@ func TestAPISteps(t *testing.T) {
 		dockerfile string
 		buildArgs  map[string]string
 		want       []client.TemplateStep
+		wantSrcs   map[int]string
 		wantErr    string
 	}{
 		{
-			name:       "every step type",
-			dockerfile: "FROM base\nARG WHO=world\nENV GREETING=hi DIR=/opt/app\nWORKDIR $DIR\nCOPY --chown=user --chmod=0755 a.sh ${DIR}/bin/\nADD b.tgz /srv/\nRUN echo \"$GREETING $WHO\"\nUSER user\n",
+			name:       "every step type, sent as written for the server to expand",
+			dockerfile: "FROM base\nARG WHO=world\nENV GREETING=hi DIR=/opt/app\nWORKDIR $DIR\nCOPY --chown=user --chmod=0755 a.sh ${DIR}/bin/\nADD b.tgz /srv/\nRUN echo \"$GREETING $WHO\"\nUSER $WHO\n",
 			want: []client.TemplateStep{
-				step("ARG", "WHO", "world"), step("ENV", "GREETING", "hi", "DIR", "/opt/app"), step("WORKDIR", "/opt/app"),
-				step("COPY", "a.sh", "/opt/app/bin/", "user", "0755"), step("ADD", "b.tgz", "/srv/", "", ""),
-				step("RUN", `echo "$GREETING $WHO"`), step("USER", "user"),
+				step("ARG", "WHO", "world"), step("ENV", "GREETING", "hi", "DIR", "/opt/app"), step("WORKDIR", "$DIR"),
+				step("COPY", "a.sh", "${DIR}/bin/", "user", "0755"), step("ADD", "b.tgz", "/srv/", "", ""),
+				literal("RUN", `echo "$GREETING $WHO"`), step("USER", "$WHO"),
 			},
+			wantSrcs: map[int]string{3: "a.sh", 4: "b.tgz"},
 		},
 		{
-			name:       "a build arg wins over the default, ENV over ARG",
+			name:       "a build arg is literal and wins over the default",
 			dockerfile: "FROM base\nARG WHO=world\nARG V=1\nENV V=2\nWORKDIR /w/$WHO/$V\n",
-			buildArgs:  map[string]string{"WHO": "warren"},
-			want:       []client.TemplateStep{step("ARG", "WHO", "warren"), step("ARG", "V", "1"), step("ENV", "V", "2"), step("WORKDIR", "/w/warren/2")},
+			buildArgs:  map[string]string{"WHO": "$warren"},
+			want:       []client.TemplateStep{literal("ARG", "WHO", "$warren"), step("ARG", "V", "1"), step("ENV", "V", "2"), step("WORKDIR", "/w/$WHO/$V")},
 		},
 		{
-			name:       "an ARG default from an earlier ARG, a declared empty ARG",
-			dockerfile: "FROM base\nARG A=x\nARG B=${A}y\nARG E\nENV C=${E:-d}\n",
-			want:       []client.TemplateStep{step("ARG", "A", "x"), step("ARG", "B", "xy"), step("ARG", "E", ""), step("ENV", "C", "d")},
+			name:       "variables of the base image go to the server",
+			dockerfile: "FROM base\nENV PATH=/opt/bin:$PATH\nWORKDIR $HOME/app\nENV C=${LATER:-d}\nARG LATER\n",
+			want:       []client.TemplateStep{step("ENV", "PATH", "/opt/bin:$PATH"), step("WORKDIR", "$HOME/app"), step("ENV", "C", "${LATER:-d}"), step("ARG", "LATER", "")},
 		},
 		{
-			name:       "a default of a variable the Dockerfile does not set",
-			dockerfile: "FROM base\nENV C=${LATER:-d}\nARG LATER\n",
-			wantErr:    "$LATER is not set",
+			name:       "a COPY source is resolved here from ARG and ENV (ENV over ARG, build args) and sent escaped",
+			dockerfile: "FROM base\nARG SRC=a\nARG DIR=x\nENV DIR=y\nARG B=${SRC}1\nCOPY --chown=$U $SRC/$DIR/f\\$1.txt $B/ /dst/\n",
+			buildArgs:  map[string]string{"SRC": "s"},
+			want: []client.TemplateStep{
+				literal("ARG", "SRC", "s"), step("ARG", "DIR", "x"), step("ENV", "DIR", "y"), step("ARG", "B", "${SRC}1"),
+				step("COPY", `s/y/f\$1.txt`, "/dst/", "$U", ""), step("COPY", "s1/", "/dst/", "$U", ""),
+			},
+			wantSrcs: map[int]string{4: "s/y/f$1.txt", 5: "s1/"},
 		},
 		{
-			name:       "a variable of the base image",
-			dockerfile: "FROM base\nENV PATH=/opt/bin:$PATH\n",
-			wantErr:    "$PATH is not set by an ARG or ENV of the Dockerfile",
+			name:       "a COPY source of a base image variable",
+			dockerfile: "FROM base\nCOPY $HOME/x /y\n",
+			wantErr:    "$HOME has no value from the Dockerfile's ARG and ENV",
+		},
+		{
+			name:       "a COPY source through an ENV of a base image variable",
+			dockerfile: "FROM base\nARG P=a\nENV P=$PATH\nCOPY $P /y\n",
+			wantErr:    "$P has no value from the Dockerfile's ARG and ENV",
 		},
 		{
 			name:       "RUN is left to the shell",
 			dockerfile: "FROM base\nRUN echo $HOME $UNKNOWN\n",
-			want:       []client.TemplateStep{step("RUN", "echo $HOME $UNKNOWN")},
+			want:       []client.TemplateStep{literal("RUN", "echo $HOME $UNKNOWN")},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,7 +127,7 @@ func TestAPISteps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := apiSteps(spec)
+			got, srcs, err := apiSteps(spec)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -120,6 +139,28 @@ func TestAPISteps(t *testing.T) {
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("steps\n got %v\nwant %v", got, tc.want)
+			}
+			if tc.wantSrcs == nil {
+				tc.wantSrcs = map[int]string{}
+			}
+			if !maps.Equal(srcs, tc.wantSrcs) {
+				t.Errorf("sources %v, want %v", srcs, tc.wantSrcs)
+			}
+		})
+	}
+}
+
+// TestEscapeWord checks that the server's expansion of an escaped COPY
+// source gives the source back.
+func TestEscapeWord(t *testing.T) {
+	t.Parallel()
+	lex := shell.NewLex('\\')
+	for _, s := range []string{"plain.txt", `a\b$c'd"e f*[x]?.txt`, "$HOME", "${A:-b}", `x\`, `\$`, "tab\there"} {
+		t.Run(s, func(t *testing.T) {
+			t.Parallel()
+			got, _, err := lex.ProcessWord(escapeWord(s), envGetter{"HOME": "/root", "A": "a"})
+			if err != nil || got != s {
+				t.Errorf("expand(escapeWord(%q) = %q) = %q, %v", s, escapeWord(s), got, err)
 			}
 		})
 	}
@@ -387,16 +428,21 @@ func TestTemplateCommands(t *testing.T) {
 	ctxDir := filepath.Join(t.TempDir(), "MyApp")
 	writeFiles(t, ctxDir, map[string]string{
 		"hello.txt": "hello\n", "sub/deep.txt": "deep\n", "sub/skip.log": "ignored\n", ".dockerignore": "sub/*.log\n",
+		"mytool": "#!/bin/sh\necho tool-ran\n",
+		// PATH extends the base template's (the server expands it), the
+		// WORKDIR and a COPY destination come from ENV.
 		"Dockerfile": `FROM base
 ARG WHO=world
 ENV GREETING=hi APPDIR=/opt/app
+ENV PATH=/opt/tools:$PATH
 WORKDIR $APPDIR
 COPY hello.txt ./
 COPY sub $APPDIR/sub/
-RUN echo "$GREETING $WHO" > greeting.txt && id -un > builder.txt
+COPY --chmod=0755 mytool /opt/tools/
+RUN echo "$GREETING $WHO" > greeting.txt && id -un > builder.txt && mytool > tool.txt
 USER user
 RUN whoami > /home/user/who.txt && echo step-output-line
-CMD ["/bin/sh", "-c", "env > /home/user/start-env.txt; exec sleep infinity"]
+CMD ["/bin/sh", "-c", "tr '\\0' '\\n' < /proc/$$/environ > /home/user/start-environ.txt; env > /home/user/start-env.txt; exec sleep infinity"]
 `,
 		"Dockerfile.fail": "FROM base\nRUN echo failing-output; echo to-stderr >&2; exit 4\n",
 		"Dockerfile.bad":  "FROM base\nHEALTHCHECK CMD true\n",
@@ -412,7 +458,7 @@ CMD ["/bin/sh", "-c", "env > /home/user/start-env.txt; exec sleep infinity"]
 	if err != nil {
 		t.Fatalf("build: %v", err)
 	}
-	for _, want := range []string{"myapp", "FROM template base, 8 steps", "uploaded 1 files", "uploaded 2 files", "[8/8]", "step-output-line", "template myapp ready"} {
+	for _, want := range []string{"myapp", "FROM template base, 10 steps", "uploaded 1 files", "uploaded 2 files", "[10/10]", "step-output-line", "template myapp ready"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("build output lacks %q", want)
 		}
@@ -436,6 +482,7 @@ CMD ["/bin/sh", "-c", "env > /home/user/start-env.txt; exec sleep infinity"]
 	for path, want := range map[string]string{
 		"/opt/app/greeting.txt": "hi warren\n", // ARG (build arg), ENV, WORKDIR, RUN
 		"/opt/app/builder.txt":  "root\n",      // RUN before USER
+		"/opt/app/tool.txt":     "tool-ran\n",  // RUN with the extended PATH
 		"/home/user/who.txt":    "user\n",      // RUN after USER user
 		"/opt/app/hello.txt":    "hello\n",     // COPY to the WORKDIR
 		"/opt/app/sub/deep.txt": "deep\n",      // COPY of a directory
@@ -452,6 +499,13 @@ CMD ["/bin/sh", "-c", "env > /home/user/start-env.txt; exec sleep infinity"]
 		if !strings.Contains(env, want) {
 			t.Errorf("the start command's environment lacks %s:\n%s", want, env)
 		}
+	}
+	// The environment the sandbox gave the start command (its bash -l
+	// then reads the image's /etc/profile, which on Debian sets PATH anew):
+	// the template's PATH is the base template's, extended by the ENV step.
+	environ, _ := readSandboxFile(t, apiURL, sb, "/home/user/start-environ.txt")
+	if want := "\nPATH=/opt/tools:" + templates.DefaultPath + "\n"; !strings.Contains("\n"+environ, want) {
+		t.Errorf("the start command was not given PATH=/opt/tools:%s:\n%s", templates.DefaultPath, environ)
 	}
 	if _, err := c.Kill(ctx, sb.SandboxID); err != nil {
 		t.Error(err)

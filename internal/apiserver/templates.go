@@ -208,12 +208,17 @@ type registryAuth struct {
 	Password string `json:"password"`
 }
 
-// templateStep is TemplateStep.
+// templateStep is TemplateStep, with one Warren extension the E2B SDK
+// never sends: Expand asks for Dockerfile variable expansion of the
+// step's arguments when it runs, from the build's environment at that
+// point (the base image's ENV, earlier ENV and ARG steps). Without it
+// (E2B's behaviour) arguments are taken as written.
 type templateStep struct {
 	Type      string   `json:"type"`
 	Args      []string `json:"args"`
 	Force     bool     `json:"force"`
 	FilesHash string   `json:"filesHash"`
+	Expand    bool     `json:"expand"`
 }
 
 func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -243,7 +248,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
 			s.fail(w, r, invalid(fmt.Sprintf("steps[%d].type", i), "required"))
 			return
 		}
-		spec.Steps = append(spec.Steps, builder.Step{Type: strings.ToUpper(st.Type), Args: st.Args, Force: st.Force, FilesHash: st.FilesHash})
+		spec.Steps = append(spec.Steps, builder.Step{Type: strings.ToUpper(st.Type), Args: st.Args, Force: st.Force, FilesHash: st.FilesHash, Expand: st.Expand})
 	}
 	_, err := s.cfg.Builds.StartBuild(r.Context(), builder.StartRequest{TeamID: c.teamID, TemplateID: id, BuildID: buildID, Spec: spec})
 	if err != nil {

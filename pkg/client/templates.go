@@ -66,11 +66,19 @@ type FilesUpload struct {
 //	USER    [user]
 //
 // Warren also takes ADD (like COPY) and ARG [name, value].
+//
+// Expand is a Warren extension (E2B's servers ignore it): the server
+// expands Dockerfile variables ($VAR, ${VAR}, ${VAR:-default}) in the
+// arguments when the step runs, from the build's environment at that
+// point — the base image's ENV, earlier ENV and ARG steps — in ENV
+// values, an ARG's value, COPY/ADD source, destination and user, WORKDIR
+// and USER. Without it arguments are taken as written.
 type TemplateStep struct {
 	Type      string   `json:"type"`
 	Args      []string `json:"args"`
 	Force     bool     `json:"force"`
 	FilesHash string   `json:"filesHash,omitempty"`
+	Expand    bool     `json:"expand,omitempty"`
 }
 
 // RegistryAuth is the credential for a private FromImage registry.
