@@ -67,6 +67,10 @@ type Manager struct {
 	locks [64]sync.Mutex // striped per-sandbox locks
 	// createMu makes the concurrency-limit check and the insert atomic.
 	createMu sync.Mutex
+	// starting holds the IDs a Create or Fork is starting: from before
+	// their row is inserted until their start is recorded (reconcile.go).
+	startMu  sync.Mutex
+	starting map[string]struct{}
 
 	evMu      sync.Mutex
 	deadlines map[string]deadline
@@ -98,7 +102,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
-		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1),
+		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{},
 		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_killed_total",
 			Help: "Sandboxes killed, by kill reason.",
@@ -151,6 +155,8 @@ type CreateParams struct {
 func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, error) {
 	now := time.Now().UTC()
 	id, pooled := m.poolID(p)
+	m.beginStart(id)
+	defer m.endStart(id)
 	sb := &store.Sandbox{
 		ID: id, TeamID: p.TeamID, TemplateID: p.Template.ID, State: sandbox.StateStarting,
 		Epoch: 1, StartedAt: now, EndAt: now.Add(p.Timeout),
@@ -584,13 +590,16 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 	}
 	now := time.Now().UTC()
 	results := make([]ForkResult, count)
-	var ids, execs []string
+	var ids, execs, all []string
 	var idx []int
+	defer func() { m.endStart(all...) }()
 	for i := range count {
 		c := *src
 		c.ID, c.State, c.Epoch, c.StartedAt, c.EndAt, c.CreatedAt = sandbox.NewID(), sandbox.StateStarting, 1, now, now.Add(d), time.Time{}
 		c.Spec.ExecutionID = sandbox.NewExecutionID()
 		c.Spec.Metadata = maps.Clone(src.Spec.Metadata)
+		m.beginStart(c.ID)
+		all = append(all, c.ID)
 		if err := m.reserve(ctx, &c, maxConcurrent); err != nil {
 			results[i].Err = err
 			continue
@@ -618,6 +627,9 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 			continue
 		}
 		sb, err := m.st.TransitionSandbox(context.WithoutCancel(ctx), fid, func(s *store.Sandbox) (*store.Event, error) {
+			if s.State != sandbox.StateStarting {
+				return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+			}
 			s.State = sandbox.StateRunning
 			if f.EnvdVersion != "" {
 				s.Spec.EnvdVersion = f.EnvdVersion
@@ -627,6 +639,8 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 			return e, nil
 		})
 		if err != nil {
+			// Killed while starting: stop it, as Create does.
+			m.node.Kill(context.WithoutCancel(ctx), fid, sandbox.KillRequest) //nolint:errcheck
 			results[i].Err = err
 			continue
 		}

@@ -36,6 +36,15 @@ type Node struct {
 	ResumeErr error
 	// Caps is returned by Capabilities.
 	Caps node.Capabilities
+	// BeforeCreate and BeforeFork, when set, run at the start of Create
+	// and Fork; BeforeList and AfterList before List takes its listing and
+	// after, just before it returns it. They run outside the fake's lock,
+	// so race tests use them to make other calls at that point. Set them
+	// before the calls they watch.
+	BeforeCreate func(req node.CreateRequest)
+	BeforeFork   func(id string, req node.ForkRequest)
+	BeforeList   func()
+	AfterList    func(listed []*node.Sandbox)
 }
 
 var _ node.Service = (*Node)(nil)
@@ -69,6 +78,9 @@ func clone(s *node.Sandbox) *node.Sandbox {
 
 // Create implements node.Service.
 func (n *Node) Create(_ context.Context, req node.CreateRequest) (*node.Sandbox, error) {
+	if n.BeforeCreate != nil {
+		n.BeforeCreate(req)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.record("create %s", req.ID)
@@ -109,11 +121,17 @@ func (n *Node) Get(_ context.Context, id string) (*node.Sandbox, error) {
 
 // List implements node.Service.
 func (n *Node) List(context.Context) ([]*node.Sandbox, error) {
+	if n.BeforeList != nil {
+		n.BeforeList()
+	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	var out []*node.Sandbox
 	for _, s := range n.sandboxes {
 		out = append(out, clone(s))
+	}
+	n.mu.Unlock()
+	if n.AfterList != nil {
+		n.AfterList(out)
 	}
 	return out, nil
 }
@@ -189,6 +207,9 @@ func (n *Node) Resume(_ context.Context, id string, req node.ResumeRequest) (*no
 
 // Fork implements node.Service.
 func (n *Node) Fork(_ context.Context, id string, req node.ForkRequest) ([]*node.Sandbox, error) {
+	if n.BeforeFork != nil {
+		n.BeforeFork(id, req)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.record("fork %s %d", id, len(req.IDs))
