@@ -137,6 +137,9 @@ type Builder struct {
 	// sess is the scratch session (cleanup.go); nil once closed.
 	sessMu sync.Mutex
 	sess   *session
+	// pins: what builds in progress read outside their build directory
+	// (gc_pins.go), for the collector.
+	pins pins
 }
 
 // New returns a Builder.
@@ -231,13 +234,23 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 	b.cacheMu.RLock()
 	defer b.cacheMu.RUnlock()
 	bl := &buildLog{store: b.cat.Store(), buildID: buildID, log: b.log}
-	if _, err := b.cat.UpdateBuild(ctx, buildID, func(bd *templates.Build) error {
+	started, err := b.cat.UpdateBuild(ctx, buildID, func(bd *templates.Build) error {
 		bd.Status = templates.BuildBuilding
 		bd.StartCmd, bd.ReadyCmd = spec.StartCmd, spec.ReadyCmd
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
+	// The template's uploaded files and the trees of the base (pinned in
+	// base) stay while the build runs, whatever happens to their templates.
+	defer b.pinTemplate(started.TemplateID)()
+	var unpinBase func()
+	defer func() {
+		if unpinBase != nil {
+			unpinBase()
+		}
+	}()
 	start := time.Now()
 	defer func() {
 		var reason *templates.Reason
@@ -258,7 +271,7 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 	}()
 	bl.add(templates.LogInfo, "", "Building template (build "+buildID+")")
 
-	st, err := b.base(ctx, spec, bl)
+	st, unpinBase, err := b.base(ctx, spec, bl)
 	if err != nil {
 		return err
 	}

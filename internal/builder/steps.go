@@ -31,10 +31,12 @@ func isE2BBase(ref string) bool {
 	return name == e2bBaseImage
 }
 
-// base returns the state the steps start from.
-func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, error) {
+// base returns the state the steps start from, and, when the base is a
+// template, the function that unpins its tree (pinned from its
+// resolution on, until the build ends).
+func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, func(), error) {
 	if spec.FromImage != "" && spec.FromTemplate != "" {
-		return nil, &StepError{Step: "base", Command: "FROM", Err: fmt.Errorf("fromImage and fromTemplate are exclusive: %w", errdefs.ErrInvalid)}
+		return nil, nil, &StepError{Step: "base", Command: "FROM", Err: fmt.Errorf("fromImage and fromTemplate are exclusive: %w", errdefs.ErrInvalid)}
 	}
 	ref := spec.FromTemplate
 	if spec.FromImage != "" && isE2BBase(spec.FromImage) {
@@ -47,8 +49,11 @@ func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, er
 		bl.add(templates.LogInfo, "base", "FROM template "+ref)
 		nt, err := b.cat.Resolve(ctx, spec.TeamID, ref)
 		if err != nil {
-			return nil, &StepError{Step: "base", Command: "FROM template " + ref, Err: err}
+			return nil, nil, &StepError{Step: "base", Command: "FROM template " + ref, Err: err}
 		}
+		// The tree was tagged a moment ago; the collector waits a grace
+		// period after a build stops being tagged, far longer than this.
+		unpin := b.pinTree(nt.RootFS)
 		return &state{
 			Key:     hashKey("template", nt.BuildID),
 			Layers:  []string{nt.RootFS},
@@ -56,16 +61,16 @@ func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, er
 			Args:    map[string]string{},
 			User:    "root",
 			Workdir: nt.Workdir,
-		}, nil
+		}, unpin, nil
 	}
 	bl.add(templates.LogInfo, "base", "FROM "+spec.FromImage)
 	img, digest, err := b.remoteImage(ctx, spec.FromImage, spec.RegistryAuth)
 	if err != nil {
-		return nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: err}
+		return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: err}
 	}
 	ic, err := readImageConfig(img)
 	if err != nil {
-		return nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: fmt.Errorf("image config: %w", err)}
+		return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: fmt.Errorf("image config: %w", err)}
 	}
 	key := hashKey("image", digest)
 	dir := b.layerDir(key)
@@ -75,21 +80,21 @@ func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, er
 		// leaves no partial image in the cache.
 		scratch, err := b.scratchDir("pull-")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer os.RemoveAll(scratch)
 		tmp := filepath.Join(scratch, "diff")
 		if err := os.Mkdir(tmp, 0o755); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := unpackImage(ctx, img, tmp); err != nil {
-			return nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: classifyRegistryError(spec.FromImage, err)}
+			return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: classifyRegistryError(spec.FromImage, err)}
 		}
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := os.Rename(tmp, dir); err != nil && !errors.Is(err, os.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
-			return nil, err
+			return nil, nil, err
 		} // else another build won the race: same content
 	} else {
 		now := time.Now()
@@ -104,7 +109,7 @@ func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, er
 	if user == "" {
 		user = "root"
 	}
-	return &state{Key: key, Layers: []string{dir}, Env: env, Args: map[string]string{}, User: user, Workdir: ic.Workdir, Cmd: ic.Cmd}, nil
+	return &state{Key: key, Layers: []string{dir}, Env: env, Args: map[string]string{}, User: user, Workdir: ic.Workdir, Cmd: ic.Cmd}, nil, nil
 }
 
 func (b *Builder) layerDir(key string) string {

@@ -300,38 +300,27 @@ func (c *Catalog) owned(ctx context.Context, teamID, idOrAlias string) (*Templat
 	return t, nil
 }
 
-// Delete removes a template of team, its builds and their files.
+// Delete removes a template of team and its builds; their files go later
+// (garbage collection).
 func (c *Catalog) Delete(ctx context.Context, teamID, idOrAlias string) error {
 	t, err := c.owned(ctx, teamID, idOrAlias)
-	if err != nil {
-		return err
-	}
-	builds, err := c.store.ListBuilds(ctx, t.ID)
 	if err != nil {
 		return err
 	}
 	if err := c.store.DeleteTemplate(ctx, t.ID); err != nil {
 		return err
 	}
-	// Running sandboxes may still have a build's root filesystem as their
-	// overlay's lower directory: its files move aside and PurgeDeleted
-	// removes them once no sandbox uses them.
-	trash := filepath.Join(c.cfg.DataDir, "deleted")
-	if err := os.MkdirAll(trash, 0o755); err != nil {
-		return fmt.Errorf("template %q: %w", t.ID, err)
-	}
-	for _, b := range builds {
-		err := os.Rename(c.BuildDir(b.ID), filepath.Join(trash, filepath.Base(b.ID)))
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			c.log.Warn("move deleted build files", "template_id", t.ID, "build_id", b.ID, "error", err)
-		}
-	}
+	// The builds' files stay where sandboxes of the template (running,
+	// paused: a resume mounts the tree again from the same path) expect
+	// them; the garbage collector (PlanGC, builder.Collector) removes them
+	// once nothing uses them.
 	return nil
 }
 
-// PurgeDeleted removes the files of deleted templates' builds for which
-// inUse (nil: none is) says no sandbox still uses them. Call it at start
-// and now and then.
+// PurgeDeleted removes the files that older versions of Delete moved to
+// DataDir/deleted, for which inUse (nil: none is) says no sandbox still
+// uses them. The garbage collector (builder.Collector) takes care of them
+// now; this stays for tools that have no node.
 func (c *Catalog) PurgeDeleted(ctx context.Context, inUse func(buildID string) bool) error {
 	trash := filepath.Join(c.cfg.DataDir, "deleted")
 	entries, err := os.ReadDir(trash)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -123,14 +124,31 @@ func TestCatalogBuildsAndTags(t *testing.T) {
 		}
 	})
 	t.Run("delete", func(t *testing.T) {
+		if err := os.MkdirAll(filepath.Join(c.BuildDir(b.ID), "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := c.Delete(ctx, "t1", "app"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.Find(ctx, "t1", "app"); !errdefs.IsNotFound(err) {
 			t.Fatalf("after delete: %v", err)
 		}
-		if _, err := os.Stat(c.BuildDir(b.ID)); !os.IsNotExist(err) {
-			t.Fatalf("build files left: %v", err)
+		// The files stay where sandboxes expect them, for the collector.
+		if _, err := os.Stat(filepath.Join(c.BuildDir(b.ID), "rootfs")); err != nil {
+			t.Fatalf("build files moved at delete: %v", err)
+		}
+		plan, err := c.PlanGC(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, cd := range plan.Candidates {
+			if cd.BuildID == b.ID {
+				found = cd.Reason == GCDeleted && cd.Dir == c.BuildDir(b.ID)
+			}
+		}
+		if !found {
+			t.Fatalf("deleted build %s not a gc candidate: %+v", b.ID, plan.Candidates)
 		}
 		os.MkdirAll(filepath.Join(c.cfg.DataDir, "deleted", "other-build", "rootfs"), 0o755)
 		if err := c.PurgeDeleted(ctx, func(id string) bool { return id == "other-build" }); err != nil {
@@ -318,6 +336,13 @@ func TestBaseScriptMatches(t *testing.T) {
 	if got, want := string(m[1]), strings.Join(BasePackages, ","); got != want {
 		t.Fatalf("script installs %s, Go installs %s", got, want)
 	}
+	var hooks []string
+	for _, h := range regexp.MustCompile(`--customize-hook='([^']*)'`).FindAllSubmatch(b, -1) {
+		hooks = append(hooks, string(h[1]))
+	}
+	if !slices.Equal(hooks, BaseHooks) {
+		t.Fatalf("script hooks:\n%s\nGo hooks:\n%s", strings.Join(hooks, "\n"), strings.Join(BaseHooks, "\n"))
+	}
 }
 
 // TestEnsureBaseRealRootFS registers the real base root filesystem (the
@@ -367,5 +392,23 @@ func TestEnsureBaseRealRootFS(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(nt.RootFS, "usr/bin/sudo"))
 	if err != nil || fi.Mode()&os.ModeSetuid == 0 {
 		t.Errorf("sudo is not setuid: %v %v", fi, err)
+	}
+	// A login shell (what the SDK's commands run in) keeps the PATH it was
+	// started with, for root and for user; without one it gets Debian's.
+	for _, tc := range []struct{ user, path, want string }{
+		{"user", "/opt/tools:/usr/bin:/bin", "/opt/tools:/usr/bin:/bin"},
+		{"root", "/opt/tools:/usr/sbin:/usr/bin:/sbin:/bin", "/opt/tools:/usr/sbin:/usr/bin:/sbin:/bin"},
+		{"user", "", "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"},
+	} {
+		env := []string{"HOME=/tmp"}
+		if tc.path != "" {
+			env = append(env, "PATH="+tc.path)
+		}
+		cmd := exec.Command("chroot", "--userspec="+tc.user, nt.RootFS, "/bin/bash", "-l", "-c", `printf %s "$PATH"`)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil || string(out) != tc.want {
+			t.Errorf("bash -l as %s with PATH %q: PATH %q, %v; want %q", tc.user, tc.path, out, err, tc.want)
+		}
 	}
 }
