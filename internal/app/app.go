@@ -87,6 +87,9 @@ type Config struct {
 	Limits store.Limits
 	// Node tunes the node agent; zero fields keep its defaults.
 	Node NodeTuning
+	// TemplateGCInterval is the time between two runs of the template
+	// garbage collector (default 1h; negative disables it).
+	TemplateGCInterval time.Duration
 }
 
 // NodeTuning are the node agent's knobs that serve exposes as flags.

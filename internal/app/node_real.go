@@ -106,7 +106,14 @@ func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*node
 		a.Close()
 		return nil, fmt.Errorf("template builds: %w", err)
 	}
+	stopGC, err := startTemplateGC(cfg, local, a, reg, cfg.Logger)
+	if err != nil {
+		local.Service.Close()
+		a.Close()
+		return nil, fmt.Errorf("template gc: %w", err)
+	}
 	return &nodeParts{node: a, templates: local.Catalog, local: local, agent: a, close: func() {
+		stopGC()
 		local.Service.Close()
 		a.Close()
 	}}, nil
