@@ -316,13 +316,25 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // MmdebstrapArgs is the mmdebstrap command line (after the program name)
 // that writes the base root filesystem to out.
 func MmdebstrapArgs(out, mirror string) []string {
-	return []string{
-		"--format=tar", "--variant=minbase", "--include=" + strings.Join(BasePackages, ","),
-		`--customize-hook=chroot "$1" useradd --create-home --shell /bin/bash --uid 1000 user`,
-		`--customize-hook=echo "user ALL=(ALL:ALL) NOPASSWD: ALL" > "$1/etc/sudoers.d/user" && chmod 0440 "$1/etc/sudoers.d/user"`,
-		`--customize-hook=rm -f "$1/etc/hostname" "$1/etc/resolv.conf"; : > "$1/etc/resolv.conf"`,
-		BaseSuite, out, mirror,
+	args := []string{"--format=tar", "--variant=minbase", "--include=" + strings.Join(BasePackages, ",")}
+	for _, h := range BaseHooks {
+		args = append(args, "--customize-hook="+h)
 	}
+	return append(args, BaseSuite, out, mirror)
+}
+
+// BaseHooks are mmdebstrap's customize hooks of the base root filesystem
+// ($1 is its root), the same in scripts/build-base-rootfs.sh (a test
+// checks it): the user `user` with passwordless sudo, no hostname or
+// resolver of the build machine, and an /etc/profile that keeps the PATH
+// a login shell was started with, so that a template's ENV PATH reaches
+// `bash -l` processes (the SDK's commands, start and ready commands;
+// LIFECYCLE-RULES §7) instead of Debian's fixed default.
+var BaseHooks = []string{
+	`chroot "$1" useradd --create-home --shell /bin/bash --uid 1000 user`,
+	`echo "user ALL=(ALL:ALL) NOPASSWD: ALL" > "$1/etc/sudoers.d/user" && chmod 0440 "$1/etc/sudoers.d/user"`,
+	`rm -f "$1/etc/hostname" "$1/etc/resolv.conf"; : > "$1/etc/resolv.conf"`,
+	`sed -i -e "1i # Warren: a login shell keeps the PATH it was started with (the ENV PATH of a template) unless it has relative entries.\nwarren_path=\${PATH-}\ncase \":\$warren_path:\" in *:.:*|*::*) warren_path= ;; esac" -e "0,/^export PATH\$/s//if [ -n \"\$warren_path\" ]; then PATH=\$warren_path; fi; unset warren_path\nexport PATH/" "$1/etc/profile"`,
 }
 
 // bootstrapBase runs mmdebstrap into out, streaming its output as progress.
