@@ -10,11 +10,13 @@ trap 'eval "$WARREN_TEST_POSTGRES_STOP" >/dev/null 2>&1 || true' EXIT
 # The node's leak test runs the 100 create/kill cycles the runtime issue asks for.
 export WARREN_TEST_CYCLES=${WARREN_TEST_CYCLES:-100}
 
+# The real e2b SDK and CLI from npm: the end-to-end tests use them, and
+# some unit tests compare with the SDK (cmd/warren's upload hash).
+echo "== npm ci (e2e/)"
+(cd e2e && npm ci --no-audit --no-fund --silent)
+
 echo "== go test"
 go test -count=1 -timeout 40m -p 2 ./...
 
-if [ -d e2e ] && [ -f e2e/package.json ]; then
-  echo "== e2e (real e2b SDK)"
-  (cd e2e && npm ci --no-audit --no-fund --silent)
-  go test -count=1 -timeout 30m -tags e2e ./e2e/...
-fi
+echo "== e2e (real e2b SDK)"
+go test -count=1 -timeout 30m -tags e2e ./e2e/...

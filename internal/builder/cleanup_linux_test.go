@@ -55,7 +55,9 @@ func TestCrashHelper(t *testing.T) {
 	// An upload that never ends.
 	pr, pw := io.Pipe()
 	go svc.PutFiles(ctx, tpl.ID, strings.Repeat("a", 64), pr)
-	go pw.Write([]byte{0x1f, 0x8b, 1, 2, 3})
+	// More than the 512 bytes PutFiles reads to tell a gzip'd tar from a
+	// plain one, so that it is writing the upload when the crash comes.
+	go pw.Write(append([]byte{0x1f, 0x8b}, make([]byte, 1022)...))
 	if _, err := svc.StartBuild(ctx, StartRequest{TeamID: "team", TemplateID: tpl.ID, BuildID: bd.ID, Spec: Spec{
 		FromTemplate: "app",
 		Steps:        []Step{{Type: StepRun, Args: []string{"echo crash-step-running > /proof; echo crash-step-running; exec /bin/sleep 600"}}},
