@@ -14,7 +14,7 @@ const tpl = Template({ fileContextPath: path.join(path.dirname(fileURLToPath(imp
   .fromBaseImage()
   .copy('app', '/opt/app')
   .runCmd('chmod +x /opt/app/start.sh && echo built-by-run > /opt/app/run.txt')
-  .setEnvs({ GREETING: 'hello-warren', SECOND: 'two' })
+  .setEnvs({ GREETING: 'hello-warren', SECOND: 'two', PATH: '/opt/app:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' })
   .setStartCmd('/opt/app/start.sh', waitForFile('/tmp/started'))
 
 const logs = []
@@ -29,6 +29,10 @@ const sbx = await Sandbox.create(name, { timeoutMs: 120_000 })
 const r = await sbx.commands.run('cat /opt/app/hello.txt /opt/app/run.txt; echo "$GREETING $SECOND"; cat /tmp/started; pgrep -f "sleep infinity" >/dev/null && echo running')
 check(r.exitCode === 0, `command exit ${r.exitCode}`)
 check(r.stdout === 'hello from the build context\nbuilt-by-run\nhello-warren two\nstarted with hello-warren\nrunning\n', `sandbox sees ${JSON.stringify(r.stdout)}`)
+// The template's PATH reaches the SDK's login shell (the base template's
+// /etc/profile keeps it): start.sh in /opt/app is found by name.
+const p = await sbx.commands.run('echo "$PATH"; command -v start.sh')
+check(p.stdout === '/opt/app:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n/opt/app/start.sh\n', `PATH in the sandbox ${JSON.stringify(p.stdout)}`)
 const info2 = await sbx.getInfo()
 check(info2.templateId === info.templateId, `getInfo templateId ${info2.templateId}`)
 await sbx.kill()
