@@ -178,6 +178,12 @@ func (c *Collector) Run(ctx context.Context) (GCStats, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := GCStats{Objects: map[string]int{}, Bytes: map[string]int64{}}
+	defer func() {
+		for k, n := range st.Objects {
+			c.objs.WithLabelValues(k).Add(float64(n))
+			c.bytes.WithLabelValues(k).Add(float64(st.Bytes[k]))
+		}
+	}()
 	var errs []error
 	now := c.cfg.Now()
 	seen, err := c.loadSeen()
@@ -224,11 +230,6 @@ func (c *Collector) Run(ctx context.Context) (GCStats, error) {
 		errs = append(errs, err)
 	}
 	c.collectCache(ctx, now, &st, &errs)
-
-	for k, n := range st.Objects {
-		c.objs.WithLabelValues(k).Add(float64(n))
-		c.bytes.WithLabelValues(k).Add(float64(st.Bytes[k]))
-	}
 	return st, errors.Join(errs...)
 }
 
