@@ -193,12 +193,13 @@ func TestSnapshots(t *testing.T) {
 	expect(t, "list bad limit", e.do("GET", "/snapshots?limit=0", e.key1, ""), 400)
 	expect(t, "list bad token", e.do("GET", "/snapshots?nextToken=zz", e.key1, ""), 400)
 
-	// Delete: the node's snapshot goes with the template.
+	// Delete: the template goes; the node's snapshot stays for sandboxes
+	// that may still use it (the template collector frees it later).
 	id, _, _ := strings.Cut(s1.SnapshotID, ":")
 	expect(t, "delete snapshot", e.do("DELETE", "/templates/"+id, e.key1, ""), 204)
 	expect(t, "delete snapshot again", e.do("DELETE", "/templates/"+id, e.key1, ""), 404)
-	if len(e.snaps.deleted) != 1 || strings.HasPrefix(e.snaps.deleted[0], "missing:") {
-		t.Fatalf("node snapshots deleted: %v", e.snaps.deleted)
+	if len(e.snaps.deleted) != 0 {
+		t.Fatalf("node snapshots deleted at once: %v", e.snaps.deleted)
 	}
 	if got, _ := list("", e.key1); len(got) != 3 {
 		t.Fatalf("list after delete: %+v", got)

@@ -604,25 +604,10 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, c *calle
 		s.templateErr(w, r, id, fmt.Errorf("template %q: %w", id, errdefs.ErrForbidden))
 		return
 	}
-	builds, err := s.cfg.Catalog.Builds(ctx, t.ID)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	// Memory snapshots (snapshot on ready, sandbox snapshots) hold a saved
-	// writable layer outside the build's directory: the node deletes it
-	// with the image while the directory is still where the build says.
-	// Sandboxes restored from it no longer need either.
-	if s.cfg.Snapshots != nil {
-		for _, b := range builds {
-			if b.SnapshotDir == "" {
-				continue
-			}
-			if err := s.cfg.Snapshots.DeleteSnapshot(ctx, b.SnapshotDir); err != nil {
-				s.log.Warn("delete template snapshot", "template_id", t.ID, "build_id", b.ID, "error", err)
-			}
-		}
-	}
+	// The builds' files (trees, memory snapshots and their saved layers)
+	// stay: a paused sandbox, a warm pool or a create that resolved the
+	// template just before may still use them. The template collector
+	// (builder.GC) frees them once nothing does, after its grace period.
 	if err := s.cfg.Catalog.Delete(ctx, c.teamID, t.ID); err != nil {
 		s.templateErr(w, r, id, err)
 		return
