@@ -94,7 +94,9 @@ type Options struct {
 	Listen     string // HOST:PORT; empty picks a free loopback port
 	APIKey     string
 	AdminToken string // optional
-	Isolation  Isolation
+	// ExtraArgs are added to the serve command line.
+	ExtraArgs []string
+	Isolation Isolation
 }
 
 // Server is a running warren serve.
@@ -128,6 +130,7 @@ func Start(t testing.TB, opts Options) *Server {
 	if opts.AdminToken != "" {
 		args = append(args, "--admin-token", opts.AdminToken)
 	}
+	args = append(args, opts.ExtraArgs...)
 	cmd := exec.Command(os.Getenv("WARREN_WARREN"), args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

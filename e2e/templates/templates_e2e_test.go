@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
 )
@@ -59,16 +60,29 @@ func TestTemplateBuild(t *testing.T) {
 func TestSnapshot(t *testing.T) {
 	e2eserve.Prerequisites(t)
 	dataDir := t.TempDir()
-	s := startServe(t, dataDir)
+	// The template collector runs every second with no grace, so that the
+	// deleted snapshot's files go within the test.
+	s := e2eserve.Start(t, e2eserve.Options{DataDir: dataDir, APIKey: apiKey, Isolation: iso,
+		ExtraArgs: []string{"--template-gc-interval", "1s", "--template-gc-grace", "1ms"}})
 	out := s.Node(t, "snapshot.mjs")
 	if !strings.Contains(out, "OK") {
 		t.Fatalf("snapshot flow did not finish:\n%s", out)
 	}
-	// The deleted snapshot's saved layer and memory image are gone.
-	if left, _ := filepath.Glob(filepath.Join(dataDir, "layers", "tpl-*")); len(left) > 0 {
-		t.Errorf("saved layers left after deleteSnapshot: %v", left)
+	// The deleted snapshot's saved layer and memory image are freed by the
+	// collector once no sandbox uses them (the script killed them all).
+	var layers, images []string
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		layers, _ = filepath.Glob(filepath.Join(dataDir, "layers", "tpl-*"))
+		images, _ = filepath.Glob(filepath.Join(dataDir, "templates", "builds", "*", "snapshot"))
+		if len(layers)+len(images) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second) // the collector's own period
 	}
-	if left, _ := filepath.Glob(filepath.Join(dataDir, "templates", "builds", "*", "snapshot")); len(left) > 0 {
-		t.Errorf("memory images left after deleteSnapshot: %v", left)
+	if len(layers) > 0 {
+		t.Errorf("saved layers left after deleteSnapshot: %v", layers)
+	}
+	if len(images) > 0 {
+		t.Errorf("memory images left after deleteSnapshot: %v", images)
 	}
 }

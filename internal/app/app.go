@@ -90,6 +90,9 @@ type Config struct {
 	// TemplateGCInterval is the time between two runs of the template
 	// garbage collector (default 1h; negative disables it).
 	TemplateGCInterval time.Duration
+	// TemplateGCGrace is how long the collector keeps a build nothing
+	// needs any more before freeing it (default 15 min).
+	TemplateGCGrace time.Duration
 }
 
 // NodeTuning are the node agent's knobs that serve exposes as flags.
