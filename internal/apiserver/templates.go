@@ -13,6 +13,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/pkg/client"
 )
 
 // E2B's template build API (E2B-COMPAT §3 "Templates"), served when
@@ -191,42 +192,19 @@ func (s *Server) templateFiles(w http.ResponseWriter, r *http.Request, c *caller
 	writeJSON(w, http.StatusCreated, out)
 }
 
-// buildStartRequest is TemplateBuildStartV2.
-type buildStartRequest struct {
-	FromImage         string         `json:"fromImage"`
-	FromTemplate      string         `json:"fromTemplate"`
-	FromImageRegistry *registryAuth  `json:"fromImageRegistry"`
-	Force             bool           `json:"force"`
-	Steps             []templateStep `json:"steps"`
-	StartCmd          string         `json:"startCmd"`
-	ReadyCmd          string         `json:"readyCmd"`
-}
-
-type registryAuth struct {
-	Type     string `json:"type"`
-	Username string `json:"username"`
-	Password string `json:"password"`
-}
-
-// templateStep is TemplateStep, with one Warren extension the E2B SDK
-// never sends: Expand asks for Dockerfile variable expansion of the
+// The body of a build start (E2B's TemplateBuildStartV2) is
+// client.TemplateBuild; its steps' Expand is a Warren extension the E2B
+// SDK never sends: it asks for Dockerfile variable expansion of the
 // step's arguments when it runs, from the build's environment at that
 // point (the base image's ENV, earlier ENV and ARG steps). Without it
 // (E2B's behaviour) arguments are taken as written.
-type templateStep struct {
-	Type      string   `json:"type"`
-	Args      []string `json:"args"`
-	Force     bool     `json:"force"`
-	FilesHash string   `json:"filesHash"`
-	Expand    bool     `json:"expand"`
-}
 
 func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
 	if !needTeam(w, c) {
 		return
 	}
 	id, buildID := r.PathValue("id"), r.PathValue("buildID")
-	var req buildStartRequest
+	var req client.TemplateBuild
 	if err := decode(r, &req, true); err != nil {
 		s.fail(w, r, err)
 		return
