@@ -7,6 +7,7 @@ package e2eserve
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -249,4 +250,26 @@ func (l *lockedWriter) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Run runs name with args and the server's exports (plus env) in its
+// environment, for at most 15 minutes, and returns its combined output and
+// exit code; it fails the test when the command did not run to an exit.
+func (s *Server) Run(t testing.TB, env []string, name string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(s.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee) && ee.Exited():
+		return string(out), ee.ExitCode()
+	default:
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		return "", -1
+	}
 }

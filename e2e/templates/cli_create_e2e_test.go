@@ -3,17 +3,13 @@
 package templatese2e
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
 )
@@ -25,22 +21,8 @@ const cliPath = "../node_modules/@e2b/cli/dist/index.js"
 // combined output and exit code (-1 when it did not run to an exit).
 func runCLI(t *testing.T, s *e2eserve.Server, args ...string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", append([]string{cliPath}, args...)...)
 	// No update check against npm: tests talk to loopback only.
-	cmd.Env = append(s.Environ(), "NO_UPDATE_NOTIFIER=1", "NO_COLOR=1")
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), 0
-	case errors.As(err, &ee) && ee.Exited():
-		return string(out), ee.ExitCode()
-	default:
-		t.Fatalf("e2b %s: %v\n%s", strings.Join(args, " "), err, out)
-		return "", -1
-	}
+	return s.Run(t, []string{"NO_UPDATE_NOTIFIER=1", "NO_COLOR=1"}, "node", append([]string{cliPath}, args...)...)
 }
 
 // TestCLITemplateCreate builds cli/e2b.Dockerfile (FROM e2bdev/base, ENV,

@@ -3,16 +3,12 @@
 package templatese2e
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
 )
@@ -22,21 +18,7 @@ import (
 // exit code.
 func runWarren(t *testing.T, s *e2eserve.Server, args ...string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Getenv("WARREN_WARREN"), args...)
-	cmd.Env = s.Environ()
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), 0
-	case errors.As(err, &ee) && ee.Exited():
-		return string(out), ee.ExitCode()
-	default:
-		t.Fatalf("warren %s: %v\n%s", strings.Join(args, " "), err, out)
-		return "", -1
-	}
+	return s.Run(t, nil, os.Getenv("WARREN_WARREN"), args...)
 }
 
 // TestWarrenTemplateBuild builds a Dockerfile (FROM base, ARG, ENV,
