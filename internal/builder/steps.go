@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/atomicfile"
 	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -190,20 +191,7 @@ func (b *Builder) cacheStore(st *state) error {
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
+	return atomicfile.Commit(f, data, p)
 }
 
 // describe renders a step for logs.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/warren-sandbox/warren/internal/atomicfile"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -47,7 +48,7 @@ func (a *Agent) savePools() error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(a.cfg.DataDir, poolsFile, b); err != nil {
+	if err := atomicfile.Write(filepath.Join(a.cfg.DataDir, poolsFile), b, 0o600); err != nil {
 		return fmt.Errorf("warm pools: write %s: %w", poolsFile, err)
 	}
 	return nil

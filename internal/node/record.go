@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/atomicfile"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -72,7 +73,7 @@ func writeRecord(dir string, r *record) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %q: encode state: %w", r.ID, err)
 	}
-	if err := writeFileAtomic(dir, recordFile, b); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, recordFile), b, 0o600); err != nil {
 		return fmt.Errorf("sandbox %q: write state: %w", r.ID, err)
 	}
 	return nil

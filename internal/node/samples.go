@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/atomicfile"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -219,7 +220,7 @@ func (a *Agent) writeSamples(s *sbx, id string, buf []Stats) error {
 		return nil
 	}
 	dir := sandboxDir(a.cfg.DataDir, id)
-	return writeFileAtomic(dir, metricsFile, b)
+	return atomicfile.Write(filepath.Join(dir, metricsFile), b, 0o600)
 }
 
 // Metrics implements MetricsSource.

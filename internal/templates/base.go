@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/atomicfile"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
@@ -78,7 +79,7 @@ func RequestBaseRebuild(dataDir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("base template rebuild request: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, rebuildRequest), []byte("requested "+time.Now().UTC().Format(time.RFC3339)+"\n")); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, rebuildRequest), []byte("requested "+time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("base template rebuild request: %w", err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/warren-sandbox/warren/internal/atomicfile"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
@@ -47,7 +48,7 @@ func NewFileStore(dir string) (*FileStore, error) {
 		if v := string(bytes.TrimSpace(b)); v != fileStoreVersion {
 			return nil, fmt.Errorf("template store %q: format version %q, this Warren reads %q: %w", dir, v, fileStoreVersion, errdefs.ErrUnsupported)
 		}
-	} else if err := writeFileAtomic(vf, []byte(fileStoreVersion+"\n")); err != nil {
+	} else if err := atomicfile.Write(vf, []byte(fileStoreVersion+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("template store %q: %w", dir, err)
 	}
 	return &FileStore{dir: dir}, nil
@@ -88,38 +89,7 @@ func writeJSON(p string, v any) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(p, append(b, '\n'))
-}
-
-// writeFileAtomic replaces p with data: a crash leaves the old or the new
-// content, never a mix.
-func writeFileAtomic(p string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(p))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(p, append(b, '\n'), 0o600)
 }
 
 // CreateTemplate implements Store.
