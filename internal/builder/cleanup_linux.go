@@ -1,16 +1,13 @@
 package builder
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 )
 
 // lockFile creates p and takes an exclusive flock on it, held until
@@ -45,57 +42,8 @@ func tryLockFile(p string) (release func(), ok bool) {
 }
 
 // mountsBelow lists the mount points strictly below dir, deepest first
-// (a mount point stacked twice appears twice).
-func mountsBelow(dir string) ([]string, error) {
-	dir = filepath.Clean(dir)
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
-	}
-	// Deepest first; among equals, the later (upper) mount first.
-	slices.Reverse(out)
-	slices.SortStableFunc(out, func(a, b string) int {
-		return strings.Count(b, "/") - strings.Count(a, "/")
-	})
-	return out, nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 and the like) of a
-// mountinfo path.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+// (a mount point stacked twice appears twice, the upper one first).
+func mountsBelow(dir string) ([]string, error) { return mountinfo.Under(dir, false) }
 
 // unmount detaches the mount at p without following a symbolic link
 // there; lazily (MNT_DETACH) when it is busy.

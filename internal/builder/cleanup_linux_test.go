@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/builder/layer"
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -385,7 +386,7 @@ func TestMountsBelow(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			t.Parallel()
-			if got := unescapeMountinfo(tc.in); got != tc.want {
+			if got := mountinfo.Unescape(tc.in); got != tc.want {
 				t.Errorf("unescape(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 )
 
 // NewManager detects the host's cgroup layout and returns a manager that
@@ -78,11 +79,11 @@ func (l layout) mountPoints() []string {
 	return out
 }
 
-func readLayout(mountinfo string) (layout, error) {
+func readLayout(path string) (layout, error) {
 	l := layout{v1: map[string]string{}}
-	data, err := os.ReadFile(mountinfo)
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return l, fmt.Errorf("cgroup: read %s: %w", mountinfo, errors.Join(errdefs.ErrUnavailable, err))
+		return l, fmt.Errorf("cgroup: read %s: %w", path, errors.Join(errdefs.ErrUnavailable, err))
 	}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
@@ -96,7 +97,7 @@ func readLayout(mountinfo string) (layout, error) {
 		if len(pf) < 5 || len(qf) < 3 {
 			continue
 		}
-		mp := unescapeMount(pf[4])
+		mp := mountinfo.Unescape(pf[4])
 		switch qf[0] {
 		case "cgroup2":
 			// Prefer the conventional locations when several exist.
@@ -119,25 +120,6 @@ func readLayout(mountinfo string) (layout, error) {
 		}
 	}
 	return l, nil
-}
-
-// unescapeMount undoes the octal escapes of /proc/self/mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // writeFile writes value into a cgroup control file.

@@ -1,21 +1,19 @@
 package rootfs
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 )
 
 // attachLoop binds img to a free loop device with LOOP_CONFIGURE and
@@ -111,60 +109,11 @@ func listLoops() ([]loopDevice, error) {
 	return out, nil
 }
 
-// mountPoints returns every mount point of this mount namespace.
-func mountPoints() ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 5 {
-			out = append(out, unescapeMount(f[4]))
-		}
-	}
-	return out, sc.Err()
-}
-
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // mountsUnder returns the mount points at or below dir, deepest first.
-func mountsUnder(dir string) ([]string, error) {
-	all, err := mountPoints()
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, mp := range all {
-		if within(dir, mp) {
-			out = append(out, mp)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out, nil
-}
+func mountsUnder(dir string) ([]string, error) { return mountinfo.Under(dir, true) }
 
 func isMountPoint(p string) (bool, error) {
-	all, err := mountPoints()
+	all, err := mountinfo.MountPoints()
 	if err != nil {
 		return false, err
 	}
