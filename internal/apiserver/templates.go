@@ -199,6 +199,24 @@ func (s *Server) templateFiles(w http.ResponseWriter, r *http.Request, c *caller
 // point (the base image's ENV, earlier ENV and ARG steps). Without it
 // (E2B's behaviour) arguments are taken as written.
 
+// registryAuthOf turns the SDK's registry credentials into the basic auth
+// a registry takes: a username and password as given (type registry), or
+// Google's _json_key user with the service account key (type gcp: the
+// SDK's fromGCPRegistry; GCR and Artifact Registry accept it). AWS ECR
+// needs a token from ECR's API, which this server does not call.
+func registryAuthOf(a *client.RegistryAuth) (*builder.RegistryAuth, error) {
+	switch a.Type {
+	case "", "registry":
+		return &builder.RegistryAuth{Username: a.Username, Password: a.Password}, nil
+	case "gcp":
+		if strings.TrimSpace(a.ServiceAccountJSON) == "" {
+			return nil, invalid("fromImageRegistry.serviceAccountJson", "required for a gcp registry")
+		}
+		return &builder.RegistryAuth{Username: "_json_key", Password: a.ServiceAccountJSON}, nil
+	}
+	return nil, invalid("fromImageRegistry.type", "%q registries are not supported by this server (use type registry with a username and password, or gcp with a service account key)", a.Type)
+}
+
 func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
 	if !needTeam(w, c) {
 		return
@@ -215,11 +233,12 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	spec := builder.Spec{FromImage: req.FromImage, FromTemplate: req.FromTemplate, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force}
 	if a := req.FromImageRegistry; a != nil {
-		if a.Type != "" && a.Type != "registry" {
-			s.fail(w, r, invalid("fromImageRegistry.type", "%q registries are not supported by this server (use type registry with a username and password)", a.Type))
+		auth, err := registryAuthOf(a)
+		if err != nil {
+			s.fail(w, r, err)
 			return
 		}
-		spec.RegistryAuth = &builder.RegistryAuth{Username: a.Username, Password: a.Password}
+		spec.RegistryAuth = auth
 	}
 	for i, st := range req.Steps {
 		if st.Type == "" {

@@ -81,11 +81,14 @@ type TemplateStep struct {
 	Expand    bool     `json:"expand,omitempty"`
 }
 
-// RegistryAuth is the credential for a private FromImage registry.
+// RegistryAuth is the credential for a private FromImage registry: a
+// username and password (Type "registry"), or a Google service account key
+// (Type "gcp", the SDK's fromGCPRegistry).
 type RegistryAuth struct {
-	Type     string `json:"type"` // "registry"
-	Username string `json:"username"`
-	Password string `json:"password"`
+	Type               string `json:"type"`
+	Username           string `json:"username,omitempty"`
+	Password           string `json:"password,omitempty"`
+	ServiceAccountJSON string `json:"serviceAccountJson,omitempty"`
 }
 
 // TemplateBuild is the body of POST /v2/templates/{id}/builds/{buildID}.
