@@ -120,6 +120,12 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		ID: templates.NewBuildID(), TemplateID: t.ID, Status: templates.BuildBuilding, Tags: []string{tag},
 		CPUCount: res.VCPUs, MemoryMB: res.MemoryMB, DiskMB: res.DiskMB, CreatedAt: now, UpdatedAt: now,
 	}
+	// The source's tree is named from the start: this build in progress
+	// then keeps it from the template collector even if the source
+	// sandbox ends before the snapshot is recorded.
+	if src, err := cat.Build(ctx, sb.Spec.BuildID); err == nil {
+		b.RootFSDir = src.RootFSDir
+	}
 	undo := func(cause error) {
 		cctx := context.WithoutCancel(ctx)
 		if created {
