@@ -18,7 +18,7 @@ import (
 // and waits for a collection in progress.
 func startTemplateGC(cfg Config, local *builder.Local, a *node.Agent, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
 	log = log.With("component", "template-gc")
-	gc, err := builder.NewCollector(builder.CollectorConfig{Builder: local.Builder, Node: a, Grace: cfg.TemplateGCGrace, Registry: reg, Logger: log})
+	gc, err := builder.NewCollector(builder.CollectorConfig{Builder: local.Builder, Service: local.Service, Node: a, Grace: cfg.TemplateGCGrace, Registry: reg, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -84,6 +84,11 @@ type CollectorConfig struct {
 	// CacheMaxAge bounds the age of unused layer cache entries
 	// (DefaultCacheMaxAge when 0; negative keeps them whatever their age).
 	CacheMaxAge time.Duration
+	// Service, when set, has each run first fail the builds that waited
+	// longer than WaitingMaxAge (DefaultWaitingMaxAge when 0) to be
+	// started (Service.ExpireWaiting).
+	Service       *Service
+	WaitingMaxAge time.Duration
 	// Registry, when set, gets template_gc_freed_bytes_total and
 	// template_gc_freed_objects_total.
 	Registry prometheus.Registerer
@@ -125,6 +130,9 @@ func NewCollector(cfg CollectorConfig) (*Collector, error) {
 	}
 	if cfg.CacheMaxAge == 0 {
 		cfg.CacheMaxAge = DefaultCacheMaxAge
+	}
+	if cfg.WaitingMaxAge <= 0 {
+		cfg.WaitingMaxAge = DefaultWaitingMaxAge
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -190,6 +198,13 @@ func (c *Collector) Run(ctx context.Context) (GCStats, error) {
 	if err != nil {
 		c.log.Warn("template gc: grace state unreadable, starting the grace periods again", "error", err)
 		seen = map[string]time.Time{}
+	}
+	// Builds nobody started go first: a waiting build keeps its
+	// template's uploads.
+	if c.cfg.Service != nil {
+		if _, err := c.cfg.Service.ExpireWaiting(ctx, now.Add(-c.cfg.WaitingMaxAge)); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	// What an earlier run moved to the trash and could not remove.
 	c.emptyTrash(ctx, &st, &errs)

@@ -246,3 +246,33 @@ func TestServiceOneCallBuildAndRecover(t *testing.T) {
 		t.Fatalf("Recover touched a finished build: %s", got.Status)
 	}
 }
+
+// TestExpireWaiting: a build made by POST /v3/templates and never started
+// is failed once it waited too long, and can no longer be started; a
+// recent one is left alone.
+func TestExpireWaiting(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t, tinyRootFS(t))
+	_, old, err := f.svc.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team", Name: "abandoned"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.svc.ExpireWaiting(ctx, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+		t.Fatalf("expire of builds older than an hour: %d, %v; want none", n, err)
+	}
+	if n, err := f.svc.ExpireWaiting(ctx, time.Now().Add(time.Second)); err != nil || n != 1 {
+		t.Fatalf("expire: %d, %v; want 1", n, err)
+	}
+	got, err := f.cat.Build(ctx, old.ID)
+	if err != nil || got.Status != templates.BuildError || got.Reason == nil || !strings.Contains(got.Reason.Message, "never started") {
+		t.Fatalf("expired build: %+v, %v", got, err)
+	}
+	if _, err := f.svc.StartBuild(ctx, StartRequest{TeamID: "team", TemplateID: old.TemplateID, BuildID: old.ID, Spec: Spec{FromTemplate: "base"}}); !errdefs.IsConflict(err) {
+		t.Errorf("start of an expired build: %v, want conflict", err)
+	}
+	if n, err := f.svc.ExpireWaiting(ctx, time.Now().Add(time.Second)); err != nil || n != 0 {
+		t.Errorf("second expiry: %d, %v; want none", n, err)
+	}
+}
