@@ -229,18 +229,19 @@ func (e *LimitError) Error() string {
 func (e *LimitError) Unwrap() error { return errdefs.ErrExhausted }
 
 func (m *Manager) reserve(ctx context.Context, sb *store.Sandbox, limit int) error {
+	if limit <= 0 {
+		return m.st.CreateSandbox(ctx, sb)
+	}
+	// The store counts and inserts in one transaction serialized per team
+	// across processes (API replicas on one Postgres); createMu spares
+	// this process's creates the database's lock waits.
 	m.createMu.Lock()
 	defer m.createMu.Unlock()
-	if limit > 0 {
-		n, err := m.st.CountSandboxes(ctx, sb.TeamID, store.ActiveStates...)
-		if err != nil {
-			return err
-		}
-		if n >= limit {
-			return &LimitError{Limit: limit}
-		}
+	err := m.st.CreateSandboxWithin(ctx, sb, limit, store.ActiveStates...)
+	if errdefs.IsExhausted(err) {
+		return &LimitError{Limit: limit}
 	}
-	return m.st.CreateSandbox(ctx, sb)
+	return err
 }
 
 // Get returns a live (not killed) sandbox of the team; teamID "" matches

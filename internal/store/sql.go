@@ -292,6 +292,11 @@ func validate(sb *Sandbox) error {
 
 // CreateSandbox implements Store.
 func (s *SQL) CreateSandbox(ctx context.Context, sb *Sandbox) error {
+	return s.insertSandbox(ctx, s.db, sb)
+}
+
+// insertSandbox adds a sandbox row through db.
+func (s *SQL) insertSandbox(ctx context.Context, db execer, sb *Sandbox) error {
 	if err := validate(sb); err != nil {
 		return err
 	}
@@ -304,7 +309,7 @@ func (s *SQL) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %q: encode spec: %w", sb.ID, err)
 	}
-	_, err = s.db.ExecContext(ctx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = db.ExecContext(ctx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		sb.ID, sb.TeamID, sb.TemplateID, string(sb.State), sb.Epoch, toNanos(sb.StartedAt), toNanos(sb.EndAt),
 		toNanos(sb.CreatedAt), toNanos(sb.UpdatedAt), toNanos(sb.KilledAt), string(sb.KillReason), string(spec))
 	return classify(err, fmt.Sprintf("sandbox %q", sb.ID))
@@ -407,6 +412,10 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, e
 
 // CountSandboxes implements Store.
 func (s *SQL) CountSandboxes(ctx context.Context, teamID string, states ...sandbox.State) (int, error) {
+	return s.countSandboxes(ctx, s.db, teamID, states...)
+}
+
+func (s *SQL) countSandboxes(ctx context.Context, db execer, teamID string, states ...sandbox.State) (int, error) {
 	if len(states) == 0 {
 		states = LiveStates
 	}
@@ -417,8 +426,37 @@ func (s *SQL) CountSandboxes(ctx context.Context, teamID string, states ...sandb
 		args = append(args, string(st))
 	}
 	var n int
-	err := s.db.QueryRowContext(ctx, s.d.rebind(`SELECT COUNT(*) FROM sandboxes WHERE team_id = ? AND state IN (`+strings.Join(ph, ", ")+`)`), args...).Scan(&n)
+	err := db.QueryRowContext(ctx, s.d.rebind(`SELECT COUNT(*) FROM sandboxes WHERE team_id = ? AND state IN (`+strings.Join(ph, ", ")+`)`), args...).Scan(&n)
 	return n, classify(err, fmt.Sprintf("team %q sandboxes", teamID))
+}
+
+// CreateSandboxWithin implements Store.
+func (s *SQL) CreateSandboxWithin(ctx context.Context, sb *Sandbox, limit int, states ...sandbox.State) error {
+	what := fmt.Sprintf("sandbox %q", sb.ID)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err, what)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	// Creates of one team are serialized across every process sharing the
+	// database: on Postgres by a transaction-scoped advisory lock on the
+	// team; SQLite's transactions take its write lock at BEGIN.
+	if s.d.name == "postgres" {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('warren-team:' || $1))`, sb.TeamID); err != nil {
+			return classify(err, what)
+		}
+	}
+	n, err := s.countSandboxes(ctx, tx, sb.TeamID, states...)
+	if err != nil {
+		return err
+	}
+	if n >= limit {
+		return fmt.Errorf("team %q has %d of %d sandboxes: %w", sb.TeamID, n, limit, errdefs.ErrExhausted)
+	}
+	if err := s.insertSandbox(ctx, tx, sb); err != nil {
+		return err
+	}
+	return classify(tx.Commit(), what)
 }
 
 // DeleteSandbox implements Store.

@@ -48,6 +48,12 @@ type Store interface {
 	// ListSandboxes returns the sandboxes matching f, ordered by start time
 	// then ID (ascending).
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error)
+	// CreateSandboxWithin records a new sandbox unless its team already
+	// has limit or more sandboxes in states (ErrExhausted). The count and
+	// the insert are one transaction, serialized per team across every
+	// process using the database, so API replicas together keep a team's
+	// limit.
+	CreateSandboxWithin(ctx context.Context, s *Sandbox, limit int, states ...sandbox.State) error
 	// CountSandboxes counts a team's sandboxes in the given states.
 	CountSandboxes(ctx context.Context, teamID string, states ...sandbox.State) (int, error)
 	// DeleteSandbox removes a sandbox row and its events (used for rows of

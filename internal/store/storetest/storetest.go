@@ -45,6 +45,25 @@ func PostgresDSN(t testing.TB) string {
 // schema is dropped when the test ends.
 func Postgres(t testing.TB) *store.SQL {
 	t.Helper()
+	return OpenPostgres(t, PostgresSchema(t))
+}
+
+// OpenPostgres opens a store on dsn, closed when the test ends; two
+// opens of one PostgresSchema are two processes sharing a database.
+func OpenPostgres(t testing.TB, dsn string) *store.SQL {
+	t.Helper()
+	s, err := store.OpenPostgres(context.Background(), dsn, nil)
+	if err != nil {
+		t.Fatal(fmt.Errorf("open postgres: %w", err))
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// PostgresSchema makes a new, empty schema on the test server and returns
+// a DSN that uses it; the schema is dropped when the test ends.
+func PostgresSchema(t testing.TB) string {
+	t.Helper()
 	dsn := PostgresDSN(t)
 	ctx := context.Background()
 	admin, err := sql.Open("pgx", dsn)
@@ -67,10 +86,5 @@ func Postgres(t testing.TB) *store.SQL {
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
-	s, err := store.OpenPostgres(ctx, u.String(), nil)
-	if err != nil {
-		t.Fatal(fmt.Errorf("open postgres: %w", err))
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return u.String()
 }
