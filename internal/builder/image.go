@@ -14,15 +14,35 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
+	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // RegistryAuth is how to log in to a registry; nil or empty means
-// anonymous.
+// anonymous. With ECR set, the username and password come from
+// exchanging its AWS keys with ECR when the build pulls (Username and
+// Password are then ignored).
 type RegistryAuth struct {
 	Username string
 	Password string
+	ECR      *awsauth.ECR
+}
+
+// basic is the registry's basic auth: as given, or from ECR's token
+// exchange (bounded by the ECR's timeout; its failure names the image).
+func (a *RegistryAuth) basic(ctx context.Context, ref string) (user, pass string, err error) {
+	if a == nil {
+		return "", "", nil
+	}
+	if a.ECR == nil {
+		return a.Username, a.Password, nil
+	}
+	user, pass, err = a.ECR.Login(ctx)
+	if err != nil {
+		return "", "", fmt.Errorf("image %q: %w", ref, err)
+	}
+	return user, pass, nil
 }
 
 // imageConfig is what a build takes from an image's configuration.
@@ -43,9 +63,13 @@ func (b *Builder) remoteImage(ctx context.Context, ref string, auth *RegistryAut
 	if err != nil {
 		return nil, "", fmt.Errorf("image %q: %v: %w", ref, err, errdefs.ErrInvalid)
 	}
+	user, pass, err := auth.basic(ctx, ref)
+	if err != nil {
+		return nil, "", err
+	}
 	ropts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"})}
-	if auth != nil && (auth.Username != "" || auth.Password != "") {
-		ropts = append(ropts, remote.WithAuth(&authn.Basic{Username: auth.Username, Password: auth.Password}))
+	if user != "" || pass != "" {
+		ropts = append(ropts, remote.WithAuth(&authn.Basic{Username: user, Password: pass}))
 	} else {
 		ropts = append(ropts, remote.WithAuth(authn.Anonymous))
 	}
