@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -200,10 +201,12 @@ func (s *Server) templateFiles(w http.ResponseWriter, r *http.Request, c *caller
 // (E2B's behaviour) arguments are taken as written.
 
 // registryAuthOf turns the SDK's registry credentials into the basic auth
-// a registry takes: a username and password as given (type registry), or
+// a registry takes: a username and password as given (type registry),
 // Google's _json_key user with the service account key (type gcp: the
-// SDK's fromGCPRegistry; GCR and Artifact Registry accept it). AWS ECR
-// needs a token from ECR's API, which this server does not call.
+// SDK's fromGCPRegistry; GCR and Artifact Registry accept it), or, for
+// type aws (fromAWSRegistry), the AWS key and region the builder exchanges
+// with ECR's GetAuthorizationToken for the password of user AWS when the
+// build pulls, so refused keys fail the build with ECR's message.
 func registryAuthOf(a *client.RegistryAuth) (*builder.RegistryAuth, error) {
 	switch a.Type {
 	case "", "registry":
@@ -213,8 +216,23 @@ func registryAuthOf(a *client.RegistryAuth) (*builder.RegistryAuth, error) {
 			return nil, invalid("fromImageRegistry.serviceAccountJson", "required for a gcp registry")
 		}
 		return &builder.RegistryAuth{Username: "_json_key", Password: a.ServiceAccountJSON}, nil
+	case "aws":
+		switch {
+		case a.AWSAccessKeyID == "":
+			return nil, invalid("fromImageRegistry.awsAccessKeyId", "required for an aws registry")
+		case a.AWSSecretAccessKey == "":
+			return nil, invalid("fromImageRegistry.awsSecretAccessKey", "required for an aws registry")
+		case a.AWSRegion == "":
+			return nil, invalid("fromImageRegistry.awsRegion", "required for an aws registry")
+		case !awsauth.ValidRegion(a.AWSRegion):
+			return nil, invalid("fromImageRegistry.awsRegion", "%q is not an AWS region name (like us-east-1)", a.AWSRegion)
+		}
+		return &builder.RegistryAuth{ECR: &awsauth.ECR{
+			Credentials: awsauth.Credentials{AccessKeyID: a.AWSAccessKeyID, SecretAccessKey: a.AWSSecretAccessKey},
+			Region:      a.AWSRegion,
+		}}, nil
 	}
-	return nil, invalid("fromImageRegistry.type", "%q registries are not supported by this server (use type registry with a username and password, or gcp with a service account key)", a.Type)
+	return nil, invalid("fromImageRegistry.type", "%q registries are not supported by this server (use registry with a username and password, gcp with a service account key, or aws with an access key and region)", a.Type)
 }
 
 func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {

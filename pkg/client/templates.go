@@ -82,13 +82,17 @@ type TemplateStep struct {
 }
 
 // RegistryAuth is the credential for a private FromImage registry: a
-// username and password (Type "registry"), or a Google service account key
-// (Type "gcp", the SDK's fromGCPRegistry).
+// username and password (Type "registry"), a Google service account key
+// (Type "gcp", the SDK's fromGCPRegistry), or an AWS access key and the
+// region of an ECR registry (Type "aws", the SDK's fromAWSRegistry).
 type RegistryAuth struct {
 	Type               string `json:"type"`
 	Username           string `json:"username,omitempty"`
 	Password           string `json:"password,omitempty"`
 	ServiceAccountJSON string `json:"serviceAccountJson,omitempty"`
+	AWSAccessKeyID     string `json:"awsAccessKeyId,omitempty"`
+	AWSSecretAccessKey string `json:"awsSecretAccessKey,omitempty"`
+	AWSRegion          string `json:"awsRegion,omitempty"`
 }
 
 // TemplateBuild is the body of POST /v2/templates/{id}/builds/{buildID}.
