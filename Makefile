@@ -21,6 +21,7 @@ all: build
 
 deps:
 	scripts/install-deps.sh
+	scripts/check-deps.sh
 
 build: $(BIN)/warren $(BIN)/envd $(BIN)/runsc
 

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -76,11 +77,11 @@ func NewIsolation(name, cidr, vethPrefix string) Isolation {
 	}
 }
 
-// Cleanup removes the nftables table and the cgroup roots (the node's
-// and the build sandboxes' beside it); call it from TestMain after the
-// tests ran.
+// Cleanup removes the nftables table with the network namespace directory
+// named after it, and the cgroup roots (the node's and the build
+// sandboxes' beside it); call it from TestMain after the tests ran.
 func (i Isolation) Cleanup() {
-	exec.Command("nft", "delete", "table", "inet", i.Table).Run()
+	_ = netslot.DeleteTable(netslot.Config{Table: i.Table})
 	for _, root := range []string{i.CgroupRoot, i.CgroupRoot + "-build"} {
 		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + root)
 		for _, d := range dirs {

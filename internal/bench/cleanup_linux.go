@@ -10,25 +10,22 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
 )
 
 // removeHostObjects removes what a stopped server of the bench leaves on
 // the host (a stopped server keeps them for its next start, which never
-// comes): its nftables table and its empty cgroup root in every
+// comes): its nftables table with its network namespace directory, and its empty cgroup root in every
 // hierarchy. Sandboxes must be gone; a cgroup with processes stays.
 func removeHostObjects(ctx context.Context, iso hostIsolation, dataDir string) error {
 	var errs []error
 	if err := unmountUnder(dataDir); err != nil {
 		errs = append(errs, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "nft", "delete", "table", "inet", iso.nftTable).CombinedOutput(); err != nil &&
-		!strings.Contains(string(out), "No such file or directory") {
-		errs = append(errs, fmt.Errorf("nft table %s: %s: %w", iso.nftTable, strings.TrimSpace(string(out)), errors.Join(errdefs.ErrUnavailable, err)))
+	if err := netslot.DeleteTable(netslot.Config{Table: iso.nftTable}); err != nil {
+		errs = append(errs, err)
 	}
 	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", iso.cgroupRoot))
 	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", iso.cgroupRoot)); err == nil {

@@ -90,3 +90,47 @@ func Unescape(s string) string {
 	}
 	return b.String()
 }
+
+// Mount is one line of the mount table.
+type Mount struct {
+	ID, Parent int
+	// Root is the directory of the filesystem mounted at Point (for a
+	// namespace file, "net:[inode]").
+	Root   string
+	Point  string
+	FSType string
+}
+
+// Mounts returns every mount, in the table's order.
+func Mounts() ([]Mount, error) {
+	data, err := os.ReadFile(File)
+	if err != nil {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	return ParseMounts(bytes.NewReader(data))
+}
+
+// ParseMounts returns the mounts of a mountinfo table; lines it cannot
+// read are skipped.
+func ParseMounts(r io.Reader) ([]Mount, error) {
+	var out []Mount
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		sep := slices.Index(f, "-")
+		if len(f) < 5 || sep < 6 || sep+1 >= len(f) {
+			continue
+		}
+		id, err1 := strconv.Atoi(f[0])
+		parent, err2 := strconv.Atoi(f[1])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, Mount{ID: id, Parent: parent, Root: Unescape(f[3]), Point: Unescape(f[4]), FSType: f[sep+1]})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	return out, nil
+}

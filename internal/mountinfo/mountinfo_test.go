@@ -65,3 +65,27 @@ func TestMountPointsHasRoot(t *testing.T) {
 		t.Errorf("no / among %d mount points", len(all))
 	}
 }
+
+func TestParseMounts(t *testing.T) {
+	t.Parallel()
+	const ns = "66 46 0:4 net:[4026532179] /run/netns/sbx-a rw - nsfs nsfs rw\n" +
+		"bad line\n" +
+		"67 46 254:0 /run/netns /run/netns rw,relatime shared:1 - ext4 /dev/vda rw\n"
+	got, err := ParseMounts(strings.NewReader(table + ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 9 {
+		t.Fatalf("parsed %d mounts, want 9: %+v", len(got), got)
+	}
+	want := []Mount{
+		{ID: 34, Parent: 30, Root: "/", Point: "/data/with space", FSType: "tmpfs"},
+		{ID: 66, Parent: 46, Root: "net:[4026532179]", Point: "/run/netns/sbx-a", FSType: "nsfs"},
+		{ID: 67, Parent: 46, Root: "/run/netns", Point: "/run/netns", FSType: "ext4"},
+	}
+	for i, w := range want {
+		if g := got[[]int{5, 7, 8}[i]]; g != w {
+			t.Errorf("mount %d = %+v, want %+v", i, g, w)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package netslot
 import (
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,12 @@ type Config struct {
 	// MTU of the veth pairs; default: the MTU of the interface of the
 	// host's IPv4 default route (1500 without one).
 	MTU int
+	// NetNSDir is the directory where the pool bind-mounts its network
+	// namespaces; default /run/warren/<Table>/netns. NewPool makes it a
+	// shared mount point of its own (as iproute2 does for /run/netns), so
+	// that other tools' mounts cannot hide the namespaces in it. Two pools
+	// need different directories; the default follows the table.
+	NetNSDir string
 }
 
 // DefaultCIDR is the default address pool: inside 100.64.0.0/10 (shared
@@ -76,7 +83,14 @@ func (c *Config) setDefaults() error {
 	if c.IfPrefix == "" {
 		c.IfPrefix = "wr"
 	}
+	if c.NetNSDir == "" {
+		c.NetNSDir = filepath.Join("/run/warren", c.Table, "netns")
+	}
 	switch {
+	case !filepath.IsAbs(c.NetNSDir) || filepath.Clean(c.NetNSDir) != c.NetNSDir || c.NetNSDir == "/":
+		return fmt.Errorf("netslot netns dir %q: want a clean absolute path: %w", c.NetNSDir, errdefs.ErrInvalid)
+	case c.NetNSDir == LegacyNetNSDir:
+		return fmt.Errorf("netslot netns dir %q: that is iproute2's; give the pool a directory of its own: %w", c.NetNSDir, errdefs.ErrInvalid)
 	case !c.CIDR.Addr().Is4():
 		return fmt.Errorf("netslot CIDR %s: only IPv4: %w", c.CIDR, errdefs.ErrInvalid)
 	case c.SlotPrefixLen != 30 && c.SlotPrefixLen != 31:

@@ -16,6 +16,12 @@ import (
 	"net/netip"
 )
 
+// LegacyNetNSDir is where Warren mounted its namespaces before each pool
+// had a directory of its own (Config.NetNSDir): iproute2's /run/netns.
+// Slots recorded there are still adopted and released, and leaked
+// namespaces of the pool there are still reclaimed.
+const LegacyNetNSDir = "/run/netns"
+
 // Pool hands out network slots.
 type Pool interface {
 	// Acquire creates a slot for sandbox id: namespace "sbx-<id>-<n>",
@@ -40,7 +46,7 @@ type Slot struct {
 	SandboxID string     `json:"sandboxId"`
 	Index     int        `json:"index"`     // position in the address pool
 	NetNS     string     `json:"netns"`     // namespace name
-	NetNSPath string     `json:"netnsPath"` // /var/run/netns/<name>
+	NetNSPath string     `json:"netnsPath"` // Config.NetNSDir/<name>
 	HostVeth  string     `json:"hostVeth"`
 	GuestVeth string     `json:"guestVeth"`
 	HostIP    netip.Addr `json:"hostIp"`  // host end of the veth (the guest's gateway)

@@ -6,13 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"time"
 
@@ -25,16 +23,22 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// NetNSDir is where named network namespaces are bind-mounted (as by
-// "ip netns").
-const NetNSDir = "/run/netns"
-
 type pool struct {
 	cfg Config
 	log *slog.Logger
 
 	nftMu sync.Mutex // one nftables transaction at a time
 	nft   *nftables.Conn
+
+	// nsMu is held shared while a namespace file is made or removed in a
+	// namespace directory, and exclusively while uncover moves a mount of
+	// one aside.
+	nsMu sync.RWMutex
+	// legacyDir is LegacyNetNSDir (a test's own directory in tests).
+	legacyDir string
+	// warnedHidden holds the legacy namespaces found hidden and not
+	// uncovered, so that each is logged once (under nsMu).
+	warnedHidden map[string]bool
 
 	mu   sync.Mutex
 	used []bool           // by slot index
@@ -65,12 +69,17 @@ func NewPool(cfg Config, log *slog.Logger) (Pool, error) {
 	}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
+	if err := prepareNetNSDir(cfg.NetNSDir); err != nil {
+		return nil, fmt.Errorf("netslot: %w", errors.Join(errdefs.ErrUnavailable, err))
+	}
 	p := &pool{
-		cfg:  cfg,
-		log:  log,
-		nft:  conn,
-		used: make([]bool, cfg.slots()),
-		live: map[string]*Slot{},
+		cfg:          cfg,
+		log:          log,
+		nft:          conn,
+		legacyDir:    LegacyNetNSDir,
+		warnedHidden: map[string]bool{},
+		used:         make([]bool, cfg.slots()),
+		live:         map[string]*Slot{},
 		// A random start keeps names unique across agent restarts.
 		use: binary.LittleEndian.Uint64(seed[:]) % (useLimit / 2),
 	}
@@ -83,7 +92,7 @@ func NewPool(cfg Config, log *slog.Logger) (Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netslot: %w", errors.Join(errdefs.ErrUnavailable, err))
 	}
-	log.Info("network slot pool", "cidr", cfg.CIDR, "slots", cfg.slots(), "table", cfg.Table, "mtu", cfg.MTU)
+	log.Info("network slot pool", "cidr", cfg.CIDR, "slots", cfg.slots(), "table", cfg.Table, "mtu", cfg.MTU, "netns_dir", cfg.NetNSDir)
 	return p, nil
 }
 
@@ -106,7 +115,7 @@ func (p *pool) reserve(id string) (*Slot, error) {
 			SandboxID: id,
 			Index:     i,
 			NetNS:     ns,
-			NetNSPath: filepath.Join(NetNSDir, ns),
+			NetNSPath: filepath.Join(p.cfg.NetNSDir, ns),
 			HostVeth:  p.cfg.hostVethName(i, p.use),
 			GuestVeth: GuestIfName,
 			HostIP:    host,
@@ -181,7 +190,9 @@ func (p *pool) create(s *Slot) error {
 			return fmt.Errorf("alias veth %s: %w", l.Attrs().Name, errors.Join(errdefs.ErrUnavailable, err))
 		}
 	}
-	ns, err := newNamedNetNS(s.NetNS)
+	p.nsMu.RLock()
+	ns, err := newNamedNetNS(p.cfg.NetNSDir, s.NetNS)
+	p.nsMu.RUnlock()
 	if err != nil {
 		return fmt.Errorf("create netns %s: %w", s.NetNS, errors.Join(errdefs.ErrUnavailable, err))
 	}
@@ -251,41 +262,27 @@ func ipNet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(bits, 32)}
 }
 
-// newNamedNetNS creates a network namespace bind-mounted at
-// NetNSDir/name. It runs on a locked OS thread that is thrown away after,
-// because creating the namespace moves the thread into it.
-func newNamedNetNS(name string) (netns.NsHandle, error) {
-	type result struct {
-		h   netns.NsHandle
-		err error
+// deleteNetNS removes the namespace file dir/name (see the package
+// function), holding nsMu as uncovering needs.
+func (p *pool) deleteNetNS(dir, name string) error {
+	p.nsMu.RLock()
+	err := unmountRemove(dir, name)
+	p.nsMu.RUnlock()
+	if !errors.Is(err, unix.EBUSY) {
+		return err
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		h, err := netns.NewNamed(name)
-		if err != nil {
-			// NewNamed may leave the empty mount target behind.
-			if _, serr := os.Stat(filepath.Join(NetNSDir, name)); serr == nil {
-				_ = unix.Unmount(filepath.Join(NetNSDir, name), unix.MNT_DETACH)
-				_ = os.Remove(filepath.Join(NetNSDir, name))
-			}
-		}
-		ch <- result{h, err}
-	}()
-	r := <-ch
-	return r.h, r.err
+	p.nsMu.Lock()
+	defer p.nsMu.Unlock()
+	return deleteNetNS(dir, name)
 }
 
-// deleteNetNS unmounts and removes a named namespace; missing is fine.
-func deleteNetNS(name string) error {
-	p := filepath.Join(NetNSDir, name)
-	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount netns %s: %w", name, err)
+// nsDir is the directory that holds the namespace of s: the pool's own, or
+// the legacy one for a slot made by an older Warren.
+func (p *pool) nsDir(s *Slot) string {
+	if d := filepath.Dir(s.NetNSPath); s.NetNSPath != "" && d == p.legacyDir {
+		return d
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove netns %s: %w", name, err)
-	}
-	return nil
+	return p.cfg.NetNSDir
 }
 
 // deleteLink deletes a root-namespace link by name; missing is fine.
@@ -322,7 +319,7 @@ func (p *pool) Release(ctx context.Context, s *Slot) error {
 	// the host end removes the pair at once, so the addresses are free for
 	// the next use of the index.
 	if s.NetNS != "" {
-		if err := deleteNetNS(s.NetNS); err != nil {
+		if err := p.deleteNetNS(p.nsDir(s), s.NetNS); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -389,7 +386,10 @@ func (p *pool) Adopt(ctx context.Context, s *Slot) error {
 	if id, ok := sandboxOfNetNS(s.NetNS); !ok || id != s.SandboxID {
 		return fmt.Errorf("adopt network slot of sandbox %q: namespace %q: %w", s.SandboxID, s.NetNS, errdefs.ErrInvalid)
 	}
-	if _, err := os.Stat(filepath.Join(NetNSDir, s.NetNS)); err != nil {
+	if s.NetNSPath != filepath.Join(p.nsDir(s), s.NetNS) {
+		return fmt.Errorf("adopt network slot of sandbox %q: netns path %q: %w", s.SandboxID, s.NetNSPath, errdefs.ErrInvalid)
+	}
+	if _, err := os.Stat(s.NetNSPath); err != nil {
 		return fmt.Errorf("adopt network slot of sandbox %q: netns %s: %w", s.SandboxID, s.NetNS, errdefs.ErrNotFound)
 	}
 	l, err := netlink.LinkByName(s.HostVeth)
@@ -423,11 +423,15 @@ func (p *pool) Adopt(ctx context.Context, s *Slot) error {
 	return nil
 }
 
-// DeleteTable removes the pool's nftables table (with every slot chain).
-// For tests and uninstalling; live slots lose their network.
+// DeleteTable removes the pool's nftables table (with every slot chain)
+// and its namespace directory. For tests and uninstalling; live slots lose
+// their network.
 func DeleteTable(cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
+	}
+	if err := removeNetNSDir(cfg.NetNSDir); err != nil {
+		return fmt.Errorf("netslot: %w", errors.Join(errdefs.ErrUnavailable, err))
 	}
 	conn, err := nftables.New()
 	if err != nil {

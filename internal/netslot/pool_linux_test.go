@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -96,10 +97,20 @@ func assertNothingLeft(t testing.TB, cfg Config, keep map[string]bool) {
 			}
 		}
 	}
-	ents, _ := os.ReadDir(NetNSDir)
+	ents, _ := os.ReadDir(cfg.NetNSDir)
 	for _, e := range ents {
 		if id, ok := sandboxOfNetNS(e.Name()); ok && strings.HasPrefix(id, testIDPrefix(cfg)) && !keep[id] {
 			t.Errorf("netns %s left", e.Name())
+		}
+	}
+	// Nor a namespace mount that no path reaches any more.
+	mounts, err := mountinfo.Mounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mounts {
+		if id, ok := sandboxOfNetNS(filepath.Base(m.Point)); ok && m.FSType == "nsfs" && strings.HasPrefix(id, testIDPrefix(cfg)) && !keep[id] {
+			t.Errorf("netns mount %s (%s) left", m.Point, m.Root)
 		}
 	}
 	conn, err := nftables.New()
@@ -306,13 +317,13 @@ func newOutside(t testing.TB, cfg Config) *outside {
 		private:  netip.AddrFrom4([4]byte{192, 168, x, 2}),
 	}
 	hostVeth, peer := cfg.IfPrefix+"x"+fmt.Sprint(x), cfg.IfPrefix+"y"+fmt.Sprint(x)
-	ns, err := newNamedNetNS(o.ns)
+	ns, err := newNamedNetNS(cfg.NetNSDir, o.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = deleteLink(hostVeth)
-		if err := deleteNetNS(o.ns); err != nil {
+		if err := deleteNetNS(cfg.NetNSDir, o.ns); err != nil {
 			t.Error(err)
 		}
 	})
@@ -343,7 +354,7 @@ func newOutside(t testing.TB, cfg Config) *outside {
 	lo, err := h.LinkByName("lo")
 	must(err)
 	must(h.LinkSetUp(lo))
-	path := filepath.Join(NetNSDir, o.ns)
+	path := filepath.Join(cfg.NetNSDir, o.ns)
 	o.publicLn = serve(t, path, net.JoinHostPort(o.public.String(), "0"))
 	o.privateLn = serve(t, path, net.JoinHostPort(o.private.String(), "0"))
 	return o

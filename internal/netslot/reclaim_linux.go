@@ -46,7 +46,11 @@ func (p *pool) ReclaimLeaked(ctx context.Context, keep map[string]bool) (int, er
 	// Namespaces are listed before links: a namespace of another pool that
 	// is being made right now has its veth (created first, carrying the
 	// alias that names the namespace) in this listing of links.
-	ents, err := os.ReadDir(NetNSDir)
+	ents, err := os.ReadDir(p.cfg.NetNSDir)
+	if err != nil && !os.IsNotExist(err) {
+		errs = append(errs, err)
+	}
+	legacy, err := os.ReadDir(p.legacyDir)
 	if err != nil && !os.IsNotExist(err) {
 		errs = append(errs, err)
 	}
@@ -80,23 +84,32 @@ func (p *pool) ReclaimLeaked(ctx context.Context, keep map[string]bool) (int, er
 		}
 		n++
 		p.log.Info("reclaimed leaked veth", "sandbox_id", id, "veth", l.Attrs().Name)
-		if _, err := os.Stat(filepath.Join(NetNSDir, ns)); err == nil {
-			if err := deleteNetNS(ns); err != nil {
+		// The namespace the alias names is this pool's, in its own
+		// directory or (made by an older Warren) in the legacy one.
+		for _, dir := range []string{p.cfg.NetNSDir, p.legacyDir} {
+			if _, err := os.Lstat(filepath.Join(dir, ns)); err != nil {
+				continue
+			}
+			if err := p.deleteNetNS(dir, ns); err != nil {
 				errs = append(errs, err)
 			} else {
 				n++
-				p.log.Info("reclaimed leaked netns", "sandbox_id", id, "netns", ns)
+				p.log.Info("reclaimed leaked netns", "sandbox_id", id, "netns", ns, "dir", dir)
 			}
 		}
 	}
 
+	skip := func(name string) (string, bool) {
+		id, ok := sandboxOfNetNS(name)
+		return id, !ok || protected[id] || liveNS[name] || referenced[name]
+	}
 	for _, e := range ents {
 		name := e.Name()
-		id, ok := sandboxOfNetNS(name)
-		if !ok || protected[id] || liveNS[name] || referenced[name] {
+		id, skipped := skip(name)
+		if skipped {
 			continue
 		}
-		mine, err := p.nsIsOurs(name)
+		mine, err := p.nsIsOurs(filepath.Join(p.cfg.NetNSDir, name), false)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -104,12 +117,26 @@ func (p *pool) ReclaimLeaked(ctx context.Context, keep map[string]bool) (int, er
 		if !mine {
 			continue
 		}
-		if err := deleteNetNS(name); err != nil {
+		if err := p.deleteNetNS(p.cfg.NetNSDir, name); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		n++
 		p.log.Info("reclaimed leaked netns", "sandbox_id", id, "netns", name)
+	}
+	for _, e := range legacy {
+		name := e.Name()
+		id, skipped := skip(name)
+		if skipped {
+			continue
+		}
+		ok, err := p.reclaimLegacy(name)
+		if err != nil {
+			errs = append(errs, err)
+		} else if ok {
+			n++
+			p.log.Info("reclaimed leaked netns", "sandbox_id", id, "netns", name, "dir", p.legacyDir)
+		}
 	}
 
 	p.nftMu.Lock()
@@ -136,19 +163,54 @@ func (p *pool) ReclaimLeaked(ctx context.Context, keep map[string]bool) (int, er
 	return n, nil
 }
 
-// nsIsOurs reports whether namespace name belongs to this pool: one of its
-// links (lo or the veth) carries the pool's alias. A namespace whose links
-// carry no alias at all and that has nothing but lo is a slot that crashed
-// while being made, and counts as ours too; so does a mount target that is
-// not a namespace.
-func (p *pool) nsIsOurs(name string) (bool, error) {
-	path := filepath.Join(NetNSDir, name)
+// reclaimLegacy removes namespace name from the legacy directory when it
+// is provably this pool's (a link carries the pool's alias), uncovering it
+// first when a later mount of that directory hides it. Namespaces there
+// that carry no alias may be another tool's: they stay.
+func (p *pool) reclaimLegacy(name string) (bool, error) {
+	dir := p.legacyDir
+	try := func() (bool, error) {
+		mine, err := p.nsIsOurs(filepath.Join(dir, name), true)
+		if err != nil || !mine {
+			return false, err
+		}
+		return true, deleteNetNS(dir, name)
+	}
+	if !hidden(dir, name) {
+		p.nsMu.RLock()
+		defer p.nsMu.RUnlock()
+		return try()
+	}
+	p.nsMu.Lock()
+	defer p.nsMu.Unlock()
+	var done bool
+	err := uncover(dir, func() (err error) {
+		done, err = try()
+		return err
+	})
+	if err != nil && !p.warnedHidden[name] {
+		// The kernel does not move a mount whose parent is shared: what it
+		// hides stays until that mount goes (at the latest, a reboot).
+		p.warnedHidden[name] = true
+		p.log.Warn("netslot: a namespace in the legacy directory is hidden under a later mount of it and cannot be uncovered; it is freed when that mount goes",
+			"netns", name, "dir", dir, "error", err)
+	}
+	return done, nil
+}
+
+// nsIsOurs reports whether the namespace at path belongs to this pool: one
+// of its links (lo or the veth) carries the pool's alias. Unless strict, a
+// namespace whose links carry no alias at all and that has nothing but lo
+// is a slot that crashed while being made, and counts as ours too; so does
+// a mount target that is not a namespace.
+func (p *pool) nsIsOurs(path string, strict bool) (bool, error) {
+	name := filepath.Base(path)
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return false, nil // gone meanwhile
 	}
 	if st.Type != unix.NSFS_MAGIC {
-		return true, nil // a bare mount target left by a crash
+		return !strict, nil // a bare mount target left by a crash
 	}
 	h, err := netns.GetFromPath(path)
 	if err != nil {
@@ -177,7 +239,7 @@ func (p *pool) nsIsOurs(name string) (bool, error) {
 			others++
 		}
 	}
-	return others == 0, nil
+	return !strict && others == 0, nil
 }
 
 // listLinks lists the links of a namespace (nil: this one), retrying a dump

@@ -20,8 +20,9 @@ import (
 )
 
 // Config returns a pool configuration unique to this test run: a /24 not
-// on any host interface, a table "warren-test-<random>" and a random
-// three-letter interface prefix starting with "t".
+// on any host interface, a table "warren-test-<random>", a random
+// three-letter interface prefix starting with "t", and a namespace
+// directory of its own.
 func Config() netslot.Config {
 	const letters = "abcdefghijklmnopqrstuvwxyz"
 	var cidr netip.Prefix
@@ -31,10 +32,12 @@ func Config() netslot.Config {
 			break
 		}
 	}
+	table := "warren-test-" + sandbox.NewExecutionID()[:8]
 	return netslot.Config{
 		CIDR:     cidr,
-		Table:    "warren-test-" + sandbox.NewExecutionID()[:8],
+		Table:    table,
 		IfPrefix: "t" + string(letters[rand.IntN(26)]) + string(letters[rand.IntN(26)]),
+		NetNSDir: "/run/warren/" + table + "/netns",
 	}
 }
 

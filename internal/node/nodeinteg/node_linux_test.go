@@ -289,7 +289,7 @@ func (h *host) leftovers(drv driver.Driver, id string) []string {
 			out = append(out, "cgroup "+p)
 		}
 	}
-	if nss, err := os.ReadDir("/var/run/netns"); err == nil {
+	if nss, err := os.ReadDir(h.netCfg.NetNSDir); err == nil {
 		for _, ns := range nss {
 			if strings.HasPrefix(ns.Name(), sandbox.HostName(id)+"-") {
 				out = append(out, "netns "+ns.Name())
