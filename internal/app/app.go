@@ -29,6 +29,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/hostlock"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -132,6 +133,9 @@ func (c *Config) setDefaults() error {
 	if c.Driver == "" {
 		c.Driver = "runsc"
 	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = "warren"
+	}
 	switch c.Driver {
 	case "runsc", "runc", "fake":
 	default:
@@ -172,6 +176,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	locks, err := hostlock.Acquire(hostlock.DefaultDir, hostNames(cfg))
+	if err != nil {
+		return err
+	}
+	defer locks.Release()
 	st, err := OpenStore(ctx, cfg.DataDir, cfg.DatabaseURL, log)
 	if err != nil {
 		return err
@@ -293,6 +302,31 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// hostNames are the names this server makes host objects under: no other
+// instance on the host may use them at the same time (see hostlock).
+func hostNames(cfg Config) []hostlock.Name {
+	names := []hostlock.Name{{Kind: "data dir", Flag: "--data-dir", Value: cfg.DataDir, Path: true}}
+	if cfg.Driver == "fake" {
+		return names // no host objects
+	}
+	or := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	cidr := netslot.DefaultCIDR.String()
+	if cfg.Net.CIDR.IsValid() {
+		cidr = cfg.Net.CIDR.Masked().String()
+	}
+	return append(names,
+		hostlock.Name{Kind: "cgroup root", Flag: "--cgroup-root", Value: cfg.CgroupRoot},
+		hostlock.Name{Kind: "nftables table", Flag: "--nft-table", Value: or(cfg.Net.Table, "warren")},
+		hostlock.Name{Kind: "veth prefix", Flag: "--veth-prefix", Value: or(cfg.Net.IfPrefix, "wr")},
+		hostlock.Name{Kind: "address range", Flag: "--net-cidr", Value: cidr},
+	)
 }
 
 func storeKind(cfg Config) string {

@@ -28,9 +28,6 @@ import (
 func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*nodeParts, error) {
 	log := cfg.Logger.With("component", "node")
 	cgRoot := cfg.CgroupRoot
-	if cgRoot == "" {
-		cgRoot = "warren"
-	}
 	var drv driver.Driver
 	switch cfg.Driver {
 	case "runsc":
