@@ -36,9 +36,9 @@ type pool struct {
 	nsMu sync.RWMutex
 	// legacyDir is LegacyNetNSDir (a test's own directory in tests).
 	legacyDir string
-	// warnedHidden holds the legacy namespaces found hidden and not
-	// uncovered, so that each is logged once (under nsMu).
-	warnedHidden map[string]bool
+	// triedHidden holds the legacy namespaces found hidden and uncovered
+	// once already (under nsMu).
+	triedHidden map[string]bool
 
 	mu   sync.Mutex
 	used []bool           // by slot index
@@ -73,13 +73,13 @@ func NewPool(cfg Config, log *slog.Logger) (Pool, error) {
 		return nil, fmt.Errorf("netslot: %w", errors.Join(errdefs.ErrUnavailable, err))
 	}
 	p := &pool{
-		cfg:          cfg,
-		log:          log,
-		nft:          conn,
-		legacyDir:    LegacyNetNSDir,
-		warnedHidden: map[string]bool{},
-		used:         make([]bool, cfg.slots()),
-		live:         map[string]*Slot{},
+		cfg:         cfg,
+		log:         log,
+		nft:         conn,
+		legacyDir:   LegacyNetNSDir,
+		triedHidden: map[string]bool{},
+		used:        make([]bool, cfg.slots()),
+		live:        map[string]*Slot{},
 		// A random start keeps names unique across agent restarts.
 		use: binary.LittleEndian.Uint64(seed[:]) % (useLimit / 2),
 	}

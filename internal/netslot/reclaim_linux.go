@@ -183,15 +183,20 @@ func (p *pool) reclaimLegacy(name string) (bool, error) {
 	}
 	p.nsMu.Lock()
 	defer p.nsMu.Unlock()
+	// Uncovering moves a mount that other tools use aside for a moment:
+	// once per name and pool is enough to find out whether it is ours.
+	if p.triedHidden[name] {
+		return false, nil
+	}
+	p.triedHidden[name] = true
 	var done bool
 	err := uncover(dir, func() (err error) {
 		done, err = try()
 		return err
 	})
-	if err != nil && !p.warnedHidden[name] {
+	if err != nil {
 		// The kernel does not move a mount whose parent is shared: what it
 		// hides stays until that mount goes (at the latest, a reboot).
-		p.warnedHidden[name] = true
 		p.log.Warn("netslot: a namespace in the legacy directory is hidden under a later mount of it and cannot be uncovered; it is freed when that mount goes",
 			"netns", name, "dir", dir, "error", err)
 	}
