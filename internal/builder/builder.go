@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -115,6 +116,60 @@ type Config struct {
 	// start command; without it (or when it fails) sandboxes of the
 	// template cold-start and run the start command.
 	Snapshotter Snapshotter
+	// Limits bounds what a tenant's build may unpack and log.
+	Limits Limits
+}
+
+// Limits bound what one build may unpack and log; zero fields take the
+// defaults (DefaultLimits).
+type Limits struct {
+	// ContextBytes and ContextEntries bound one uploaded build context
+	// as unpacked (file content, tar entries).
+	ContextBytes   int64
+	ContextEntries int64
+	// ImageBytes and ImageEntries bound a base image as unpacked.
+	ImageBytes   int64
+	ImageEntries int64
+	// LogLines and LogBytes bound the log entries stored for one build;
+	// the rest is dropped, with one entry saying so.
+	LogLines int
+	LogBytes int64
+}
+
+// DefaultLimits are the limits of a Builder whose Config leaves them 0.
+var DefaultLimits = Limits{
+	ContextBytes: 8 << 30, ContextEntries: 1 << 20,
+	ImageBytes: 64 << 30, ImageEntries: 4 << 20,
+	LogLines: 20000, LogBytes: 8 << 20,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	for _, f := range []struct{ v, def *int64 }{
+		{&l.ContextBytes, &d.ContextBytes}, {&l.ContextEntries, &d.ContextEntries},
+		{&l.ImageBytes, &d.ImageBytes}, {&l.ImageEntries, &d.ImageEntries}, {&l.LogBytes, &d.LogBytes},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	if l.LogLines <= 0 {
+		l.LogLines = d.LogLines
+	}
+	return l
+}
+
+// contextLimits are the unpack options of an uploaded build context: a
+// tenant's tar.
+func (b *Builder) contextLimits() layer.Options {
+	l := b.cfg.Limits
+	return layer.Options{MaxBytes: l.ContextBytes, MaxEntries: l.ContextEntries, What: "of an uploaded build context", Untrusted: true}
+}
+
+// imageLimits are the unpack options of a base image.
+func (b *Builder) imageLimits() layer.Options {
+	l := b.cfg.Limits
+	return layer.Options{MaxBytes: l.ImageBytes, MaxEntries: l.ImageEntries, What: "of a base image"}
 }
 
 // Snapshotter makes the memory snapshot of a finished build ("snapshot on
@@ -162,6 +217,7 @@ func New(cfg Config) (*Builder, error) {
 	if cfg.MinBuildMemoryMB <= 0 {
 		cfg.MinBuildMemoryMB = 1024
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	for _, d := range []string{"layers", "files", "work"} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("builder: %w", err)

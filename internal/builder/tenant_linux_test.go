@@ -1,0 +1,168 @@
+package builder
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// The attacks in this file are what a tenant (a team with an ordinary API
+// key) can send through the template build API: an uploaded context, the
+// steps, and the hash naming the upload.
+
+// entry is one tar entry of a crafted upload.
+type entry struct {
+	name, body, link string
+	typ              byte
+	mode             int64
+}
+
+func craftTar(t testing.TB, entries []entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Linkname: e.link, Mode: e.mode, ModTime: time.Unix(1700000000, 0)}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if e.typ == tar.TypeReg {
+			h.Size = int64(len(e.body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if e.typ == tar.TypeReg {
+			tw.Write([]byte(e.body))
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func gzipped(b []byte) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(b)
+	zw.Close()
+	return buf.Bytes()
+}
+
+// tenantBuild uploads context under hash for a new template of team and
+// runs steps over the base through the service, as the E2B flow does.
+func (f *fixture) tenantBuild(t *testing.T, team, name, hash string, context []byte, steps ...Step) (*templates.Build, string) {
+	t.Helper()
+	ctx := t.Context()
+	tpl, bd, err := f.svc.CreateTemplate(ctx, templates.CreateRequest{TeamID: team, Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if context != nil {
+		present, _, err := f.svc.Files(ctx, team, tpl.ID, hash)
+		if err != nil || present {
+			t.Fatalf("Files = %v, %v", present, err)
+		}
+		if err := f.svc.PutFiles(ctx, tpl.ID, hash, bytes.NewReader(context)); err != nil {
+			t.Fatalf("upload: %v", err)
+		}
+	}
+	for i := range steps {
+		if steps[i].Type == StepCopy || steps[i].Type == StepAdd {
+			steps[i].FilesHash = hash
+		}
+	}
+	if _, err := f.svc.StartBuild(ctx, StartRequest{TeamID: team, TemplateID: tpl.ID, BuildID: bd.ID, Spec: Spec{FromTemplate: "base", Steps: steps}}); err != nil {
+		t.Fatalf("StartBuild: %v", err)
+	}
+	done, err := f.svc.Wait(ctx, bd.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return done, f.logs(t, bd.ID)
+}
+
+const tenantHash = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+// TestCopyCannotReadHost: COPY sources are resolved inside the uploaded
+// context. Symbolic links in it (to "/", or climbing out with "..") are
+// never followed onto the host; they are copied as links. ".." and
+// absolute sources are refused with an error naming the step.
+func TestCopyCannotReadHost(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	f := newFixture(t, tinyRootFS(t))
+	// A host file the attack must not reach.
+	secret := filepath.Join(f.dir, "host-secret")
+	if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up := gzipped(craftTar(t, []entry{
+		{name: "root", typ: tar.TypeSymlink, link: "/"},
+		{name: "d/", typ: tar.TypeDir, mode: 0o755},
+		{name: "d/up", typ: tar.TypeSymlink, link: "../../../../../../../../.."},
+		{name: "d/ok.txt", typ: tar.TypeReg, body: "ok\n"},
+	}))
+	escapes := []struct{ name, src string }{
+		{"root-link", "root" + secret},
+		{"root-link-shadow", "root/etc/shadow"},
+		{"nested-up", "d/up" + secret},
+		{"nested-up-environ", "d/up/proc/self/environ"},
+		{"glob-through-link", "roo?" + secret},
+		{"glob-dir-through-link", "d/u*/proc/self/environ"},
+		{"tree-through-link", "root" + filepath.Dir(secret)},
+	}
+	for _, c := range escapes {
+		t.Run(c.name, func(t *testing.T) {
+			bd, logs := f.tenantBuild(t, "team-a", "escape-"+c.name, tenantHash, up,
+				Step{Type: StepCopy, Args: []string{c.src, "/stolen"}})
+			if bd.Status != templates.BuildError {
+				t.Fatalf("COPY %s: build %s, want error\n%s", c.src, bd.Status, logs)
+			}
+			if bd.Reason == nil || bd.Reason.Step != "1" {
+				t.Errorf("reason %+v, want step 1", bd.Reason)
+			}
+			if strings.Contains(logs, "host secret") {
+				t.Errorf("host file content in the logs:\n%s", logs)
+			}
+		})
+	}
+	for _, c := range []struct{ name, src, want string }{
+		{"dotdot", "../../etc/shadow", "outside the build context"},
+		{"dotdot-inside", "d/../../x", "outside the build context"},
+		{"absolute", "/etc/shadow", "absolute"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bd, logs := f.tenantBuild(t, "team-a", "refused-"+c.name, tenantHash, up,
+				Step{Type: StepCopy, Args: []string{c.src, "/stolen"}})
+			if bd.Status != templates.BuildError || bd.Reason == nil || bd.Reason.Step != "1" || !strings.Contains(bd.Reason.Message, c.want) {
+				t.Fatalf("COPY %s: %s %+v, want an error of step 1 saying %q\n%s", c.src, bd.Status, bd.Reason, c.want, logs)
+			}
+		})
+	}
+	t.Run("links copied as links", func(t *testing.T) {
+		bd, logs := f.tenantBuild(t, "team-a", "links", tenantHash, up,
+			Step{Type: StepCopy, Args: []string{".", "/ctx/"}},
+			Step{Type: StepCopy, Args: []string{"root", "/toplink"}})
+		if bd.Status != templates.BuildReady {
+			t.Fatalf("build %s %+v\n%s", bd.Status, bd.Reason, logs)
+		}
+		for p, want := range map[string]string{"ctx/root": "/", "ctx/d/up": "../../../../../../../../..", "toplink": "/"} {
+			got, err := os.Readlink(filepath.Join(bd.RootFSDir, p))
+			if err != nil || got != want {
+				t.Errorf("%s: link %q, %v; want a link to %q", p, got, err, want)
+			}
+		}
+		if got := readFile(t, bd.RootFSDir, "ctx/d/ok.txt"); got != "ok\n" {
+			t.Errorf("ctx/d/ok.txt = %q", got)
+		}
+	})
+}
