@@ -331,6 +331,11 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 	if err != nil {
 		return err
 	}
+	// The layer cache is the team's own: a step's key starts from the
+	// team, so no build of another team (whatever it sends) can hit, or
+	// plant, an entry this build will use. Pulled images stay shared:
+	// their key is the registry's content digest.
+	st.Key = hashKey(st.Key, "team", spec.TeamID)
 	cached := !spec.Force
 	for i, step := range spec.Steps {
 		name := fmt.Sprint(i + 1)

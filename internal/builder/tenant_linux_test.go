@@ -166,3 +166,45 @@ func TestCopyCannotReadHost(t *testing.T) {
 		}
 	})
 }
+
+// TestLayerCacheScoped: the layer cache is keyed on what was uploaded (a
+// digest the server computes) and scoped per team, never on the client's
+// filesHash alone. Team B uploading its own content under the hash team A
+// uses, or a second template of A with other content under the same hash,
+// gets its own layer; only A's repeat of its own build hits the cache.
+func TestLayerCacheScoped(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	f := newFixture(t, tinyRootFS(t))
+	steps := func() []Step {
+		return []Step{
+			{Type: StepCopy, Args: []string{"app", "/app"}},
+			{Type: StepRun, Args: []string{"cat /app/who.txt > /ran.txt"}},
+		}
+	}
+	upload := func(who string) []byte { return gzTar(t, map[string]string{"app/who.txt": who + "\n"}) }
+	check := func(name string, bd *templates.Build, logs, who string, wantCached bool) {
+		t.Helper()
+		if bd.Status != templates.BuildReady {
+			t.Fatalf("%s: build %s %+v\n%s", name, bd.Status, bd.Reason, logs)
+		}
+		for _, p := range []string{"app/who.txt", "ran.txt"} {
+			if got := readFile(t, bd.RootFSDir, p); got != who+"\n" {
+				t.Errorf("%s: %s = %q, want %q (another upload's layer)", name, p, got, who+"\n")
+			}
+		}
+		if cached := strings.Contains(logs, "CACHED [1]"); cached != wantCached {
+			t.Errorf("%s: COPY step cached %v, want %v\n%s", name, cached, wantCached, logs)
+		}
+	}
+	bd, logs := f.tenantBuild(t, "team-a", "a-first", tenantHash, upload("a"), steps()...)
+	check("team A", bd, logs, "a", false)
+	bd, logs = f.tenantBuild(t, "team-b", "b-planted", tenantHash, upload("b"), steps()...)
+	check("team B, same hash, other content", bd, logs, "b", false)
+	bd, logs = f.tenantBuild(t, "team-a", "a-other-template", tenantHash, upload("c"), steps()...)
+	check("team A, other template, same hash, other content", bd, logs, "c", false)
+	bd, logs = f.tenantBuild(t, "team-b", "b-same-content", tenantHash, upload("a"), steps()...)
+	check("team B, A's exact content", bd, logs, "a", false)
+	bd, logs = f.tenantBuild(t, "team-a", "a-again", tenantHash, upload("a"), steps()...)
+	check("team A again", bd, logs, "a", true)
+}
