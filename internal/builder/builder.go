@@ -289,7 +289,7 @@ func hashKey(parts ...string) string {
 func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err error) {
 	b.cacheMu.RLock()
 	defer b.cacheMu.RUnlock()
-	bl := &buildLog{store: b.cat.Store(), buildID: buildID, log: b.log}
+	bl := b.newBuildLog(buildID)
 	started, err := b.cat.UpdateBuild(ctx, buildID, func(bd *templates.Build) error {
 		bd.Status = templates.BuildBuilding
 		bd.StartCmd, bd.ReadyCmd = spec.StartCmd, spec.ReadyCmd
@@ -316,9 +316,9 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 			if errors.As(err, &se) {
 				reason.Step = se.Step
 			}
-			bl.add(templates.LogError, reason.Step, "Build failed: "+err.Error())
+			bl.final(templates.LogError, reason.Step, "Build failed: "+err.Error())
 		} else {
-			bl.add(templates.LogInfo, "", fmt.Sprintf("Build finished in %s", time.Since(start).Round(time.Millisecond)))
+			bl.final(templates.LogInfo, "", fmt.Sprintf("Build finished in %s", time.Since(start).Round(time.Millisecond)))
 		}
 		bl.flush()
 		if _, ferr := b.cat.FinishBuild(context.WithoutCancel(ctx), buildID, reason); ferr != nil {
@@ -421,18 +421,55 @@ func (b *Builder) flatten(ctx context.Context, layers []string, dst string) erro
 	return os.Rename(tmp, dst)
 }
 
-// buildLog collects a build's log entries and stores them.
+// buildLog collects a build's log entries and stores them, up to the
+// build's log limits: past them entries are dropped, with one entry
+// saying so and, at the end, how much was dropped.
 type buildLog struct {
-	mu      sync.Mutex
-	store   templates.Store
-	buildID string
-	log     *slog.Logger
-	pending []templates.LogEntry
+	mu       sync.Mutex
+	store    templates.Store
+	buildID  string
+	log      *slog.Logger
+	pending  []templates.LogEntry
+	maxLines int
+	maxBytes int64
+	lines    int
+	bytes    int64
+	dropped  int
+	dropB    int64
+}
+
+func (b *Builder) newBuildLog(buildID string) *buildLog {
+	return &buildLog{store: b.cat.Store(), buildID: buildID, log: b.log, maxLines: b.cfg.Limits.LogLines, maxBytes: b.cfg.Limits.LogBytes}
 }
 
 func (l *buildLog) add(level templates.LogLevel, step, msg string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.dropped > 0 || (l.maxLines > 0 && l.lines >= l.maxLines) || (l.maxBytes > 0 && l.bytes+int64(len(msg)) > l.maxBytes) {
+		if l.dropped == 0 {
+			l.appendLocked(templates.LogWarn, step, fmt.Sprintf("Build log limit reached (%d lines, %d bytes): later output is dropped", l.maxLines, l.maxBytes))
+		}
+		l.dropped++
+		l.dropB += int64(len(msg))
+		return
+	}
+	l.lines++
+	l.bytes += int64(len(msg))
+	l.appendLocked(level, step, msg)
+}
+
+// final adds the build's last entry (its result), past the limits: with
+// a note of what was dropped first.
+func (l *buildLog) final(level templates.LogLevel, step, msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dropped > 0 {
+		l.appendLocked(templates.LogWarn, "", fmt.Sprintf("%d log lines (%d bytes) were dropped past the build's log limit", l.dropped, l.dropB))
+	}
+	l.appendLocked(level, step, msg)
+}
+
+func (l *buildLog) appendLocked(level templates.LogLevel, step, msg string) {
 	l.pending = append(l.pending, templates.LogEntry{Timestamp: time.Now().UTC(), Level: level, Message: msg, Step: step})
 	l.flushLocked()
 }

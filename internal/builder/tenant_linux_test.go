@@ -208,3 +208,52 @@ func TestLayerCacheScoped(t *testing.T) {
 	bd, logs = f.tenantBuild(t, "team-a", "a-again", tenantHash, upload("a"), steps()...)
 	check("team A again", bd, logs, "a", true)
 }
+
+// TestBuildLimits: a RUN step that floods its output has the log capped
+// (the rest dropped with a note, the build unaffected); an upload that
+// unpacks past the context limits (a gzip bomb, a flood of entries) fails
+// its COPY step with a clear message.
+func TestBuildLimits(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	f := newFixtureCfg(t, tinyRootFS(t), ChrootRunner{}, func(c *Config) {
+		c.Limits = Limits{LogLines: 100, LogBytes: 1 << 20, ContextBytes: 1 << 20, ContextEntries: 100}
+	})
+	t.Run("log flood", func(t *testing.T) {
+		bd, logs := f.tenantBuild(t, "team-a", "flood", "", nil,
+			Step{Type: StepRun, Args: []string{`i=0; while [ $i -lt 5000 ]; do echo "line $i"; i=$((i+1)); done`}})
+		if bd.Status != templates.BuildReady {
+			t.Fatalf("build %s %+v", bd.Status, bd.Reason)
+		}
+		n := strings.Count(logs, "\n")
+		if n > 100+3 || !strings.Contains(logs, "Build log limit reached") || !strings.Contains(logs, "were dropped") || strings.Contains(logs, "line 4999") {
+			t.Errorf("%d entries stored for a limit of 100:\n%.2000s", n, logs)
+		}
+		if !strings.Contains(logs, "Build finished") {
+			t.Errorf("the build's result was dropped with the output")
+		}
+	})
+	t.Run("gzip bomb", func(t *testing.T) {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(zw)
+		tw.WriteHeader(&tar.Header{Name: "app/zeros", Typeflag: tar.TypeReg, Mode: 0o644, Size: 32 << 20})
+		tw.Write(make([]byte, 32<<20))
+		tw.Close()
+		zw.Close()
+		bd, logs := f.tenantBuild(t, "team-a", "bomb", tenantHash, buf.Bytes(), Step{Type: StepCopy, Args: []string{"app", "/app"}})
+		if bd.Status != templates.BuildError || bd.Reason == nil || bd.Reason.Step != "1" || !strings.Contains(bd.Reason.Message, "uploaded build context") {
+			t.Errorf("gzip bomb: %s %+v\n%s", bd.Status, bd.Reason, logs)
+		}
+	})
+	t.Run("entry flood", func(t *testing.T) {
+		files := map[string]string{}
+		for i := range 500 {
+			files["app/f"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune('a'+i/26))] = ""
+		}
+		bd, logs := f.tenantBuild(t, "team-a", "entries", tenantHash, gzTar(t, files), Step{Type: StepCopy, Args: []string{"app", "/app"}})
+		if bd.Status != templates.BuildError || bd.Reason == nil || !strings.Contains(bd.Reason.Message, "entries") {
+			t.Errorf("500 entries over a limit of 100: %s %+v\n%s", bd.Status, bd.Reason, logs)
+		}
+	})
+}
