@@ -4,12 +4,16 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/rand"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -256,4 +260,69 @@ func TestBuildLimits(t *testing.T) {
 			t.Errorf("500 entries over a limit of 100: %s %+v\n%s", bd.Status, bd.Reason, logs)
 		}
 	})
+}
+
+// TestUploadQuotaAndDiskBound: a team's uploads are bounded in number
+// and stored bytes (429, the other team unaffected), and a template
+// cannot ask for more disk than the operator allows.
+func TestUploadQuotaAndDiskBound(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	ctx := t.Context()
+	f := newFixture(t, tinyRootFS(t))
+	svc, err := NewService(ServiceConfig{Builder: f.b, MaxTeamUploads: 2, MaxTeamUploadBytes: 64 << 10, MaxTemplateDiskMB: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.cancel)
+	mux := http.NewServeMux()
+	mux.Handle(UploadPathPrefix, svc.UploadHandler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	if _, _, err := svc.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "huge", DiskMB: 8193}); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), "8192") {
+		t.Errorf("disk above the bound: %v, want invalid naming the bound", err)
+	}
+	if _, err := svc.StartBuild(ctx, StartRequest{TeamID: "team-a", Create: templates.CreateRequest{Name: "huge2", DiskMB: 1 << 20}, Spec: Spec{FromTemplate: "base"}}); !errdefs.IsInvalid(err) {
+		t.Errorf("one-call build with disk above the bound: %v, want invalid", err)
+	}
+	tplA, _, err := svc.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "quota-a", DiskMB: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tplB, _, err := svc.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-b", Name: "quota-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload := func(tplID, team string, i int, body []byte) int {
+		t.Helper()
+		hash := strings.Repeat(string(rune('a'+i)), 64)
+		_, path, err := svc.Files(ctx, team, tplID, hash)
+		if err != nil {
+			if errdefs.IsExhausted(err) {
+				return http.StatusTooManyRequests
+			}
+			t.Fatal(err)
+		}
+		return put(t, srv.URL+path, body)
+	}
+	small := gzTar(t, map[string]string{"a.txt": "a"})
+	for i := range 2 {
+		if code := upload(tplA.ID, "team-a", i, small); code != http.StatusCreated {
+			t.Fatalf("upload %d: %d", i, code)
+		}
+	}
+	if code := upload(tplA.ID, "team-a", 2, small); code != http.StatusTooManyRequests {
+		t.Errorf("third upload of a team allowed two: %d, want 429", code)
+	}
+	if code := upload(tplB.ID, "team-b", 0, small); code != http.StatusCreated {
+		t.Errorf("another team's upload: %d, want 201", code)
+	}
+	// Bytes: random content does not compress; 100 KiB stored is over
+	// team B's 64 KiB.
+	big := make([]byte, 100<<10)
+	rand.Read(big)
+	if code := upload(tplB.ID, "team-b", 1, gzTar(t, map[string]string{"big": string(big)})); code != http.StatusTooManyRequests {
+		t.Errorf("upload over the team's bytes: %d, want 429", code)
+	}
 }
