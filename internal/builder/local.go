@@ -33,7 +33,7 @@ type LocalConfig struct {
 	Limits Limits
 	// MaxTemplateDiskMB bounds a template's disk size (ServiceConfig).
 	MaxTemplateDiskMB int64
-	Logger      *slog.Logger
+	Logger            *slog.Logger
 }
 
 // RequestBaseRebuild asks the next Catalog.EnsureBase over dataDir (the
