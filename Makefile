@@ -15,7 +15,7 @@ export WARREN_ENVD := $(BIN)/envd
 export WARREN_WARREN := $(BIN)/warren
 export WARREN_TEST_ROOTFS_TAR := $(BASE_ROOTFS)
 
-.PHONY: all deps build run test test-unit test-e2e generate check-generate base-rootfs clean
+.PHONY: all deps build run test test-unit test-e2e test-fuzz generate check-generate base-rootfs clean
 
 all: build
 
@@ -57,6 +57,10 @@ run: deps build | $(VAR)/go.mod
 
 test: deps build base-rootfs check-generate | $(VAR)/go.mod
 	scripts/test.sh
+
+# Fuzz targets of the parsers of tenant input, FUZZTIME (default 5s) each.
+test-fuzz:
+	scripts/fuzz.sh
 
 clean:
 	rm -rf $(BIN)

@@ -131,6 +131,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.DurationVar(&cfg.Node.MetricsRetention, "metrics-retention", 0, "how long per-sandbox metric samples are kept (default 1h)")
 	f.DurationVar(&cfg.TemplateGCGrace, "template-gc-grace", 0, "how long the template garbage collector keeps a build nothing needs any more before freeing it (default 15m)")
 	f.DurationVar(&cfg.TemplateGCInterval, "template-gc-interval", 0, "time between runs of the template garbage collector, which frees the files of deleted and superseded template builds once no sandbox uses them (default 1h; negative disables)")
+	f.Int64Var(&cfg.MaxTemplateDiskMB, "max-template-disk-mb", 0, "largest disk size in MiB a template build may ask for with minFreeDiskMb (default 65536)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd
 }

@@ -296,6 +296,7 @@ func TestTemplateCreateMinFreeDisk(t *testing.T) {
 		{"below the default", `,"minFreeDiskMb":100`, 202, 4096},
 		{"above the default", `,"minFreeDiskMb":8192`, 202, 8192},
 		{"negative", `,"minFreeDiskMb":-1`, 400, 0},
+		{"above the server's bound", `,"minFreeDiskMb":65537`, 400, 0},
 		{"not an integer", `,"minFreeDiskMb":1.5`, 400, 0},
 	}
 	for i, tc := range tests {

@@ -94,6 +94,9 @@ type Config struct {
 	// TemplateGCGrace is how long the collector keeps a build nothing
 	// needs any more before freeing it (default 15 min).
 	TemplateGCGrace time.Duration
+	// MaxTemplateDiskMB is the largest disk a template build may ask for
+	// (default 65536 MiB).
+	MaxTemplateDiskMB int64
 }
 
 // NodeTuning are the node agent's knobs that serve exposes as flags.

@@ -77,7 +77,7 @@ func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*node
 	snap := &lateSnapshotter{}
 	local, err := builder.OpenLocal(builder.LocalConfig{
 		DataDir: cfg.DataDir, BaseRootFSTar: cfg.BaseRootFSTar, Runner: bs.runner,
-		Snapshotter: snap, Logger: cfg.Logger.With("component", "templates"),
+		Snapshotter: snap, Logger: cfg.Logger.With("component", "templates"), MaxTemplateDiskMB: cfg.MaxTemplateDiskMB,
 	})
 	if err != nil {
 		return nil, err

@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -115,6 +116,60 @@ type Config struct {
 	// start command; without it (or when it fails) sandboxes of the
 	// template cold-start and run the start command.
 	Snapshotter Snapshotter
+	// Limits bounds what a tenant's build may unpack and log.
+	Limits Limits
+}
+
+// Limits bound what one build may unpack and log; zero fields take the
+// defaults (DefaultLimits).
+type Limits struct {
+	// ContextBytes and ContextEntries bound one uploaded build context
+	// as unpacked (file content, tar entries).
+	ContextBytes   int64
+	ContextEntries int64
+	// ImageBytes and ImageEntries bound a base image as unpacked.
+	ImageBytes   int64
+	ImageEntries int64
+	// LogLines and LogBytes bound the log entries stored for one build;
+	// the rest is dropped, with one entry saying so.
+	LogLines int
+	LogBytes int64
+}
+
+// DefaultLimits are the limits of a Builder whose Config leaves them 0.
+var DefaultLimits = Limits{
+	ContextBytes: 8 << 30, ContextEntries: 1 << 20,
+	ImageBytes: 64 << 30, ImageEntries: 4 << 20,
+	LogLines: 20000, LogBytes: 8 << 20,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	for _, f := range []struct{ v, def *int64 }{
+		{&l.ContextBytes, &d.ContextBytes}, {&l.ContextEntries, &d.ContextEntries},
+		{&l.ImageBytes, &d.ImageBytes}, {&l.ImageEntries, &d.ImageEntries}, {&l.LogBytes, &d.LogBytes},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	if l.LogLines <= 0 {
+		l.LogLines = d.LogLines
+	}
+	return l
+}
+
+// contextLimits are the unpack options of an uploaded build context: a
+// tenant's tar.
+func (b *Builder) contextLimits() layer.Options {
+	l := b.cfg.Limits
+	return layer.Options{MaxBytes: l.ContextBytes, MaxEntries: l.ContextEntries, What: "of an uploaded build context", Untrusted: true}
+}
+
+// imageLimits are the unpack options of a base image.
+func (b *Builder) imageLimits() layer.Options {
+	l := b.cfg.Limits
+	return layer.Options{MaxBytes: l.ImageBytes, MaxEntries: l.ImageEntries, What: "of a base image"}
 }
 
 // Snapshotter makes the memory snapshot of a finished build ("snapshot on
@@ -162,6 +217,7 @@ func New(cfg Config) (*Builder, error) {
 	if cfg.MinBuildMemoryMB <= 0 {
 		cfg.MinBuildMemoryMB = 1024
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	for _, d := range []string{"layers", "files", "work"} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("builder: %w", err)
@@ -233,7 +289,7 @@ func hashKey(parts ...string) string {
 func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err error) {
 	b.cacheMu.RLock()
 	defer b.cacheMu.RUnlock()
-	bl := &buildLog{store: b.cat.Store(), buildID: buildID, log: b.log}
+	bl := b.newBuildLog(buildID)
 	started, err := b.cat.UpdateBuild(ctx, buildID, func(bd *templates.Build) error {
 		bd.Status = templates.BuildBuilding
 		bd.StartCmd, bd.ReadyCmd = spec.StartCmd, spec.ReadyCmd
@@ -260,9 +316,9 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 			if errors.As(err, &se) {
 				reason.Step = se.Step
 			}
-			bl.add(templates.LogError, reason.Step, "Build failed: "+err.Error())
+			bl.final(templates.LogError, reason.Step, "Build failed: "+err.Error())
 		} else {
-			bl.add(templates.LogInfo, "", fmt.Sprintf("Build finished in %s", time.Since(start).Round(time.Millisecond)))
+			bl.final(templates.LogInfo, "", fmt.Sprintf("Build finished in %s", time.Since(start).Round(time.Millisecond)))
 		}
 		bl.flush()
 		if _, ferr := b.cat.FinishBuild(context.WithoutCancel(ctx), buildID, reason); ferr != nil {
@@ -275,6 +331,11 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 	if err != nil {
 		return err
 	}
+	// The layer cache is the team's own: a step's key starts from the
+	// team, so no build of another team (whatever it sends) can hit, or
+	// plant, an entry this build will use. Pulled images stay shared:
+	// their key is the registry's content digest.
+	st.Key = hashKey(st.Key, "team", spec.TeamID)
 	cached := !spec.Force
 	for i, step := range spec.Steps {
 		name := fmt.Sprint(i + 1)
@@ -360,18 +421,55 @@ func (b *Builder) flatten(ctx context.Context, layers []string, dst string) erro
 	return os.Rename(tmp, dst)
 }
 
-// buildLog collects a build's log entries and stores them.
+// buildLog collects a build's log entries and stores them, up to the
+// build's log limits: past them entries are dropped, with one entry
+// saying so and, at the end, how much was dropped.
 type buildLog struct {
-	mu      sync.Mutex
-	store   templates.Store
-	buildID string
-	log     *slog.Logger
-	pending []templates.LogEntry
+	mu       sync.Mutex
+	store    templates.Store
+	buildID  string
+	log      *slog.Logger
+	pending  []templates.LogEntry
+	maxLines int
+	maxBytes int64
+	lines    int
+	bytes    int64
+	dropped  int
+	dropB    int64
+}
+
+func (b *Builder) newBuildLog(buildID string) *buildLog {
+	return &buildLog{store: b.cat.Store(), buildID: buildID, log: b.log, maxLines: b.cfg.Limits.LogLines, maxBytes: b.cfg.Limits.LogBytes}
 }
 
 func (l *buildLog) add(level templates.LogLevel, step, msg string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.dropped > 0 || (l.maxLines > 0 && l.lines >= l.maxLines) || (l.maxBytes > 0 && l.bytes+int64(len(msg)) > l.maxBytes) {
+		if l.dropped == 0 {
+			l.appendLocked(templates.LogWarn, step, fmt.Sprintf("Build log limit reached (%d lines, %d bytes): later output is dropped", l.maxLines, l.maxBytes))
+		}
+		l.dropped++
+		l.dropB += int64(len(msg))
+		return
+	}
+	l.lines++
+	l.bytes += int64(len(msg))
+	l.appendLocked(level, step, msg)
+}
+
+// final adds the build's last entry (its result), past the limits: with
+// a note of what was dropped first.
+func (l *buildLog) final(level templates.LogLevel, step, msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dropped > 0 {
+		l.appendLocked(templates.LogWarn, "", fmt.Sprintf("%d log lines (%d bytes) were dropped past the build's log limit", l.dropped, l.dropB))
+	}
+	l.appendLocked(level, step, msg)
+}
+
+func (l *buildLog) appendLocked(level templates.LogLevel, step, msg string) {
 	l.pending = append(l.pending, templates.LogEntry{Timestamp: time.Now().UTC(), Level: level, Message: msg, Step: step})
 	l.flushLocked()
 }

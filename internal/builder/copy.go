@@ -20,9 +20,14 @@ import (
 )
 
 // copyContext returns the directory COPY sources come from, the part of
-// the cache key that stands for them, and a cleanup function.
+// the cache key that stands for them, and a cleanup function. The key
+// part is a digest the server computes of the sources as unpacked, so a
+// cache hit can only give a layer made from byte-identical sources; the
+// client's filesHash only names the upload.
 func (b *Builder) copyContext(ctx context.Context, buildID string, s Step, spec Spec) (string, string, func(), error) {
 	noop := func() {}
+	dir := spec.ContextDir
+	cleanup := noop
 	if s.FilesHash != "" {
 		bd, err := b.cat.Build(ctx, buildID)
 		if err != nil {
@@ -41,90 +46,185 @@ func (b *Builder) copyContext(ctx context.Context, buildID string, s Step, spec 
 		if err != nil {
 			return "", "", noop, fmt.Errorf("files %s: not a gzip'd tar: %w", s.FilesHash, errdefs.ErrInvalid)
 		}
-		dir, err := b.scratchDir("context-")
-		if err != nil {
+		if dir, err = b.scratchDir("context-"); err != nil {
 			return "", "", noop, err
 		}
-		cleanup := func() { os.RemoveAll(dir) }
-		if err := layer.Unpack(ctx, zr, dir, nil); err != nil {
+		cleanup = func() { os.RemoveAll(dir) }
+		if err := layer.Unpack(ctx, zr, dir, b.contextLimits()); err != nil {
 			cleanup()
 			return "", "", noop, fmt.Errorf("files %s: %w", s.FilesHash, err)
 		}
-		return dir, "files:" + s.FilesHash, cleanup, nil
-	}
-	if spec.ContextDir == "" {
+	} else if dir == "" {
 		return "", "", noop, fmt.Errorf("COPY %s: no build context and no uploaded files: %w", s.Args[0], errdefs.ErrInvalid)
 	}
-	h, err := hashSources(spec.ContextDir, s.Args[0])
+	cr, err := os.OpenRoot(dir)
 	if err != nil {
+		cleanup()
+		return "", "", noop, fmt.Errorf("build context: %w", err)
+	}
+	defer cr.Close()
+	h, err := hashSources(cr, s.Args[0])
+	if err != nil {
+		cleanup()
 		return "", "", noop, err
 	}
-	return spec.ContextDir, "sources:" + h, noop, nil
+	return dir, "sources:" + h, cleanup, nil
 }
 
-// sourceMatches returns the context paths that src (a path or glob,
-// relative to the context) names; none is an error.
-func sourceMatches(contextDir, src string) ([]string, error) {
-	rel := strings.TrimPrefix(path.Clean("/"+src), "/")
-	if rel == "" {
-		rel = "."
+// cleanSource checks that a COPY/ADD source names a path inside the build
+// context and returns it clean and slash-separated ("." is the whole
+// context). Absolute sources and ".." are refused: a source is a path in
+// the context, never one on the server.
+func cleanSource(src string) (string, error) {
+	if path.IsAbs(src) {
+		return "", fmt.Errorf("COPY source %q is absolute; sources are paths relative to the build context: %w", src, errdefs.ErrInvalid)
 	}
-	matches, err := filepath.Glob(filepath.Join(contextDir, rel))
+	for _, c := range strings.Split(src, "/") {
+		if c == ".." {
+			return "", fmt.Errorf("COPY source %q reaches outside the build context (\"..\"): %w", src, errdefs.ErrInvalid)
+		}
+	}
+	return path.Clean(src), nil
+}
+
+// sourceMatches returns the context paths (relative to ctx, slash
+// separated, sorted) that src (a path or glob) names; none is an error.
+// Every lookup goes through ctx, so symbolic links met on the way are
+// followed only inside the context (the kernel refuses the rest); a
+// source that is itself a link is matched as the link.
+func sourceMatches(ctx *os.Root, src string) ([]string, error) {
+	rel, err := cleanSource(src)
 	if err != nil {
-		return nil, fmt.Errorf("COPY source %q: %v: %w", src, err, errdefs.ErrInvalid)
+		return nil, err
+	}
+	if rel == "." {
+		return []string{"."}, nil
+	}
+	dir, last := path.Split(rel)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		dir = "."
+	}
+	fsys := ctx.FS()
+	dirs := []string{dir}
+	if hasMeta(dir) {
+		if dirs, err = fs.Glob(fsys, dir); err != nil {
+			return nil, fmt.Errorf("COPY source %q: %v: %w", src, err, errdefs.ErrInvalid)
+		}
+	}
+	var matches []string
+	for _, d := range dirs {
+		if !hasMeta(last) {
+			if _, err := ctx.Lstat(path.Join(d, last)); err == nil {
+				matches = append(matches, path.Join(d, last))
+			}
+			continue
+		}
+		entries, err := fs.ReadDir(fsys, d)
+		if err != nil {
+			continue // not a directory, or a link leading out of the context
+		}
+		for _, e := range entries {
+			ok, err := path.Match(last, e.Name())
+			if err != nil {
+				return nil, fmt.Errorf("COPY source %q: %v: %w", src, err, errdefs.ErrInvalid)
+			}
+			if ok {
+				matches = append(matches, path.Join(d, e.Name()))
+			}
+		}
 	}
 	if len(matches) == 0 {
-		return nil, fmt.Errorf("COPY source %q: no such file in the build context: %w", src, errdefs.ErrInvalid)
+		return nil, fmt.Errorf("COPY source %q: no such file in the build context (symbolic links are followed only inside it): %w", src, errdefs.ErrInvalid)
 	}
 	sort.Strings(matches)
 	return matches, nil
 }
 
-// hashSources hashes the names, modes, link targets and contents of what
-// src names in the context: the files part of a COPY step's cache key.
-func hashSources(contextDir, src string) (string, error) {
-	matches, err := sourceMatches(contextDir, src)
+func hasMeta(p string) bool { return strings.ContainsAny(p, `*?[\`) }
+
+// walkSources calls fn for every entry that src names in ctx and, for
+// directories, every entry below them (links are not followed), with
+// paths relative to ctx.
+func walkSources(ctx *os.Root, src string, fn func(match, rel string, fi fs.FileInfo) error) error {
+	matches, err := sourceMatches(ctx, src)
 	if err != nil {
-		return "", err
+		return err
 	}
-	h := sha256.New()
 	for _, m := range matches {
-		err := filepath.WalkDir(m, func(p string, d fs.DirEntry, err error) error {
+		fi, err := ctx.Lstat(m)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			if err := fn(m, m, fi); err != nil {
+				return err
+			}
+			continue
+		}
+		err = fs.WalkDir(ctx.FS(), m, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
-			rel, _ := filepath.Rel(contextDir, p)
 			fi, err := d.Info()
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(h, "%s\x00%o\x00", rel, fi.Mode())
-			switch {
-			case fi.Mode()&fs.ModeSymlink != 0:
-				l, err := os.Readlink(p)
-				if err != nil {
-					return err
-				}
-				io.WriteString(h, l)
-			case fi.Mode().IsRegular():
-				f, err := os.Open(p)
-				if err != nil {
-					return err
-				}
-				_, err = io.Copy(h, f)
-				f.Close()
-				if err != nil {
-					return err
-				}
-			}
-			h.Write([]byte{0})
-			return nil
+			return fn(m, p, fi)
 		})
 		if err != nil {
-			return "", fmt.Errorf("COPY source %q: %w", src, err)
+			return fmt.Errorf("COPY source %q: %w", src, err)
 		}
 	}
+	return nil
+}
+
+// hashSources hashes the names, modes, link targets and contents of what
+// src names in the context: the files part of a COPY step's cache key,
+// computed by the server from what is there (never taken from a client).
+func hashSources(ctx *os.Root, src string) (string, error) {
+	h := sha256.New()
+	err := walkSources(ctx, src, func(_, rel string, fi fs.FileInfo) error {
+		fmt.Fprintf(h, "%d:%s\x00%o\x00", len(rel), rel, fi.Mode())
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			l, err := ctx.Readlink(rel)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%d:%s", len(l), l)
+		case fi.Mode().IsRegular():
+			f, err := openRegular(ctx, rel)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%d:", fi.Size())
+			_, err = io.Copy(h, io.LimitReader(f, fi.Size()))
+			f.Close()
+			if err != nil {
+				return err
+			}
+		}
+		h.Write([]byte{0})
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// openRegular opens the regular file rel of ctx for reading.
+func openRegular(ctx *os.Root, rel string) (*os.File, error) {
+	f, err := ctx.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("COPY source %q changed while read: %w", rel, errdefs.ErrConflict)
+	}
+	return f, nil
 }
 
 // copyStep copies COPY/ADD sources from contextDir into root (Docker's
@@ -152,74 +252,65 @@ func copyStep(root, contextDir string, s Step, ns *state) error {
 		}
 		mode = os.FileMode(m) & 0o7777
 	}
-	matches, err := sourceMatches(contextDir, src)
+	cr, err := os.OpenRoot(contextDir)
+	if err != nil {
+		return fmt.Errorf("build context: %w", err)
+	}
+	defer cr.Close()
+	matches, err := sourceMatches(cr, src)
 	if err != nil {
 		return err
 	}
 	if !path.IsAbs(dest) {
 		dest = path.Join(orRoot(ns.Workdir), dest)
 	}
+	dest = path.Clean(dest)
 	destIsDir := strings.HasSuffix(s.Args[1], "/") || len(matches) > 1
 	if hp, err := layer.ResolveInRoot(root, dest); err == nil {
 		if fi, err := os.Stat(hp); err == nil && fi.IsDir() {
 			destIsDir = true
 		}
 	}
-	c := copier{root: root, uid: uid, gid: gid, mode: mode}
-	for _, m := range matches {
-		fi, err := os.Lstat(m)
-		if err != nil {
-			return err
+	c := copier{ctx: cr, root: root, uid: uid, gid: gid, mode: mode}
+	made := map[string]bool{}
+	return walkSources(cr, src, func(match, rel string, fi fs.FileInfo) error {
+		var target string
+		switch {
+		case rel == match && fi.IsDir():
+			// A directory's contents go into dest.
+			return mkdirAllOwned(root, dest, uid, gid)
+		case fi.IsDir() || rel != match:
+			sub := strings.TrimPrefix(rel, match+"/")
+			if match == "." {
+				sub = rel
+			}
+			target = path.Join(dest, sub)
+		case destIsDir:
+			target = path.Join(dest, path.Base(rel))
+		default:
+			target = dest
 		}
-		if fi.IsDir() {
-			if err := c.tree(m, path.Clean(dest)); err != nil {
+		if d := path.Dir(target); !made[d] && (rel == match) {
+			if err := mkdirAllOwned(root, d, uid, gid); err != nil {
 				return err
 			}
-			continue
+			made[d] = true
 		}
-		target := path.Clean(dest)
-		if destIsDir {
-			target = path.Join(target, filepath.Base(m))
-		}
-		if err := mkdirAllOwned(root, path.Dir(target), uid, gid); err != nil {
-			return err
-		}
-		if err := c.entry(m, target, fi); err != nil {
-			return err
-		}
-	}
-	return nil
+		return c.entry(rel, target, fi)
+	})
 }
 
+// copier copies entries of the build context (ctx) into a build's root
+// file system (root).
 type copier struct {
+	ctx      *os.Root
 	root     string
 	uid, gid int
 	mode     os.FileMode
 }
 
-// tree copies the contents of the host directory src into dest (a path in
-// root).
-func (c copier) tree(src, dest string) error {
-	if err := mkdirAllOwned(c.root, dest, c.uid, c.gid); err != nil {
-		return err
-	}
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if rel == "." {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		return c.entry(p, path.Join(dest, filepath.ToSlash(rel)), fi)
-	})
-}
-
-// entry copies one file, directory or link to target (a path in root).
+// entry copies the context's file, directory or link src (a path in the
+// context: links are copied as links) to target (a path in root).
 func (c copier) entry(src, target string, fi fs.FileInfo) error {
 	parent, err := layer.ResolveInRoot(c.root, path.Dir(target))
 	if err != nil {
@@ -241,7 +332,7 @@ func (c copier) entry(src, target string, fi fs.FileInfo) error {
 			return err
 		}
 	case fi.Mode()&fs.ModeSymlink != 0:
-		l, err := os.Readlink(src)
+		l, err := c.ctx.Readlink(src)
 		if err != nil {
 			return err
 		}
@@ -257,7 +348,7 @@ func (c copier) entry(src, target string, fi fs.FileInfo) error {
 			}
 			_ = ex
 		}
-		in, err := os.Open(src)
+		in, err := openRegular(c.ctx, src)
 		if err != nil {
 			return err
 		}
@@ -266,7 +357,7 @@ func (c copier) entry(src, target string, fi fs.FileInfo) error {
 		if err != nil {
 			return err
 		}
-		if _, err := io.Copy(out, in); err != nil {
+		if _, err := io.Copy(out, io.LimitReader(in, fi.Size())); err != nil {
 			out.Close()
 			return err
 		}

@@ -180,6 +180,13 @@ func newFixture(t testing.TB, base []byte) *fixture {
 
 func newFixtureWith(t testing.TB, base []byte, runner Runner) *fixture {
 	t.Helper()
+	return newFixtureCfg(t, base, runner, nil)
+}
+
+// newFixtureCfg is newFixtureWith with the builder's Config changed by
+// edit (when set).
+func newFixtureCfg(t testing.TB, base []byte, runner Runner, edit func(*Config)) *fixture {
+	t.Helper()
 	needRoot(t)
 	dir := t.TempDir()
 	cat, err := templates.New(templates.Config{DataDir: filepath.Join(dir, "templates"), Mmdebstrap: "/nonexistent"})
@@ -199,10 +206,14 @@ func newFixtureWith(t testing.TB, base []byte, runner Runner) *fixture {
 			t.Fatal(err)
 		}
 	}
-	b, err := New(Config{
+	cfg := Config{
 		DataDir: filepath.Join(dir, "builder"), Catalog: cat, Runner: runner,
 		ReadyInterval: 50 * time.Millisecond, ReadyTimeout: time.Minute,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,9 +138,10 @@ func readImageConfig(img v1.Image) (imageConfig, error) {
 	return ic, nil
 }
 
-// unpackImage writes the flattened file system of img into dir.
-func unpackImage(ctx context.Context, img v1.Image, dir string) error {
+// unpackImage writes the flattened file system of img into dir, within
+// opts' limits.
+func unpackImage(ctx context.Context, img v1.Image, dir string, opts layer.Options) error {
 	rc := mutate.Extract(img)
 	defer rc.Close()
-	return layer.Unpack(ctx, rc, dir, nil)
+	return layer.Unpack(ctx, rc, dir, opts)
 }

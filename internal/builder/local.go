@@ -17,7 +17,10 @@ type LocalConfig struct {
 	DataDir string
 	// BaseRootFSTar is a pre-built base root filesystem (optional).
 	BaseRootFSTar string
-	// Runner runs build steps; RuncRunner{} by default.
+	// Runner runs build steps; RuncRunner{} by default, which is for a
+	// single trusted operator only (runc shares the host kernel): a server
+	// that takes builds from tenants passes a DriverRunner of gVisor
+	// sandboxes with network slots, as `warren serve` does.
 	Runner Runner
 	// Network gives build steps outbound network access (default true
 	// through NoNetwork=false).
@@ -26,7 +29,11 @@ type LocalConfig struct {
 	InsecureRegistries []string
 	// Snapshotter takes snapshots on ready (the node agent); optional.
 	Snapshotter Snapshotter
-	Logger      *slog.Logger
+	// Limits bound what a build may unpack and log (DefaultLimits).
+	Limits Limits
+	// MaxTemplateDiskMB bounds a template's disk size (ServiceConfig).
+	MaxTemplateDiskMB int64
+	Logger            *slog.Logger
 }
 
 // RequestBaseRebuild asks the next Catalog.EnsureBase over dataDir (the
@@ -64,11 +71,12 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 	b, err := New(Config{
 		DataDir: filepath.Join(cfg.DataDir, "builder"), Catalog: cat, Runner: cfg.Runner,
 		Logger: log, Network: !cfg.NoNetwork, InsecureRegistries: cfg.InsecureRegistries, Snapshotter: cfg.Snapshotter,
+		Limits: cfg.Limits,
 	})
 	if err != nil {
 		return nil, err
 	}
-	svc, err := NewService(ServiceConfig{Builder: b, Logger: log})
+	svc, err := NewService(ServiceConfig{Builder: b, Logger: log, MaxTemplateDiskMB: cfg.MaxTemplateDiskMB})
 	if err != nil {
 		b.Close()
 		return nil, err

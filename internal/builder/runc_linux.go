@@ -25,6 +25,11 @@ import (
 // writable. Each Exec is a container of its own unless a Spawn started one
 // (the start command), which later Execs then join (the ready command sees
 // its processes and ports). Needs root and runc.
+//
+// RuncRunner is for a single trusted operator: runc containers share the
+// host's kernel, and the build has no network slot of its own. Builds
+// that tenants send run in DriverRunner sandboxes of gVisor (runsc), each
+// with a network slot under the rules of sandboxes, as in `warren serve`.
 type RuncRunner struct {
 	// Runc is the runc binary; "runc" on PATH by default.
 	Runc string

@@ -40,6 +40,14 @@ type ServiceConfig struct {
 	MaxConcurrentBuilds int
 	// MaxUploadBytes bounds one upload (default 4 GiB).
 	MaxUploadBytes int64
+	// MaxTeamUploads and MaxTeamUploadBytes bound the uploaded build
+	// contexts a team keeps, over all its templates (default 1000 and
+	// 16 GiB, as stored: gzip'd).
+	MaxTeamUploads     int
+	MaxTeamUploadBytes int64
+	// MaxTemplateDiskMB is the largest disk size a template may ask for
+	// (minFreeDiskMb; default 65536).
+	MaxTemplateDiskMB int64
 }
 
 // Service is what the API server calls for E2B's template build API and
@@ -51,6 +59,7 @@ type Service struct {
 	log    *slog.Logger
 	secret []byte
 	maxUp  int64
+	quota  uploadQuota
 	slots  chan struct{}
 
 	ctx    context.Context
@@ -78,9 +87,19 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.MaxUploadBytes <= 0 {
 		cfg.MaxUploadBytes = 4 << 30
 	}
+	if cfg.MaxTeamUploads <= 0 {
+		cfg.MaxTeamUploads = 1000
+	}
+	if cfg.MaxTeamUploadBytes <= 0 {
+		cfg.MaxTeamUploadBytes = 16 << 30
+	}
+	if cfg.MaxTemplateDiskMB <= 0 {
+		cfg.MaxTemplateDiskMB = 64 << 10
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{
 		b: cfg.Builder, cat: cfg.Builder.cat, log: cfg.Logger, secret: cfg.UploadSecret, maxUp: cfg.MaxUploadBytes,
+		quota: uploadQuota{files: cfg.MaxTeamUploads, bytes: cfg.MaxTeamUploadBytes, diskMB: cfg.MaxTemplateDiskMB},
 		slots: make(chan struct{}, cfg.MaxConcurrentBuilds), ctx: ctx, cancel: cancel, done: map[string]chan struct{}{},
 	}, nil
 }
@@ -149,6 +168,9 @@ func (s *Service) Close() {
 
 // CreateTemplate makes a waiting build (POST /v3/templates).
 func (s *Service) CreateTemplate(ctx context.Context, req templates.CreateRequest) (*templates.Template, *templates.Build, error) {
+	if err := s.checkDisk(req); err != nil {
+		return nil, nil, err
+	}
 	return s.cat.CreateBuild(ctx, req)
 }
 
@@ -168,7 +190,7 @@ type StartRequest struct {
 func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, error) {
 	if req.BuildID == "" {
 		req.Create.TeamID = req.TeamID
-		t, b, err := s.cat.CreateBuild(ctx, req.Create)
+		t, b, err := s.CreateTemplate(ctx, req.Create)
 		if err != nil {
 			return "", err
 		}
@@ -316,6 +338,9 @@ func (s *Service) Files(ctx context.Context, teamID, templateID, hash string) (p
 	if _, err := os.Stat(p); err == nil {
 		return true, "", nil
 	}
+	if err := s.checkUploads(ctx, teamID, 0); err != nil {
+		return false, "", err
+	}
 	return false, UploadPathPrefix + t.ID + "/" + hash + "?token=" + s.token(t.ID, hash), nil
 }
 
@@ -345,11 +370,15 @@ func (s *Service) UploadHandler() http.Handler {
 		if err := s.PutFiles(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp)); err != nil {
 			s.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
 			status := errdefs.HTTPStatus(err)
+			msg := "upload failed"
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				status = http.StatusRequestEntityTooLarge
+				msg = fmt.Sprintf("upload larger than %d bytes", s.maxUp)
+			} else if errdefs.IsExhausted(err) {
+				msg = err.Error() // the team's quota, no internal detail
 			}
-			http.Error(w, "upload failed", status)
+			http.Error(w, msg, status)
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
@@ -401,6 +430,13 @@ func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Re
 	}
 	if err := f.Close(); err != nil {
 		return err
+	}
+	// The team's upload quota, counted with this upload's stored size
+	// (and under the lock, so parallel uploads cannot both fit).
+	s.quota.mu.Lock()
+	defer s.quota.mu.Unlock()
+	if err := s.checkUploadOf(ctx, templateID, f.Name()); err != nil {
+		return fmt.Errorf("files %s: %w", hash, err)
 	}
 	return os.Rename(f.Name(), p)
 }

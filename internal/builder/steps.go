@@ -88,8 +88,11 @@ func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, fu
 		if err := os.Mkdir(tmp, 0o755); err != nil {
 			return nil, nil, err
 		}
-		if err := unpackImage(ctx, img, tmp); err != nil {
-			return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: classifyRegistryError(spec.FromImage, err)}
+		if err := unpackImage(ctx, img, tmp, b.imageLimits()); err != nil {
+			if !errdefs.IsExhausted(err) {
+				err = classifyRegistryError(spec.FromImage, err)
+			}
+			return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: err}
 		}
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 			return nil, nil, err

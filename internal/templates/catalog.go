@@ -238,7 +238,8 @@ func (c *Catalog) unpackTar(ctx context.Context, tarPath, dir string, want *TarF
 	}
 	h := sha256.New()
 	tee := io.TeeReader(f, h)
-	err = layer.Unpack(ctx, tee, tmp, cb)
+	// The operator's own base tar: its device nodes are kept.
+	err = layer.Unpack(ctx, tee, tmp, layer.Options{Devices: true, Progress: cb})
 	if err == nil {
 		_, err = io.Copy(io.Discard, tee) // the tar's end, for the hash
 	}

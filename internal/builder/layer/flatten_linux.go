@@ -263,3 +263,16 @@ func (m *Mount) Unmount() error {
 	}
 	return os.Remove(m.Merged)
 }
+
+func removeChildren(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -102,7 +102,7 @@ func TestUnpack(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			for _, l := range tc.layers {
-				if err := Unpack(context.Background(), mkTar(t, l), dir, nil); err != nil {
+				if err := Unpack(context.Background(), mkTar(t, l), dir, Options{}); err != nil {
 					t.Fatalf("Unpack: %v", err)
 				}
 			}
@@ -153,7 +153,7 @@ func checkTree(t *testing.T, dir string, want map[string]string, missing []strin
 func TestUnpackKeepsModeAndOwner(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	err := Unpack(context.Background(), mkTar(t, []entry{{name: "bin/su", typ: tar.TypeReg, body: "x", mode: 0o4755}}), dir, nil)
+	err := Unpack(context.Background(), mkTar(t, []entry{{name: "bin/su", typ: tar.TypeReg, body: "x", mode: 0o4755}}), dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestOverlayFlatten(t *testing.T) {
 		{name: "a/gone", typ: tar.TypeReg, body: "1"},
 		{name: "d/old", typ: tar.TypeReg, body: "1"},
 		{name: "f", typ: tar.TypeReg, body: "old"},
-	}), base, nil); err != nil {
+	}), base, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	scratch := t.TempDir()

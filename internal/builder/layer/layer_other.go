@@ -13,7 +13,7 @@ import (
 var errNotLinux = fmt.Errorf("root filesystem layers need Linux: %w", errdefs.ErrUnsupported)
 
 // Unpack needs Linux.
-func Unpack(ctx context.Context, r io.Reader, dir string, progress func(written int64)) error {
+func Unpack(ctx context.Context, r io.Reader, dir string, opts Options) error {
 	return errNotLinux
 }
 
@@ -31,3 +31,11 @@ func MountOverlay(lowers []string, scratch string) (*Mount, error) { return nil,
 
 // Unmount needs Linux.
 func (m *Mount) Unmount() error { return errNotLinux }
+
+// Options are the limits and policies of an Unpack (see the Linux build).
+type Options struct {
+	MaxBytes, MaxEntries int64
+	What                 string
+	Untrusted, Devices   bool
+	Progress             func(written int64)
+}
