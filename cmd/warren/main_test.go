@@ -272,3 +272,40 @@ func TestServeTLS(t *testing.T) {
 		t.Fatalf("sandbox traffic over TLS: %d %s", resp.StatusCode, resp.Proto)
 	}
 }
+
+func TestTeamCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out, err := runCmd(t, "team", "create", "tapi-cli", "--data-dir", dir, "--name", "CLI team", "--max-concurrent", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^team: tapi-cli\nkey: e2b_[0-9a-f]{40}\n$`).MatchString(out) {
+		t.Fatalf("create output %q", out)
+	}
+	if _, err := runCmd(t, "team", "create", "tapi-cli", "--data-dir", dir); err == nil {
+		t.Fatal("duplicate team created")
+	}
+	if _, err := runCmd(t, "team", "create", "Bad/ID", "--data-dir", dir); err == nil {
+		t.Fatal("invalid team ID accepted")
+	}
+	out, err = runCmd(t, "team", "limits", "tapi-cli", "--data-dir", dir, "--max-paused", "7", "--max-timeout", "2h")
+	if err != nil || !strings.Contains(out, "max-concurrent: 3\n") || !strings.Contains(out, "max-paused: 7\n") || !strings.Contains(out, "max-timeout: 2h0m0s\n") {
+		t.Fatalf("limits output %q, %v", out, err)
+	}
+	if out, err := runCmd(t, "keys", "list", "--data-dir", dir, "--team", "tapi-cli"); err != nil || !strings.Contains(out, "tapi-cli") {
+		t.Fatalf("keys of the team: %q, %v", out, err)
+	}
+	if out, err := runCmd(t, "team", "list", "--data-dir", dir); err != nil || !strings.Contains(out, "tapi-cli") || !strings.Contains(out, "CLI team") {
+		t.Fatalf("list output %q, %v", out, err)
+	}
+	if _, err := runCmd(t, "team", "delete", "tapi-cli", "--data-dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := runCmd(t, "team", "list", "--data-dir", dir); strings.Contains(out, "tapi-cli") {
+		t.Fatalf("deleted team listed: %q", out)
+	}
+	if _, err := runCmd(t, "team", "limits", "tapi-cli", "--data-dir", dir); err == nil {
+		t.Fatal("limits of a deleted team")
+	}
+}

@@ -105,6 +105,9 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	if res.MemoryMB > lim.MaxMemoryMB {
 		return nil, fmt.Errorf("memoryMB %d exceeds the team's limit of %d: %w", res.MemoryMB, lim.MaxMemoryMB, errdefs.ErrInvalid)
 	}
+	if lim.MaxDiskMB > 0 && res.DiskMB > lim.MaxDiskMB {
+		return nil, fmt.Errorf("disk of %d MiB exceeds the team's limit of %d MiB: %w", res.DiskMB, lim.MaxDiskMB, errdefs.ErrInvalid)
+	}
 	autoPause := req.AutoPause != nil && *req.AutoPause
 	autoPauseMemory := req.AutoPauseMemory == nil || *req.AutoPauseMemory
 	autoResume := req.AutoResume != nil && req.AutoResume.Enabled

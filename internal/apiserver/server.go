@@ -57,7 +57,8 @@ type Config struct {
 	// 10 GiB disk).
 	DefaultResources sandbox.Resources
 	// DefaultLimits apply to teams whose own limits are zero (defaults: 20
-	// concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB).
+	// concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, no disk bound,
+	// 100 paused sandboxes, 100 snapshots).
 	DefaultLimits store.Limits
 	// RetryAfter is the Retry-After sent with a concurrency 429 (default
 	// 5 s).
@@ -127,6 +128,12 @@ func New(cfg Config) (*Server, error) {
 	if l.MaxMemoryMB == 0 {
 		l.MaxMemoryMB = 8192
 	}
+	if l.MaxPaused == 0 {
+		l.MaxPaused = 100
+	}
+	if l.MaxSnapshots == 0 {
+		l.MaxSnapshots = 100
+	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 5 * time.Second
 	}
@@ -166,6 +173,11 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /snapshots", team(s.listSnapshots))
 	s.templateRoutes(team)
 
+	s.mux.Handle("POST /admin/teams", admin(s.adminCreateTeam))
+	s.mux.Handle("GET /admin/teams", admin(s.adminListTeams))
+	s.mux.Handle("GET /admin/teams/{teamID}", admin(s.adminGetTeam))
+	s.mux.Handle("PATCH /admin/teams/{teamID}", admin(s.adminUpdateTeam))
+	s.mux.Handle("DELETE /admin/teams/{teamID}", admin(s.adminDeleteTeam))
 	s.mux.Handle("POST /admin/teams/{teamID}/sandboxes/kill", admin(s.adminKillTeam))
 	s.mux.Handle("GET /admin/sandboxes/running-counts", admin(s.adminRunningCounts))
 	s.mux.Handle("POST /admin/teams/{teamID}/api-keys", admin(s.adminCreateKey))
@@ -301,6 +313,15 @@ func (s *Server) limits(c *caller) store.Limits {
 	}
 	if t.MaxMemoryMB != 0 {
 		l.MaxMemoryMB = t.MaxMemoryMB
+	}
+	if t.MaxDiskMB != 0 {
+		l.MaxDiskMB = t.MaxDiskMB
+	}
+	if t.MaxPaused != 0 {
+		l.MaxPaused = t.MaxPaused
+	}
+	if t.MaxSnapshots != 0 {
+		l.MaxSnapshots = t.MaxSnapshots
 	}
 	return l
 }

@@ -317,6 +317,24 @@ func (c *Catalog) Delete(ctx context.Context, teamID, idOrAlias string) error {
 	return nil
 }
 
+// DeleteTeamTemplates removes every template team owns (the team is
+// being deleted); files go later, as with Delete.
+func (c *Catalog) DeleteTeamTemplates(ctx context.Context, teamID string) error {
+	if teamID == "" {
+		return fmt.Errorf("delete team templates: no team: %w", errdefs.ErrInvalid)
+	}
+	own, err := c.List(ctx, teamID)
+	if err != nil {
+		return err
+	}
+	for _, t := range own {
+		if err := c.store.DeleteTemplate(ctx, t.ID); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("template %q: %w", t.ID, err)
+		}
+	}
+	return nil
+}
+
 // PurgeDeleted removes the files that older versions of Delete moved to
 // DataDir/deleted, for which inUse (nil: none is) says no sandbox still
 // uses them. The garbage collector (builder.Collector) takes care of them
