@@ -79,7 +79,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 	alias, tag := "", templates.DefaultTag
 	if req.Name != "" {
 		alias, tag = templates.ParseRef(req.Name)
-		if err := templates.ValidateAlias(alias); err != nil {
+		if alias, err = templates.TeamName(c.teamID, alias); err != nil {
 			s.fail(w, r, err)
 			return
 		}
@@ -90,15 +90,12 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 	var t *templates.Template
 	created := false
 	if alias != "" {
-		t, err = st.TemplateByAlias(ctx, alias)
+		t, err = st.TemplateByAlias(ctx, c.teamID, alias)
 		switch {
 		case errdefs.IsNotFound(err):
 			t = nil
 		case err != nil:
 			s.fail(w, r, err)
-			return
-		case t.TeamID != c.teamID:
-			writeError(w, http.StatusConflict, fmt.Sprintf("the name '%s' is taken by another team's template", alias))
 			return
 		}
 	}

@@ -657,13 +657,11 @@ func (s *Server) patchTemplate(w http.ResponseWriter, r *http.Request, c *caller
 }
 
 func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, c *caller, alias string) {
-	t, err := s.cfg.Catalog.Store().TemplateByAlias(r.Context(), alias)
+	// Resolved as a create would: another team's name is not found (not
+	// 403), so a template's existence does not leak across teams.
+	t, err := s.cfg.Catalog.Find(r.Context(), c.teamID, alias)
 	if err != nil {
 		s.templateErr(w, r, alias, err)
-		return
-	}
-	if !(t.Public || t.TeamID == "" || t.TeamID == c.teamID || c.admin && c.teamID == "") {
-		writeError(w, http.StatusForbidden, fmt.Sprintf("you don't have access to template '%s'", alias))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templateID": t.ID, "public": t.Public})
