@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
+	"io/fs"
 	"math/big"
 	"net"
 	"net/http"
@@ -156,10 +157,28 @@ func TestServeGeneratesKey(t *testing.T) {
 	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(first) {
 		t.Fatalf("generated key %q", first)
 	}
+	// Later starts do not print it again (it is kept nowhere in clear),
+	// and it keeps working.
 	env, stop = serve(t, dir)
 	defer stop()
-	if env["E2B_API_KEY"] != first {
-		t.Fatalf("key changed across restarts: %q then %q", first, env["E2B_API_KEY"])
+	if env["E2B_API_KEY"] != "" {
+		t.Fatalf("second start printed a key: %q", env["E2B_API_KEY"])
+	}
+	if _, _, err := client.New(env["E2B_API_URL"], first).List(context.Background(), client.ListOptions{}); err != nil {
+		t.Fatalf("generated key after restart: %v", err)
+	}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte(first)) {
+			t.Errorf("%s holds the generated key in clear", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

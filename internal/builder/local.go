@@ -3,6 +3,7 @@ package builder
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -24,6 +25,8 @@ type LocalConfig struct {
 	NoNetwork bool
 	// InsecureRegistries are registry hosts reached over plain HTTP.
 	InsecureRegistries []string
+	// Transport carries registry traffic (Config.Transport).
+	Transport http.RoundTripper
 	// Snapshotter takes snapshots on ready (the node agent); optional.
 	Snapshotter Snapshotter
 	Logger      *slog.Logger
@@ -64,6 +67,7 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 	b, err := New(Config{
 		DataDir: filepath.Join(cfg.DataDir, "builder"), Catalog: cat, Runner: cfg.Runner,
 		Logger: log, Network: !cfg.NoNetwork, InsecureRegistries: cfg.InsecureRegistries, Snapshotter: cfg.Snapshotter,
+		Transport: cfg.Transport,
 	})
 	if err != nil {
 		return nil, err
