@@ -68,6 +68,7 @@ func tarOf(t *testing.T, gz bool, files map[string]string) []byte {
 // build service (builds run with fakeRunner).
 type tplEnv struct {
 	*env
+	api     *apiserver.Server
 	local   *builder.Local
 	snaps   *fakeSnapshotter
 	recNode *recNode
@@ -136,7 +137,7 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	mux.Handle("/", api)
 	e.srv = httptest.NewServer(mux)
 	t.Cleanup(e.srv.Close)
-	return &tplEnv{env: e, local: local, snaps: snaps, recNode: rn}
+	return &tplEnv{env: e, api: api, local: local, snaps: snaps, recNode: rn}
 }
 
 // decodeJSON decodes r's body into v, failing the test on error.
