@@ -417,10 +417,19 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *caller, time
 
 func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller) {
 	id := r.PathValue("id")
-	var req client.NetworkUpdate
+	// Python sends allow_internet_access, the JS SDK's types
+	// allowInternetAccess: either is taken; neither keeps the current
+	// setting.
+	var req struct {
+		client.NetworkUpdate
+		AllowInternetAccessCamel *bool `json:"allowInternetAccess"`
+	}
 	if err := decode(r, &req, true); err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if req.AllowInternetAccess == nil {
+		req.AllowInternetAccess = req.AllowInternetAccessCamel
 	}
 	p, err := policyOf("", req.AllowOut, req.DenyOut)
 	if err != nil {
@@ -431,7 +440,6 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 		s.fail(w, r, fmt.Errorf("egressProxy is not supported by this server: %w", errdefs.ErrInvalid))
 		return
 	}
-	p.Internet = req.AllowInternetAccess == nil || *req.AllowInternetAccess
 	sb, err := s.lc.Get(r.Context(), c.teamID, id)
 	if err != nil {
 		s.sandboxErr(w, r, id, err)

@@ -562,3 +562,46 @@ func TestSandboxSizedByTemplate(t *testing.T) {
 		})
 	}
 }
+
+// TestNetworkUpdateKeepsInternet: an update without allowInternetAccess
+// keeps the sandbox's setting; it never turns internet access on. Both
+// spellings of the field are taken.
+func TestNetworkUpdateKeepsInternet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.create(e.key1, client.NewSandbox{AllowInternetAccess: boolp(false)})
+	internet := func() bool {
+		t.Helper()
+		ns, err := e.node.Get(ctx, sb.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns.Network.Internet
+	}
+	if internet() {
+		t.Fatal("created with allowInternetAccess=false, has internet")
+	}
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{
+		{`{"allowOut":["8.8.8.8"]}`, false},
+		{`{}`, false},
+		{`{"allowInternetAccess":true}`, true},
+		{`{"denyOut":["10.0.0.0/8"]}`, true},
+		{`{"allow_internet_access":false}`, false},
+		{`{"allowOut":[]}`, false},
+	} {
+		if r := e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", e.key1, tc.body); r.status != 204 {
+			t.Fatalf("PUT %s: %d %s", tc.body, r.status, r.body)
+		}
+		if got := internet(); got != tc.want {
+			t.Fatalf("after PUT %s: internet %t, want %t", tc.body, got, tc.want)
+		}
+	}
+	info, err := e.client(e.key1).Get(ctx, sb.SandboxID)
+	if err != nil || info.AllowInternetAccess == nil || *info.AllowInternetAccess {
+		t.Fatalf("getInfo allowInternetAccess = %v, %v", info.AllowInternetAccess, err)
+	}
+}

@@ -545,6 +545,12 @@ func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, p netslo
 	if sb.State != sandbox.StateRunning {
 		return fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
 	}
+	// An update that does not say keeps the sandbox's internet access as
+	// it is (never turns it on).
+	if allowInternet == nil {
+		allowInternet = sb.Spec.AllowInternet
+	}
+	p.Internet = allowInternet == nil || *allowInternet
 	if err := m.node.UpdateNetwork(ctx, id, p); err != nil {
 		return fmt.Errorf("update network of sandbox %q: %w", id, err)
 	}
