@@ -7,6 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -124,4 +128,69 @@ func TestAdminTeams(t *testing.T) {
 	if r := e.do("DELETE", "/admin/teams/default", "", "", admin...); r.status != http.StatusConflict {
 		t.Fatalf("delete of the default team: %d, want 409", r.status)
 	}
+}
+
+// TestResumeAndPauseLimits: a resume (connect, resume, auto-resume) takes
+// a concurrency slot as a create does, and a team keeps no more paused
+// sandboxes than its limit.
+func TestResumeAndPauseLimits(t *testing.T) {
+	t.Parallel()
+	var e *env
+	e = newEnv(t, func(c *lifecycle.Config) {
+		c.TeamLimits = func(ctx context.Context, teamID string) (lifecycle.TeamLimits, error) {
+			return apiserver.LifecycleLimits(e.st, store.Limits{})(ctx, teamID)
+		}
+	})
+	ctx := context.Background()
+	tm := e.adminTeam("tapi-lim", `{"id":"tapi-lim","limits":{"maxConcurrent":1,"maxPaused":1}}`)
+	a := e.create(tm.APIKey, client.NewSandbox{AutoResume: &client.AutoResume{Enabled: true}})
+	expect(t, "pause a", e.do("POST", "/sandboxes/"+a.SandboxID+"/pause", tm.APIKey, ""), http.StatusNoContent)
+	b := e.create(tm.APIKey, client.NewSandbox{}) // the one running slot
+	for _, rq := range []struct{ path, body string }{
+		{"/v2/sandboxes/" + a.SandboxID + "/connect", `{"timeout":60}`},
+		{"/sandboxes/" + a.SandboxID + "/connect", `{"timeout":60}`},
+		{"/sandboxes/" + a.SandboxID + "/resume", `{"timeout":60}`},
+	} {
+		r := e.do("POST", rq.path, tm.APIKey, rq.body)
+		expect(t, "resume at the limit "+rq.path, r, http.StatusTooManyRequests)
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("%s: 429 without Retry-After", rq.path)
+		}
+	}
+	if _, err := e.lc.Route(ctx, a.SandboxID); !errdefs.IsExhausted(err) {
+		t.Fatalf("auto-resume at the limit: %v, want exhausted", err)
+	}
+	if got, _ := e.client(tm.APIKey).Get(ctx, a.SandboxID); got == nil || got.State != "paused" {
+		t.Fatalf("refused resume changed the sandbox: %+v", got)
+	}
+	// A second paused sandbox is over the paused limit.
+	expect(t, "pause over the paused limit", e.do("POST", "/sandboxes/"+b.SandboxID+"/pause", tm.APIKey, ""), http.StatusTooManyRequests)
+	// Once b is gone, a resumes, and then holds the slot against creates.
+	if ok, err := e.client(tm.APIKey).Kill(ctx, b.SandboxID); !ok || err != nil {
+		t.Fatalf("kill b: %t %v", ok, err)
+	}
+	expect(t, "resume with a free slot", e.do("POST", "/v2/sandboxes/"+a.SandboxID+"/connect", tm.APIKey, `{"timeout":60}`), http.StatusCreated)
+	expect(t, "create while the resumed one runs", e.do("POST", "/v2/sandboxes", tm.APIKey, `{"templateID":"base"}`), http.StatusTooManyRequests)
+	// Other teams are not affected.
+	e.create(e.key2, client.NewSandbox{})
+}
+
+// TestSnapshotLimit: a team keeps no more snapshots than its limit.
+func TestSnapshotLimit(t *testing.T) {
+	e := newTemplateEnv(t)
+	base, err := e.local.Catalog.Resolve(context.Background(), "t1", "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.snaps.base = base
+	tm := e.adminTeam("tapi-snap", `{"id":"tapi-snap","limits":{"maxSnapshots":1}}`)
+	src := e.create(tm.APIKey, client.NewSandbox{TemplateID: "base"})
+	expect(t, "first snapshot", e.do("POST", "/sandboxes/"+src.SandboxID+"/snapshots", tm.APIKey, `{"name":"one"}`), http.StatusCreated)
+	expect(t, "second snapshot", e.do("POST", "/sandboxes/"+src.SandboxID+"/snapshots", tm.APIKey, `{"name":"two"}`), http.StatusTooManyRequests)
+	if r := e.do("GET", "/snapshots", tm.APIKey, ""); strings.Contains(string(r.body), "two") {
+		t.Fatalf("refused snapshot listed: %s", r.body)
+	}
+	// Deleting one frees the slot.
+	expect(t, "delete", e.do("DELETE", "/templates/one", tm.APIKey, ""), http.StatusNoContent)
+	expect(t, "snapshot after delete", e.do("POST", "/sandboxes/"+src.SandboxID+"/snapshots", tm.APIKey, `{"name":"two"}`), http.StatusCreated)
 }

@@ -52,12 +52,18 @@ type env struct {
 
 const adminToken = "admin-secret"
 
-func newEnv(t *testing.T) *env {
+// newEnv makes the test server; opts change the lifecycle's
+// configuration (its Store and Node are set).
+func newEnv(t *testing.T, opts ...func(*lifecycle.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	st := storetest.SQLite(t)
 	n := fakenode.New()
-	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: n})
+	lcfg := lifecycle.Config{Store: st, Node: n}
+	for _, o := range opts {
+		o(&lcfg)
+	}
+	lc, err := lifecycle.New(lcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

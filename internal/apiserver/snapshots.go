@@ -76,6 +76,18 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
 		return
 	}
+	if lim := s.limits(c).MaxSnapshots; lim > 0 {
+		n, err := s.countSnapshots(ctx, c.teamID)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if n >= lim {
+			w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("you have reached the maximum number of snapshots (%d); delete a snapshot or ask for a higher limit", lim))
+			return
+		}
+	}
 	alias, tag := "", templates.DefaultTag
 	if req.Name != "" {
 		alias, tag = templates.ParseRef(req.Name)
@@ -212,6 +224,28 @@ func readSnapshotInfo(b *templates.Build) (*sandboxSnapshotInfo, bool) {
 		return nil, false
 	}
 	return &info, true
+}
+
+// countSnapshots counts a team's snapshots (builds holding a sandbox
+// snapshot). Concurrent creates may pass the bound by the few in flight.
+func (s *Server) countSnapshots(ctx context.Context, teamID string) (int, error) {
+	all, err := s.cfg.Catalog.List(ctx, teamID)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range all {
+		builds, err := s.cfg.Catalog.Builds(ctx, t.ID)
+		if err != nil {
+			return 0, err
+		}
+		for _, b := range builds {
+			if _, ok := readSnapshotInfo(b); ok {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller) {
