@@ -258,7 +258,11 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := &http.Server{
 		Handler:           Dispatch(apiHandler, px),
 		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		// Idle keep-alive connections and request headers are bounded so
+		// a client cannot hold connections or memory without end.
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	scheme := "http"
 	if cfg.TLSCert != "" {
