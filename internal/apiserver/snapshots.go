@@ -51,7 +51,8 @@ type snapshotJSON struct {
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) {
-	if !needTeam(w, c) {
+	if c.teamID == "" {
+		writeError(w, http.StatusBadRequest, "an admin taking a snapshot must name the sandbox's team in X-Team-ID")
 		return
 	}
 	id := r.PathValue("id")

@@ -283,15 +283,10 @@ func TestTemplateCreate(t *testing.T) {
 		{"reserved name", e.key1, `{"name":"base"}`, 403, "reserved"},
 		{"reserved name with a tag", e.key1, `{"name":"mcp-gateway:v1"}`, 403, "reserved"},
 		{"namespace of another team", e.key1, `{"name":"t2/x"}`, 400, "namespace"},
-		{"admin without team", "", `{"name":"x"}`, 400, "X-Team-ID"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var hdr []string
-			if tc.name == "admin without team" {
-				hdr = []string{"X-Admin-Token", adminToken}
-			}
-			r := e.do("POST", "/v3/templates", tc.key, tc.body, hdr...)
+			r := e.do("POST", "/v3/templates", tc.key, tc.body)
 			expect(t, tc.name, r, tc.status)
 			if !strings.Contains(string(r.body), tc.msg) {
 				t.Fatalf("message %s does not contain %q", r.body, tc.msg)
@@ -788,4 +783,52 @@ func needRootForBuild(t *testing.T) {
 func TestTemplatesUnconfigured(t *testing.T) {
 	e := newEnv(t)
 	expect(t, "no template API", e.do("POST", "/v3/templates", e.key1, `{"name":"x"}`), 404)
+}
+
+// TestSystemTemplates: the operator (admin token, no team) builds system
+// templates, reserved names included; every team resolves them by name
+// unless it has its own template of that name.
+func TestSystemTemplates(t *testing.T) {
+	e := newTemplateEnv(t)
+	admin := []string{"X-Admin-Token", adminToken}
+	build := func(key string, hdr []string, name string) string {
+		t.Helper()
+		r := e.do("POST", "/v3/templates", key, `{"name":"`+name+`"}`, hdr...)
+		expect(t, "create "+name, r, http.StatusAccepted)
+		var c createResp
+		decodeJSON(t, r, &c)
+		expect(t, "build "+name, e.do("POST", "/v2/templates/"+c.TemplateID+"/builds/"+c.BuildID, key,
+			`{"fromTemplate":"base","steps":[{"type":"RUN","args":["true"]}]}`, hdr...), http.StatusAccepted)
+		if _, err := e.local.Service.Wait(contextWithTimeout(t, time.Minute), c.BuildID); err != nil {
+			t.Fatal(err)
+		}
+		return c.TemplateID
+	}
+	sys := build("", admin, "shared-tool")
+	reserved := build("", admin, "code-interpreter-v1")
+	createdFrom := func(key, name string) string {
+		t.Helper()
+		r := e.do("POST", "/v2/sandboxes", key, `{"templateID":"`+name+`"}`)
+		expect(t, "create from "+name, r, http.StatusCreated)
+		var sb client.Sandbox
+		decodeJSON(t, r, &sb)
+		return sb.TemplateID
+	}
+	for _, key := range []string{e.key1, e.key2} {
+		if got := createdFrom(key, "shared-tool"); got != sys {
+			t.Fatalf("shared-tool = %s, want the system template %s", got, sys)
+		}
+		if got := createdFrom(key, "code-interpreter-v1"); got != reserved {
+			t.Fatalf("code-interpreter-v1 = %s, want %s", got, reserved)
+		}
+	}
+	own := build(e.key1, nil, "shared-tool")
+	if got := createdFrom(e.key1, "shared-tool"); got != own {
+		t.Fatalf("team 1's shared-tool = %s, want its own %s", got, own)
+	}
+	if got := createdFrom(e.key2, "shared-tool"); got != sys {
+		t.Fatalf("team 2's shared-tool = %s, want the system one", got)
+	}
+	expect(t, "team deletes a system template", e.do("DELETE", "/templates/"+sys, e.key2, ""), http.StatusForbidden)
+	expect(t, "team publishes a system template", e.do("PATCH", "/v2/templates/"+sys, e.key2, `{"public":true}`), http.StatusForbidden)
 }
