@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
+	"io/fs"
 	"math/big"
 	"net"
 	"net/http"
@@ -156,10 +157,28 @@ func TestServeGeneratesKey(t *testing.T) {
 	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(first) {
 		t.Fatalf("generated key %q", first)
 	}
+	// Later starts do not print it again (it is kept nowhere in clear),
+	// and it keeps working.
 	env, stop = serve(t, dir)
 	defer stop()
-	if env["E2B_API_KEY"] != first {
-		t.Fatalf("key changed across restarts: %q then %q", first, env["E2B_API_KEY"])
+	if env["E2B_API_KEY"] != "" {
+		t.Fatalf("second start printed a key: %q", env["E2B_API_KEY"])
+	}
+	if _, _, err := client.New(env["E2B_API_URL"], first).List(context.Background(), client.ListOptions{}); err != nil {
+		t.Fatalf("generated key after restart: %v", err)
+	}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte(first)) {
+			t.Errorf("%s holds the generated key in clear", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -270,5 +289,42 @@ func TestServeTLS(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 502 || resp.ProtoMajor != 2 {
 		t.Fatalf("sandbox traffic over TLS: %d %s", resp.StatusCode, resp.Proto)
+	}
+}
+
+func TestTeamCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out, err := runCmd(t, "team", "create", "tapi-cli", "--data-dir", dir, "--name", "CLI team", "--max-concurrent", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^team: tapi-cli\nkey: e2b_[0-9a-f]{40}\n$`).MatchString(out) {
+		t.Fatalf("create output %q", out)
+	}
+	if _, err := runCmd(t, "team", "create", "tapi-cli", "--data-dir", dir); err == nil {
+		t.Fatal("duplicate team created")
+	}
+	if _, err := runCmd(t, "team", "create", "Bad/ID", "--data-dir", dir); err == nil {
+		t.Fatal("invalid team ID accepted")
+	}
+	out, err = runCmd(t, "team", "limits", "tapi-cli", "--data-dir", dir, "--max-paused", "7", "--max-timeout", "2h")
+	if err != nil || !strings.Contains(out, "max-concurrent: 3\n") || !strings.Contains(out, "max-paused: 7\n") || !strings.Contains(out, "max-timeout: 2h0m0s\n") {
+		t.Fatalf("limits output %q, %v", out, err)
+	}
+	if out, err := runCmd(t, "keys", "list", "--data-dir", dir, "--team", "tapi-cli"); err != nil || !strings.Contains(out, "tapi-cli") {
+		t.Fatalf("keys of the team: %q, %v", out, err)
+	}
+	if out, err := runCmd(t, "team", "list", "--data-dir", dir); err != nil || !strings.Contains(out, "tapi-cli") || !strings.Contains(out, "CLI team") {
+		t.Fatalf("list output %q, %v", out, err)
+	}
+	if _, err := runCmd(t, "team", "delete", "tapi-cli", "--data-dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := runCmd(t, "team", "list", "--data-dir", dir); strings.Contains(out, "tapi-cli") {
+		t.Fatalf("deleted team listed: %q", out)
+	}
+	if _, err := runCmd(t, "team", "limits", "tapi-cli", "--data-dir", dir); err == nil {
+		t.Fatal("limits of a deleted team")
 	}
 }

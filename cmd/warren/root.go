@@ -36,7 +36,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServe(stdout, stderr), newKeys(stdout), templateCommand(), newDoctor(stdout), newBench(stdout, stderr))
+	root.AddCommand(newServe(stdout, stderr), newKeys(stdout), newTeam(stdout), templateCommand(), newDoctor(stdout), newBench(stdout, stderr))
 	return root
 }
 
@@ -121,7 +121,10 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.DurationVar(&cfg.Events.Retention, "event-retention", 0, "how long lifecycle events, webhook deliveries and records of killed sandboxes are kept (default 720h)")
 	f.IntVar(&cfg.Events.WebhookMaxAttempts, "webhook-max-attempts", 0, "attempts per webhook delivery before it is marked failed (default 10)")
 	f.DurationVar(&cfg.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
-	f.BoolVar(&cfg.Events.WebhookDenyPrivate, "webhook-deny-private", false, "refuse webhook URLs on loopback, private and link-local addresses (for servers shared by untrusted teams)")
+	f.StringArrayVar(&cfg.EgressAllow, "egress-allow", nil, "let image pulls and webhook deliveries reach this non-public destination: CIDR, IP, IP:PORT or HOST:PORT (repeatable; by default only public addresses are reached)")
+	var denyPrivate bool
+	f.BoolVar(&denyPrivate, "webhook-deny-private", true, "no effect: private webhook destinations are always refused unless allowed with --egress-allow")
+	f.MarkDeprecated("webhook-deny-private", "private destinations are refused by default; allow exceptions with --egress-allow") //nolint:errcheck
 	f.IntVar(&cfg.Limits.MaxConcurrent, "max-concurrent", 0, "default limit of a team's running sandboxes (default 20; a team's own limit wins)")
 	f.DurationVar(&cfg.Limits.MaxTimeout, "max-timeout", 0, "default longest sandbox timeout a team may ask for (default 24h)")
 	f.IntVar(&cfg.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")

@@ -71,7 +71,11 @@ func TestCLITemplateCreateFromRegistry(t *testing.T) {
 	e2eserve.Prerequisites(t)
 	e2eserve.Require(t, e2eserve.Exists(cliPath), "e2e/node_modules/@e2b/cli missing; run npm ci in e2e/")
 	ref := pushBaseImage(t, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "IMAGE_ENV=from-the-image")
-	s := startServe(t, t.TempDir())
+	// The registry is on loopback: the operator allows it (pulls reach
+	// public addresses only by default).
+	registryHost, _, _ := strings.Cut(ref, "/")
+	s := e2eserve.Start(t, e2eserve.Options{DataDir: t.TempDir(), APIKey: apiKey, Isolation: iso,
+		ExtraArgs: []string{"--egress-allow", registryHost}})
 	dir := t.TempDir()
 	// The CLI makes CMD the start command, with `sleep 20` as the ready
 	// command.

@@ -92,6 +92,14 @@ type eventsAPI struct {
 func (s *eventsAPI) listEvents(w http.ResponseWriter, r *http.Request, c *caller) {
 	q := r.URL.Query()
 	f := store.EventFilter{TeamID: c.teamID, SandboxID: r.PathValue("sandboxID"), Limit: 10}
+	if f.SandboxID != "" {
+		// Another team's sandbox is not found, as everywhere else (an
+		// empty list would say it exists).
+		if sb, err := s.st.GetSandbox(r.Context(), f.SandboxID); err != nil || sb.TeamID != c.teamID {
+			notFound(w, f.SandboxID)
+			return
+		}
+	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100 {

@@ -105,6 +105,9 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	if res.MemoryMB > lim.MaxMemoryMB {
 		return nil, fmt.Errorf("memoryMB %d exceeds the team's limit of %d: %w", res.MemoryMB, lim.MaxMemoryMB, errdefs.ErrInvalid)
 	}
+	if lim.MaxDiskMB > 0 && res.DiskMB > lim.MaxDiskMB {
+		return nil, fmt.Errorf("disk of %d MiB exceeds the team's limit of %d MiB: %w", res.DiskMB, lim.MaxDiskMB, errdefs.ErrInvalid)
+	}
 	autoPause := req.AutoPause != nil && *req.AutoPause
 	autoPauseMemory := req.AutoPauseMemory == nil || *req.AutoPauseMemory
 	autoResume := req.AutoResume != nil && req.AutoResume.Enabled
@@ -414,10 +417,19 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *caller, time
 
 func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller) {
 	id := r.PathValue("id")
-	var req client.NetworkUpdate
+	// Python sends allow_internet_access, the JS SDK's types
+	// allowInternetAccess: either is taken; neither keeps the current
+	// setting.
+	var req struct {
+		client.NetworkUpdate
+		AllowInternetAccessCamel *bool `json:"allowInternetAccess"`
+	}
 	if err := decode(r, &req, true); err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if req.AllowInternetAccess == nil {
+		req.AllowInternetAccess = req.AllowInternetAccessCamel
 	}
 	p, err := policyOf("", req.AllowOut, req.DenyOut)
 	if err != nil {
@@ -428,7 +440,6 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 		s.fail(w, r, fmt.Errorf("egressProxy is not supported by this server: %w", errdefs.ErrInvalid))
 		return
 	}
-	p.Internet = req.AllowInternetAccess == nil || *req.AllowInternetAccess
 	sb, err := s.lc.Get(r.Context(), c.teamID, id)
 	if err != nil {
 		s.sandboxErr(w, r, id, err)

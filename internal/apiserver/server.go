@@ -57,7 +57,8 @@ type Config struct {
 	// 10 GiB disk).
 	DefaultResources sandbox.Resources
 	// DefaultLimits apply to teams whose own limits are zero (defaults: 20
-	// concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB).
+	// concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, no disk bound,
+	// 100 paused sandboxes, 100 snapshots).
 	DefaultLimits store.Limits
 	// RetryAfter is the Retry-After sent with a concurrency 429 (default
 	// 5 s).
@@ -114,19 +115,7 @@ func New(cfg Config) (*Server, error) {
 	if d.DiskMB == 0 {
 		d.DiskMB = 10 * 1024
 	}
-	l := &cfg.DefaultLimits
-	if l.MaxConcurrent == 0 {
-		l.MaxConcurrent = 20
-	}
-	if l.MaxTimeout == 0 {
-		l.MaxTimeout = 24 * time.Hour
-	}
-	if l.MaxVCPUs == 0 {
-		l.MaxVCPUs = 8
-	}
-	if l.MaxMemoryMB == 0 {
-		l.MaxMemoryMB = 8192
-	}
+	cfg.DefaultLimits = WithDefaults(cfg.DefaultLimits)
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 5 * time.Second
 	}
@@ -166,6 +155,11 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /snapshots", team(s.listSnapshots))
 	s.templateRoutes(team)
 
+	s.mux.Handle("POST /admin/teams", admin(s.adminCreateTeam))
+	s.mux.Handle("GET /admin/teams", admin(s.adminListTeams))
+	s.mux.Handle("GET /admin/teams/{teamID}", admin(s.adminGetTeam))
+	s.mux.Handle("PATCH /admin/teams/{teamID}", admin(s.adminUpdateTeam))
+	s.mux.Handle("DELETE /admin/teams/{teamID}", admin(s.adminDeleteTeam))
 	s.mux.Handle("POST /admin/teams/{teamID}/sandboxes/kill", admin(s.adminKillTeam))
 	s.mux.Handle("GET /admin/sandboxes/running-counts", admin(s.adminRunningCounts))
 	s.mux.Handle("POST /admin/teams/{teamID}/api-keys", admin(s.adminCreateKey))
@@ -284,25 +278,60 @@ func (s *Server) authenticate(r *http.Request) (*caller, int, string) {
 }
 
 // limits returns the caller's effective limits.
-func (s *Server) limits(c *caller) store.Limits {
-	l := s.cfg.DefaultLimits
-	if c.team == nil {
-		return l
-	}
-	t := c.team.Limits
-	if t.MaxConcurrent != 0 {
-		l.MaxConcurrent = t.MaxConcurrent
-	}
-	if t.MaxTimeout != 0 {
-		l.MaxTimeout = t.MaxTimeout
-	}
-	if t.MaxVCPUs != 0 {
-		l.MaxVCPUs = t.MaxVCPUs
-	}
-	if t.MaxMemoryMB != 0 {
-		l.MaxMemoryMB = t.MaxMemoryMB
-	}
+func (s *Server) limits(c *caller) store.Limits { return EffectiveLimits(s.cfg.DefaultLimits, c.team) }
+
+// WithDefaults fills the zero fields of a server's default limits with
+// Warren's: 20 concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, no disk
+// bound, 100 paused sandboxes, 100 snapshots.
+func WithDefaults(l store.Limits) store.Limits {
+	def := store.Limits{MaxConcurrent: 20, MaxTimeout: 24 * time.Hour, MaxVCPUs: 8, MaxMemoryMB: 8192, MaxPaused: 100, MaxSnapshots: 100}
+	pick(&l, def)
 	return l
+}
+
+// EffectiveLimits are team t's limits: its own non-zero ones, the
+// server's defaults (WithDefaults) for the rest. t may be nil.
+func EffectiveLimits(defaults store.Limits, t *store.Team) store.Limits {
+	if t == nil {
+		return defaults
+	}
+	l := t.Limits
+	pick(&l, defaults)
+	return l
+}
+
+// pick sets each zero field of l to def's.
+func pick(l *store.Limits, def store.Limits) {
+	for _, f := range []struct{ dst, def *int }{
+		{&l.MaxConcurrent, &def.MaxConcurrent}, {&l.MaxVCPUs, &def.MaxVCPUs}, {&l.MaxPaused, &def.MaxPaused}, {&l.MaxSnapshots, &def.MaxSnapshots},
+	} {
+		if *f.dst == 0 {
+			*f.dst = *f.def
+		}
+	}
+	if l.MaxMemoryMB == 0 {
+		l.MaxMemoryMB = def.MaxMemoryMB
+	}
+	if l.MaxDiskMB == 0 {
+		l.MaxDiskMB = def.MaxDiskMB
+	}
+	if l.MaxTimeout == 0 {
+		l.MaxTimeout = def.MaxTimeout
+	}
+}
+
+// LifecycleLimits is lifecycle.Config.TeamLimits over st: a team's
+// concurrency and paused bounds, defaults (WithDefaults) filled in.
+func LifecycleLimits(st store.Store, defaults store.Limits) func(ctx context.Context, teamID string) (lifecycle.TeamLimits, error) {
+	defaults = WithDefaults(defaults)
+	return func(ctx context.Context, teamID string) (lifecycle.TeamLimits, error) {
+		t, err := st.GetTeam(ctx, teamID)
+		if err != nil {
+			return lifecycle.TeamLimits{}, err
+		}
+		l := EffectiveLimits(defaults, t)
+		return lifecycle.TeamLimits{MaxConcurrent: l.MaxConcurrent, MaxPaused: l.MaxPaused}, nil
+	}
 }
 
 // writeJSON writes v with status.

@@ -52,12 +52,18 @@ type env struct {
 
 const adminToken = "admin-secret"
 
-func newEnv(t *testing.T) *env {
+// newEnv makes the test server; opts change the lifecycle's
+// configuration (its Store and Node are set).
+func newEnv(t *testing.T, opts ...func(*lifecycle.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	st := storetest.SQLite(t)
 	n := fakenode.New()
-	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: n})
+	lcfg := lifecycle.Config{Store: st, Node: n}
+	for _, o := range opts {
+		o(&lcfg)
+	}
+	lc, err := lifecycle.New(lcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,5 +566,48 @@ func TestSandboxSizedByTemplate(t *testing.T) {
 					tc.template, d.CPUCount, d.MemoryMB, d.DiskSizeMB, tc.cpu, tc.memMB, tc.diskMB)
 			}
 		})
+	}
+}
+
+// TestNetworkUpdateKeepsInternet: an update without allowInternetAccess
+// keeps the sandbox's setting; it never turns internet access on. Both
+// spellings of the field are taken.
+func TestNetworkUpdateKeepsInternet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.create(e.key1, client.NewSandbox{AllowInternetAccess: boolp(false)})
+	internet := func() bool {
+		t.Helper()
+		ns, err := e.node.Get(ctx, sb.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns.Network.Internet
+	}
+	if internet() {
+		t.Fatal("created with allowInternetAccess=false, has internet")
+	}
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{
+		{`{"allowOut":["8.8.8.8"]}`, false},
+		{`{}`, false},
+		{`{"allowInternetAccess":true}`, true},
+		{`{"denyOut":["10.0.0.0/8"]}`, true},
+		{`{"allow_internet_access":false}`, false},
+		{`{"allowOut":[]}`, false},
+	} {
+		if r := e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", e.key1, tc.body); r.status != 204 {
+			t.Fatalf("PUT %s: %d %s", tc.body, r.status, r.body)
+		}
+		if got := internet(); got != tc.want {
+			t.Fatalf("after PUT %s: internet %t, want %t", tc.body, got, tc.want)
+		}
+	}
+	info, err := e.client(e.key1).Get(ctx, sb.SandboxID)
+	if err != nil || info.AllowInternetAccess == nil || *info.AllowInternetAccess {
+		t.Fatalf("getInfo allowInternetAccess = %v, %v", info.AllowInternetAccess, err)
 	}
 }

@@ -51,7 +51,8 @@ type snapshotJSON struct {
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) {
-	if !needTeam(w, c) {
+	if c.teamID == "" {
+		writeError(w, http.StatusBadRequest, "an admin taking a snapshot must name the sandbox's team in X-Team-ID")
 		return
 	}
 	id := r.PathValue("id")
@@ -76,10 +77,22 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
 		return
 	}
+	if lim := s.limits(c).MaxSnapshots; lim > 0 {
+		n, err := s.countSnapshots(ctx, c.teamID)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if n >= lim {
+			w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("you have reached the maximum number of snapshots (%d); delete a snapshot or ask for a higher limit", lim))
+			return
+		}
+	}
 	alias, tag := "", templates.DefaultTag
 	if req.Name != "" {
 		alias, tag = templates.ParseRef(req.Name)
-		if err := templates.ValidateAlias(alias); err != nil {
+		if alias, err = templates.TeamName(c.teamID, alias); err != nil {
 			s.fail(w, r, err)
 			return
 		}
@@ -90,15 +103,12 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 	var t *templates.Template
 	created := false
 	if alias != "" {
-		t, err = st.TemplateByAlias(ctx, alias)
+		t, err = st.TemplateByAlias(ctx, c.teamID, alias)
 		switch {
 		case errdefs.IsNotFound(err):
 			t = nil
 		case err != nil:
 			s.fail(w, r, err)
-			return
-		case t.TeamID != c.teamID:
-			writeError(w, http.StatusConflict, fmt.Sprintf("the name '%s' is taken by another team's template", alias))
 			return
 		}
 	}
@@ -215,6 +225,28 @@ func readSnapshotInfo(b *templates.Build) (*sandboxSnapshotInfo, bool) {
 		return nil, false
 	}
 	return &info, true
+}
+
+// countSnapshots counts a team's snapshots (builds holding a sandbox
+// snapshot). Concurrent creates may pass the bound by the few in flight.
+func (s *Server) countSnapshots(ctx context.Context, teamID string) (int, error) {
+	all, err := s.cfg.Catalog.List(ctx, teamID)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range all {
+		builds, err := s.cfg.Catalog.Builds(ctx, t.ID)
+		if err != nil {
+			return 0, err
+		}
+		for _, b := range builds {
+			if _, ok := readSnapshotInfo(b); ok {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller) {

@@ -217,7 +217,9 @@ func TestSnapshots(t *testing.T) {
 		{"another team's sandbox", src.SandboxID, e.key2, "", 404},
 		{"paused sandbox", paused.SandboxID, e.key1, "", 409},
 		{"bad name", src.SandboxID, e.key1, `{"name":"Bad Name"}`, 400},
-		{"name of another team", src.SandboxID, e.key1, `{"name":"other-team"}`, 409},
+		{"name of another team", src.SandboxID, e.key1, `{"name":"other-team"}`, 201}, // names are per team
+		{"reserved name", src.SandboxID, e.key1, `{"name":"base"}`, 403},
+		{"namespace of another team", src.SandboxID, e.key1, `{"name":"t2/x"}`, 400},
 		{"no key", src.SandboxID, "", "", 401},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -53,14 +53,10 @@ func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Reques
 	}))
 }
 
-// needTeam answers 400 for an admin request that names no team.
-func needTeam(w http.ResponseWriter, c *caller) bool {
-	if c.teamID == "" {
-		writeError(w, http.StatusBadRequest, "an admin acting on templates must name the team in X-Team-ID")
-		return false
-	}
-	return true
-}
+// Template routes act for the caller's team; the admin token without
+// X-Team-ID acts as the operator on system templates (no team: base, and
+// the ones the operator builds, which every team may use, under any name
+// including the reserved ones).
 
 // templateErr answers err of an operation on template id.
 func (s *Server) templateErr(w http.ResponseWriter, r *http.Request, id string, err error) {
@@ -113,9 +109,6 @@ type templateCreateResponse struct {
 }
 
 func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
-	if !needTeam(w, c) {
-		return
-	}
 	var req templateCreateRequest
 	if err := decode(r, &req, true); err != nil {
 		s.fail(w, r, err)
@@ -174,9 +167,6 @@ func (s *Server) baseURL(r *http.Request) string {
 }
 
 func (s *Server) templateFiles(w http.ResponseWriter, r *http.Request, c *caller) {
-	if !needTeam(w, c) {
-		return
-	}
 	id := r.PathValue("id")
 	present, path, err := s.cfg.Builds.Files(r.Context(), c.teamID, id, r.PathValue("hash"))
 	if err != nil {
@@ -236,9 +226,6 @@ func registryAuthOf(a *client.RegistryAuth) (*builder.RegistryAuth, error) {
 }
 
 func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
-	if !needTeam(w, c) {
-		return
-	}
 	id, buildID := r.PathValue("id"), r.PathValue("buildID")
 	var req client.TemplateBuild
 	if err := decode(r, &req, true); err != nil {
@@ -604,9 +591,6 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *caller) 
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
-	if !needTeam(w, c) {
-		return
-	}
 	id := r.PathValue("id")
 	ctx := r.Context()
 	name, _ := templates.ParseRef(id)
@@ -631,9 +615,6 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, c *calle
 }
 
 func (s *Server) patchTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
-	if !needTeam(w, c) {
-		return
-	}
 	id := r.PathValue("id")
 	var req struct {
 		Public *bool `json:"public"`
@@ -657,22 +638,17 @@ func (s *Server) patchTemplate(w http.ResponseWriter, r *http.Request, c *caller
 }
 
 func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, c *caller, alias string) {
-	t, err := s.cfg.Catalog.Store().TemplateByAlias(r.Context(), alias)
+	// Resolved as a create would: another team's name is not found (not
+	// 403), so a template's existence does not leak across teams.
+	t, err := s.cfg.Catalog.Find(r.Context(), c.teamID, alias)
 	if err != nil {
 		s.templateErr(w, r, alias, err)
-		return
-	}
-	if !(t.Public || t.TeamID == "" || t.TeamID == c.teamID || c.admin && c.teamID == "") {
-		writeError(w, http.StatusForbidden, fmt.Sprintf("you don't have access to template '%s'", alias))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templateID": t.ID, "public": t.Public})
 }
 
 func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, c *caller) {
-	if !needTeam(w, c) {
-		return
-	}
 	var req struct {
 		Target string   `json:"target"`
 		Tags   []string `json:"tags"`
@@ -698,9 +674,6 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, c *caller) {
 }
 
 func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, c *caller) {
-	if !needTeam(w, c) {
-		return
-	}
 	var req struct {
 		Name string   `json:"name"`
 		Tags []string `json:"tags"`

@@ -68,6 +68,7 @@ func tarOf(t *testing.T, gz bool, files map[string]string) []byte {
 // build service (builds run with fakeRunner).
 type tplEnv struct {
 	*env
+	api     *apiserver.Server
 	local   *builder.Local
 	snaps   *fakeSnapshotter
 	recNode *recNode
@@ -136,7 +137,7 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	mux.Handle("/", api)
 	e.srv = httptest.NewServer(mux)
 	t.Cleanup(e.srv.Close)
-	return &tplEnv{env: e, local: local, snaps: snaps, recNode: rn}
+	return &tplEnv{env: e, api: api, local: local, snaps: snaps, recNode: rn}
 }
 
 // decodeJSON decodes r's body into v, failing the test on error.
@@ -248,6 +249,22 @@ func TestTemplateCreate(t *testing.T) {
 	if c2.TemplateID != c.TemplateID || c2.BuildID == c.BuildID {
 		t.Fatalf("second create: %+v, first %+v", c2, c)
 	}
+	// Another team takes the same name: its own template, no 409, and
+	// neither team's name reaches the other's template.
+	other := e.createTemplate(e.key2, `{"name":"my-tpl"}`)
+	if other.TemplateID == c.TemplateID {
+		t.Fatalf("team 2's my-tpl is team 1's template %s", c.TemplateID)
+	}
+	for key, want := range map[string]string{e.key1: c.TemplateID, e.key2: other.TemplateID} {
+		r := e.do("GET", "/templates/aliases/my-tpl", key, "")
+		if r.status != 200 || !strings.Contains(string(r.body), `"templateID":"`+want+`"`) {
+			t.Fatalf("alias my-tpl: %d %s, want template %s", r.status, r.body, want)
+		}
+	}
+	// With its own namespace a team names its own template.
+	if c3 := e.createTemplate(e.key1, `{"name":"t1/my-tpl:v3"}`); c3.TemplateID != c.TemplateID {
+		t.Fatalf("t1/my-tpl made %s, want %s", c3.TemplateID, c.TemplateID)
+	}
 	tests := []struct {
 		name, key, body string
 		status          int
@@ -263,16 +280,13 @@ func TestTemplateCreate(t *testing.T) {
 		{"memory odd", e.key1, `{"name":"x","memoryMB":129}`, 400, "Memory must be divisible by 2"},
 		{"memory above limit", e.key1, `{"name":"x","memoryMB":8192}`, 400, "Memory can't be higher than 4096 MiB"},
 		{"wrong type", e.key1, `{"name":"x","cpuCount":"two"}`, 400, "cpuCount"},
-		{"name of another team", e.key2, `{"name":"my-tpl"}`, 409, "another team"},
-		{"admin without team", "", `{"name":"x"}`, 400, "X-Team-ID"},
+		{"reserved name", e.key1, `{"name":"base"}`, 403, "reserved"},
+		{"reserved name with a tag", e.key1, `{"name":"mcp-gateway:v1"}`, 403, "reserved"},
+		{"namespace of another team", e.key1, `{"name":"t2/x"}`, 400, "namespace"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var hdr []string
-			if tc.name == "admin without team" {
-				hdr = []string{"X-Admin-Token", adminToken}
-			}
-			r := e.do("POST", "/v3/templates", tc.key, tc.body, hdr...)
+			r := e.do("POST", "/v3/templates", tc.key, tc.body)
 			expect(t, tc.name, r, tc.status)
 			if !strings.Contains(string(r.body), tc.msg) {
 				t.Fatalf("message %s does not contain %q", r.body, tc.msg)
@@ -675,14 +689,16 @@ func TestTemplateListGetDeleteTagsPublic(t *testing.T) {
 	expect(t, "get unknown", e.do("GET", "/templates/nope", e.key1, ""), 404)
 	expect(t, "get another team's", e.do("GET", "/templates/"+c.TemplateID, e.key2, ""), 404)
 
-	// Aliases: 200, 404, 403 for another team's private template.
+	// Aliases: 200, 404, and 404 for another team's private template
+	// (its existence does not leak).
 	r = e.do("GET", "/templates/aliases/lst", e.key1, "")
 	expect(t, "alias", r, http.StatusOK)
 	if !strings.Contains(string(r.body), `"templateID":"`+c.TemplateID+`"`) || !strings.Contains(string(r.body), `"public":false`) {
 		t.Fatalf("alias: %s", r.body)
 	}
 	expect(t, "alias unknown", e.do("GET", "/templates/aliases/nope", e.key1, ""), 404)
-	expect(t, "alias of another team", e.do("GET", "/templates/aliases/lst", e.key2, ""), 403)
+	expect(t, "alias of another team", e.do("GET", "/templates/aliases/lst", e.key2, ""), 404)
+	expect(t, "alias of another team with its namespace", e.do("GET", "/templates/aliases/t1%2Flst", e.key2, ""), 404)
 	expect(t, "alias of base", e.do("GET", "/templates/aliases/base", e.key2, ""), 200)
 
 	// Tags.
@@ -734,9 +750,12 @@ func TestTemplateListGetDeleteTagsPublic(t *testing.T) {
 	if string(r.body) != `{"names":["lst"]}` {
 		t.Fatalf("patch: %s", r.body)
 	}
-	expect(t, "alias now public", e.do("GET", "/templates/aliases/lst", e.key2, ""), 200)
-	expect(t, "get now public", e.do("GET", "/templates/lst", e.key2, ""), 200)
-	expect(t, "patch by another team", e.do("PATCH", "/v2/templates/lst", e.key2, `{"public":false}`), 403)
+	expect(t, "public alias, bare name", e.do("GET", "/templates/aliases/lst", e.key2, ""), 404)
+	expect(t, "public alias as team/name", e.do("GET", "/templates/aliases/t1%2Flst", e.key2, ""), 200)
+	expect(t, "get now public, bare name", e.do("GET", "/templates/lst", e.key2, ""), 404)
+	expect(t, "get now public by ID", e.do("GET", "/templates/"+c.TemplateID, e.key2, ""), 200)
+	expect(t, "patch by another team, bare name", e.do("PATCH", "/v2/templates/lst", e.key2, `{"public":false}`), 404)
+	expect(t, "patch by another team", e.do("PATCH", "/v2/templates/t1%2Flst", e.key2, `{"public":false}`), 403)
 	expect(t, "patch v1", e.do("PATCH", "/templates/lst", e.key1, `{"public":false}`), 200)
 	expect(t, "patch unknown", e.do("PATCH", "/v2/templates/nope", e.key1, `{"public":true}`), 404)
 	expect(t, "patch bad body", e.do("PATCH", "/v2/templates/lst", e.key1, `{"public":"yes"}`), 400)
@@ -765,4 +784,52 @@ func needRootForBuild(t *testing.T) {
 func TestTemplatesUnconfigured(t *testing.T) {
 	e := newEnv(t)
 	expect(t, "no template API", e.do("POST", "/v3/templates", e.key1, `{"name":"x"}`), 404)
+}
+
+// TestSystemTemplates: the operator (admin token, no team) builds system
+// templates, reserved names included; every team resolves them by name
+// unless it has its own template of that name.
+func TestSystemTemplates(t *testing.T) {
+	e := newTemplateEnv(t)
+	admin := []string{"X-Admin-Token", adminToken}
+	build := func(key string, hdr []string, name string) string {
+		t.Helper()
+		r := e.do("POST", "/v3/templates", key, `{"name":"`+name+`"}`, hdr...)
+		expect(t, "create "+name, r, http.StatusAccepted)
+		var c createResp
+		decodeJSON(t, r, &c)
+		expect(t, "build "+name, e.do("POST", "/v2/templates/"+c.TemplateID+"/builds/"+c.BuildID, key,
+			`{"fromTemplate":"base","steps":[{"type":"RUN","args":["true"]}]}`, hdr...), http.StatusAccepted)
+		if _, err := e.local.Service.Wait(contextWithTimeout(t, time.Minute), c.BuildID); err != nil {
+			t.Fatal(err)
+		}
+		return c.TemplateID
+	}
+	sys := build("", admin, "shared-tool")
+	reserved := build("", admin, "code-interpreter-v1")
+	createdFrom := func(key, name string) string {
+		t.Helper()
+		r := e.do("POST", "/v2/sandboxes", key, `{"templateID":"`+name+`"}`)
+		expect(t, "create from "+name, r, http.StatusCreated)
+		var sb client.Sandbox
+		decodeJSON(t, r, &sb)
+		return sb.TemplateID
+	}
+	for _, key := range []string{e.key1, e.key2} {
+		if got := createdFrom(key, "shared-tool"); got != sys {
+			t.Fatalf("shared-tool = %s, want the system template %s", got, sys)
+		}
+		if got := createdFrom(key, "code-interpreter-v1"); got != reserved {
+			t.Fatalf("code-interpreter-v1 = %s, want %s", got, reserved)
+		}
+	}
+	own := build(e.key1, nil, "shared-tool")
+	if got := createdFrom(e.key1, "shared-tool"); got != own {
+		t.Fatalf("team 1's shared-tool = %s, want its own %s", got, own)
+	}
+	if got := createdFrom(e.key2, "shared-tool"); got != sys {
+		t.Fatalf("team 2's shared-tool = %s, want the system one", got)
+	}
+	expect(t, "team deletes a system template", e.do("DELETE", "/templates/"+sys, e.key2, ""), http.StatusForbidden)
+	expect(t, "team publishes a system template", e.do("PATCH", "/v2/templates/"+sys, e.key2, `{"public":true}`), http.StatusForbidden)
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/hostlock"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
@@ -83,6 +84,11 @@ type Config struct {
 	Ready func(addr string)
 	// Events tunes event retention and webhook delivery.
 	Events EventsConfig
+	// EgressAllow are the operator's exceptions to the egress policy
+	// (internal/egress) that guards every outbound connection made for a
+	// tenant (image pulls, webhook deliveries): CIDRs, IPs, IP:port or
+	// host:port. Empty: only public addresses are reached.
+	EgressAllow []string
 	// Limits are the server's default team limits (a team's own non-zero
 	// limits win); zero fields keep apiserver's defaults.
 	Limits store.Limits
@@ -150,6 +156,9 @@ func (c *Config) setDefaults() error {
 	if c.APIKey != "" && !apiserver.ValidKey(c.APIKey) {
 		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
 	}
+	if _, err := egress.Parse(c.EgressAllow); err != nil {
+		return err
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -176,6 +185,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
+	eg, err := egress.Parse(cfg.EgressAllow)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -206,16 +219,17 @@ func Run(ctx context.Context, cfg Config) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	parts, err := buildNode(ctx, cfg, reg)
+	parts, err := buildNode(ctx, cfg, eg, reg)
 	if err != nil {
 		return err
 	}
 	defer parts.close()
-	disp, err := newDispatcher(cfg.Events, st, log, reg)
+	disp, err := newDispatcher(cfg.Events, eg, st, log, reg)
 	if err != nil {
 		return err
 	}
-	lc, err := lifecycle.New(lifecycle.Config{Store: pokingStore{Store: st, poke: disp.Poke}, Node: parts.node, Logger: log.With("component", "lifecycle"), Registry: reg})
+	lc, err := lifecycle.New(lifecycle.Config{Store: pokingStore{Store: st, poke: disp.Poke}, Node: parts.node, Logger: log.With("component", "lifecycle"), Registry: reg,
+		TeamLimits: apiserver.LifecycleLimits(st, cfg.Limits)})
 	if err != nil {
 		return err
 	}
@@ -250,13 +264,17 @@ func Run(ctx context.Context, cfg Config) error {
 	lcDone := make(chan error, 1)
 	go func() { lcDone <- lc.Run(runCtx) }()
 	defer func() { stopRun(); <-lcDone }()
-	waitEvents := startEvents(runCtx, cfg.Events, st, disp, api, log)
+	waitEvents := startEvents(runCtx, cfg.Events, eg, st, disp, api, log)
 	defer func() { stopRun(); waitEvents() }()
 
 	srv := &http.Server{
 		Handler:           Dispatch(apiHandler, px),
 		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		// Idle keep-alive connections and request headers are bounded so
+		// a client cannot hold connections or memory without end.
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	scheme := "http"
 	if cfg.TLSCert != "" {
@@ -272,10 +290,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if key != "" {
 		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)
 	} else {
-		fmt.Fprintf(cfg.Out, "# E2B_API_KEY: use a key of your team (warren keys create prints a new one)\n")
+		fmt.Fprintf(cfg.Out, "# E2B_API_KEY: the default team's key was printed on the first start only; warren keys create --data-dir %s prints a new one\n", cfg.DataDir)
 	}
 	log.Info("warren serving", "addr", addr.String(), "driver", cfg.Driver, "domain", cfg.Domain,
-		"store", storeKind(cfg), "data_dir", cfg.DataDir, "admin_token", cfg.AdminToken != "")
+		"store", storeKind(cfg), "data_dir", cfg.DataDir, "admin_token", cfg.AdminToken != "", "egress_allow", cfg.EgressAllow)
 
 	errc := make(chan error, 1)
 	go func() {
@@ -364,20 +382,16 @@ func withUploads(api, uploads http.Handler) http.Handler {
 }
 
 // ensureKey makes sure the default team exists and returns the key to
-// print: the configured one, or the generated one kept in the data dir.
+// print: the configured one (the operator passed it), or a key generated
+// now because the default team has none. A generated key is printed on
+// that first start only and never written anywhere in clear; later
+// starts print a hint instead (warren keys create makes another).
 func ensureKey(ctx context.Context, st store.Store, cfg Config) (string, error) {
 	if _, err := apiserver.EnsureDefaultTeam(ctx, st, cfg.APIKey); err != nil {
 		return "", err
 	}
 	if cfg.APIKey != "" {
 		return cfg.APIKey, nil
-	}
-	keyFile := filepath.Join(cfg.DataDir, "api-key")
-	if b, err := os.ReadFile(keyFile); err == nil {
-		k := strings.TrimSpace(string(b))
-		if _, err := st.APIKeyByHash(ctx, apiserver.HashKey(k)); err == nil {
-			return k, nil
-		}
 	}
 	keys, err := st.ListAPIKeys(ctx, apiserver.DefaultTeamID)
 	if err != nil {
@@ -389,9 +403,6 @@ func ensureKey(ctx context.Context, st store.Store, cfg Config) (string, error) 
 	k, _, err := apiserver.AddKey(ctx, st, apiserver.DefaultTeamID, "generated", "")
 	if err != nil {
 		return "", err
-	}
-	if err := os.WriteFile(keyFile, []byte(k+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("keep generated key: %w", err)
 	}
 	return k, nil
 }

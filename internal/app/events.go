@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/events"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/webhooks"
@@ -24,9 +25,6 @@ type EventsConfig struct {
 	WebhookMaxAttempts int
 	WebhookBackoff     time.Duration
 	WebhookMaxBackoff  time.Duration
-	// WebhookDenyPrivate refuses deliveries to loopback, private and
-	// link-local addresses (for servers shared by untrusted teams).
-	WebhookDenyPrivate bool
 }
 
 // pokingStore wakes the webhook dispatcher after every write that may add
@@ -53,18 +51,19 @@ func (p pokingStore) TransitionSandbox(ctx context.Context, id string, fn func(*
 }
 
 // newDispatcher makes the webhook dispatcher of cfg over st.
-func newDispatcher(cfg EventsConfig, st store.Store, log *slog.Logger, reg prometheus.Registerer) (*webhooks.Dispatcher, error) {
+// Deliveries connect through the egress policy.
+func newDispatcher(cfg EventsConfig, eg *egress.Policy, st store.Store, log *slog.Logger, reg prometheus.Registerer) (*webhooks.Dispatcher, error) {
 	return webhooks.New(webhooks.Config{Registry: reg,
 		Store: st, Logger: log.With("component", "webhooks"), MaxAttempts: cfg.WebhookMaxAttempts,
-		Backoff: cfg.WebhookBackoff, MaxBackoff: cfg.WebhookMaxBackoff, DenyPrivate: cfg.WebhookDenyPrivate,
+		Backoff: cfg.WebhookBackoff, MaxBackoff: cfg.WebhookMaxBackoff, Egress: eg,
 	})
 }
 
 // startEvents mounts the events and webhooks API on api and runs the
 // webhook dispatcher and the event pruner until ctx ends; wait waits for
 // them.
-func startEvents(ctx context.Context, cfg EventsConfig, st store.Store, disp *webhooks.Dispatcher, api *apiserver.Server, log *slog.Logger) (wait func()) {
-	api.MountEvents(apiserver.EventsConfig{Poke: disp.Poke})
+func startEvents(ctx context.Context, cfg EventsConfig, eg *egress.Policy, st store.Store, disp *webhooks.Dispatcher, api *apiserver.Server, log *slog.Logger) (wait func()) {
+	api.MountEvents(apiserver.EventsConfig{Poke: disp.Poke, ValidateURL: webhooks.URLValidator(eg)})
 	pr := events.NewPruner(events.PrunerConfig{Store: st, Retention: cfg.Retention, Logger: log.With("component", "events")})
 	var wg sync.WaitGroup
 	wg.Go(func() { disp.Run(ctx) })

@@ -10,6 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
@@ -28,7 +29,7 @@ type nodeParts struct {
 
 // buildNode makes the in-process node agent for cfg.Driver and the
 // template resolver that goes with it.
-func buildNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*nodeParts, error) {
+func buildNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus.Registerer) (*nodeParts, error) {
 	switch cfg.Driver {
 	case "fake":
 		n, t, c, err := fakeNode(ctx, cfg, reg)
@@ -37,7 +38,7 @@ func buildNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*nod
 		}
 		return &nodeParts{node: n, templates: t, close: c}, nil
 	default:
-		return realNode(ctx, cfg, reg)
+		return realNode(ctx, cfg, eg, reg)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/runc"
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -25,7 +26,7 @@ import (
 // cgroups, network slots and root filesystem layers, and the template
 // catalog, whose base template it makes sure of first (the first start
 // unpacks BaseRootFSTar, or builds it with mmdebstrap).
-func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*nodeParts, error) {
+func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus.Registerer) (*nodeParts, error) {
 	log := cfg.Logger.With("component", "node")
 	cgRoot := cfg.CgroupRoot
 	var drv driver.Driver
@@ -78,6 +79,7 @@ func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*node
 	local, err := builder.OpenLocal(builder.LocalConfig{
 		DataDir: cfg.DataDir, BaseRootFSTar: cfg.BaseRootFSTar, Runner: bs.runner,
 		Snapshotter: snap, Logger: cfg.Logger.With("component", "templates"), MaxTemplateDiskMB: cfg.MaxTemplateDiskMB,
+		Transport: (&egress.Dialer{Policy: eg}).Transport(),
 	})
 	if err != nil {
 		return nil, err

@@ -67,9 +67,12 @@ func (l *logTail) String() string {
 	return l.b.String()
 }
 
-func startWarren(t *testing.T, bin, dataDir, addr string) *proc {
+// startWarren runs the binary; extra are more flags (the receiver's
+// --egress-allow).
+func startWarren(t *testing.T, bin, dataDir, addr string, extra ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--driver", "fake", "--data-dir", dataDir, "--listen", addr, "--api-key", testKey, "--log-level", "debug")
+	args := append([]string{"serve", "--driver", "fake", "--data-dir", dataDir, "--listen", addr, "--api-key", testKey, "--log-level", "debug"}, extra...)
+	cmd := exec.Command(bin, args...)
 	logs := &logTail{}
 	cmd.Stderr = logs
 	stdout, err := cmd.StdoutPipe()
@@ -190,7 +193,8 @@ func TestWebhooksSurviveKill9(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 
-	p := startWarren(t, bin, dataDir, freeAddr(t))
+	allow := []string{"--egress-allow", strings.TrimPrefix(srv.URL, "http://")}
+	p := startWarren(t, bin, dataDir, freeAddr(t), allow...)
 	st, _, body := p.do(t, "POST", "/events/webhooks", fmt.Sprintf(`{"name":"all","url":%q,"signatureSecret":"restart-secret"}`, srv.URL+"/hook"))
 	if st != 201 {
 		t.Fatalf("register webhook: %d %s", st, body)
@@ -216,7 +220,7 @@ func TestWebhooksSurviveKill9(t *testing.T) {
 	rcv.mu.Lock()
 	rcv.healthy = true
 	rcv.mu.Unlock()
-	p = startWarren(t, bin, dataDir, freeAddr(t))
+	p = startWarren(t, bin, dataDir, freeAddr(t), allow...)
 	defer func() {
 		p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 		p.cmd.Wait()                          //nolint:errcheck

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/builder/layer"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -99,7 +100,10 @@ type Config struct {
 	// InsecureRegistries are registry hosts reached over plain HTTP
 	// (loopback and RFC 1918 addresses already are).
 	InsecureRegistries []string
-	// Transport, when set, carries registry traffic.
+	// Transport carries registry traffic (pulls, token and redirect
+	// hops). Default: egress's guarded dialer with
+	// no exceptions, which reaches public addresses only (a tenant names
+	// the registry).
 	Transport http.RoundTripper
 	// ReadyTimeout bounds the wait for the ready command (10 min by
 	// default); ReadyInterval is the pause between tries (2 s).
@@ -218,6 +222,9 @@ func New(cfg Config) (*Builder, error) {
 		cfg.MinBuildMemoryMB = 1024
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.Transport == nil {
+		cfg.Transport = (&egress.Dialer{}).Transport()
+	}
 	for _, d := range []string{"layers", "files", "work"} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("builder: %w", err)

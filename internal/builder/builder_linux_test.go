@@ -63,6 +63,7 @@ func TestBuildFromRegistryImage(t *testing.T) {
 	reg := newRegistry(t, "", "")
 	ref := reg.push(t, "test/tiny:1", tinyRootFS(t), v1.Config{Env: []string{"PATH=/bin:/usr/bin", "FROM_IMAGE=yes"}, WorkingDir: "/", Cmd: []string{"/bin/sh"}})
 	f := newFixture(t, nil)
+	reg.allowIn(f)
 	ctxDir := makeContext(t)
 	spec := allSteps(ctxDir)
 	spec.FromImage = ref
@@ -212,6 +213,7 @@ func TestBuildFailures(t *testing.T) {
 	reg := newRegistry(t, "", "")
 	ref := reg.push(t, "test/tiny:1", tinyRootFS(t), v1.Config{Env: []string{"PATH=/bin"}})
 	f := newFixture(t, nil)
+	reg.allowIn(f)
 	tests := []struct {
 		name     string
 		spec     Spec
@@ -280,6 +282,7 @@ func TestBuildRegistryBasicAuth(t *testing.T) {
 	reg := newRegistry(t, "alice", "s3cret")
 	ref := reg.push(t, "private/tiny:1", tinyRootFS(t), v1.Config{Env: []string{"PATH=/bin"}})
 	f := newFixture(t, nil)
+	reg.allowIn(f)
 	tests := []struct {
 		name  string
 		auth  *RegistryAuth

@@ -27,6 +27,7 @@ func TestBuildFromECR(t *testing.T) {
 	reg := newRegistry(t, "AWS", "ecr-registry-password")
 	ref := reg.push(t, "private/ecr:1", tinyRootFS(t), v1.Config{Env: []string{"PATH=/bin"}})
 	f := newFixture(t, nil)
+	reg.allowIn(f)
 	auth := func(c awsauth.Credentials, region, endpoint string) *RegistryAuth {
 		return &RegistryAuth{ECR: &awsauth.ECR{Credentials: c, Region: region, Endpoint: endpoint, Timeout: 30 * time.Second}}
 	}

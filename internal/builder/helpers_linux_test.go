@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -132,6 +133,13 @@ func newRegistry(t *testing.T, user, pass string) *testRegistry {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &testRegistry{host: strings.TrimPrefix(srv.URL, "http://"), user: user, pass: pass}
+}
+
+// allowIn is the operator's allow entry for the registry's loopback
+// address (warren serve --egress-allow) in f's builder: pulls from it are
+// refused without one.
+func (r *testRegistry) allowIn(f *fixture) {
+	f.b.cfg.Transport = (&egress.Dialer{Policy: egress.MustParse(r.host)}).Transport()
 }
 
 // push stores an image made of rootfs (a tar) with cfg under repo:tag and

@@ -16,6 +16,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder/layer"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
@@ -73,15 +74,15 @@ func (b *Builder) remoteImage(ctx context.Context, ref string, auth *RegistryAut
 	} else {
 		ropts = append(ropts, remote.WithAuth(authn.Anonymous))
 	}
-	if b.cfg.Transport != nil {
-		ropts = append(ropts, remote.WithTransport(b.cfg.Transport))
-	}
+	ropts = append(ropts, remote.WithTransport(b.cfg.Transport))
 	img, err := remote.Image(r, ropts...)
 	if err != nil {
+		b.log.Info("image pull failed", "image", ref, "error", err)
 		return nil, "", classifyRegistryError(ref, err)
 	}
 	d, err := img.Digest()
 	if err != nil {
+		b.log.Info("image pull failed", "image", ref, "error", err)
 		return nil, "", classifyRegistryError(ref, err)
 	}
 	return img, d.String(), nil
@@ -97,8 +98,14 @@ func (b *Builder) insecure(ref string) bool {
 }
 
 // classifyRegistryError turns a registry failure into a clear message of
-// the right class.
+// the right class. The message (in the tenant's build status) names the
+// HTTP status or the kind of connection failure, never the text the
+// peer answered: the tenant named the registry, and its answer must not
+// carry what a refused or failing host says back.
 func classifyRegistryError(ref string, err error) error {
+	if egress.Refused(err) {
+		return fmt.Errorf("image %q: %s: %w", ref, egress.Describe(err), errdefs.ErrForbidden)
+	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch te.StatusCode {
@@ -116,7 +123,10 @@ func classifyRegistryError(ref string, err error) error {
 			}
 		}
 	}
-	return fmt.Errorf("image %q: %v: %w", ref, err, errdefs.ErrUnavailable)
+	if te != nil {
+		return fmt.Errorf("image %q: its registry answered HTTP %d: %w", ref, te.StatusCode, errdefs.ErrUnavailable)
+	}
+	return fmt.Errorf("image %q: %s: %w", ref, egress.Describe(err), errdefs.ErrUnavailable)
 }
 
 // readImageConfig extracts the parts of an image's config a build uses.

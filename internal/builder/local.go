@@ -3,6 +3,7 @@ package builder
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -27,6 +28,8 @@ type LocalConfig struct {
 	NoNetwork bool
 	// InsecureRegistries are registry hosts reached over plain HTTP.
 	InsecureRegistries []string
+	// Transport carries registry traffic (Config.Transport).
+	Transport http.RoundTripper
 	// Snapshotter takes snapshots on ready (the node agent); optional.
 	Snapshotter Snapshotter
 	// Limits bound what a build may unpack and log (DefaultLimits).
@@ -71,7 +74,8 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 	b, err := New(Config{
 		DataDir: filepath.Join(cfg.DataDir, "builder"), Catalog: cat, Runner: cfg.Runner,
 		Logger: log, Network: !cfg.NoNetwork, InsecureRegistries: cfg.InsecureRegistries, Snapshotter: cfg.Snapshotter,
-		Limits: cfg.Limits,
+		Limits:    cfg.Limits,
+		Transport: cfg.Transport,
 	})
 	if err != nil {
 		return nil, err

@@ -210,6 +210,7 @@ func TestServiceOneCallBuildAndRecover(t *testing.T) {
 	reg := newRegistry(t, "", "")
 	ref := reg.push(t, "test/tiny:1", tinyRootFS(t), v1.Config{Env: []string{"PATH=/bin"}})
 	f := newFixture(t, nil)
+	reg.allowIn(f)
 	df := "FROM " + ref + "\nENV PATH=/opt/bin:$PATH\nWORKDIR /work\nRUN echo \"$PATH\" > path.txt\nCMD [\"/bin/sh\", \"-c\", \"echo hi\"]\n"
 	spec, _, err := ParseDockerfile(strings.NewReader(df), nil)
 	if err != nil {

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -131,8 +132,17 @@ func (m *Manager) expire(ctx context.Context, id, exec string) {
 		memory = false // LIFECYCLE-RULES §3: degrade to a filesystem-only pause
 	}
 	err = m.pauseLocked(ctx, sb, memory)
+	var full *PausedLimitError
 	switch {
 	case err == nil:
+	case errors.As(err, &full):
+		// The team keeps as many paused sandboxes as it may: the timeout
+		// ends this one as if it had no auto-pause.
+		m.log.Info("auto-pause over the team's paused limit, killing", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "limit", full.Limit)
+		if err := m.killLocked(ctx, id, exec, sandbox.KillTimeout); err != nil && !errdefs.IsNotFound(err) {
+			m.log.Warn("evictor kill failed, will retry", "sandbox_id", id, "kill_reason", sandbox.KillTimeout.String(), "error", err)
+			m.arm(id, exec, now.Add(m.cfg.PauseRetry))
+		}
 	case errdefs.IsExhausted(err):
 		_, uerr := m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 			if s.Spec.PauseRefusedAt.IsZero() {

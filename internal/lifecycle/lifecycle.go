@@ -55,6 +55,10 @@ type Config struct {
 	// Registry receives sandbox_killed_total{kill_reason}; nil registers
 	// nothing.
 	Registry prometheus.Registerer
+	// TeamLimits, when set, gives a team's limits for resumes (connect,
+	// resume and auto-resume take a concurrency slot) and pauses (a bound
+	// on paused sandboxes); nil bounds neither.
+	TeamLimits func(ctx context.Context, teamID string) (TeamLimits, error)
 }
 
 // Manager runs sandbox lifecycles. Create it with New and start its
@@ -65,8 +69,11 @@ type Manager struct {
 	node  node.Service
 	log   *slog.Logger
 	locks [64]sync.Mutex // striped per-sandbox locks
-	// createMu makes the concurrency-limit check and the insert atomic.
+	// createMu makes the concurrency-limit check and the insert atomic;
+	// resuming (under createMu) counts each team's resumes in progress,
+	// which hold a concurrency slot before the store shows them running.
 	createMu sync.Mutex
+	resuming map[string]int
 	// starting holds the IDs a Create or Fork is starting: from before
 	// their row is inserted until their start is recorded (reconcile.go).
 	startMu  sync.Mutex
@@ -102,7 +109,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
-		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{},
+		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{}, resuming: map[string]int{},
 		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_killed_total",
 			Help: "Sandboxes killed, by kill reason.",
@@ -237,7 +244,11 @@ func (m *Manager) reserve(ctx context.Context, sb *store.Sandbox, limit int) err
 	// this process's creates the database's lock waits.
 	m.createMu.Lock()
 	defer m.createMu.Unlock()
-	err := m.st.CreateSandboxWithin(ctx, sb, limit, store.ActiveStates...)
+	within := limit - m.resuming[sb.TeamID] // slots resumes hold
+	if within <= 0 {
+		return &LimitError{Limit: limit}
+	}
+	err := m.st.CreateSandboxWithin(ctx, sb, within, store.ActiveStates...)
 	if errdefs.IsExhausted(err) {
 		return &LimitError{Limit: limit}
 	}
@@ -414,13 +425,21 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 		}
 	}
 	epoch := sb.Epoch
-	_, err := m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
-		if s.State != sandbox.StateRunning || s.Epoch != epoch {
-			return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
-		}
-		s.State = sandbox.StatePausing
-		return nil
-	})
+	// The paused-sandbox bound is checked and the sandbox marked pausing
+	// (which counts) under createMu, so two pauses cannot both take the
+	// last slot.
+	m.createMu.Lock()
+	err := m.checkPaused(ctx, sb)
+	if err == nil {
+		_, err = m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
+			if s.State != sandbox.StateRunning || s.Epoch != epoch {
+				return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+			}
+			s.State = sandbox.StatePausing
+			return nil
+		})
+	}
+	m.createMu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -502,6 +521,11 @@ func (m *Manager) Resume(ctx context.Context, teamID, id string, d time.Duration
 
 func (m *Manager) resumeLocked(ctx context.Context, sb *store.Sandbox, d time.Duration) (*store.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
+	release, err := m.reserveResume(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	end := time.Now().UTC().Add(d)
 	exec := sandbox.NewExecutionID()
 	autoPause := sb.Spec.AutoPause
@@ -545,6 +569,12 @@ func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, p netslo
 	if sb.State != sandbox.StateRunning {
 		return fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
 	}
+	// An update that does not say keeps the sandbox's internet access as
+	// it is (never turns it on).
+	if allowInternet == nil {
+		allowInternet = sb.Spec.AllowInternet
+	}
+	p.Internet = allowInternet == nil || *allowInternet
 	if err := m.node.UpdateNetwork(ctx, id, p); err != nil {
 		return fmt.Errorf("update network of sandbox %q: %w", id, err)
 	}

@@ -27,7 +27,9 @@ type HTTPEnvd struct {
 var _ Envd = (*HTTPEnvd)(nil)
 
 // NewHTTPEnvd returns an Envd over c (nil: a client without keep-alives
-// across sandboxes, since every sandbox has its own address).
+// across sandboxes, since every sandbox has its own address). The client
+// never follows redirects: envd runs inside a tenant's sandbox, and a
+// redirect would make the node request any URL the tenant names.
 func NewHTTPEnvd(c *http.Client) *HTTPEnvd {
 	if c == nil {
 		c = &http.Client{Transport: &http.Transport{
@@ -36,7 +38,14 @@ func NewHTTPEnvd(c *http.Client) *HTTPEnvd {
 			IdleConnTimeout:     30 * time.Second,
 		}}
 	}
-	return &HTTPEnvd{client: c}
+	cc := *c
+	cc.CheckRedirect = noRedirects
+	return &HTTPEnvd{client: &cc}
+}
+
+// noRedirects is http.Client.CheckRedirect refusing every redirect.
+func noRedirects(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("envd redirected the node to %s: refused", req.URL.Redacted())
 }
 
 // WaitHealthy implements Envd: it polls GET /health until it answers 204.

@@ -5,10 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,5 +105,35 @@ func TestHTTPEnvd(t *testing.T) {
 			t.Fatalf("start command output %q, %v", b, err)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// TestHTTPEnvdNoRedirects: envd runs in a tenant's sandbox; a redirect it
+// answers must not make the node request another URL (the access token
+// and init secret would go along).
+func TestHTTPEnvdNoRedirects(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(target.Close)
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(evil.Close)
+	e := node.NewHTTPEnvd(nil)
+	err := e.Init(context.Background(), strings.TrimPrefix(evil.URL, "http://"), "init-secret", node.EnvdInit{AccessToken: "tok"})
+	if err == nil {
+		t.Fatal("init through a redirect succeeded")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := e.WaitHealthy(ctx, strings.TrimPrefix(evil.URL, "http://")); err == nil {
+		t.Fatal("health through a redirect succeeded")
+	}
+	if hits.Load() != 0 {
+		t.Fatalf("the redirect target got %d requests", hits.Load())
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-sandbox/warren/internal/driver/oci"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -218,12 +220,22 @@ func (a *Agent) watchdogLoop(p EnvdProber) {
 	}
 }
 
+// MaxInitOutput bounds the file that keeps a sandbox's init output on the
+// host (its bundle's runtime.log), checked at each watchdog probe.
+const MaxInitOutput = 1 << 20
+
 // probe probes one sandbox and applies the result if the sandbox is still
 // in the probe's epoch.
 func (a *Agent) probe(p EnvdProber, j probeJob) {
 	ctx, cancel := context.WithTimeout(a.ctx, a.cfg.ProbeTimeout)
 	h, err := p.Probe(ctx, j.addr)
 	cancel()
+	// What the sandbox's init writes is kept on the host: bound it.
+	if cut, cerr := oci.CapLog(filepath.Join(sandboxDir(a.cfg.DataDir, j.id), "bundle"), MaxInitOutput); cerr != nil {
+		a.log.Warn("watchdog: cap init output", "sandbox_id", j.id, "error", cerr)
+	} else if cut {
+		a.log.Info("watchdog: init output over its cap, older output dropped", "sandbox_id", j.id, "cap_bytes", MaxInitOutput)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := j.s

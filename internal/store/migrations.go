@@ -121,7 +121,21 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		sqlite:   migration2,
 		postgres: migration2,
 	},
+	{
+		// Version 3: a team's limits bound sandbox disk, paused sandboxes
+		// and snapshots too.
+		version:  3,
+		sqlite:   migration3,
+		postgres: migration3,
+	},
 }
+
+// migration3 is plain SQL both dialects accept.
+const migration3 = `
+ALTER TABLE teams ADD COLUMN max_disk_mb BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_paused INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_snapshots INTEGER NOT NULL DEFAULT 0;
+`
 
 // migration2 is plain SQL both dialects accept (TEXT and BIGINT columns,
 // ids chosen by the application).

@@ -149,53 +149,6 @@ func classify(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// CreateTeam implements Store.
-func (s *SQL) CreateTeam(ctx context.Context, t *Team) error {
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = time.Now().UTC()
-	}
-	_, err := s.db.ExecContext(ctx, s.d.rebind(`INSERT INTO teams (id, name, created_at, max_concurrent, max_timeout_ms, max_vcpus, max_memory_mb) VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		t.ID, t.Name, toNanos(t.CreatedAt), t.Limits.MaxConcurrent, t.Limits.MaxTimeout.Milliseconds(), t.Limits.MaxVCPUs, t.Limits.MaxMemoryMB)
-	return classify(err, fmt.Sprintf("team %q", t.ID))
-}
-
-const teamCols = `id, name, created_at, max_concurrent, max_timeout_ms, max_vcpus, max_memory_mb`
-
-func scanTeam(sc interface{ Scan(...any) error }) (*Team, error) {
-	var t Team
-	var created, maxTimeout int64
-	if err := sc.Scan(&t.ID, &t.Name, &created, &t.Limits.MaxConcurrent, &maxTimeout, &t.Limits.MaxVCPUs, &t.Limits.MaxMemoryMB); err != nil {
-		return nil, err
-	}
-	t.CreatedAt = fromNanos(created)
-	t.Limits.MaxTimeout = time.Duration(maxTimeout) * time.Millisecond
-	return &t, nil
-}
-
-// GetTeam implements Store.
-func (s *SQL) GetTeam(ctx context.Context, id string) (*Team, error) {
-	t, err := scanTeam(s.db.QueryRowContext(ctx, s.d.rebind(`SELECT `+teamCols+` FROM teams WHERE id = ?`), id))
-	return t, classify(err, fmt.Sprintf("team %q", id))
-}
-
-// ListTeams implements Store.
-func (s *SQL) ListTeams(ctx context.Context) ([]*Team, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+teamCols+` FROM teams ORDER BY created_at, id`)
-	if err != nil {
-		return nil, classify(err, "teams")
-	}
-	defer rows.Close()
-	var out []*Team
-	for rows.Next() {
-		t, err := scanTeam(rows)
-		if err != nil {
-			return nil, classify(err, "teams")
-		}
-		out = append(out, t)
-	}
-	return out, classify(rows.Err(), "teams")
-}
-
 // CreateAPIKey implements Store.
 func (s *SQL) CreateAPIKey(ctx context.Context, k *APIKey) error {
 	if k.CreatedAt.IsZero() {

@@ -26,6 +26,12 @@ type Store interface {
 	GetTeam(ctx context.Context, id string) (*Team, error)
 	// ListTeams returns every team, oldest first.
 	ListTeams(ctx context.Context) ([]*Team, error)
+	// UpdateTeam reads the team, lets fn change its name and limits and
+	// writes it back in one transaction (the ID and creation time stay).
+	UpdateTeam(ctx context.Context, id string, fn func(*Team) error) (*Team, error)
+	// DeleteTeam removes a team with its API keys and webhooks. It is
+	// ErrConflict while the team has sandboxes that are not killed.
+	DeleteTeam(ctx context.Context, id string) error
 
 	// CreateAPIKey adds an API key (only its hash is stored).
 	CreateAPIKey(ctx context.Context, k *APIKey) error
@@ -131,6 +137,12 @@ type Limits struct {
 	// MaxVCPUs and MaxMemoryMB bound one sandbox's resources.
 	MaxVCPUs    int
 	MaxMemoryMB int64
+	// MaxDiskMB bounds one sandbox's disk.
+	MaxDiskMB int64
+	// MaxPaused is the number of paused sandboxes a team may keep.
+	MaxPaused int
+	// MaxSnapshots is the number of snapshot templates a team may keep.
+	MaxSnapshots int
 }
 
 // APIKey authenticates requests of a team. The secret itself is never

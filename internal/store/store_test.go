@@ -36,6 +36,7 @@ func TestStore(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			t.Run("teams and keys", func(t *testing.T) { testTeamsAndKeys(t, open(t)) })
+			t.Run("team update and delete", func(t *testing.T) { testTeamUpdateDelete(t, open(t)) })
 			t.Run("sandboxes", func(t *testing.T) { testSandboxes(t, open(t)) })
 			t.Run("update is atomic", func(t *testing.T) { testUpdateAtomic(t, open(t)) })
 			t.Run("events", func(t *testing.T) { testEvents(t, open(t)) })
@@ -292,5 +293,54 @@ func TestSQLiteReopen(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func testTeamUpdateDelete(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if err := s.CreateTeam(ctx, &store.Team{ID: "tapi-a", Name: "A"}); err != nil {
+		t.Fatal(err)
+	}
+	want := store.Limits{MaxConcurrent: 2, MaxTimeout: time.Minute, MaxVCPUs: 1, MaxMemoryMB: 256, MaxDiskMB: 1024, MaxPaused: 3, MaxSnapshots: 4}
+	got, err := s.UpdateTeam(ctx, "tapi-a", func(tm *store.Team) error { tm.Limits = want; tm.ID = "other"; return nil })
+	if err != nil || got.ID != "tapi-a" || got.Limits != want {
+		t.Fatalf("UpdateTeam = %+v, %v", got, err)
+	}
+	if back, err := s.GetTeam(ctx, "tapi-a"); err != nil || back.Limits != want {
+		t.Fatalf("limits after update = %+v, %v; want %+v", back, err, want)
+	}
+	if _, err := s.UpdateTeam(ctx, "missing", func(*store.Team) error { return nil }); !errdefs.IsNotFound(err) {
+		t.Fatalf("update of a missing team: %v", err)
+	}
+	if err := s.CreateAPIKey(ctx, &store.APIKey{ID: "ka", TeamID: "tapi-a", Hash: "h-a", Mask: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateWebhook(ctx, &store.Webhook{ID: "wa", TeamID: "tapi-a", URL: "https://example.invalid/", Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	sb := &store.Sandbox{ID: "sb-a", TeamID: "tapi-a", TemplateID: "base", State: sandbox.StateRunning, StartedAt: time.Now(), EndAt: time.Now().Add(time.Hour)}
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteTeam(ctx, "tapi-a"); !errdefs.IsConflict(err) {
+		t.Fatalf("delete of a team with a running sandbox: %v, want conflict", err)
+	}
+	if _, err := s.UpdateSandbox(ctx, "sb-a", func(sb *store.Sandbox) error { sb.State = sandbox.StateKilled; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteTeam(ctx, "tapi-a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetTeam(ctx, "tapi-a"); !errdefs.IsNotFound(err) {
+		t.Fatalf("team after delete: %v", err)
+	}
+	if _, err := s.APIKeyByHash(ctx, "h-a"); !errdefs.IsNotFound(err) {
+		t.Fatalf("key of a deleted team still authenticates: %v", err)
+	}
+	if _, err := s.GetWebhook(ctx, "tapi-a", "wa"); !errdefs.IsNotFound(err) {
+		t.Fatalf("webhook of a deleted team: %v", err)
+	}
+	if err := s.DeleteTeam(ctx, "tapi-a"); !errdefs.IsNotFound(err) {
+		t.Fatalf("second delete: %v", err)
 	}
 }

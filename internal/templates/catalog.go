@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,23 +100,73 @@ func visible(t *Template, teamID string) bool {
 	return t.Public || t.TeamID == "" || t.TeamID == teamID
 }
 
-// Find returns the template with ID or alias name, as seen by team
-// (another team's private template is not found).
-func (c *Catalog) Find(ctx context.Context, teamID, idOrAlias string) (*Template, error) {
-	t, err := c.store.GetTemplate(ctx, idOrAlias)
-	if errdefs.IsNotFound(err) {
-		t, err = c.store.TemplateByAlias(ctx, idOrAlias)
-	}
-	if errdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("template %q: %w", idOrAlias, errdefs.ErrNotFound)
-	}
-	if err != nil {
+// Find returns the template with ID or name ref, as seen by team: a
+// template ID the team may use (its own, a system one or a public one);
+// else a bare name is the team's own template of that name, then the
+// operator's system template of that name (reserved names only ever
+// resolve to the system template); "team/name" names another team's
+// template, found only when it is public (or the team is the caller's).
+// Another team's template is never found under a bare name, so a name
+// one team takes cannot capture another team's creates.
+func (c *Catalog) Find(ctx context.Context, teamID, ref string) (*Template, error) {
+	notFound := fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
+	t, err := c.store.GetTemplate(ctx, ref)
+	switch {
+	case err == nil && visible(t, teamID):
+		return t, nil
+	case err == nil:
+		return nil, notFound
+	case !errdefs.IsNotFound(err):
 		return nil, err
 	}
-	if !visible(t, teamID) {
-		return nil, fmt.Errorf("template %q: %w", idOrAlias, errdefs.ErrNotFound)
+	if ns, name, scoped := strings.Cut(ref, "/"); scoped {
+		if ns == "" || name == "" {
+			return nil, notFound
+		}
+		t, err := c.store.TemplateByAlias(ctx, ns, name)
+		switch {
+		case errdefs.IsNotFound(err):
+			return nil, notFound
+		case err != nil:
+			return nil, err
+		case ns == teamID || t.Public:
+			return t, nil
+		}
+		return nil, notFound
 	}
-	return t, nil
+	if teamID != "" && !Reserved(ref) {
+		t, err := c.store.TemplateByAlias(ctx, teamID, ref)
+		if err == nil {
+			return t, nil
+		}
+		if !errdefs.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	t, err = c.store.TemplateByAlias(ctx, "", ref)
+	if errdefs.IsNotFound(err) {
+		return nil, notFound
+	}
+	return t, err
+}
+
+// TeamName checks a name (without tag) a team gives a template and
+// returns it without the team's own namespace: "team/name" is allowed
+// only as the caller's team ID, and reserved names are the operator's.
+func TeamName(teamID, alias string) (string, error) {
+	if err := ValidateAlias(alias); err != nil {
+		return "", err
+	}
+	if ns, name, scoped := strings.Cut(alias, "/"); scoped {
+		if ns != teamID || teamID == "" || name == "" || strings.Contains(name, "/") {
+			return "", fmt.Errorf("template name %q: a namespace must be your team's ID (%q): %w", alias, teamID, errdefs.ErrInvalid)
+		}
+		alias = name
+	}
+	if teamID != "" && Reserved(alias) {
+		return "", fmt.Errorf("template name %q is reserved for the operator's templates: %w", alias, errdefs.ErrForbidden)
+	}
+	return alias, nil
 }
 
 // Lookup resolves "idOrAlias[:tag]" for team to the template and its build
@@ -318,6 +369,24 @@ func (c *Catalog) Delete(ctx context.Context, teamID, idOrAlias string) error {
 	return nil
 }
 
+// DeleteTeamTemplates removes every template team owns (the team is
+// being deleted); files go later, as with Delete.
+func (c *Catalog) DeleteTeamTemplates(ctx context.Context, teamID string) error {
+	if teamID == "" {
+		return fmt.Errorf("delete team templates: no team: %w", errdefs.ErrInvalid)
+	}
+	own, err := c.List(ctx, teamID)
+	if err != nil {
+		return err
+	}
+	for _, t := range own {
+		if err := c.store.DeleteTemplate(ctx, t.ID); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("template %q: %w", t.ID, err)
+		}
+	}
+	return nil
+}
+
 // PurgeDeleted removes the files that older versions of Delete moved to
 // DataDir/deleted, for which inUse (nil: none is) says no sandbox still
 // uses them. The garbage collector (builder.Collector) takes care of them
@@ -376,7 +445,8 @@ type CreateRequest struct {
 // CreateBuild makes a waiting build (and its template when new) for req.
 func (c *Catalog) CreateBuild(ctx context.Context, req CreateRequest) (*Template, *Build, error) {
 	alias, tag := ParseRef(req.Name)
-	if err := ValidateAlias(alias); err != nil {
+	alias, err := TeamName(req.TeamID, alias)
+	if err != nil {
 		return nil, nil, err
 	}
 	cpu, mem, err := ValidateResources(req.CPUCount, req.MemoryMB, req.Limits)
@@ -394,7 +464,7 @@ func (c *Catalog) CreateBuild(ctx context.Context, req CreateRequest) (*Template
 		}
 	}
 	now := c.now()
-	t, err := c.store.TemplateByAlias(ctx, alias)
+	t, err := c.store.TemplateByAlias(ctx, req.TeamID, alias)
 	switch {
 	case errdefs.IsNotFound(err):
 		t = &Template{
@@ -406,8 +476,6 @@ func (c *Catalog) CreateBuild(ctx context.Context, req CreateRequest) (*Template
 		}
 	case err != nil:
 		return nil, nil, err
-	case t.TeamID != req.TeamID:
-		return nil, nil, fmt.Errorf("template name %q is taken by another team: %w", alias, errdefs.ErrConflict)
 	default:
 		t, err = c.store.UpdateTemplate(ctx, t.ID, func(t *Template) error {
 			t.CPUCount, t.MemoryMB, t.DiskMB, t.UpdatedAt = cpu, mem, disk, now

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
@@ -70,16 +71,32 @@ func TestCatalogBuildsAndTags(t *testing.T) {
 		if _, err := c.Resolve(ctx, "t2", "app"); !errdefs.IsNotFound(err) {
 			t.Fatalf("private template seen by another team: %v", err)
 		}
-		if _, _, err := c.CreateBuild(ctx, CreateRequest{TeamID: "t2", Name: "app"}); !errdefs.IsConflict(err) {
-			t.Fatalf("alias of another team: %v, want conflict", err)
+		if _, err := c.SetPublic(ctx, "t1", "app", true); err != nil {
+			t.Fatal(err)
+		}
+		// A public template is reached by its ID or as "team/name",
+		// never under the bare name, which stays the caller's own.
+		if _, err := c.Resolve(ctx, "t2", "app"); !errdefs.IsNotFound(err) {
+			t.Fatalf("another team's public template under a bare name: %v", err)
+		}
+		for _, ref := range []string{"t1/app", tpl.ID} {
+			if nt, err := c.Resolve(ctx, "t2", ref); err != nil || nt.ID != tpl.ID {
+				t.Fatalf("public template as %q: %+v, %v", ref, nt, err)
+			}
+		}
+		if _, err := c.SetPublic(ctx, "t1", "app", false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Find(ctx, "t2", "t1/app"); !errdefs.IsNotFound(err) {
+			t.Fatalf("private template as team/name: %v", err)
 		}
 		if _, err := c.SetPublic(ctx, "t1", "app", true); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Resolve(ctx, "t2", "app"); err != nil {
-			t.Fatalf("public template: %v", err)
+		if err := c.Delete(ctx, "t2", "app"); !errdefs.IsNotFound(err) {
+			t.Fatalf("delete by another team under the bare name: %v", err)
 		}
-		if err := c.Delete(ctx, "t2", "app"); !errors.Is(err, errdefs.ErrForbidden) {
+		if err := c.Delete(ctx, "t2", "t1/app"); !errors.Is(err, errdefs.ErrForbidden) {
 			t.Fatalf("delete by another team: %v", err)
 		}
 	})
@@ -410,5 +427,72 @@ func TestEnsureBaseRealRootFS(t *testing.T) {
 		if err != nil || string(out) != tc.want {
 			t.Errorf("bash -l as %s with PATH %q: PATH %q, %v; want %q", tc.user, tc.path, out, err, tc.want)
 		}
+	}
+}
+
+// TestNamesPerTeam is the name-capture attack: a name one team takes (even
+// public) must not answer another team's create of that name, and reserved
+// names stay the operator's.
+func TestNamesPerTeam(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := New(Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.Store()
+	now := time.Now()
+	mk := func(id, team, alias string, public bool) {
+		t.Helper()
+		if err := st.CreateTemplate(ctx, &Template{ID: id, TeamID: team, Aliases: []string{alias}, Public: public, CreatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("sysbase", "", "base", false)
+	mk("sysshared", "", "shared", false)
+	mk("evilpublic", "tapi-evil", "my-agent", true) // taken first, public
+	mk("evilshared", "tapi-evil", "shared", true)
+	mk("victimown", "tapi-victim", "my-agent", false)
+	for _, tc := range []struct {
+		team, ref, want string // want "" → not found
+	}{
+		{"tapi-victim", "my-agent", "victimown"},
+		{"tapi-other", "my-agent", ""},                     // only the evil team's public one exists: not under the bare name
+		{"tapi-other", "tapi-evil/my-agent", "evilpublic"}, // explicit namespace reaches a public template
+		{"tapi-other", "tapi-victim/my-agent", ""},         // private under its namespace
+		{"tapi-victim", "tapi-victim/my-agent", "victimown"},
+		{"tapi-other", "shared", "sysshared"}, // system template
+		{"tapi-evil", "shared", "evilshared"}, // a team's own name wins over the system's
+		{"tapi-other", "base", "sysbase"},
+		{"tapi-other", "victimown", ""}, // private by ID
+		{"tapi-other", "evilpublic", "evilpublic"},
+		{"", "my-agent", ""},
+		{"tapi-other", "/my-agent", ""},
+	} {
+		got, err := c.Find(ctx, tc.team, tc.ref)
+		switch {
+		case tc.want == "" && !errdefs.IsNotFound(err):
+			t.Errorf("Find(%q, %q) = %v, %v; want not found", tc.team, tc.ref, got, err)
+		case tc.want != "" && (err != nil || got.ID != tc.want):
+			t.Errorf("Find(%q, %q) = %v, %v; want %s", tc.team, tc.ref, got, err, tc.want)
+		}
+	}
+	// A team cannot take or shadow a reserved name.
+	for _, name := range []string{"base", "code-interpreter-v1", "mcp-gateway:v2", "tapi-evil/base"} {
+		if _, _, err := c.CreateBuild(ctx, CreateRequest{TeamID: "tapi-evil", Name: name}); !errors.Is(err, errdefs.ErrForbidden) {
+			t.Errorf("team takes reserved name %q: %v", name, err)
+		}
+	}
+	if _, _, err := c.CreateBuild(ctx, CreateRequest{TeamID: "tapi-evil", Name: "tapi-victim/x"}); !errdefs.IsInvalid(err) {
+		t.Errorf("name in another team's namespace: %v", err)
+	}
+	// The same name in a second team is a second template.
+	t1, _, err := c.CreateBuild(ctx, CreateRequest{TeamID: "tapi-a", Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, _, err := c.CreateBuild(ctx, CreateRequest{TeamID: "tapi-b", Name: "app"})
+	if err != nil || t2.ID == t1.ID || t2.TeamID != "tapi-b" {
+		t.Fatalf("second team's app = %+v, %v (first %s)", t2, err, t1.ID)
 	}
 }

@@ -103,13 +103,16 @@ func (s *FileStore) CreateTemplate(ctx context.Context, t *Template) error {
 	if _, err := os.Stat(p); err == nil {
 		return fmt.Errorf("template %q: %w", t.ID, errdefs.ErrAlreadyExists)
 	}
-	if err := s.checkAliasesLocked(t.ID, t.Aliases); err != nil {
+	if err := s.checkAliasesLocked(t.ID, t.TeamID, t.Aliases); err != nil {
 		return err
 	}
 	return writeJSON(p, t)
 }
 
-func (s *FileStore) checkAliasesLocked(id string, aliases []string) error {
+// checkAliasesLocked refuses aliases another template of the same team
+// (teamID; "" for system templates) already has, and aliases that are
+// another template's ID.
+func (s *FileStore) checkAliasesLocked(id, teamID string, aliases []string) error {
 	all, err := s.listTemplatesLocked()
 	if err != nil {
 		return err
@@ -119,7 +122,7 @@ func (s *FileStore) checkAliasesLocked(id string, aliases []string) error {
 			continue
 		}
 		for _, a := range aliases {
-			if other.ID == a || slices.Contains(other.Aliases, a) {
+			if other.ID == a || other.TeamID == teamID && slices.Contains(other.Aliases, a) {
 				return fmt.Errorf("template alias %q: %w", a, errdefs.ErrAlreadyExists)
 			}
 		}
@@ -143,7 +146,7 @@ func (s *FileStore) UpdateTemplate(ctx context.Context, id string, fn func(*Temp
 		return nil, err
 	}
 	t.ID = id
-	if err := s.checkAliasesLocked(id, t.Aliases); err != nil {
+	if err := s.checkAliasesLocked(id, t.TeamID, t.Aliases); err != nil {
 		return nil, err
 	}
 	if err := writeJSON(p, t); err != nil {
@@ -164,7 +167,7 @@ func (s *FileStore) GetTemplate(ctx context.Context, id string) (*Template, erro
 }
 
 // TemplateByAlias implements Store.
-func (s *FileStore) TemplateByAlias(ctx context.Context, alias string) (*Template, error) {
+func (s *FileStore) TemplateByAlias(ctx context.Context, teamID, alias string) (*Template, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	all, err := s.listTemplatesLocked()
@@ -172,7 +175,7 @@ func (s *FileStore) TemplateByAlias(ctx context.Context, alias string) (*Templat
 		return nil, err
 	}
 	for _, t := range all {
-		if slices.Contains(t.Aliases, alias) {
+		if t.TeamID == teamID && slices.Contains(t.Aliases, alias) {
 			return t, nil
 		}
 	}

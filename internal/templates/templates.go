@@ -54,7 +54,8 @@ type Template struct {
 	ID string `json:"id"`
 	// TeamID owns the template; empty for system templates (base).
 	TeamID string `json:"teamId"`
-	// Aliases are the template's names, unique across the catalog.
+	// Aliases are the template's names, unique within its team (see
+	// Catalog.Find for how a name is resolved).
 	Aliases []string `json:"aliases"`
 	Public  bool     `json:"public"`
 	// Tags point names to builds; DefaultTag is what a bare alias means.
@@ -159,8 +160,10 @@ type Store interface {
 	// result, unless fn fails.
 	UpdateTemplate(ctx context.Context, id string, fn func(*Template) error) (*Template, error)
 	GetTemplate(ctx context.Context, id string) (*Template, error)
-	// TemplateByAlias finds the template that has alias among its Aliases.
-	TemplateByAlias(ctx context.Context, alias string) (*Template, error)
+	// TemplateByAlias finds the template of team teamID ("" for system
+	// templates) that has alias among its Aliases. Aliases are unique per
+	// team, not across teams.
+	TemplateByAlias(ctx context.Context, teamID, alias string) (*Template, error)
 	ListTemplates(ctx context.Context) ([]*Template, error)
 	// DeleteTemplate removes the template with its builds and their logs.
 	DeleteTemplate(ctx context.Context, id string) error
@@ -209,6 +212,13 @@ func ParseRef(ref string) (name, tag string) {
 	}
 	return name, tag
 }
+
+// ReservedNames are template names only the operator's system templates
+// may have: a team can neither take them nor shadow them.
+var ReservedNames = []string{BaseID, "code-interpreter-v1", "mcp-gateway"}
+
+// Reserved reports whether name belongs to the operator.
+func Reserved(name string) bool { return slices.Contains(ReservedNames, name) }
 
 // ValidateAlias checks a template name: lowercase letters, digits, "-",
 // "_" and ".", at most 128 characters, optionally "namespace/name".

@@ -103,12 +103,23 @@ func TestFileStore(t *testing.T) {
 			t.Fatalf("err = %v, want already exists", err)
 		}
 	})
+	t.Run("same alias in another team", func(t *testing.T) {
+		if err := s.CreateTemplate(ctx, &Template{ID: "c", TeamID: "tapi-2", Aliases: []string{"alpha"}}); err != nil {
+			t.Fatalf("alias of another team refused: %v", err)
+		}
+		if err := s.CreateTemplate(ctx, &Template{ID: "d", TeamID: "tapi-2", Aliases: []string{"alpha"}}); !errdefs.IsAlreadyExists(err) {
+			t.Fatalf("duplicate alias within a team: %v", err)
+		}
+		if got, err := s.TemplateByAlias(ctx, "tapi-2", "alpha"); err != nil || got.ID != "c" {
+			t.Fatalf("team's alpha = %v, %v", got, err)
+		}
+	})
 	t.Run("by alias", func(t *testing.T) {
-		got, err := s.TemplateByAlias(ctx, "alpha")
+		got, err := s.TemplateByAlias(ctx, "", "alpha")
 		if err != nil || got.ID != "a" {
 			t.Fatalf("= %v, %v", got, err)
 		}
-		if _, err := s.TemplateByAlias(ctx, "nope"); !errdefs.IsNotFound(err) {
+		if _, err := s.TemplateByAlias(ctx, "", "nope"); !errdefs.IsNotFound(err) {
 			t.Fatalf("err = %v, want not found", err)
 		}
 	})

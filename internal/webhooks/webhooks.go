@@ -26,16 +26,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/events"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -45,8 +46,11 @@ import (
 type Config struct {
 	Store  store.Store
 	Logger *slog.Logger
-	// Client sends the requests (default: a client with Timeout).
-	Client *http.Client
+	// Egress is the operator's allow-list for webhook destinations on
+	// loopback, private and other non-public addresses; every delivery
+	// connects through egress's guarded dialer, which refuses them by
+	// default (nil: no exceptions).
+	Egress *egress.Policy
 	// Timeout bounds one attempt (default 10 s).
 	Timeout time.Duration
 	// MaxAttempts is how many attempts a delivery gets before it is failed
@@ -66,11 +70,6 @@ type Config struct {
 	Concurrency int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// DenyPrivate refuses to connect to loopback, private, link-local,
-	// unspecified and multicast addresses (checked on the resolved address
-	// at connect time), for servers whose teams must not reach the
-	// operator's internal network. It applies to the default Client only.
-	DenyPrivate bool
 	// Registry receives webhook_delivery_attempts_total{outcome} (outcome
 	// delivered, retry or failed); nil registers nothing.
 	Registry prometheus.Registerer
@@ -79,10 +78,11 @@ type Config struct {
 // Dispatcher sends pending deliveries. Create it with New and run it with
 // Run.
 type Dispatcher struct {
-	cfg  Config
-	st   store.Store
-	log  *slog.Logger
-	wake chan struct{}
+	cfg    Config
+	client *http.Client
+	st     store.Store
+	log    *slog.Logger
+	wake   chan struct{}
 
 	attempts *prometheus.CounterVec
 }
@@ -98,17 +98,10 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	if cfg.Client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		if cfg.DenyPrivate {
-			dialer := &net.Dialer{Timeout: cfg.Timeout, Control: denyPrivate}
-			tr.DialContext = dialer.DialContext
-			tr.Proxy = nil
-		}
-		cfg.Client = &http.Client{Timeout: cfg.Timeout, Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse // deliver only to the registered URL
-		}}
-	}
+	tr := (&egress.Dialer{Policy: cfg.Egress, Timeout: cfg.Timeout}).Transport()
+	client := &http.Client{Timeout: cfg.Timeout, Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse // deliver only to the registered URL
+	}}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 10
 	}
@@ -133,7 +126,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	d := &Dispatcher{cfg: cfg, st: cfg.Store, log: cfg.Logger, wake: make(chan struct{}, 1),
+	d := &Dispatcher{cfg: cfg, client: client, st: cfg.Store, log: cfg.Logger, wake: make(chan struct{}, 1),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_delivery_attempts_total",
 			Help: "Webhook delivery attempts, by outcome (delivered, retry, failed).",
@@ -265,8 +258,23 @@ func (d *Dispatcher) attempt(ctx context.Context, dl *store.Delivery) {
 		log.Info("webhook delivered", "attempts", dl.Attempts, "status", status)
 		return
 	}
-	d.finish(ctx, log, dl, status, aerr.Error(), false)
+	// The team reads LastError in its delivery history: it says what
+	// kind of failure it was (the receiver's status, refused by the
+	// egress policy, no connection), never more, so the history cannot
+	// map what the host reaches. The log keeps the detail.
+	msg := egress.Describe(aerr)
+	var se *statusError
+	if errors.As(aerr, &se) {
+		msg = se.Error()
+	}
+	log.Debug("webhook attempt failed", "error", aerr)
+	d.finish(ctx, log, dl, status, msg, false)
 }
+
+// statusError is a receiver's non-2xx answer.
+type statusError struct{ status string }
+
+func (e *statusError) Error() string { return "receiver answered " + e.status }
 
 // finish records a failed attempt: a retry after backoff, or failed for
 // good when final or out of attempts.
@@ -306,38 +314,16 @@ func (d *Dispatcher) post(ctx context.Context, hook *store.Webhook, dl *store.De
 	h.Set(HeaderE2BDeliveryID, dl.ID)
 	h.Set(HeaderE2BSignatureVersion, "v1")
 	h.Set(HeaderE2BSignature, E2BSignature(hook.Secret, body))
-	resp, err := d.cfg.Client.Do(req)
+	resp, err := d.client.Do(req)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, fmt.Errorf("receiver answered %s", resp.Status)
+		return resp.StatusCode, &statusError{status: resp.Status}
 	}
 	return resp.StatusCode, nil
-}
-
-// ErrPrivateAddress is the error of a delivery that DenyPrivate stopped.
-var ErrPrivateAddress = errors.New("webhook address is private or local")
-
-// denyPrivate is a net.Dialer Control that refuses non-public addresses.
-func denyPrivate(_, address string, _ syscall.RawConn) error {
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		return err
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return fmt.Errorf("%w: %q", ErrPrivateAddress, host)
-	}
-	ip = ip.Unmap()
-	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() ||
-		netip.MustParsePrefix("100.64.0.0/10").Contains(ip) {
-		return fmt.Errorf("%w: %s", ErrPrivateAddress, ip)
-	}
-	return nil
 }
 
 // ValidateURL checks a webhook URL given at registration: absolute http or
@@ -348,4 +334,30 @@ func ValidateURL(raw string) error {
 		return fmt.Errorf("webhook url %q: must be an absolute http(s) URL without credentials: %w", raw, errdefs.ErrInvalid)
 	}
 	return nil
+}
+
+// URLValidator returns ValidateURL that also refuses, at once, a URL
+// whose host is an IP address p refuses (a loopback or private address
+// not on the operator's allow-list). Host names are checked when a
+// delivery connects, on the address they resolve to then.
+func URLValidator(p *egress.Policy) func(string) error {
+	return func(raw string) error {
+		if err := ValidateURL(raw); err != nil {
+			return err
+		}
+		u, _ := url.Parse(raw)
+		ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]"))
+		if err != nil {
+			return nil
+		}
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		n, _ := strconv.Atoi(port)
+		if p.Check(netip.AddrPortFrom(ip, uint16(n))) != nil {
+			return fmt.Errorf("webhook url %q: %s: %w", raw, egress.Describe(egress.ErrRefused), errdefs.ErrInvalid)
+		}
+		return nil
+	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/events"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -52,6 +54,13 @@ func newReceiver(t *testing.T, secret string, failFirst int) *receiver {
 	}))
 	t.Cleanup(r.srv.Close)
 	return r
+}
+
+// allow is the operator's allow entry for the receiver's loopback
+// address (warren serve --egress-allow): deliveries to it are refused
+// without one.
+func (r *receiver) allow() *egress.Policy {
+	return egress.MustParse(strings.TrimPrefix(r.srv.URL, "http://"))
 }
 
 func (r *receiver) got() []received {
@@ -100,7 +109,7 @@ func TestDeliverySignedAndVerified(t *testing.T) {
 	rcv := newReceiver(t, "s3cret", 0)
 	hook := setup(t, st, rcv.srv.URL+"/hook", "s3cret")
 	e := killedEvent(t, st)
-	d, err := webhooks.New(webhooks.Config{Store: st})
+	d, err := webhooks.New(webhooks.Config{Store: st, Egress: rcv.allow()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +173,7 @@ func TestRetriesThenOnce(t *testing.T) {
 	}
 	clk := &clock{now: time.Now()}
 	reg := prometheus.NewRegistry()
-	d, err := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Backoff: time.Second, MaxBackoff: time.Minute, MaxAttempts: 5, Registry: reg})
+	d, err := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Backoff: time.Second, MaxBackoff: time.Minute, MaxAttempts: 5, Registry: reg, Egress: rcv.allow()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +234,7 @@ func TestGivesUpAfterMaxAttempts(t *testing.T) {
 	hook := setup(t, st, rcv.srv.URL, "k")
 	killedEvent(t, st)
 	clk := &clock{now: time.Now()}
-	d, _ := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Backoff: time.Second, MaxBackoff: 4 * time.Second, MaxAttempts: 6})
+	d, _ := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Backoff: time.Second, MaxBackoff: 4 * time.Second, MaxAttempts: 6, Egress: rcv.allow()})
 	for range 20 {
 		d.RunOnce(ctx) //nolint:errcheck
 		clk.Add(4 * time.Second)
@@ -255,7 +264,7 @@ func TestLeaseSurvivesCrash(t *testing.T) {
 		t.Fatalf("claim by the dispatcher that dies: %v %v", c, err)
 	}
 	clk := &clock{now: now}
-	d, _ := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Lease: time.Minute})
+	d, _ := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Lease: time.Minute, Egress: rcv.allow()})
 	if n, _ := d.RunOnce(ctx); n != 0 {
 		t.Fatal("took a leased delivery")
 	}
@@ -271,7 +280,7 @@ func TestRunDelivers(t *testing.T) {
 	st := storetest.SQLite(t)
 	rcv := newReceiver(t, "k", 1)
 	setup(t, st, rcv.srv.URL, "k")
-	d, _ := webhooks.New(webhooks.Config{Store: st, Backoff: 10 * time.Millisecond, Poll: 20 * time.Millisecond})
+	d, _ := webhooks.New(webhooks.Config{Store: st, Backoff: 10 * time.Millisecond, Poll: 20 * time.Millisecond, Egress: rcv.allow()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
@@ -287,25 +296,83 @@ func TestRunDelivers(t *testing.T) {
 	}
 }
 
-// TestDenyPrivate: with DenyPrivate a loopback URL is never connected to,
-// and the attempt is recorded as failed with the reason.
-func TestDenyPrivate(t *testing.T) {
+// TestPrivateRefusedByDefault is the attack: a team registers a webhook on
+// the host's loopback. Without the operator's allow entry it is never
+// connected to, and the history says only that the policy refused it (not
+// whether something listens there).
+func TestPrivateRefusedByDefault(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := storetest.SQLite(t)
 	rcv := newReceiver(t, "k", 0)
 	hook := setup(t, st, rcv.srv.URL, "k")
+	closed := setup(t, st, "http://127.0.0.1:1/", "k") // nothing listens
 	killedEvent(t, st)
-	d, _ := webhooks.New(webhooks.Config{Store: st, DenyPrivate: true})
-	if n, err := d.RunOnce(ctx); err != nil || n != 1 {
+	d, _ := webhooks.New(webhooks.Config{Store: st, Egress: egress.MustParse("127.0.0.1:2")})
+	if n, err := d.RunOnce(ctx); err != nil || n != 2 {
 		t.Fatalf("RunOnce = %d, %v", n, err)
 	}
 	if len(rcv.got()) != 0 {
 		t.Fatal("a private address was reached")
 	}
+	var errs []string
+	for _, h := range []*store.Webhook{hook, closed} {
+		ds, _ := st.ListDeliveries(ctx, "team", h.ID, 0)
+		if ds[0].State != store.DeliveryPending || ds[0].Attempts != 1 || !strings.Contains(ds[0].LastError, "egress policy") {
+			t.Fatalf("delivery %+v", ds[0])
+		}
+		errs = append(errs, ds[0].LastError)
+	}
+	if errs[0] != errs[1] {
+		t.Fatalf("a listening and a closed port read differently: %q vs %q", errs[0], errs[1])
+	}
+}
+
+// TestErrorsDoNotEcho: what a receiver answers, and how a connection
+// failed, stays out of the delivery history.
+func TestErrorsDoNotEcho(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.SQLite(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, "secret-internal-answer")
+	}))
+	t.Cleanup(srv.Close)
+	hook := setup(t, st, srv.URL, "k")
+	killedEvent(t, st)
+	d, _ := webhooks.New(webhooks.Config{Store: st, Egress: egress.MustParse(strings.TrimPrefix(srv.URL, "http://"))})
+	if n, err := d.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
 	ds, _ := st.ListDeliveries(ctx, "team", hook.ID, 0)
-	if ds[0].State != store.DeliveryPending || ds[0].Attempts != 1 || !strings.Contains(ds[0].LastError, "private or local") {
+	if ds[0].LastStatus != 500 || ds[0].LastError != "receiver answered 500 Internal Server Error" {
 		t.Fatalf("delivery %+v", ds[0])
+	}
+}
+
+// TestURLValidator: an IP literal the policy refuses is a 400 at
+// registration; the operator's entry lets it through.
+func TestURLValidator(t *testing.T) {
+	t.Parallel()
+	v := webhooks.URLValidator(egress.MustParse("10.0.0.5:8080"))
+	for _, tc := range []struct {
+		url string
+		ok  bool
+	}{
+		{"https://example.com/hook", true},
+		{"https://1.1.1.1/hook", true},
+		{"http://10.0.0.5:8080/hook", true},
+		{"http://10.0.0.5/hook", false},
+		{"http://127.0.0.1:3000/", false},
+		{"http://[::1]:3000/", false},
+		{"http://[::ffff:169.254.169.254]/", false},
+		{"http://169.254.169.254/latest/meta-data", false},
+		{"ftp://example.com/", false},
+	} {
+		if err := v(tc.url); (err == nil) != tc.ok || err != nil && !errdefs.IsInvalid(err) {
+			t.Errorf("validate %s = %v, want ok %t", tc.url, err, tc.ok)
+		}
 	}
 }
 

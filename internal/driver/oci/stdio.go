@@ -2,6 +2,7 @@ package oci
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -62,4 +63,38 @@ func LogTail(bundleDir string, w io.Writer) string {
 		data = data[len(data)-2000:]
 	}
 	return string(data)
+}
+
+// CapLog bounds <bundleDir>/runtime.log, where a sandbox's init writes
+// (a tenant can write there without end): once the file is larger than
+// max it keeps only its last max/4 bytes, after a marker line. Writers
+// hold the file with O_APPEND (OpenLog), so they go on at the new end.
+// It reports whether it cut the file; a missing file is no error.
+func CapLog(bundleDir string, max int64) (bool, error) {
+	p := filepath.Join(bundleDir, RuntimeLogFile)
+	fi, err := os.Stat(p)
+	if errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() <= max {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_APPEND, 0)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	keep := max / 4
+	tail := make([]byte, keep)
+	n, err := f.ReadAt(tail, fi.Size()-keep)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	if err := f.Truncate(0); err != nil {
+		return false, err
+	}
+	if _, err := f.Write(append([]byte("[warren: earlier output dropped: the log exceeded its size cap]\n"), tail[:n]...)); err != nil {
+		return false, err
+	}
+	return true, nil
 }

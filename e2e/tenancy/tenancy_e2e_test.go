@@ -1,0 +1,134 @@
+//go:build e2e
+
+// Package tenancye2e checks tenant isolation on a real warren serve with
+// runsc: two teams, made through the admin API.
+package tenancye2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/e2e/e2eserve"
+	"github.com/warren-sandbox/warren/pkg/client"
+)
+
+// iso names this package's host objects (its own CIDR and veth prefix).
+var iso = e2eserve.NewIsolation("tapi", "100.93.0.0/16", "qt")
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	iso.Cleanup()
+	os.Exit(code)
+}
+
+const (
+	apiKey     = "e2b_7461706900000000000000000000000000000001"
+	adminToken = "tapi-admin-token"
+)
+
+// TestTenancyRunsc: team B cannot reach team A's real sandbox through the
+// API, and B's template build from an image on the server's own loopback
+// port fails on the egress policy, without the server connecting there.
+func TestTenancyRunsc(t *testing.T) {
+	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
+	for _, env := range []string{"WARREN_WARREN", "WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
+		e2eserve.Require(t, e2eserve.Exists(os.Getenv(env)), fmt.Sprintf("$%s (%q) does not exist; run make build base-rootfs", env, os.Getenv(env)))
+	}
+	s := e2eserve.Start(t, e2eserve.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:3301", APIKey: apiKey, AdminToken: adminToken, Isolation: iso})
+	url := s.Env["E2B_API_URL"]
+	ctx := context.Background()
+	// req sends one request with key (the admin token when key is "")
+	// and decodes a JSON answer into out when given.
+	req := func(method, path, key, body string, out any) int {
+		t.Helper()
+		r, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+		if key != "" {
+			r.Header.Set("X-API-Key", key)
+		} else {
+			r.Header.Set("X-Admin-Token", adminToken)
+		}
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if out != nil {
+			json.NewDecoder(resp.Body).Decode(out) //nolint:errcheck
+		}
+		return resp.StatusCode
+	}
+	if st := req("POST", "/admin/teams", apiKey, `{"id":"tapi-x"}`, nil); st != http.StatusForbidden {
+		t.Fatalf("POST /admin/teams with a team key: %d, want 403", st)
+	}
+	var teamB struct {
+		APIKey string `json:"apiKey"`
+	}
+	if st := req("POST", "/admin/teams", "", `{"id":"tapi-b"}`, &teamB); st != http.StatusCreated || !strings.HasPrefix(teamB.APIKey, "e2b_") {
+		t.Fatalf("POST /admin/teams: %d %+v", st, teamB)
+	}
+
+	a, b := client.New(url, apiKey), client.New(url, teamB.APIKey)
+	sb, err := a.Create(ctx, client.NewSandbox{TemplateID: "base"})
+	if err != nil {
+		t.Fatalf("team A's sandbox: %v\n%s", err, s.Logs())
+	}
+	defer a.Kill(ctx, sb.SandboxID)
+	for _, rq := range []struct{ method, path, body string }{
+		{"GET", "/sandboxes/" + sb.SandboxID, ""},
+		{"DELETE", "/sandboxes/" + sb.SandboxID, ""},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/pause", ""},
+		{"POST", "/v2/sandboxes/" + sb.SandboxID + "/connect", `{"timeout":60}`},
+		{"GET", "/sandboxes/" + sb.SandboxID + "/metrics", ""},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/snapshots", `{}`},
+	} {
+		if st := req(rq.method, rq.path, teamB.APIKey, rq.body, nil); st != http.StatusNotFound {
+			t.Errorf("team B %s %s: %d, want 404", rq.method, rq.path, st)
+		}
+	}
+	if list, _, err := b.List(ctx, client.ListOptions{}); err != nil || len(list) != 0 {
+		t.Fatalf("team B's list: %+v %v", list, err)
+	}
+
+	// fromImage on the server's own port, and on a loopback service that
+	// counts its requests: both refused by the egress dialer.
+	var hits atomic.Int32
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		http.Error(w, "internal", http.StatusTeapot)
+	}))
+	defer svc.Close()
+	for i, from := range []string{strings.TrimPrefix(url, "http://") + "/admin/x:y", strings.TrimPrefix(svc.URL, "http://") + "/x:y"} {
+		tc, err := b.CreateTemplate(ctx, client.NewTemplate{Name: fmt.Sprintf("ssrf-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.StartTemplateBuild(ctx, tc.TemplateID, tc.BuildID, client.TemplateBuild{FromImage: from}); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		_, err = b.WaitTemplateBuild(wctx, tc.TemplateID, tc.BuildID, 200*time.Millisecond, nil)
+		cancel()
+		var bf *client.BuildFailedError
+		if !errors.As(err, &bf) || !strings.Contains(bf.Reason.Message, "egress policy") {
+			t.Fatalf("build from %s: %v", from, err)
+		}
+	}
+	if hits.Load() != 0 {
+		t.Fatalf("the loopback service got %d requests from the server", hits.Load())
+	}
+
+	// Team A's sandbox is untouched.
+	got, err := a.Get(ctx, sb.SandboxID)
+	if err != nil || got.State != "running" {
+		t.Fatalf("team A's sandbox after team B's attempts: %+v %v", got, err)
+	}
+}

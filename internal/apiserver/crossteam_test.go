@@ -1,0 +1,159 @@
+package apiserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/pkg/client"
+)
+
+// TestCrossTeam is the tenancy attack suite: two teams made through the
+// admin API; team B, with an ordinary key, tries every endpoint on team
+// A's sandboxes, templates, builds, snapshots, webhooks and events. Each
+// answers 404 (B cannot tell A's objects from missing ones), lists leave
+// them out, and afterwards A's objects are untouched.
+func TestCrossTeam(t *testing.T) {
+	e := newTemplateEnv(t)
+	e.api.MountEvents(apiserver.EventsConfig{})
+	ctx := context.Background()
+	base, err := e.local.Catalog.Resolve(ctx, "t1", "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.snaps.base = base
+	a := e.adminTeam("tapi-a", "")
+	b := e.adminTeam("tapi-b", "")
+
+	// Team A's objects.
+	running := e.create(a.APIKey, client.NewSandbox{TemplateID: "base", Metadata: map[string]string{"owner": "a"}})
+	paused := e.create(a.APIKey, client.NewSandbox{TemplateID: "base", AutoResume: &client.AutoResume{Enabled: true}})
+	expect(t, "pause", e.do("POST", "/sandboxes/"+paused.SandboxID+"/pause", a.APIKey, ""), http.StatusNoContent)
+	tpl := e.createTemplate(a.APIKey, `{"name":"a-private"}`)
+	expect(t, "start build", e.do("POST", "/v2/templates/"+tpl.TemplateID+"/builds/"+tpl.BuildID, a.APIKey,
+		`{"fromTemplate":"base","steps":[{"type":"RUN","args":["true"]}]}`), http.StatusAccepted)
+	if bi := e.waitBuild(a.APIKey, tpl.TemplateID, tpl.BuildID); bi.Status != "ready" {
+		t.Fatalf("team A's build: %+v", bi)
+	}
+	r := e.do("POST", "/sandboxes/"+running.SandboxID+"/snapshots", a.APIKey, `{"name":"a-snap"}`)
+	expect(t, "snapshot", r, http.StatusCreated)
+	var snap snapshotInfo
+	decodeJSON(t, r, &snap)
+	r = e.do("POST", "/events/webhooks", a.APIKey, `{"name":"a","url":"https://example.invalid/hook","signatureSecret":"a-secret-123"}`)
+	expect(t, "webhook", r, http.StatusCreated)
+	var hook struct {
+		ID string `json:"id"`
+	}
+	decodeJSON(t, r, &hook)
+	snapTemplate, _, _ := strings.Cut(snap.SnapshotID, ":")
+
+	sub := strings.NewReplacer("{run}", running.SandboxID, "{paused}", paused.SandboxID, "{tpl}", tpl.TemplateID,
+		"{build}", tpl.BuildID, "{snap}", snapTemplate, "{hook}", hook.ID)
+	notFound := []struct{ method, path, body string }{
+		{"GET", "/sandboxes/{run}", ""},
+		{"GET", "/sandboxes/{paused}", ""},
+		{"DELETE", "/sandboxes/{run}", ""},
+		{"POST", "/sandboxes/{run}/timeout", `{"timeout":1}`},
+		{"POST", "/sandboxes/{run}/refreshes", `{"duration":10}`},
+		{"POST", "/sandboxes/{run}/pause", ""},
+		{"POST", "/sandboxes/{paused}/resume", `{"timeout":60}`},
+		{"POST", "/sandboxes/{paused}/connect", `{"timeout":60}`},
+		{"POST", "/v2/sandboxes/{paused}/connect", `{"timeout":60}`},
+		{"POST", "/v2/sandboxes/{run}/connect", `{"timeout":60}`},
+		{"GET", "/sandboxes/{run}/metrics", ""},
+		{"GET", "/sandboxes/{run}/logs", ""},
+		{"GET", "/v2/sandboxes/{run}/logs", ""},
+		{"POST", "/sandboxes/{run}/fork", `{"count":1}`},
+		{"PUT", "/sandboxes/{run}/network", `{"allowOut":["1.1.1.1"]}`},
+		{"POST", "/sandboxes/{run}/snapshots", `{"name":"stolen"}`},
+		{"POST", "/v2/sandboxes", `{"templateID":"{tpl}"}`},
+		{"POST", "/v2/sandboxes", `{"templateID":"a-private"}`},
+		{"POST", "/v2/sandboxes", `{"templateID":"tapi-a/a-private"}`},
+		{"POST", "/v2/sandboxes", `{"templateID":"{snap}"}`},
+		{"POST", "/v2/sandboxes", `{"templateID":"a-snap"}`},
+		{"GET", "/templates/{tpl}", ""},
+		{"GET", "/templates/a-private", ""},
+		{"GET", "/templates/aliases/a-private", ""},
+		{"GET", "/templates/aliases/tapi-a%2Fa-private", ""},
+		{"GET", "/templates/{tpl}/tags", ""},
+		{"DELETE", "/templates/{tpl}", ""},
+		{"DELETE", "/templates/{snap}", ""},
+		{"PATCH", "/v2/templates/{tpl}", `{"public":true}`},
+		{"POST", "/templates/tags", `{"target":"{tpl}:default","tags":["mine"]}`},
+		{"DELETE", "/templates/tags", `{"name":"{tpl}","tags":["default"]}`},
+		{"GET", "/templates/{tpl}/builds/{build}/status", ""},
+		{"GET", "/templates/{tpl}/builds/{build}/logs", ""},
+		{"POST", "/v2/templates/{tpl}/builds/{build}", `{"fromTemplate":"base"}`},
+		{"GET", "/templates/{tpl}/files/0000000000000000000000000000000000000000000000000000000000000000", ""},
+		{"GET", "/events/sandboxes/{run}", ""},
+		{"GET", "/events/webhooks/{hook}", ""},
+		{"PATCH", "/events/webhooks/{hook}", `{"url":"https://evil.invalid/"}`},
+		{"DELETE", "/events/webhooks/{hook}", ""},
+		{"GET", "/events/webhooks/{hook}/deliveries", ""},
+		{"POST", "/events/webhooks/{hook}/deliveries/x/redeliver", ""},
+	}
+	for _, rq := range notFound {
+		path, body := sub.Replace(rq.path), sub.Replace(rq.body)
+		t.Run(rq.method+" "+rq.path+" "+rq.body, func(t *testing.T) {
+			r := e.do(rq.method, path, b.APIKey, body)
+			expect(t, rq.method+" "+path, r, http.StatusNotFound)
+			for _, secret := range []string{running.SandboxID + `"`, "a-secret", `"owner"`} {
+				if strings.Contains(string(r.body), secret) && !strings.Contains(path, strings.Trim(secret, `"`)) {
+					t.Errorf("answer shows %s: %s", secret, r.body)
+				}
+			}
+		})
+	}
+
+	// Lists and batch reads leave A's objects out.
+	for _, path := range []string{"/sandboxes", "/v2/sandboxes", "/v2/sandboxes?state=paused", "/sandboxes/metrics?sandbox_ids={run},{paused}",
+		"/templates", "/v2/templates", "/snapshots", "/snapshots?sandboxID={run}", "/events/sandboxes", "/events/webhooks", "/teams"} {
+		path = sub.Replace(path)
+		r := e.do("GET", path, b.APIKey, "")
+		if r.status != http.StatusOK && r.status != http.StatusNotFound {
+			t.Errorf("GET %s: %d %s", path, r.status, r.body)
+		}
+		for _, id := range []string{running.SandboxID, paused.SandboxID, tpl.TemplateID, snapTemplate, hook.ID, "tapi-a", "a-private", "a-snap"} {
+			if strings.Contains(string(r.body), id) {
+				t.Errorf("GET %s as team B shows %s: %s", path, id, r.body)
+			}
+		}
+	}
+	// The operator's endpoints need the admin token.
+	for _, rq := range []struct{ method, path string }{
+		{"GET", "/admin/teams"}, {"GET", "/admin/teams/tapi-a"}, {"PATCH", "/admin/teams/tapi-b"},
+		{"POST", "/admin/teams/tapi-a/sandboxes/kill"}, {"POST", "/admin/teams/tapi-a/api-keys"},
+		{"GET", "/admin/sandboxes/running-counts"},
+	} {
+		if r := e.do(rq.method, rq.path, b.APIKey, `{"limits":{"maxConcurrent":1000}}`); r.status != http.StatusForbidden {
+			t.Errorf("%s %s with team B's key: %d %s", rq.method, rq.path, r.status, r.body)
+		}
+	}
+
+	// A's objects are as they were.
+	ca := e.client(a.APIKey)
+	for id, want := range map[string]sandbox.State{running.SandboxID: sandbox.StateRunning, paused.SandboxID: sandbox.StatePaused} {
+		got, err := ca.Get(ctx, id)
+		if err != nil || string(got.State) != string(want) {
+			t.Fatalf("team A's sandbox %s after the attack: %+v, %v", id, got, err)
+		}
+	}
+	expect(t, "A's template", e.do("GET", "/templates/"+tpl.TemplateID, a.APIKey, ""), http.StatusOK)
+	expect(t, "A's snapshot", e.do("GET", "/templates/"+snapTemplate, a.APIKey, ""), http.StatusOK)
+	r = e.do("GET", "/events/webhooks/"+hook.ID, a.APIKey, "")
+	expect(t, "A's webhook", r, http.StatusOK)
+	if !strings.Contains(string(r.body), "example.invalid") {
+		t.Fatalf("A's webhook changed: %s", r.body)
+	}
+	var pub struct {
+		Public bool `json:"public"`
+	}
+	json.Unmarshal(e.do("GET", "/templates/aliases/a-private", a.APIKey, "").body, &pub) //nolint:errcheck
+	if pub.Public {
+		t.Fatal("team B made A's template public")
+	}
+}

@@ -1,0 +1,67 @@
+package builder
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// TestFromImageOnLoopbackRefused is the attack: a tenant's fromImage names
+// a service on the host's loopback. Without the operator's allow entry
+// the builder never connects, and the build says why.
+func TestFromImageOnLoopbackRefused(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	reg := newRegistry(t, "", "")
+	ref := reg.push(t, "test/tiny:1", tinyRootFS(t), v1.Config{Env: []string{"PATH=/bin"}})
+	f := newFixture(t, nil)
+	counted := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "never", http.StatusTeapot)
+	}))
+	t.Cleanup(counted.Close)
+	for _, from := range []string{ref, strings.TrimPrefix(counted.URL, "http://") + "/x:y", "localhost:" + counted.URL[strings.LastIndex(counted.URL, ":")+1:] + "/x:y"} {
+		bd, err := f.build(t, "team", "loopback", Spec{FromImage: from})
+		if !errors.Is(err, errdefs.ErrForbidden) || !strings.Contains(err.Error(), "egress policy") {
+			t.Fatalf("build from %s: %v, want refused by the egress policy", from, err)
+		}
+		if bd.Status != templates.BuildError || bd.Reason == nil || !strings.Contains(bd.Reason.Message, "egress policy") {
+			t.Fatalf("build status %s reason %+v", bd.Status, bd.Reason)
+		}
+	}
+	if hits.Load() != 0 {
+		t.Fatalf("the loopback service got %d requests", hits.Load())
+	}
+}
+
+// TestRegistryAnswerNotEchoed: an (allowed) registry that fails answers
+// with text; the build status names the HTTP status only.
+func TestRegistryAnswerNotEchoed(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, "secret-internal-answer")
+	}))
+	t.Cleanup(srv.Close)
+	f := newFixture(t, nil)
+	(&testRegistry{host: strings.TrimPrefix(srv.URL, "http://")}).allowIn(f)
+	bd, err := f.build(t, "team", "failing", Spec{FromImage: strings.TrimPrefix(srv.URL, "http://") + "/x:y"})
+	if err == nil || strings.Contains(err.Error(), "secret-internal-answer") || !strings.Contains(err.Error(), "HTTP 500") {
+		t.Fatalf("build error %v", err)
+	}
+	if bd.Reason == nil || strings.Contains(bd.Reason.Message, "secret-internal-answer") {
+		t.Fatalf("build reason %+v", bd.Reason)
+	}
+	if logs := f.logs(t, bd.ID); strings.Contains(logs, "secret-internal-answer") {
+		t.Fatalf("build log echoes the answer:\n%s", logs)
+	}
+}

@@ -1,0 +1,129 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+const teamCols = `id, name, created_at, max_concurrent, max_timeout_ms, max_vcpus, max_memory_mb, max_disk_mb, max_paused, max_snapshots`
+
+// CreateTeam implements Store.
+func (s *SQL) CreateTeam(ctx context.Context, t *Team) error {
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = time.Now().UTC()
+	}
+	l := t.Limits
+	_, err := s.db.ExecContext(ctx, s.d.rebind(`INSERT INTO teams (`+teamCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		t.ID, t.Name, toNanos(t.CreatedAt), l.MaxConcurrent, l.MaxTimeout.Milliseconds(), l.MaxVCPUs, l.MaxMemoryMB,
+		l.MaxDiskMB, l.MaxPaused, l.MaxSnapshots)
+	return classify(err, fmt.Sprintf("team %q", t.ID))
+}
+
+func scanTeam(sc interface{ Scan(...any) error }) (*Team, error) {
+	var t Team
+	var created, maxTimeout int64
+	l := &t.Limits
+	if err := sc.Scan(&t.ID, &t.Name, &created, &l.MaxConcurrent, &maxTimeout, &l.MaxVCPUs, &l.MaxMemoryMB,
+		&l.MaxDiskMB, &l.MaxPaused, &l.MaxSnapshots); err != nil {
+		return nil, err
+	}
+	t.CreatedAt = fromNanos(created)
+	l.MaxTimeout = time.Duration(maxTimeout) * time.Millisecond
+	return &t, nil
+}
+
+// GetTeam implements Store.
+func (s *SQL) GetTeam(ctx context.Context, id string) (*Team, error) {
+	t, err := scanTeam(s.db.QueryRowContext(ctx, s.d.rebind(`SELECT `+teamCols+` FROM teams WHERE id = ?`), id))
+	return t, classify(err, fmt.Sprintf("team %q", id))
+}
+
+// ListTeams implements Store.
+func (s *SQL) ListTeams(ctx context.Context) ([]*Team, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+teamCols+` FROM teams ORDER BY created_at, id`)
+	if err != nil {
+		return nil, classify(err, "teams")
+	}
+	defer rows.Close()
+	var out []*Team
+	for rows.Next() {
+		t, err := scanTeam(rows)
+		if err != nil {
+			return nil, classify(err, "teams")
+		}
+		out = append(out, t)
+	}
+	return out, classify(rows.Err(), "teams")
+}
+
+// UpdateTeam implements Store.
+func (s *SQL) UpdateTeam(ctx context.Context, id string, fn func(*Team) error) (*Team, error) {
+	what := fmt.Sprintf("team %q", id)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, classify(err, what)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	q := `SELECT ` + teamCols + ` FROM teams WHERE id = ?`
+	if s.d.name == "postgres" {
+		q += ` FOR UPDATE`
+	}
+	t, err := scanTeam(tx.QueryRowContext(ctx, s.d.rebind(q), id))
+	if err != nil {
+		return nil, classify(err, what)
+	}
+	if err := fn(t); err != nil {
+		return nil, err
+	}
+	t.ID = id
+	l := t.Limits
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE teams SET name = ?, max_concurrent = ?, max_timeout_ms = ?, max_vcpus = ?, max_memory_mb = ?, max_disk_mb = ?, max_paused = ?, max_snapshots = ? WHERE id = ?`),
+		t.Name, l.MaxConcurrent, l.MaxTimeout.Milliseconds(), l.MaxVCPUs, l.MaxMemoryMB, l.MaxDiskMB, l.MaxPaused, l.MaxSnapshots, id); err != nil {
+		return nil, classify(err, what)
+	}
+	return t, classify(tx.Commit(), what)
+}
+
+// DeleteTeam implements Store.
+func (s *SQL) DeleteTeam(ctx context.Context, id string) error {
+	what := fmt.Sprintf("team %q", id)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err, what)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	if s.d.name == "postgres" {
+		// The same lock creates take (CreateSandboxWithin): no sandbox
+		// of the team starts while it goes.
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('warren-team:' || $1))`, id); err != nil {
+			return classify(err, what)
+		}
+	}
+	n, err := s.countSandboxes(ctx, tx, id, LiveStates...)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("%s has %d sandboxes that are not killed: %w", what, n, errdefs.ErrConflict)
+	}
+	for _, q := range []string{
+		`DELETE FROM webhook_deliveries WHERE team_id = ?`,
+		`DELETE FROM webhooks WHERE team_id = ?`,
+		`DELETE FROM api_keys WHERE team_id = ?`,
+	} {
+		if _, err := tx.ExecContext(ctx, s.d.rebind(q), id); err != nil {
+			return classify(err, what)
+		}
+	}
+	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM teams WHERE id = ?`), id)
+	if err != nil {
+		return classify(err, what)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+	}
+	return classify(tx.Commit(), what)
+}
