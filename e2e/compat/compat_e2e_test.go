@@ -1,0 +1,39 @@
+//go:build e2e
+
+package compate2e
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/e2e/e2eserve"
+)
+
+// iso names the host objects of this test process's servers.
+var iso = e2eserve.NewIsolation("compat", "100.93.0.0/16", "wk")
+
+// TestMain removes the isolated cgroup root and nftables table at the end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	iso.Cleanup()
+	os.Exit(code)
+}
+
+const apiKey = "e2b_00112233445566778899aabbccddeeff00112244"
+
+func startServe(t testing.TB, extra ...string) *e2eserve.Server {
+	t.Helper()
+	return e2eserve.Start(t, e2eserve.Options{DataDir: t.TempDir(), APIKey: apiKey, Isolation: iso, ExtraArgs: extra})
+}
+
+// TestAutoResumeHTTP: a request to a server in a paused sandbox that
+// allows auto-resume wakes it and is answered (held until the port
+// answers, never reset); isRunning() of a paused sandbox is false.
+func TestAutoResumeHTTP(t *testing.T) {
+	e2eserve.Prerequisites(t)
+	s := startServe(t)
+	if out := s.Node(t, "autoresume.mjs"); !strings.Contains(out, "OK") {
+		t.Fatalf("autoresume did not finish:\n%s", out)
+	}
+}

@@ -1,0 +1,115 @@
+package proxy_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/envd/auth"
+	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store/storetest"
+)
+
+// TestCredentialsBeforeWake sends requests without the right token to a
+// paused sandbox that allows auto-resume: each is refused and the sandbox
+// stays paused. Only a request with the token wakes it.
+func TestCredentialsBeforeWake(t *testing.T) {
+	t.Parallel()
+	be, _ := backend(t)
+	bport := strconv.Itoa(be.Listener.Addr().(*net.TCPAddr).Port)
+	n := fakenode.New()
+	n.Address = be.Listener.Addr().String()
+	lc, err := lifecycle.New(lifecycle.Config{Store: storetest.SQLite(t), Node: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sb, err := lc.Create(ctx, lifecycle.CreateParams{TeamID: "t", Timeout: time.Minute, AutoResume: true, AutoPauseMemory: true, Secure: true, TrafficToken: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envdTok, trafficTok := sb.Spec.EnvdAccessToken, sb.Spec.TrafficAccessToken
+	if err := lc.Pause(ctx, "t", sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := proxy.New(proxy.Config{Router: lc, Domain: "e2b.test"})
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	envd := strconv.Itoa(proxy.EnvdPort)
+	do := func(method, path, port string, hdr map[string]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		req.Header.Set("E2b-Sandbox-Id", sb.ID)
+		req.Header.Set("E2b-Sandbox-Port", port)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	expired := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
+	refused := []struct {
+		name, method, path, port string
+		hdr                      map[string]string
+		want                     int
+		body                     string
+	}{
+		{"user port without traffic token", "GET", "/echo-host", bport, nil, 403, "is missing"},
+		{"user port with a wrong traffic token", "GET", "/echo-host", bport, map[string]string{"E2b-Traffic-Access-Token": trafficTok + "x"}, 403, "is invalid"},
+		{"user port with the envd token", "GET", "/echo-host", bport, map[string]string{"E2b-Traffic-Access-Token": envdTok}, 403, "is invalid"},
+		{"envd health without token", "GET", "/health", envd, nil, 502,
+			`{"sandboxId":"` + sb.ID + `","message":"The sandbox is paused","code":502,"canAutoResume":true}`},
+		{"envd rpc without token", "POST", "/process.Process/List", envd, nil, 401, auth.MsgMissingToken},
+		{"envd rpc with a wrong token", "POST", "/process.Process/List", envd, map[string]string{"X-Access-Token": trafficTok}, 401, auth.MsgMissingToken},
+		{"files with a signature of another token", "GET", "/files?path=%2Fa&signature=" + url.QueryEscape(auth.Sign("/a", auth.OpRead, "", "other", 0)), envd, nil, 401, auth.MsgMissingToken},
+		{"files with an expired signature", "GET", "/files?path=%2Fa&signature_expiration=" + expired + "&signature=" + url.QueryEscape(auth.Sign("/a", auth.OpRead, "", envdTok, mustInt(expired))), envd, nil, 401, auth.MsgMissingToken},
+	}
+	for _, tc := range refused {
+		code, body := do(tc.method, tc.path, tc.port, tc.hdr)
+		if code != tc.want || !strings.Contains(body, tc.body) {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, code, body, tc.want, tc.body)
+		}
+		if got, _ := lc.Get(ctx, "t", sb.ID); got.State != sandbox.StatePaused {
+			t.Fatalf("%s woke the sandbox: %s", tc.name, got.State)
+		}
+	}
+	if code, body := do("GET", "/echo-host", bport, map[string]string{"E2b-Traffic-Access-Token": trafficTok}); code != 200 {
+		t.Fatalf("with the traffic token: %d %s", code, body)
+	}
+	if got, _ := lc.Get(ctx, "t", sb.ID); got.State != sandbox.StateRunning {
+		t.Fatalf("the right token did not wake the sandbox: %s", got.State)
+	}
+	// A signed /files URL wakes it too.
+	if err := lc.Pause(ctx, "t", sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := do("GET", "/health?path=%2Fa&signature="+url.QueryEscape(auth.Sign("/a", auth.OpRead, "", envdTok, 0)), envd, nil); code != 502 {
+		t.Fatalf("a signature on /health woke the sandbox: %d %s", code, body)
+	}
+	if code, body := do("GET", "/health", envd, map[string]string{"X-Access-Token": envdTok}); code != 204 {
+		t.Fatalf("health with the envd token: %d %s", code, body)
+	}
+}
+
+func mustInt(s string) int64 {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
