@@ -37,3 +37,14 @@ func TestAutoResumeHTTP(t *testing.T) {
 		t.Fatalf("autoresume did not finish:\n%s", out)
 	}
 }
+
+// TestFileWrites: files.write, makeDir, rename and remove work anywhere
+// for the default user and leave what they create owned by the user;
+// reads keep the user's permissions (through symbolic links too).
+func TestFileWrites(t *testing.T) {
+	e2eserve.Prerequisites(t)
+	s := startServe(t)
+	if out := s.Node(t, "files.mjs"); !strings.Contains(out, "OK") {
+		t.Fatalf("files did not finish:\n%s", out)
+	}
+}
