@@ -478,7 +478,8 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 			return
 		}
 		if errdefs.IsUnsupported(err) {
-			writeError(w, http.StatusServiceUnavailable, "fork is not supported by this node's runtime driver")
+			// 501, not 503: the SDK retries 503 as "busy".
+			writeError(w, http.StatusNotImplemented, "fork is not supported by this node's runtime driver")
 			return
 		}
 		s.sandboxErr(w, r, id, err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/envd"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
@@ -289,7 +290,7 @@ func TestKillConnectPauseFlow(t *testing.T) {
 	ctx := context.Background()
 	c := e.client(e.key1)
 	sb := e.create(e.key1, client.NewSandbox{Timeout: intp(60), AutoPause: boolp(true)})
-	if sb.EnvdVersion != "0.6.13" || sb.EnvdAccessToken == "" || sb.Domain != nil {
+	if sb.EnvdVersion != envd.Version || sb.EnvdAccessToken == "" || sb.Domain != nil {
 		t.Fatalf("create answer %+v", sb)
 	}
 	if ok, err := c.Pause(ctx, sb.SandboxID); !ok || err != nil {
