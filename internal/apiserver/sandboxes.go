@@ -356,6 +356,10 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
+	if req.Memory != nil && !*req.Memory {
+		s.fail(w, r, invalid("memory", "false (resume from disk only) is not supported by this server"))
+		return
+	}
 	d, err := s.timeoutOf(c, "timeout", req.Timeout, defaultTimeoutV1)
 	if err != nil {
 		s.fail(w, r, err)
@@ -392,7 +396,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *caller, time
 		return
 	}
 	if req.Memory != nil && !*req.Memory {
-		s.fail(w, r, fmt.Errorf("memory=false (resume from disk only) is not supported by this server: %w", errdefs.ErrInvalid))
+		s.fail(w, r, invalid("memory", "false (resume from disk only) is not supported by this server"))
 		return
 	}
 	d, err := s.timeoutOf(c, "timeout", req.Timeout, defaultConnectTimeout)

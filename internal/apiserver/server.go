@@ -141,7 +141,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) routes() {
 	team := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, false) }
 	admin := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, true) }
-	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK); io.WriteString(w, "{}") })
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }) // the spec's 204
 	s.mux.Handle("GET /teams", team(s.listTeams))
 
 	s.mux.Handle("POST /sandboxes", team(s.createV1))

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -128,6 +129,10 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *calle
 	}
 	if strings.TrimSpace(name) == "" {
 		s.fail(w, r, invalid("name", "required"))
+		return
+	}
+	if err := cmp.Or(checkRef("name", name), checkTags("tags", req.Tags)); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	disk, err := req.diskMB()
@@ -690,6 +695,10 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("tags", "at least one tag is required"))
 		return
 	}
+	if err := cmp.Or(checkRef("target", req.Target), checkTags("tags", req.Tags)); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	buildID, err := s.cfg.Catalog.AssignTags(r.Context(), c.teamID, req.Target, req.Tags)
 	if err != nil {
 		s.templateErr(w, r, req.Target, err)
@@ -716,6 +725,10 @@ func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	if len(req.Tags) == 0 {
 		s.fail(w, r, invalid("tags", "at least one tag is required"))
+		return
+	}
+	if err := cmp.Or(checkRef("name", req.Name), checkTags("tags", req.Tags)); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	if err := s.cfg.Catalog.DeleteTags(r.Context(), c.teamID, req.Name, req.Tags); err != nil {

@@ -1,0 +1,66 @@
+package apiserver_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/pkg/client"
+)
+
+// TestTemplateRefsAndDefaults: malformed name:tag references are a 400
+// naming the field; a build without cpuCount/memoryMB gets E2B's 2 and
+// 1024 MiB.
+func TestTemplateRefsAndDefaults(t *testing.T) {
+	e := newTemplateEnv(t)
+	for _, tc := range []struct{ name, method, path, body, field string }{
+		{"empty tag", "POST", "/v3/templates", `{"name":"x:"}`, "'name'"},
+		{"empty name", "POST", "/v3/templates", `{"name":":v1"}`, "'name'"},
+		{"two colons", "POST", "/v3/templates", `{"name":"x:a:b"}`, "'name'"},
+		{"tag with colon", "POST", "/v3/templates", `{"name":"x","tags":["a:b"]}`, "'tags'"},
+		{"empty tag in list", "POST", "/v3/templates", `{"name":"x","tags":[""]}`, "'tags'"},
+		{"assign to empty tag", "POST", "/templates/tags", `{"target":"x:","tags":["v2"]}`, "'target'"},
+		{"assign to empty name", "POST", "/templates/tags", `{"target":":v1","tags":["v2"]}`, "'target'"},
+		{"delete of empty name", "DELETE", "/templates/tags", `{"name":":v1","tags":["v2"]}`, "'name'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(tc.method, tc.path, e.key1, tc.body)
+			if r.status != 400 || !strings.Contains(string(r.body), tc.field) || !strings.Contains(string(r.body), `"code":400`) {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+		})
+	}
+	c := e.createTemplate(e.key1, `{"name":"defaults"}`)
+	r := e.do("GET", "/templates", e.key1, "")
+	var list []struct {
+		TemplateID string `json:"templateID"`
+		CPUCount   int    `json:"cpuCount"`
+		MemoryMB   int64  `json:"memoryMB"`
+	}
+	if err := json.Unmarshal(r.body, &list); err != nil {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	for _, tpl := range list {
+		if tpl.TemplateID == c.TemplateID {
+			if tpl.CPUCount != 2 || tpl.MemoryMB != 1024 {
+				t.Fatalf("defaults: %+v", tpl)
+			}
+			return
+		}
+	}
+	t.Fatalf("template %s not listed: %s", c.TemplateID, r.body)
+}
+
+// TestResumeWithoutMemoryRefused: memory=false (resume from disk only) is
+// refused on every resume route, as the spec says for servers without it.
+func TestResumeWithoutMemoryRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := e.create(e.key2, client.NewSandbox{})
+	for _, path := range []string{"/sandboxes/" + sb.SandboxID + "/resume", "/sandboxes/" + sb.SandboxID + "/connect", "/v2/sandboxes/" + sb.SandboxID + "/connect"} {
+		r := e.do("POST", path, e.key2, `{"timeout":60,"memory":false}`)
+		if r.status != 400 || !strings.Contains(string(r.body), "'memory'") {
+			t.Errorf("%s: %d %s", path, r.status, r.body)
+		}
+	}
+}
