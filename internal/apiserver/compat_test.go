@@ -64,3 +64,37 @@ func TestResumeWithoutMemoryRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsupportedFieldsRefused: fields Warren cannot honour are a 400
+// naming them, never accepted and ignored; the routing fields the proxy
+// applies are accepted and kept.
+func TestUnsupportedFieldsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, tc := range []struct{ name, body, field string }{
+		{"rules", `{"templateID":"base","network":{"rules":{"example.com":[{"transform":{"headers":{"a":"b"}}}]}}}`, "network.rules"},
+		{"iam", `{"templateID":"base","iam":{"tokens":{"t":{"audience":"x","tokenType":"oidc"}}}}`, "iam"},
+		{"mcp", `{"templateID":"base","mcp":{"server":{}}}`, "mcp"},
+		{"bad https port", `{"templateID":"base","network":{"httpsPorts":[49983]}}`, "network.httpsPorts[0]"},
+		{"bad mask", `{"templateID":"base","network":{"maskRequestHost":" "}}`, "network.maskRequestHost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", "/v2/sandboxes", e.key2, tc.body)
+			if r.status != 400 || !strings.Contains(string(r.body), tc.field) {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+		})
+	}
+	r := e.do("POST", "/v2/sandboxes", e.key2, `{"templateID":"base","mcp":null,"network":{"httpsPorts":[8443],"maskRequestHost":"localhost:${PORT}"}}`)
+	var sb client.Sandbox
+	if err := json.Unmarshal(r.body, &sb); err != nil || r.status != 201 {
+		t.Fatalf("create with routing fields: %d %s", r.status, r.body)
+	}
+	route, err := e.lc.Route(t.Context(), sb.SandboxID, nil)
+	if err != nil || route.MaskRequestHost != "localhost:${PORT}" || len(route.HTTPSPorts) != 1 || route.HTTPSPorts[0] != 8443 {
+		t.Fatalf("route %+v %v", route, err)
+	}
+	if r := e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", e.key2, `{"rules":{"example.com":[]}}`); r.status != 400 || !strings.Contains(string(r.body), "rules") {
+		t.Fatalf("network update with rules: %d %s", r.status, r.body)
+	}
+}

@@ -123,6 +123,9 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 		if len(req.Network.EgressProxy) > 0 && string(req.Network.EgressProxy) != "null" {
 			return nil, fmt.Errorf("network.egressProxy is not supported by this server: %w", errdefs.ErrInvalid)
 		}
+		if err := checkRouting(req.Network); err != nil {
+			return nil, err
+		}
 		traffic = req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic
 		netDoc, _ = json.Marshal(req.Network)
 	}
@@ -135,6 +138,12 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	alias := ""
 	if req.TemplateID != tmpl.ID {
 		alias = req.TemplateID
+	}
+	if given(req.Mcp) {
+		return nil, fmt.Errorf("mcp is not supported by this server (no MCP gateway): %w", errdefs.ErrInvalid)
+	}
+	if given(req.IAM) {
+		return nil, fmt.Errorf("iam is not supported by this server (no workload identity tokens): %w", errdefs.ErrInvalid)
 	}
 	var volumes json.RawMessage
 	if len(req.VolumeMounts) > 0 {
@@ -430,6 +439,10 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	}
 	if len(req.EgressProxy) > 0 && string(req.EgressProxy) != "null" {
 		s.fail(w, r, fmt.Errorf("egressProxy is not supported by this server: %w", errdefs.ErrInvalid))
+		return
+	}
+	if len(req.Rules) > 0 {
+		s.fail(w, r, errRules("rules"))
 		return
 	}
 	p.Internet = req.AllowInternetAccess == nil || *req.AllowInternetAccess

@@ -684,6 +684,17 @@ type Route struct {
 	// Woken is set when the sandbox was paused as the request came: its
 	// ports may take a moment to answer.
 	Woken bool
+	// MaskRequestHost replaces the Host header of requests to the
+	// sandbox's own ports ("${PORT}" is the port); HTTPSPorts are spoken
+	// to over TLS (network.maskRequestHost, network.httpsPorts).
+	MaskRequestHost string
+	HTTPSPorts      []int
+}
+
+// routeNetwork is what routing reads of a sandbox's network document.
+type routeNetwork struct {
+	MaskRequestHost string `json:"maskRequestHost"`
+	HTTPSPorts      []int  `json:"httpsPorts"`
 }
 
 // ErrPaused is returned (wrapped with ErrConflict) by Route for a paused
@@ -748,8 +759,13 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*Admission) e
 	if err != nil {
 		return nil, err
 	}
+	var nw routeNetwork
+	if len(sb.Spec.Network) > 0 {
+		_ = json.Unmarshal(sb.Spec.Network, &nw) // written by the API; a bad document routes plainly
+	}
 	return &Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
-		EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken, Woken: paused}, nil
+		EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken, Woken: paused,
+		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts}, nil
 }
 
 // EnvdTokens returns the envd access tokens of running sandboxes by ID, for

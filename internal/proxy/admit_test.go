@@ -113,3 +113,39 @@ func mustInt(s string) int64 {
 	}
 	return v
 }
+
+// TestMaskHostAndHTTPSPorts: network.maskRequestHost replaces the Host
+// the sandbox's port sees, and network.httpsPorts are spoken to over TLS.
+func TestMaskHostAndHTTPSPorts(t *testing.T) {
+	t.Parallel()
+	be := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Host+" "+strconv.FormatBool(r.TLS != nil))
+	}))
+	t.Cleanup(be.Close)
+	port := be.Listener.Addr().(*net.TCPAddr).Port
+	p, _ := proxy.New(proxy.Config{Router: fakeRouter{
+		"tls":   {SandboxID: "tls", Host: "127.0.0.1", HTTPSPorts: []int{port}, MaskRequestHost: "localhost:${PORT}"},
+		"plain": {SandboxID: "plain", Host: "127.0.0.1"},
+	}, Domain: "e2b.test"})
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct{ id, want string }{
+		{"tls", "localhost:" + strconv.Itoa(port) + " true"},
+		{"plain", ""}, // plain http to a TLS port: the sandbox's server refuses it
+	} {
+		req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+		req.Host = strconv.Itoa(port) + "-" + tc.id + ".e2b.test"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if tc.want != "" && (resp.StatusCode != 200 || string(b) != tc.want) {
+			t.Errorf("%s: %d %s, want %s", tc.id, resp.StatusCode, b, tc.want)
+		}
+		if tc.want == "" && resp.StatusCode == 200 {
+			t.Errorf("%s: plain http to a TLS port answered %s", tc.id, b)
+		}
+	}
+}

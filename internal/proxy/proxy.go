@@ -15,7 +15,9 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +28,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +45,11 @@ type Router interface {
 	// admit's error as is.
 	Route(ctx context.Context, sandboxID string, admit func(*lifecycle.Admission) error) (*lifecycle.Route, error)
 }
+
+// sandboxTLS is how the proxy speaks TLS to a sandbox's httpsPorts: the
+// server in the sandbox has a certificate of its own making, and the hop
+// stays on the node, so it is not verified.
+var sandboxTLS = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // node-local hop to a tenant's own server
 
 // Header names.
 const (
@@ -92,6 +100,10 @@ type target struct {
 	// wakeBy, when set, is until when dials that are refused or reset are
 	// retried: the sandbox was just woken.
 	wakeBy time.Time
+	// host replaces the request's Host when set (maskRequestHost); tls
+	// speaks TLS to the port (httpsPorts).
+	host string
+	tls  bool
 }
 
 // New returns a Proxy.
@@ -119,6 +131,7 @@ func New(cfg Config) (*Proxy, error) {
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0, // long-running streams
 		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       sandboxTLS,
 	}
 	p.tr = tr
 	p.rp = p.reverseProxy(tr)
@@ -130,8 +143,12 @@ func (p *Proxy) reverseProxy(tr http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(routeKey{}).(*target)
-			pr.SetURL(&url.URL{Scheme: "http", Host: t.addr})
-			pr.Out.Host = pr.In.Host
+			scheme := "http"
+			if t.tls {
+				scheme = "https"
+			}
+			pr.SetURL(&url.URL{Scheme: scheme, Host: t.addr})
+			pr.Out.Host = cmp.Or(t.host, pr.In.Host)
 			pr.SetXForwarded()
 			if pr.Out.Body != nil && pr.Out.ContentLength > 0 {
 				pr.Out.Body = &declaredBody{rc: pr.Out.Body, left: pr.Out.ContentLength}
@@ -235,6 +252,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t := &target{id: id, port: port, addr: net.JoinHostPort(route.Host, strconv.Itoa(port))}
 	if port == EnvdPort && route.Address != "" {
 		t.addr = route.Address
+	}
+	if port != EnvdPort {
+		if route.MaskRequestHost != "" {
+			t.host = strings.ReplaceAll(route.MaskRequestHost, "${PORT}", strconv.Itoa(port))
+		}
+		t.tls = slices.Contains(route.HTTPSPorts, port)
 	}
 	rp := p.rp
 	if route.Woken {

@@ -33,6 +33,7 @@ func (p *Proxy) newWakeTransport() *wakeTransport {
 		},
 		DisableKeepAlives:     true,
 		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       sandboxTLS,
 	}}
 }
 
