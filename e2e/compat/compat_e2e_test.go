@@ -3,11 +3,13 @@
 package compate2e
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
+	"github.com/warren-sandbox/warren/pkg/client"
 )
 
 // iso names the host objects of this test process's servers.
@@ -46,5 +48,23 @@ func TestFileWrites(t *testing.T) {
 	s := startServe(t)
 	if out := s.Node(t, "files.mjs"); !strings.Contains(out, "OK") {
 		t.Fatalf("files did not finish:\n%s", out)
+	}
+}
+
+// TestCLISandboxLogs: `e2b sandbox logs ID` prints the sandbox's log lines
+// (each line of the logs route is a JSON object the CLI parses).
+func TestCLISandboxLogs(t *testing.T) {
+	e2eserve.Prerequisites(t)
+	cli := "../node_modules/@e2b/cli/dist/index.js"
+	e2eserve.Require(t, e2eserve.Exists(cli), "e2e/node_modules/@e2b/cli missing; run npm ci in e2e/")
+	s := startServe(t)
+	c := client.New(s.Env["E2B_API_URL"], apiKey)
+	sb, err := c.Create(context.Background(), client.NewSandbox{TemplateID: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := s.Node(t, cli, "sandbox", "logs", sb.SandboxID)
+	if !strings.Contains(out, "sandbox created") || !strings.Contains(out, "INFO") {
+		t.Fatalf("sandbox logs:\n%s", out)
 	}
 }

@@ -98,3 +98,25 @@ func TestUnsupportedFieldsRefused(t *testing.T) {
 		t.Fatalf("network update with rules: %d %s", r.status, r.body)
 	}
 }
+
+// TestLogLinesAreJSON: every v1 log line is a JSON object with level and
+// message (the CLI's `sandbox logs` parses each one).
+func TestLogLinesAreJSON(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := e.create(e.key2, client.NewSandbox{})
+	if _, err := e.client(e.key2).Pause(t.Context(), sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("GET", "/sandboxes/"+sb.SandboxID+"/logs", e.key2, "")
+	var logs client.SandboxLogs
+	if err := json.Unmarshal(r.body, &logs); err != nil || r.status != 200 || len(logs.Logs) < 2 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	for _, l := range logs.Logs {
+		var line map[string]string
+		if err := json.Unmarshal([]byte(l.Line), &line); err != nil || line["level"] == "" || line["message"] == "" {
+			t.Fatalf("line %q: %v", l.Line, err)
+		}
+	}
+}
