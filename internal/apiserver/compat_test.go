@@ -120,3 +120,19 @@ func TestLogLinesAreJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestCORS: a browser's preflight of an API call is answered without a
+// key, and answers are readable cross-origin with x-next-token exposed.
+func TestCORS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.do("OPTIONS", "/v2/sandboxes", "", "", "Origin", "https://app.example", "Access-Control-Request-Method", "POST",
+		"Access-Control-Request-Headers", "x-api-key, content-type")
+	if r.status != 204 || r.header.Get("Access-Control-Allow-Origin") != "*" || r.header.Get("Access-Control-Allow-Headers") != "x-api-key, content-type" {
+		t.Fatalf("preflight: %d %v", r.status, r.header)
+	}
+	r = e.do("GET", "/v2/sandboxes", e.key2, "", "Origin", "https://app.example")
+	if r.status != 200 || r.header.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), "X-Next-Token") {
+		t.Fatalf("cross-origin list: %d %v", r.status, r.header)
+	}
+}

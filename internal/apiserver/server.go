@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -215,6 +216,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, "internal error")
 		}
 	}()
+	if cors.IsPreflight(r) { // browsers: answered without a key
+		cors.Preflight(w, r)
+		return
+	}
+	cors.Allow(w.Header(), r)
 	s.mux.ServeHTTP(w, r)
 }
 

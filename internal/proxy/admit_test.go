@@ -149,3 +149,53 @@ func TestMaskHostAndHTTPSPorts(t *testing.T) {
 		}
 	}
 }
+
+// TestCORSPreflight: a browser's preflight of envd traffic is answered by
+// the proxy without waking a paused sandbox (it carries no token), and
+// the proxy's own errors are readable cross-origin.
+func TestCORSPreflight(t *testing.T) {
+	t.Parallel()
+	n := fakenode.New()
+	lc, err := lifecycle.New(lifecycle.Config{Store: storetest.SQLite(t), Node: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sb, err := lc.Create(ctx, lifecycle.CreateParams{TeamID: "t", Timeout: time.Minute, AutoResume: true, AutoPauseMemory: true, Secure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.Pause(ctx, "t", sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := proxy.New(proxy.Config{Router: lc, Domain: "e2b.test"})
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest("OPTIONS", srv.URL+"/filesystem.Filesystem/ListDir", nil)
+	req.Host = strconv.Itoa(proxy.EnvdPort) + "-" + sb.ID + ".e2b.test"
+	req.Header.Set("Origin", "https://app.example")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	req.Header.Set("Access-Control-Request-Headers", "x-access-token, content-type")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "*" || resp.Header.Get("Access-Control-Allow-Headers") != "x-access-token, content-type" {
+		t.Fatalf("preflight: %d %v", resp.StatusCode, resp.Header)
+	}
+	if got, _ := lc.Get(ctx, "t", sb.ID); got.State != sandbox.StatePaused {
+		t.Fatalf("a preflight woke the sandbox: %s", got.State)
+	}
+	req, _ = http.NewRequest("GET", srv.URL+"/health", nil)
+	req.Host = strconv.Itoa(proxy.EnvdPort) + "-gone.e2b.test"
+	req.Header.Set("Origin", "https://app.example")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 502 || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Fatalf("502 not readable cross-origin: %d %v", resp.StatusCode, resp.Header)
+	}
+}

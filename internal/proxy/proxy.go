@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -236,6 +237,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if port == EnvdPort && cors.IsPreflight(r) {
+		// envd's policy, answered here: a preflight carries no token and
+		// must not wake a paused sandbox.
+		cors.Preflight(w, r)
+		return
+	}
 	if port == EnvdPort {
 		for _, ir := range internalRoutes {
 			if r.URL.Path == ir || strings.HasPrefix(r.URL.Path, ir+"/") {
@@ -331,6 +338,7 @@ func writeJSONError(w http.ResponseWriter, r *http.Request, status int, b errBod
 		return
 	}
 	data, _ := json.Marshal(b)
+	cors.Allow(w.Header(), r) // browsers read the SDK's 502s too
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(data) //nolint:errcheck
