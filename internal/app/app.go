@@ -143,6 +143,9 @@ func (c *Config) setDefaults() error {
 	if c.APIKey != "" && !apiserver.ValidKey(c.APIKey) {
 		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
 	}
+	if err := c.absPaths(); err != nil {
+		return err
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
