@@ -81,6 +81,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 			cfg.Out = stdout
+			cfg.MetricsListenBestEffort = !cmd.Flags().Changed("metrics-listen")
 			if rebuildBase {
 				if cfg.Driver == "fake" {
 					return fmt.Errorf("--rebuild-base: the fake driver has no base template: %w", errdefs.ErrInvalid)
@@ -100,6 +101,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "postgres:// URL of a Postgres database instead of SQLite (env WARREN_DATABASE_URL)")
 	f.StringVar(&cfg.APIKey, "api-key", "", "API key (e2b_ + 40 hex) to accept for the default team (env WARREN_API_KEY)")
 	f.StringVar(&cfg.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token (env WARREN_ADMIN_TOKEN)")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", app.DefaultMetricsListen, "address serving Prometheus GET /metrics without a token (empty disables; the API's /metrics still needs the admin token)")
 	f.StringVar(&cfg.Driver, "driver", "runsc", "runtime driver: runsc, runc or fake")
 	f.StringVar(&cfg.Domain, "domain", "", "sandbox domain for <port>-<sandboxID>.<domain> hosts (default localhost:<port>)")
 	f.StringVar(&cfg.RunscPath, "runsc", defaultPath("runsc"), "runsc binary")

@@ -157,7 +157,7 @@ func TestResumeAndPauseLimits(t *testing.T) {
 			t.Errorf("%s: 429 without Retry-After", rq.path)
 		}
 	}
-	if _, err := e.lc.Route(ctx, a.SandboxID); !errdefs.IsExhausted(err) {
+	if _, err := e.lc.Route(ctx, a.SandboxID, nil); !errdefs.IsExhausted(err) {
 		t.Fatalf("auto-resume at the limit: %v, want exhausted", err)
 	}
 	if got, _ := e.client(tm.APIKey).Get(ctx, a.SandboxID); got == nil || got.State != "paused" {

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -355,9 +356,22 @@ func (s *Server) logsV1(w http.ResponseWriter, r *http.Request, c *caller) {
 			continue
 		}
 		out.LogEntries = append(out.LogEntries, e)
-		out.Logs = append(out.Logs, client.LogLine{Timestamp: e.Timestamp, Line: e.Message})
+		out.Logs = append(out.Logs, client.LogLine{Timestamp: e.Timestamp, Line: logLine(e)})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// logLine renders an entry as the v1 logs' line: a JSON object with level,
+// message and the entry's fields, as E2B's are (the CLI's `sandbox logs`
+// parses every line and reads its level).
+func logLine(e client.LogEntry) string {
+	m := make(map[string]string, len(e.Fields)+3)
+	for k, v := range e.Fields {
+		m[k] = v
+	}
+	m["level"], m["message"] = e.Level, e.Message
+	b, _ := json.Marshal(m)
+	return string(b)
 }
 
 func (s *Server) logsV2(w http.ResponseWriter, r *http.Request, c *caller) {

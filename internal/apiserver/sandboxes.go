@@ -126,6 +126,9 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 		if len(req.Network.EgressProxy) > 0 && string(req.Network.EgressProxy) != "null" {
 			return nil, fmt.Errorf("network.egressProxy is not supported by this server: %w", errdefs.ErrInvalid)
 		}
+		if err := checkRouting(req.Network); err != nil {
+			return nil, err
+		}
 		traffic = req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic
 		netDoc, _ = json.Marshal(req.Network)
 	}
@@ -138,6 +141,12 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	alias := ""
 	if req.TemplateID != tmpl.ID {
 		alias = req.TemplateID
+	}
+	if given(req.Mcp) {
+		return nil, fmt.Errorf("mcp is not supported by this server (no MCP gateway): %w", errdefs.ErrInvalid)
+	}
+	if given(req.IAM) {
+		return nil, fmt.Errorf("iam is not supported by this server (no workload identity tokens): %w", errdefs.ErrInvalid)
 	}
 	var volumes json.RawMessage
 	if len(req.VolumeMounts) > 0 {
@@ -359,6 +368,10 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
+	if req.Memory != nil && !*req.Memory {
+		s.fail(w, r, invalid("memory", "false (resume from disk only) is not supported by this server"))
+		return
+	}
 	d, err := s.timeoutOf(c, "timeout", req.Timeout, defaultTimeoutV1)
 	if err != nil {
 		s.fail(w, r, err)
@@ -395,7 +408,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *caller, time
 		return
 	}
 	if req.Memory != nil && !*req.Memory {
-		s.fail(w, r, fmt.Errorf("memory=false (resume from disk only) is not supported by this server: %w", errdefs.ErrInvalid))
+		s.fail(w, r, invalid("memory", "false (resume from disk only) is not supported by this server"))
 		return
 	}
 	d, err := s.timeoutOf(c, "timeout", req.Timeout, defaultConnectTimeout)
@@ -438,6 +451,10 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	}
 	if len(req.EgressProxy) > 0 && string(req.EgressProxy) != "null" {
 		s.fail(w, r, fmt.Errorf("egressProxy is not supported by this server: %w", errdefs.ErrInvalid))
+		return
+	}
+	if len(req.Rules) > 0 {
+		s.fail(w, r, errRules("rules"))
 		return
 	}
 	sb, err := s.lc.Get(r.Context(), c.teamID, id)
@@ -489,7 +506,8 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 			return
 		}
 		if errdefs.IsUnsupported(err) {
-			writeError(w, http.StatusServiceUnavailable, "fork is not supported by this node's runtime driver")
+			// 501, not 503: the SDK retries 503 as "busy".
+			writeError(w, http.StatusNotImplemented, "fork is not supported by this node's runtime driver")
 			return
 		}
 		s.sandboxErr(w, r, id, err)

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -130,7 +131,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) routes() {
 	team := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, false) }
 	admin := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, true) }
-	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK); io.WriteString(w, "{}") })
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }) // the spec's 204
 	s.mux.Handle("GET /teams", team(s.listTeams))
 
 	s.mux.Handle("POST /sandboxes", team(s.createV1))
@@ -209,6 +210,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, "internal error")
 		}
 	}()
+	if cors.IsPreflight(r) { // browsers: answered without a key
+		cors.Preflight(w, r)
+		return
+	}
+	cors.Allow(w.Header(), r)
 	s.mux.ServeHTTP(w, r)
 }
 

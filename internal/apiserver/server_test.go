@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/envd"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
@@ -165,7 +166,7 @@ func TestEndpoints(t *testing.T) {
 		want                     int
 		contains                 string
 	}{
-		{"health", "GET", "/health", "", "-", nil, 200, ""},
+		{"health", "GET", "/health", "", "-", nil, 204, ""},
 		{"no key", "GET", "/v2/sandboxes", "", "-", nil, 401, "missing API key"},
 		{"bad key", "GET", "/v2/sandboxes", "", "e2b_0000000000000000000000000000000000000000", nil, 401, "invalid API key"},
 		{"bad admin token", "GET", "/v2/sandboxes", "", "-", []string{"X-Admin-Token", "nope"}, 401, "invalid admin token"},
@@ -246,7 +247,7 @@ func TestEndpoints(t *testing.T) {
 		{"snapshot missing", "POST", "/sandboxes/nope/snapshots", `{}`, "", nil, 404, ""},
 		{"list snapshots", "GET", "/snapshots", "", "", nil, 200, "[]"},
 
-		{"admin running counts", "GET", "/admin/sandboxes/running-counts", "", "-", []string{"X-Admin-Token", adminToken}, 200, `"teamID":"t2"`},
+		{"admin running counts", "GET", "/admin/sandboxes/running-counts", "", "-", []string{"X-Admin-Token", adminToken}, 200, `"t2":`},
 		{"kill other team", "DELETE", "/sandboxes/{other}", "", "", nil, 404, ""},
 		{"kill missing", "DELETE", "/sandboxes/nope", "", "", nil, 404, ""},
 	}
@@ -295,7 +296,7 @@ func TestKillConnectPauseFlow(t *testing.T) {
 	ctx := context.Background()
 	c := e.client(e.key1)
 	sb := e.create(e.key1, client.NewSandbox{Timeout: intp(60), AutoPause: boolp(true)})
-	if sb.EnvdVersion != "0.6.13" || sb.EnvdAccessToken == "" || sb.Domain != nil {
+	if sb.EnvdVersion != envd.Version || sb.EnvdAccessToken == "" || sb.Domain != nil {
 		t.Fatalf("create answer %+v", sb)
 	}
 	if ok, err := c.Pause(ctx, sb.SandboxID); !ok || err != nil {
@@ -506,9 +507,19 @@ func TestForkAndAdmin(t *testing.T) {
 
 	admin := []string{"X-Admin-Token", adminToken}
 	res = e.do("POST", "/admin/teams/t2/api-keys", "", `{"name":"ops"}`, admin...)
-	var created struct{ ID, Key string }
+	var created struct {
+		ID, Key string
+		Mask    struct {
+			Prefix                               string
+			ValueLength                          int
+			MaskedValuePrefix, MaskedValueSuffix string
+		}
+	}
 	if json.Unmarshal(res.body, &created); res.status != 201 || !apiserver.ValidKey(created.Key) {
 		t.Fatalf("admin create key: %d %s", res.status, res.body)
+	}
+	if m := created.Mask; m.Prefix != "e2b_" || m.ValueLength != 40 || m.MaskedValuePrefix != created.Key[4:6] || m.MaskedValueSuffix != created.Key[40:] {
+		t.Fatalf("admin create key mask: %s", res.body)
 	}
 	if _, _, err := e.client(created.Key).List(ctx, client.ListOptions{}); err != nil {
 		t.Fatalf("new key: %v", err)

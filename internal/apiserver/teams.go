@@ -2,7 +2,7 @@ package apiserver
 
 import (
 	"net/http"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/node"
@@ -71,20 +71,13 @@ func (s *Server) adminRunningCounts(w http.ResponseWriter, r *http.Request, _ *c
 		s.fail(w, r, err)
 		return
 	}
+	// The spec's AdminTeamRunningSandboxCounts: {teamID: count}, teams
+	// without running sandboxes left out.
 	counts := map[string]int{}
 	for _, sb := range sbs {
 		counts[sb.TeamID]++
 	}
-	type row struct {
-		TeamID string `json:"teamID"`
-		Count  int    `json:"count"`
-	}
-	out := make([]row, 0, len(counts))
-	for id, n := range counts {
-		out = append(out, row{id, n})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].TeamID < out[j].TeamID })
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, counts)
 }
 
 // adminCreateKey issues a key for a team; the clear key is in the answer
@@ -108,7 +101,7 @@ func (s *Server) adminCreateKey(w http.ResponseWriter, r *http.Request, _ *calle
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{
-		"id": k.ID, "name": k.Name, "key": key, "mask": map[string]string{"maskedValue": k.Mask},
+		"id": k.ID, "name": k.Name, "key": key, "mask": maskDetails(key),
 		"createdAt": k.CreatedAt.Format(time.RFC3339Nano),
 	})
 }
@@ -130,4 +123,23 @@ func (s *Server) adminDeleteKey(w http.ResponseWriter, r *http.Request, _ *calle
 		}
 	}
 	writeError(w, http.StatusNotFound, "api key not found")
+}
+
+// identifierMask is the spec's IdentifierMaskingDetails of a key: its
+// prefix, the length of the rest, and the rest's first two and last four
+// characters.
+type identifierMask struct {
+	Prefix            string `json:"prefix"`
+	ValueLength       int    `json:"valueLength"`
+	MaskedValuePrefix string `json:"maskedValuePrefix"`
+	MaskedValueSuffix string `json:"maskedValueSuffix"`
+}
+
+func maskDetails(key string) identifierMask {
+	v := strings.TrimPrefix(key, KeyPrefix)
+	m := identifierMask{Prefix: KeyPrefix, ValueLength: len(v)}
+	if len(v) >= 6 {
+		m.MaskedValuePrefix, m.MaskedValueSuffix = v[:2], v[len(v)-4:]
+	}
+	return m
 }

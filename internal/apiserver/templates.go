@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/envd"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -120,6 +122,10 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *calle
 	}
 	if strings.TrimSpace(name) == "" {
 		s.fail(w, r, invalid("name", "required"))
+		return
+	}
+	if err := cmp.Or(checkRef("name", name), checkTags("tags", req.Tags)); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	disk, err := req.diskMB()
@@ -449,8 +455,8 @@ func (s *Server) templateOf(ctx context.Context, t *templates.Template) (templat
 }
 
 // defaultEnvdVersion is reported for templates whose build did not record
-// the envd it was made with (every sandbox runs the node's envd).
-const defaultEnvdVersion = "0.2.0"
+// the envd it was made with: every sandbox runs the node's envd.
+const defaultEnvdVersion = envd.Version
 
 // teamTemplates returns the templates team owns, oldest first.
 func (s *Server) teamTemplates(ctx context.Context, teamID string) ([]templateJSON, error) {
@@ -665,6 +671,10 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("tags", "at least one tag is required"))
 		return
 	}
+	if err := cmp.Or(checkRef("target", req.Target), checkTags("tags", req.Tags)); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	buildID, err := s.cfg.Catalog.AssignTags(r.Context(), c.teamID, req.Target, req.Tags)
 	if err != nil {
 		s.templateErr(w, r, req.Target, err)
@@ -688,6 +698,10 @@ func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	if len(req.Tags) == 0 {
 		s.fail(w, r, invalid("tags", "at least one tag is required"))
+		return
+	}
+	if err := cmp.Or(checkRef("name", req.Name), checkTags("tags", req.Tags)); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	if err := s.cfg.Catalog.DeleteTags(r.Context(), c.teamID, req.Name, req.Tags); err != nil {

@@ -53,6 +53,12 @@ type Config struct {
 	APIKey string
 	// AdminToken enables the admin endpoints (X-Admin-Token).
 	AdminToken string
+	// MetricsListen, when set, serves GET /metrics there without a token
+	// (for a Prometheus scraper; warren serve's default is
+	// DefaultMetricsListen, on loopback). MetricsListenBestEffort turns an
+	// address in use into a warning (the default was not asked for).
+	MetricsListen           string
+	MetricsListenBestEffort bool
 	// Driver is runsc (default), runc or fake.
 	Driver string
 	// Domain is the sandbox domain: <port>-<id>.<Domain> hosts reach a
@@ -159,6 +165,9 @@ func (c *Config) setDefaults() error {
 	if _, err := egress.Parse(c.EgressAllow); err != nil {
 		return err
 	}
+	if err := c.absPaths(); err != nil {
+		return err
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -233,10 +242,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	stopMetrics, err := serveMetrics(ctx, cfg.MetricsListen, cfg.MetricsListenBestEffort, metricsHandler, log.With("component", "metrics"))
+	if err != nil {
+		return fmt.Errorf("metrics listen %s: %w", cfg.MetricsListen, err)
+	}
+	defer stopMetrics()
 	apiCfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: parts.templates, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Registry: reg,
+		Metrics: metricsHandler, Registry: reg,
 	}
 	if parts.local != nil {
 		apiCfg.Builds, apiCfg.Catalog = parts.local.Service, parts.local.Catalog

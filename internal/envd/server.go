@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/files"
 	"github.com/warren-sandbox/warren/internal/envd/filesystem"
@@ -66,7 +67,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /envs", s.envs)
 	mux.HandleFunc("POST /init", s.init)
-	s.handler = s.auth.Middleware(mux)
+	s.handler = cors.Handler(s.auth.Middleware(mux))
 	return s, nil
 }
 

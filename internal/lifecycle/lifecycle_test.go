@@ -266,7 +266,7 @@ func TestConnectAndRoute(t *testing.T) {
 		if err := h.m.Pause(ctx, "team", sb.ID, true); err != nil {
 			t.Fatal(err)
 		}
-		r, err := h.m.Route(ctx, sb.ID)
+		r, err := h.m.Route(ctx, sb.ID, nil)
 		if err != nil || r.Address != "127.0.0.1:49983" {
 			t.Fatalf("route: %+v %v", r, err)
 		}
@@ -276,7 +276,7 @@ func TestConnectAndRoute(t *testing.T) {
 		if err := h.m.Pause(ctx, "team", sb2.ID, true); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.m.Route(ctx, sb2.ID); !errors.Is(err, lifecycle.ErrPaused) {
+		if _, err := h.m.Route(ctx, sb2.ID, nil); !errors.Is(err, lifecycle.ErrPaused) {
 			t.Fatalf("route paused without auto-resume: %v", err)
 		}
 		if err := h.m.Kill(ctx, "team", sb2.ID, sandbox.KillRequest); err != nil {
@@ -285,7 +285,7 @@ func TestConnectAndRoute(t *testing.T) {
 		if err := h.m.Kill(ctx, "team", sb2.ID, sandbox.KillRequest); !errdefs.IsNotFound(err) {
 			t.Fatalf("second kill: %v", err)
 		}
-		if _, err := h.m.Route(ctx, sb2.ID); !errdefs.IsNotFound(err) {
+		if _, err := h.m.Route(ctx, sb2.ID, nil); !errdefs.IsNotFound(err) {
 			t.Fatalf("route killed: %v", err)
 		}
 	})

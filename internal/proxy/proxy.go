@@ -15,7 +15,9 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,11 +28,13 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -38,8 +42,15 @@ import (
 
 // Router finds where a sandbox's traffic goes (lifecycle.Manager.Route).
 type Router interface {
-	Route(ctx context.Context, sandboxID string) (*lifecycle.Route, error)
+	// Route calls admit before it resumes a paused sandbox, and returns
+	// admit's error as is.
+	Route(ctx context.Context, sandboxID string, admit func(*lifecycle.Admission) error) (*lifecycle.Route, error)
 }
+
+// sandboxTLS is how the proxy speaks TLS to a sandbox's httpsPorts: the
+// server in the sandbox has a certificate of its own making, and the hop
+// stays on the node, so it is not verified.
+var sandboxTLS = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // node-local hop to a tenant's own server
 
 // Header names.
 const (
@@ -63,6 +74,9 @@ type Config struct {
 	Logger *slog.Logger
 	// DialTimeout bounds connecting to a sandbox port (default 10 s).
 	DialTimeout time.Duration
+	// WakeTimeout bounds how long a request that woke a paused sandbox
+	// waits for its port to answer before it is a 502 (default 30 s).
+	WakeTimeout time.Duration
 }
 
 // Proxy is the edge proxy. It is an http.Handler.
@@ -71,6 +85,9 @@ type Proxy struct {
 	domain string // Domain without port, lowercase
 	log    *slog.Logger
 	rp     *httputil.ReverseProxy
+	tr     *http.Transport
+	// wake carries requests that woke their sandbox (wake.go).
+	wake *httputil.ReverseProxy
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -81,6 +98,13 @@ type target struct {
 	id   string
 	port int
 	addr string
+	// wakeBy, when set, is until when dials that are refused or reset are
+	// retried: the sandbox was just woken.
+	wakeBy time.Time
+	// host replaces the request's Host when set (maskRequestHost); tls
+	// speaks TLS to the port (httpsPorts).
+	host string
+	tls  bool
 }
 
 // New returns a Proxy.
@@ -94,6 +118,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
+	if cfg.WakeTimeout <= 0 {
+		cfg.WakeTimeout = 30 * time.Second
+	}
 	p := &Proxy{cfg: cfg, log: cfg.Logger}
 	p.domain = strings.ToLower(cfg.Domain)
 	if h, _, err := net.SplitHostPort(p.domain); err == nil {
@@ -105,12 +132,24 @@ func New(cfg Config) (*Proxy, error) {
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0, // long-running streams
 		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       sandboxTLS,
 	}
-	p.rp = &httputil.ReverseProxy{
+	p.tr = tr
+	p.rp = p.reverseProxy(tr)
+	p.wake = p.reverseProxy(p.newWakeTransport())
+	return p, nil
+}
+
+func (p *Proxy) reverseProxy(tr http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(routeKey{}).(*target)
-			pr.SetURL(&url.URL{Scheme: "http", Host: t.addr})
-			pr.Out.Host = pr.In.Host
+			scheme := "http"
+			if t.tls {
+				scheme = "https"
+			}
+			pr.SetURL(&url.URL{Scheme: scheme, Host: t.addr})
+			pr.Out.Host = cmp.Or(t.host, pr.In.Host)
 			pr.SetXForwarded()
 			if pr.Out.Body != nil && pr.Out.ContentLength > 0 {
 				pr.Out.Body = &declaredBody{rc: pr.Out.Body, left: pr.Out.ContentLength}
@@ -120,7 +159,6 @@ func New(cfg Config) (*Proxy, error) {
 		FlushInterval: -1, // flush every write: Connect streams, SSE
 		ErrorHandler:  p.backendError,
 	}
-	return p, nil
 }
 
 // Match reports whether r is sandbox traffic: it carries the routing
@@ -199,6 +237,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if port == EnvdPort && cors.IsPreflight(r) {
+		// envd's policy, answered here: a preflight carries no token and
+		// must not wake a paused sandbox.
+		cors.Preflight(w, r)
+		return
+	}
 	if port == EnvdPort {
 		for _, ir := range internalRoutes {
 			if r.URL.Path == ir || strings.HasPrefix(r.URL.Path, ir+"/") {
@@ -207,33 +251,38 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	route, err := p.cfg.Router.Route(r.Context(), id)
+	route, err := p.cfg.Router.Route(r.Context(), id, func(a *lifecycle.Admission) error { return admit(r, port, a) })
 	if err != nil {
 		p.routeError(w, r, id, err)
 		return
-	}
-	if route.TrafficAccessToken != "" && port != EnvdPort {
-		tok := r.Header.Get(HeaderTrafficToken)
-		switch {
-		case tok == "":
-			writeJSONError(w, r, http.StatusForbidden, errBody{SandboxID: id, Message: fmt.Sprintf("Sandbox is secured with traffic access token. Token header '%s' is missing", strings.ToLower(HeaderTrafficToken)), Code: 403})
-			return
-		case tok != route.TrafficAccessToken:
-			writeJSONError(w, r, http.StatusForbidden, errBody{SandboxID: id, Message: fmt.Sprintf("Sandbox is secured with traffic access token. Provided token in header '%s' is invalid", strings.ToLower(HeaderTrafficToken)), Code: 403})
-			return
-		}
 	}
 	t := &target{id: id, port: port, addr: net.JoinHostPort(route.Host, strconv.Itoa(port))}
 	if port == EnvdPort && route.Address != "" {
 		t.addr = route.Address
 	}
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, t)))
+	if port != EnvdPort {
+		if route.MaskRequestHost != "" {
+			t.host = strings.ReplaceAll(route.MaskRequestHost, "${PORT}", strconv.Itoa(port))
+		}
+		t.tls = slices.Contains(route.HTTPSPorts, port)
+	}
+	rp := p.rp
+	if route.Woken {
+		t.wakeBy = time.Now().Add(p.cfg.WakeTimeout)
+		rp = p.wake
+		// Connections pooled before the pause lead nowhere now.
+		p.tr.CloseIdleConnections()
+	}
+	rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, t)))
 }
 
 func (p *Proxy) routeError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	var d *denied
 	switch {
+	case errors.As(err, &d):
+		writeJSONError(w, r, d.status, d.body)
 	case errors.Is(err, lifecycle.ErrPaused):
-		writeJSONError(w, r, http.StatusConflict, errBody{SandboxID: id, Message: "The sandbox is paused", Code: 409, CanAutoResume: new(bool)})
+		writeJSONError(w, r, http.StatusBadGateway, pausedBody(id, false))
 	case errdefs.IsNotFound(err), errdefs.IsUnavailable(err):
 		writeJSONError(w, r, http.StatusBadGateway, errBody{SandboxID: id, Message: "The sandbox was not found", Code: 502})
 	default:
@@ -289,6 +338,7 @@ func writeJSONError(w http.ResponseWriter, r *http.Request, status int, b errBod
 		return
 	}
 	data, _ := json.Marshal(b)
+	cors.Allow(w.Header(), r) // browsers read the SDK's 502s too
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(data) //nolint:errcheck

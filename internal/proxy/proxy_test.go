@@ -26,13 +26,16 @@ import (
 
 type fakeRouter map[string]*lifecycle.Route
 
-func (f fakeRouter) Route(_ context.Context, id string) (*lifecycle.Route, error) {
+func (f fakeRouter) Route(_ context.Context, id string, admit func(*lifecycle.Admission) error) (*lifecycle.Route, error) {
 	if id == "pausedsbx" {
 		return nil, fmt.Errorf("sandbox %q: %w: %w", id, lifecycle.ErrPaused, errdefs.ErrConflict)
 	}
 	r, ok := f[id]
 	if !ok {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if err := admit(&lifecycle.Admission{SandboxID: id, EnvdAccessToken: r.EnvdAccessToken, TrafficAccessToken: r.TrafficAccessToken}); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -136,7 +139,7 @@ func TestRouting(t *testing.T) {
 		{"missing sandbox browser", "GET", "/", envd + "-gone.e2b.test", map[string]string{"Accept": "text/html,*/*"}, 502, "", "<html>"},
 		{"port closed", "GET", "/", strconv.Itoa(closed) + "-sbx1.e2b.test", nil, 502,
 			`{"sandboxId":"sbx1","message":"The sandbox is running but port is not open","port":"` + strconv.Itoa(closed) + `","code":502}`, ""},
-		{"paused", "GET", "/health", envd + "-pausedsbx.e2b.test", nil, 409, `{"sandboxId":"pausedsbx","message":"The sandbox is paused","code":409,"canAutoResume":false}`, ""},
+		{"paused", "GET", "/health", envd + "-pausedsbx.e2b.test", nil, 502, `{"sandboxId":"pausedsbx","message":"The sandbox is paused","code":502,"canAutoResume":false}`, ""},
 		{"internal route refused", "POST", "/init", envd + "-sbx1.e2b.test", nil, 404, "", `"path":"/init"`},
 		{"missing port header", "GET", "/health", "", map[string]string{"E2b-Sandbox-Id": "sbx1"}, 400, "", "E2b-Sandbox-Port"},
 		{"not sandbox traffic", "GET", "/health", "api.e2b.test", nil, 400, "", "not sandbox traffic"},

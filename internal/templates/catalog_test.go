@@ -37,7 +37,7 @@ func TestCatalogBuildsAndTags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Status != BuildWaiting || tpl.CPUCount != DefaultCPU || tpl.MemoryMB != DefaultMemoryMB {
+	if b.Status != BuildWaiting || tpl.CPUCount != DefaultCPU || tpl.MemoryMB != DefaultBuildMemoryMB {
 		t.Fatalf("new build %+v of %+v", b, tpl)
 	}
 	if _, _, err := c.Lookup(ctx, "t1", "app"); !errdefs.IsNotFound(err) {

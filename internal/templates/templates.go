@@ -47,6 +47,9 @@ const (
 	DefaultCPU      = 2
 	DefaultMemoryMB = 512
 	DefaultDiskMB   = 4096
+	// DefaultBuildMemoryMB is what a template build without memoryMB
+	// gets, as on E2B (the base template keeps DefaultMemoryMB).
+	DefaultBuildMemoryMB = 1024
 )
 
 // Template is one template of the catalog.
@@ -245,9 +248,16 @@ type Limits struct {
 
 // ValidateResources checks requested CPU and memory with E2B's messages
 // (a nil pointer means "not given") and returns the values to use,
-// defaults filled in.
+// defaults filled in (DefaultCPU and DefaultBuildMemoryMB, lowered to the
+// team's limits).
 func ValidateResources(cpu *int, memoryMB *int64, lim Limits) (int, int64, error) {
-	c, m := DefaultCPU, int64(DefaultMemoryMB)
+	c, m := DefaultCPU, int64(DefaultBuildMemoryMB)
+	if lim.MaxCPU > 0 {
+		c = min(c, lim.MaxCPU)
+	}
+	if lim.MaxMemoryMB > 0 {
+		m = min(m, lim.MaxMemoryMB)
+	}
 	if cpu != nil {
 		c = *cpu
 		if c < MinCPU {

@@ -55,7 +55,7 @@ func TestValidateResources(t *testing.T) {
 		wantMem int64
 		wantMsg string
 	}{
-		{"defaults", nil, nil, DefaultCPU, DefaultMemoryMB, ""},
+		{"defaults", nil, nil, 2, 1024, ""},
 		{"given", ip(4), mp(1024), 4, 1024, ""},
 		{"cpu too low", ip(0), nil, 0, 0, "CPU count must be at least 1"},
 		{"cpu too high", ip(9), nil, 0, 0, "CPU count can't be higher than 8"},
@@ -67,6 +67,11 @@ func TestValidateResources(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c, m, err := ValidateResources(tc.cpu, tc.mem, lim)
+			if tc.name == "defaults" {
+				if lc, lm, _ := ValidateResources(nil, nil, Limits{MaxCPU: 1, MaxMemoryMB: 512}); lc != 1 || lm != 512 {
+					t.Errorf("defaults under low limits = %d, %d; want 1, 512", lc, lm)
+				}
+			}
 			if tc.wantMsg != "" {
 				if err == nil || !strings.HasPrefix(err.Error(), tc.wantMsg) || !errdefs.IsInvalid(err) {
 					t.Fatalf("err = %v, want invalid %q", err, tc.wantMsg)

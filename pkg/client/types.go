@@ -28,6 +28,7 @@ type NewSandbox struct {
 	Metadata            map[string]string `json:"metadata,omitempty"`
 	EnvVars             map[string]string `json:"envVars,omitempty"`
 	Mcp                 json.RawMessage   `json:"mcp,omitempty"`
+	IAM                 json.RawMessage   `json:"iam,omitempty"`
 	VolumeMounts        []VolumeMount     `json:"volumeMounts,omitempty"`
 }
 

@@ -2,15 +2,17 @@ package files
 
 import (
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
-	"os"
 	"path/filepath"
 
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/identity"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
@@ -24,12 +26,21 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := u.ResolvePath(raw, "")
-	st, err := os.Stat(path)
+	f, err := u.Open(path, unix.O_RDONLY, identity.Read)
 	if err != nil {
-		if os.IsNotExist(err) {
+		switch {
+		case errdefs.IsNotFound(err):
 			auth.WriteError(w, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", path))
-			return
+		case errors.Is(err, errdefs.ErrForbidden):
+			httpError(w, err, fmt.Sprintf("user '%s' may not read '%s'", u.Name, path))
+		default:
+			httpError(w, err, fmt.Sprintf("cannot open '%s'", path))
 		}
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
 		httpError(w, classify(err), fmt.Sprintf("cannot stat '%s'", path))
 		return
 	}
@@ -39,10 +50,6 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	}
 	if !st.Mode().IsRegular() {
 		auth.WriteError(w, http.StatusBadRequest, fmt.Sprintf("path '%s' is not a regular file", path))
-		return
-	}
-	if err := u.CheckAccess(path, identity.Read); err != nil {
-		httpError(w, err, fmt.Sprintf("user '%s' may not read '%s'", u.Name, path))
 		return
 	}
 	useGzip, acceptable := acceptsGzip(r.Header.Get("Accept-Encoding"))
@@ -55,12 +62,6 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	if conditional {
 		useGzip = false
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		httpError(w, classify(err), fmt.Sprintf("cannot open '%s'", path))
-		return
-	}
-	defer f.Close()
 	w.Header().Set("Vary", "Accept-Encoding")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": filepath.Base(path)}))
 	if !useGzip {

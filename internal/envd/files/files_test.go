@@ -291,17 +291,48 @@ func TestUploadAsNormalUser(t *testing.T) {
 			t.Fatalf("%s owned by %d:%d, want %d:%d", p, sys.Uid, sys.Gid, u.UID, u.GID)
 		}
 	}
-	if err := os.Symlink("/root", filepath.Join(u.Home, "rootlink")); err != nil {
+	// As E2B's envd: writes are made as root on the user's behalf, so a
+	// directory the user could not write is no obstacle, and what is
+	// created belongs to the user; what existed keeps its owner.
+	base, err := os.MkdirTemp("/tmp", "envd-write-")
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"../../root/x.txt", "rootlink/x.txt", "/etc/envd-test-denied"} {
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	priv := filepath.Join(base, "priv")
+	if err := os.Mkdir(priv, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(priv, filepath.Join(u.Home, "privlink")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{priv + "/new/a.txt", "privlink/b.txt", "../../" + strings.TrimPrefix(priv, "/") + "/c.txt"} {
 		status, _, raw := post(t, srv.URL+"/files?path="+url.QueryEscape(p)+q, "application/octet-stream", strings.NewReader("x"), nil)
-		if status != 403 {
+		if status != 200 {
 			t.Fatalf("%s: %d %s", p, status, raw)
 		}
 	}
+	owners := map[string]uint32{priv: 0, priv + "/new": u.UID, priv + "/new/a.txt": u.UID, priv + "/b.txt": u.UID, priv + "/c.txt": u.UID}
+	for p, want := range owners {
+		st, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Sys().(*syscall.Stat_t).Uid; got != want {
+			t.Errorf("%s owned by %d, want %d", p, got, want)
+		}
+	}
+	// Reading stays the user's: a file in a directory the user cannot
+	// search is refused.
+	if code, _, _ := get(t, srv.URL+"/files?path="+url.QueryEscape(priv+"/b.txt")+q, nil); code != 403 {
+		t.Fatalf("read in a private directory as user: %d", code)
+	}
 	if code, _, _ := get(t, srv.URL+"/files?path=/etc/shadow"+q, nil); code != 403 {
 		t.Fatalf("read /etc/shadow as user: %d", code)
+	}
+	// Relative paths resolve against the home; a directory is not a file.
+	if status, _, raw := post(t, srv.URL+"/files?path=privlink"+q, "application/octet-stream", strings.NewReader("x"), nil); status != 400 {
+		t.Fatalf("write over a directory: %d %s", status, raw)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -132,30 +131,14 @@ func rawFilename(cd string) string {
 	return params["filename"]
 }
 
-// writeFile streams r into path as u: parents are created and given to u,
-// an existing file is truncated, a new one belongs to u.
+// writeFile streams r into path for u, as root on u's behalf (as E2B's
+// envd does: any path may be written): missing parents are created and
+// given to u, an existing file is truncated, a new one belongs to u.
 func writeFile(u *identity.User, path string, r io.Reader, md map[string]string) (uploaded, error) {
 	e := uploaded{Name: filepath.Base(path), Path: path, Type: "file"}
-	st, err := os.Stat(path)
-	exists := err == nil
-	if exists && st.IsDir() {
-		return e, fmt.Errorf("path '%s' is a directory: %w", path, errdefs.ErrInvalid)
-	}
-	if err := u.CheckCreate(path); err != nil {
-		return e, fmt.Errorf("user '%s' may not write '%s': %w", u.Name, path, err)
-	}
-	if _, err := u.MkdirAll(filepath.Dir(path)); err != nil {
-		return e, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := u.CreateFile(path)
 	if err != nil {
-		return e, fmt.Errorf("open '%s': %w", path, classify(err))
-	}
-	if !exists {
-		if err := u.Chown(path); err != nil {
-			_ = f.Close()
-			return e, err
-		}
+		return e, err
 	}
 	buf := make([]byte, 256<<10)
 	if _, err := io.CopyBuffer(onlyWriter{f}, onlyReader{r}, buf); err != nil {

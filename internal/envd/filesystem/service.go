@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	pb "github.com/warren-sandbox/warren/api/envd/filesystem"
 	"github.com/warren-sandbox/warren/api/envd/filesystem/filesystemconnect"
@@ -73,27 +74,15 @@ func (s *Service) Stat(_ context.Context, req *connect.Request[pb.StatRequest]) 
 	return connect.NewResponse(&pb.StatResponse{Entry: e}), nil
 }
 
-// MakeDir creates a directory and its parents.
+// MakeDir creates a directory and its parents, as root on the user's
+// behalf; what it creates belongs to the user.
 func (s *Service) MakeDir(_ context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
 	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, rpcerr.From(err)
 	}
-	if st, err := os.Stat(path); err == nil {
-		if st.IsDir() {
-			return nil, rpcerr.From(fmt.Errorf("directory already exists: %s: %w", path, errdefs.ErrAlreadyExists))
-		}
-		return nil, rpcerr.From(fmt.Errorf("path already exists but is not a directory: %s: %w", path, errdefs.ErrInvalid))
-	}
-	if err := u.CheckCreate(path); err != nil {
+	if err := u.Mkdir(path); err != nil {
 		return nil, rpcerr.From(err)
-	}
-	created, err := u.MkdirAll(path)
-	if err != nil {
-		return nil, rpcerr.From(err)
-	}
-	if !created {
-		return nil, rpcerr.From(fmt.Errorf("directory already exists: %s: %w", path, errdefs.ErrAlreadyExists))
 	}
 	e, err := Entry(path)
 	if err != nil {
@@ -102,7 +91,8 @@ func (s *Service) MakeDir(_ context.Context, req *connect.Request[pb.MakeDirRequ
 	return connect.NewResponse(&pb.MakeDirResponse{Entry: e}), nil
 }
 
-// Move renames an entry, creating the destination's parents.
+// Move renames an entry, creating the destination's parents (owned by the
+// user), as root on the user's behalf.
 func (s *Service) Move(_ context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
 	u, src, err := s.userPath(req.Header(), req.Msg.GetSource())
 	if err != nil {
@@ -111,12 +101,6 @@ func (s *Service) Move(_ context.Context, req *connect.Request[pb.MoveRequest]) 
 	dst := u.ResolvePath(req.Msg.GetDestination(), "")
 	if _, err := os.Lstat(src); err != nil {
 		return nil, rpcerr.From(statErr(src, err))
-	}
-	if err := u.CheckRemove(src); err != nil {
-		return nil, rpcerr.From(err)
-	}
-	if err := u.CheckCreate(dst); err != nil {
-		return nil, rpcerr.From(err)
 	}
 	if _, err := u.MkdirAll(filepath.Dir(dst)); err != nil {
 		return nil, rpcerr.From(err)
@@ -131,16 +115,11 @@ func (s *Service) Move(_ context.Context, req *connect.Request[pb.MoveRequest]) 
 	return connect.NewResponse(&pb.MoveResponse{Entry: e}), nil
 }
 
-// Remove removes a file or a directory tree. A missing path is not an error.
+// Remove removes a file or a directory tree, as root on the user's
+// behalf. A missing path is not an error.
 func (s *Service) Remove(_ context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
+	_, path, err := s.userPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
-		return nil, rpcerr.From(err)
-	}
-	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
-		return connect.NewResponse(&pb.RemoveResponse{}), nil
-	}
-	if err := u.CheckRemove(path); err != nil {
 		return nil, rpcerr.From(err)
 	}
 	if err := os.RemoveAll(path); err != nil {
@@ -156,41 +135,45 @@ func (s *Service) ListDir(_ context.Context, req *connect.Request[pb.ListDirRequ
 	if err != nil {
 		return nil, rpcerr.From(err)
 	}
-	st, err := os.Stat(path)
+	dir, err := u.Open(path, unix.O_RDONLY|unix.O_DIRECTORY, identity.Read|identity.Execute)
 	if err != nil {
-		return nil, rpcerr.From(statErr(path, err))
-	}
-	if !st.IsDir() {
-		return nil, rpcerr.From(fmt.Errorf("path is not a directory: %s: %w", path, errdefs.ErrInvalid))
-	}
-	if err := u.CheckAccess(path, identity.Read|identity.Execute); err != nil {
+		if errdefs.IsInvalid(err) {
+			return nil, rpcerr.From(fmt.Errorf("path is not a directory: %s: %w", path, errdefs.ErrInvalid))
+		}
 		return nil, rpcerr.From(err)
 	}
+	defer dir.Close()
 	depth := int(req.Msg.GetDepth())
 	if depth < 1 {
 		depth = 1
 	}
 	resp := &pb.ListDirResponse{}
-	if err := list(u, path, depth, &resp.Entries); err != nil {
+	if err := list(u, dir, path, depth, &resp.Entries); err != nil {
 		return nil, rpcerr.From(err)
 	}
 	return connect.NewResponse(resp), nil
 }
 
-func list(u *identity.User, dir string, depth int, out *[]*pb.EntryInfo) error {
-	des, err := os.ReadDir(dir)
+// list appends the entries of the open directory f, named path, and down
+// to depth those of the directories below that the user may list (each
+// opened and checked as Open does).
+func list(u *identity.User, f *os.File, path string, depth int, out *[]*pb.EntryInfo) error {
+	des, err := f.ReadDir(-1)
 	if err != nil {
-		return fmt.Errorf("list %s: %w", dir, classify(err))
+		return fmt.Errorf("list %s: %w", path, classify(err))
 	}
 	for _, de := range des {
-		p := filepath.Join(dir, de.Name())
+		p := filepath.Join(path, de.Name())
 		info, err := de.Info()
 		if err != nil {
 			continue // removed meanwhile
 		}
 		*out = append(*out, entryFromInfo(p, info))
-		if depth > 1 && de.IsDir() && u.CheckAccess(p, identity.Read|identity.Execute) == nil {
-			_ = list(u, p, depth-1, out)
+		if depth > 1 && de.IsDir() {
+			if sub, err := u.Open(p, unix.O_RDONLY|unix.O_DIRECTORY, identity.Read|identity.Execute); err == nil {
+				_ = list(u, sub, p, depth-1, out)
+				sub.Close()
+			}
 		}
 	}
 	return nil

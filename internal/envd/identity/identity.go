@@ -5,13 +5,18 @@
 // Paths: a relative path resolves against the user's home directory (a
 // leading "~" is the home too) and every path is cleaned, so ".." is resolved
 // lexically. There is no jail: a sandbox belongs to its user, and root may
-// touch anything, exactly as in a shell. For a normal user, envd checks the
-// access the kernel would grant that user (owner/group/other permission bits
-// of every directory searched and of the target, after following symbolic
-// links), so neither ".." nor a symbolic link lets a normal user reach what
-// the user could not reach from a shell. These checks are a convenience with
-// shell semantics, not a security boundary inside the sandbox: the sandbox
-// itself is the boundary.
+// touch anything, exactly as in a shell.
+//
+// Writes (creating files and directories, moving, removing) are made by
+// envd as root on the user's behalf, as E2B's envd makes them, and what
+// they create belongs to the user (mkdir.go). Reads check the access the
+// kernel would grant the user (owner/group/other permission bits of every
+// directory searched and of the target, after following symbolic links),
+// on the descriptors of the objects actually opened (open.go), so neither
+// "..", a symbolic link nor a link swapped mid-check lets a normal user
+// read what the user could not read from a shell. These checks are a
+// convenience with shell semantics, not a security boundary inside the
+// sandbox (the user has sudo): the sandbox itself is the boundary.
 package identity
 
 import (

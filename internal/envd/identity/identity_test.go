@@ -50,6 +50,8 @@ func TestCheckAccess(t *testing.T) {
 	_ = os.Mkdir(sticky, 0o777)
 	_ = os.Chmod(sticky, 0o777|os.ModeSticky)
 	_ = os.WriteFile(filepath.Join(sticky, "roots"), nil, 0o666)
+	_ = os.Symlink("priv", filepath.Join(base, "privlink"))
+	_ = os.Symlink(pub, filepath.Join(base, "publink"))
 	u := &User{Name: "u", UID: 4242, GID: 4242, Groups: []uint32{4242}}
 	cases := []struct {
 		name string
@@ -59,9 +61,11 @@ func TestCheckAccess(t *testing.T) {
 		{"read public", u.CheckAccess(pub, Read), true},
 		{"write public", u.CheckAccess(pub, Write), false},
 		{"inside private dir", u.CheckAccess(filepath.Join(priv, "f"), Read), false},
-		{"create in private", u.CheckCreate(filepath.Join(priv, "new")), false},
-		{"create in sticky", u.CheckCreate(filepath.Join(sticky, "new")), true},
-		{"remove other's in sticky", u.CheckRemove(filepath.Join(sticky, "roots")), false},
+		{"search private dir", u.CheckAccess(priv, Execute), false},
+		{"through a link to a private dir", u.CheckAccess(filepath.Join(base, "privlink", "f"), Read), false},
+		{"through a link to a public file", u.CheckAccess(filepath.Join(base, "publink"), Read), true},
+		{"dotdot from the private dir", u.CheckAccess(priv+"/../pub.txt", Read), false},
+		{"missing", u.CheckAccess(filepath.Join(base, "nope"), Read), false},
 		{"root reads private", (&User{Name: "root"}).CheckAccess(filepath.Join(priv, "f"), Read|Write), true},
 	}
 	for _, tc := range cases {

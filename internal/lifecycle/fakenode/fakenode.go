@@ -94,7 +94,7 @@ func (n *Node) Create(_ context.Context, req node.CreateRequest) (*node.Sandbox,
 		ID: req.ID, ExecutionID: req.ExecutionID, TemplateID: req.Template.ID, BuildID: req.Template.BuildID,
 		TeamID: req.TeamID, State: sandbox.StateRunning, Epoch: 1, StartedAt: time.Now(), EndAt: req.EndAt,
 		Resources: req.Resources, Network: req.Network, Address: n.Address, Host: n.Host,
-		EnvdVersion: "0.6.13", Metadata: maps.Clone(req.Metadata),
+		EnvdVersion: node.EnvdVersion, Metadata: maps.Clone(req.Metadata),
 	}
 	n.sandboxes[req.ID] = s
 	return clone(s), nil
@@ -213,6 +213,9 @@ func (n *Node) Fork(_ context.Context, id string, req node.ForkRequest) ([]*node
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.record("fork %s %d", id, len(req.IDs))
+	if !n.Caps.Fork {
+		return nil, fmt.Errorf("fork sandbox %q: %w", id, errdefs.ErrUnsupported)
+	}
 	s, err := n.get(id)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,138 @@
+package apiserver_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/pkg/client"
+)
+
+// TestTemplateRefsAndDefaults: malformed name:tag references are a 400
+// naming the field; a build without cpuCount/memoryMB gets E2B's 2 and
+// 1024 MiB.
+func TestTemplateRefsAndDefaults(t *testing.T) {
+	e := newTemplateEnv(t)
+	for _, tc := range []struct{ name, method, path, body, field string }{
+		{"empty tag", "POST", "/v3/templates", `{"name":"x:"}`, "'name'"},
+		{"empty name", "POST", "/v3/templates", `{"name":":v1"}`, "'name'"},
+		{"two colons", "POST", "/v3/templates", `{"name":"x:a:b"}`, "'name'"},
+		{"tag with colon", "POST", "/v3/templates", `{"name":"x","tags":["a:b"]}`, "'tags'"},
+		{"empty tag in list", "POST", "/v3/templates", `{"name":"x","tags":[""]}`, "'tags'"},
+		{"assign to empty tag", "POST", "/templates/tags", `{"target":"x:","tags":["v2"]}`, "'target'"},
+		{"assign to empty name", "POST", "/templates/tags", `{"target":":v1","tags":["v2"]}`, "'target'"},
+		{"delete of empty name", "DELETE", "/templates/tags", `{"name":":v1","tags":["v2"]}`, "'name'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(tc.method, tc.path, e.key1, tc.body)
+			if r.status != 400 || !strings.Contains(string(r.body), tc.field) || !strings.Contains(string(r.body), `"code":400`) {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+		})
+	}
+	c := e.createTemplate(e.key1, `{"name":"defaults"}`)
+	r := e.do("GET", "/templates", e.key1, "")
+	var list []struct {
+		TemplateID string `json:"templateID"`
+		CPUCount   int    `json:"cpuCount"`
+		MemoryMB   int64  `json:"memoryMB"`
+	}
+	if err := json.Unmarshal(r.body, &list); err != nil {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	for _, tpl := range list {
+		if tpl.TemplateID == c.TemplateID {
+			if tpl.CPUCount != 2 || tpl.MemoryMB != 1024 {
+				t.Fatalf("defaults: %+v", tpl)
+			}
+			return
+		}
+	}
+	t.Fatalf("template %s not listed: %s", c.TemplateID, r.body)
+}
+
+// TestResumeWithoutMemoryRefused: memory=false (resume from disk only) is
+// refused on every resume route, as the spec says for servers without it.
+func TestResumeWithoutMemoryRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := e.create(e.key2, client.NewSandbox{})
+	for _, path := range []string{"/sandboxes/" + sb.SandboxID + "/resume", "/sandboxes/" + sb.SandboxID + "/connect", "/v2/sandboxes/" + sb.SandboxID + "/connect"} {
+		r := e.do("POST", path, e.key2, `{"timeout":60,"memory":false}`)
+		if r.status != 400 || !strings.Contains(string(r.body), "'memory'") {
+			t.Errorf("%s: %d %s", path, r.status, r.body)
+		}
+	}
+}
+
+// TestUnsupportedFieldsRefused: fields Warren cannot honour are a 400
+// naming them, never accepted and ignored; the routing fields the proxy
+// applies are accepted and kept.
+func TestUnsupportedFieldsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, tc := range []struct{ name, body, field string }{
+		{"rules", `{"templateID":"base","network":{"rules":{"example.com":[{"transform":{"headers":{"a":"b"}}}]}}}`, "network.rules"},
+		{"iam", `{"templateID":"base","iam":{"tokens":{"t":{"audience":"x","tokenType":"oidc"}}}}`, "iam"},
+		{"mcp", `{"templateID":"base","mcp":{"server":{}}}`, "mcp"},
+		{"bad https port", `{"templateID":"base","network":{"httpsPorts":[49983]}}`, "network.httpsPorts[0]"},
+		{"bad mask", `{"templateID":"base","network":{"maskRequestHost":" "}}`, "network.maskRequestHost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", "/v2/sandboxes", e.key2, tc.body)
+			if r.status != 400 || !strings.Contains(string(r.body), tc.field) {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+		})
+	}
+	r := e.do("POST", "/v2/sandboxes", e.key2, `{"templateID":"base","mcp":null,"network":{"httpsPorts":[8443],"maskRequestHost":"localhost:${PORT}"}}`)
+	var sb client.Sandbox
+	if err := json.Unmarshal(r.body, &sb); err != nil || r.status != 201 {
+		t.Fatalf("create with routing fields: %d %s", r.status, r.body)
+	}
+	route, err := e.lc.Route(t.Context(), sb.SandboxID, nil)
+	if err != nil || route.MaskRequestHost != "localhost:${PORT}" || len(route.HTTPSPorts) != 1 || route.HTTPSPorts[0] != 8443 {
+		t.Fatalf("route %+v %v", route, err)
+	}
+	if r := e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", e.key2, `{"rules":{"example.com":[]}}`); r.status != 400 || !strings.Contains(string(r.body), "rules") {
+		t.Fatalf("network update with rules: %d %s", r.status, r.body)
+	}
+}
+
+// TestLogLinesAreJSON: every v1 log line is a JSON object with level and
+// message (the CLI's `sandbox logs` parses each one).
+func TestLogLinesAreJSON(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := e.create(e.key2, client.NewSandbox{})
+	if _, err := e.client(e.key2).Pause(t.Context(), sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("GET", "/sandboxes/"+sb.SandboxID+"/logs", e.key2, "")
+	var logs client.SandboxLogs
+	if err := json.Unmarshal(r.body, &logs); err != nil || r.status != 200 || len(logs.Logs) < 2 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	for _, l := range logs.Logs {
+		var line map[string]string
+		if err := json.Unmarshal([]byte(l.Line), &line); err != nil || line["level"] == "" || line["message"] == "" {
+			t.Fatalf("line %q: %v", l.Line, err)
+		}
+	}
+}
+
+// TestCORS: a browser's preflight of an API call is answered without a
+// key, and answers are readable cross-origin with x-next-token exposed.
+func TestCORS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.do("OPTIONS", "/v2/sandboxes", "", "", "Origin", "https://app.example", "Access-Control-Request-Method", "POST",
+		"Access-Control-Request-Headers", "x-api-key, content-type")
+	if r.status != 204 || r.header.Get("Access-Control-Allow-Origin") != "*" || r.header.Get("Access-Control-Allow-Headers") != "x-api-key, content-type" {
+		t.Fatalf("preflight: %d %v", r.status, r.header)
+	}
+	r = e.do("GET", "/v2/sandboxes", e.key2, "", "Origin", "https://app.example")
+	if r.status != 200 || r.header.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), "X-Next-Token") {
+		t.Fatalf("cross-origin list: %d %v", r.status, r.header)
+	}
+}

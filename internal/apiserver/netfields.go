@@ -1,0 +1,44 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/pkg/client"
+)
+
+// envdPort is envd's port in every sandbox; it is never a user port.
+const envdPort = 49983
+
+// checkRouting validates the network fields the edge proxy applies
+// (maskRequestHost, httpsPorts) and refuses rules, which need an egress
+// proxy Warren does not have: nothing is accepted and ignored.
+func checkRouting(n *client.NetworkConfig) error {
+	if len(n.Rules) > 0 {
+		return errRules("network.rules")
+	}
+	if n.MaskRequestHost != nil {
+		h := *n.MaskRequestHost
+		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, " \t\r\n/") {
+			return invalid("network.maskRequestHost", "must be a host[:port] (\"${PORT}\" is replaced by the port), got %q", h)
+		}
+	}
+	for i, p := range n.HTTPSPorts {
+		if p < 1 || p > 65535 || p == envdPort {
+			return invalid(fmt.Sprintf("network.httpsPorts[%d]", i), "must be a port 1-65535 other than %d, got %d", envdPort, p)
+		}
+	}
+	return nil
+}
+
+func errRules(field string) error {
+	return fmt.Errorf("%s (header transforms of outbound traffic) is not supported by this server: %w", field, errdefs.ErrInvalid)
+}
+
+// given reports whether a raw JSON field was sent with a value.
+func given(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s != "" && s != "null"
+}
