@@ -98,6 +98,7 @@ func realNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (*node
 		return nil, fmt.Errorf("node agent: %w", err)
 	}
 	snap.a = a
+	ensureCodeInterpreter(ctx, cfg, local.Catalog, a, log)
 	if err := local.Service.Recover(ctx); err != nil {
 		local.Service.Close()
 		a.Close()
