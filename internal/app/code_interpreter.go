@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -30,7 +29,7 @@ func codeInterpreterTemplate(tar string) templates.SystemTemplate {
 
 // ensureCodeInterpreter makes the code-interpreter-v1 template from
 // cfg.CodeInterpreterRootFSTar when that tar exists, and its snapshot on
-// ready when the build has none. Failures are logged: the installation
+// ready (runsc) for a new build. Failures are logged: the installation
 // runs without the template (or with cold starts) rather than not at all.
 func ensureCodeInterpreter(ctx context.Context, cfg Config, cat *templates.Catalog, a *node.Agent, log *slog.Logger) {
 	tar := cfg.CodeInterpreterRootFSTar
@@ -41,27 +40,18 @@ func ensureCodeInterpreter(ctx context.Context, cfg Config, cat *templates.Catal
 		log.Info("code interpreter template not offered: no root filesystem tar (make code-interpreter-rootfs)", "tar", tar)
 		return
 	}
-	b, err := cat.EnsureSystemTemplate(ctx, codeInterpreterTemplate(tar), templates.PrintProgress(cfg.Out, "# "+CodeInterpreterID+" template: "))
+	st := codeInterpreterTemplate(tar)
+	if cfg.Driver == "runsc" {
+		st.Snapshot = a.Snapshot
+	}
+	b, err := cat.EnsureSystemTemplate(ctx, st, templates.PrintProgress(cfg.Out, "# "+CodeInterpreterID+" template: "))
 	if err != nil {
 		log.Warn("code interpreter template not offered", "error", err)
 		return
 	}
-	if b.SnapshotDir != "" {
-		if _, err := os.Stat(b.SnapshotDir); err == nil {
-			return
-		}
-	}
-	dir := filepath.Join(cat.BuildDir(b.ID), "snapshot")
-	os.RemoveAll(dir)
-	log.Info("taking the code interpreter template's snapshot on ready", "build_id", b.ID)
-	if err := a.Snapshot(ctx, b.NodeTemplate(), b.ReadyCmd, dir); err != nil {
-		os.RemoveAll(dir)
-		log.Warn("code interpreter template without snapshot: its sandboxes cold-start", "build_id", b.ID, "error", err)
+	if b.SnapshotDir == "" {
+		log.Warn("code interpreter template without snapshot: its sandboxes cold-start", "build_id", b.ID)
 		return
 	}
-	if _, err := cat.UpdateBuild(ctx, b.ID, func(x *templates.Build) error { x.SnapshotDir = dir; return nil }); err != nil {
-		log.Warn("code interpreter snapshot not recorded", "build_id", b.ID, "error", err)
-		return
-	}
-	log.Info("code interpreter template ready with its snapshot", "build_id", b.ID, "snapshot", dir)
+	log.Info("code interpreter template ready with its snapshot", "build_id", b.ID, "snapshot", b.SnapshotDir)
 }

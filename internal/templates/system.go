@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node"
 )
 
 // SystemTemplate is a template the installation makes itself at start,
@@ -25,6 +27,11 @@ type SystemTemplate struct {
 	Env      map[string]string
 	CPUCount int
 	MemoryMB int64
+	// Snapshot, when set, takes the snapshot on ready of a new build into
+	// dir (the node agent's Snapshot) before the build is marked ready; a
+	// failure leaves the build usable by cold start. A ready build without
+	// its snapshot is then replaced at the next start.
+	Snapshot func(ctx context.Context, t node.Template, readyCmd, dir string) error
 }
 
 // EnsureSystemTemplate makes sure st exists with a ready build made from
@@ -32,8 +39,8 @@ type SystemTemplate struct {
 // template's, the build is reused while its tar is unchanged (size and
 // modification time, else SHA-256) and its commands are the same;
 // otherwise a new build takes the default tag and the old one stays for
-// what was made from it. The caller takes the snapshot on ready of a
-// build without one (SnapshotDir empty).
+// what was made from it, as is a build without its snapshot on ready when
+// st.Snapshot is set.
 func (c *Catalog) EnsureSystemTemplate(ctx context.Context, st SystemTemplate, progress func(Progress)) (*Build, error) {
 	if progress == nil {
 		progress = func(Progress) {}
@@ -47,7 +54,7 @@ func (c *Catalog) EnsureSystemTemplate(ctx context.Context, st SystemTemplate, p
 	if err != nil {
 		return nil, fmt.Errorf("system template %s: %w", st.ID, err)
 	}
-	if cur != nil && cur.StartCmd == st.StartCmd && cur.ReadyCmd == st.ReadyCmd {
+	if cur != nil && cur.StartCmd == st.StartCmd && cur.ReadyCmd == st.ReadyCmd && (st.Snapshot == nil || dirExists(cur.SnapshotDir)) {
 		changed, err := c.baseTarChanged(ctx, cur, st.RootFSTar, progress)
 		if err != nil {
 			return nil, fmt.Errorf("system template %s: %w", st.ID, err)
@@ -100,6 +107,16 @@ func (c *Catalog) EnsureSystemTemplate(ctx context.Context, st SystemTemplate, p
 		}
 		return nil, fmt.Errorf("system template %s: %w", st.ID, err)
 	}
+	if st.Snapshot != nil {
+		dir := filepath.Join(c.BuildDir(b.ID), "snapshot")
+		progress(Progress{Phase: "snapshot", Message: "taking the snapshot on ready of " + st.ID})
+		if err := st.Snapshot(ctx, b.NodeTemplate(), b.ReadyCmd, dir); err != nil {
+			os.RemoveAll(dir)
+			c.log.Warn("system template without snapshot on ready: its sandboxes cold-start", "template_id", st.ID, "build_id", b.ID, "error", err)
+		} else if _, err := c.UpdateBuild(ctx, b.ID, func(x *Build) error { x.SnapshotDir = dir; return nil }); err != nil {
+			return nil, fmt.Errorf("system template %s: %w", st.ID, err)
+		}
+	}
 	b, err = c.FinishBuild(ctx, b.ID, nil)
 	if err != nil {
 		return nil, fmt.Errorf("system template %s: %w", st.ID, err)
@@ -107,4 +124,9 @@ func (c *Catalog) EnsureSystemTemplate(ctx context.Context, st SystemTemplate, p
 	c.log.Info("system template ready", "template_id", st.ID, "build_id", b.ID, "rootfs", b.RootFSDir, "tar", st.RootFSTar, "sha256", fp.SHA256)
 	progress(Progress{Phase: "ready", Message: st.ID + " template ready (build " + b.ID + ")"})
 	return b, nil
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Stat(p)
+	return p != "" && err == nil && fi.IsDir()
 }

@@ -2,11 +2,14 @@ package templates
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node"
 )
 
 // TestEnsureSystemTemplate: a system template is made public, unowned,
@@ -63,5 +66,43 @@ func TestEnsureSystemTemplate(t *testing.T) {
 	}
 	if _, err := c.EnsureSystemTemplate(ctx, SystemTemplate{ID: BaseID, RootFSTar: tarPath}, nil); !errdefs.IsInvalid(err) {
 		t.Fatalf("base as a system template: %v", err)
+	}
+}
+
+// TestEnsureSystemTemplateSnapshot: the snapshot on ready is taken before
+// the build is ready and recorded; a build whose snapshot failed is ready
+// without one and replaced at the next start.
+func TestEnsureSystemTemplateSnapshot(t *testing.T) {
+	ctx := context.Background()
+	tarPath := filepath.Join(t.TempDir(), "ci.tar")
+	writeTar(t, tarPath, versionedRootFS(t, "ci-1"), time.Unix(1700000000, 0))
+	c := newCatalog(t, Config{DataDir: t.TempDir(), Mmdebstrap: "/nonexistent/mmdebstrap"})
+	fail := true
+	var seen []string
+	st := SystemTemplate{ID: "code-interpreter-v1", RootFSTar: tarPath, StartCmd: "server", ReadyCmd: "check", CPUCount: 1, MemoryMB: 512,
+		Snapshot: func(_ context.Context, nt node.Template, readyCmd, dir string) error {
+			seen = append(seen, nt.StartCmd+"|"+readyCmd)
+			if fail {
+				return errors.New("no checkpoint here")
+			}
+			return os.MkdirAll(dir, 0o700)
+		}}
+	b1, err := c.EnsureSystemTemplate(ctx, st, nil)
+	if err != nil || b1.Status != BuildReady || b1.SnapshotDir != "" {
+		t.Fatalf("failed snapshot: %+v %v", b1, err)
+	}
+	fail = false
+	b2, err := c.EnsureSystemTemplate(ctx, st, nil)
+	if err != nil || b2.ID == b1.ID || b2.SnapshotDir == "" || !dirExists(b2.SnapshotDir) {
+		t.Fatalf("snapshot: %+v %v", b2, err)
+	}
+	if nt, err := c.Resolve(ctx, "t", "code-interpreter-v1"); err != nil || nt.SnapshotDir != b2.SnapshotDir {
+		t.Fatalf("resolve: %+v %v", nt, err)
+	}
+	if b3, err := c.EnsureSystemTemplate(ctx, st, nil); err != nil || b3.ID != b2.ID {
+		t.Fatalf("third start: %+v %v", b3, err)
+	}
+	if len(seen) != 2 || seen[0] != "server|check" {
+		t.Fatalf("snapshots asked for: %q", seen)
 	}
 }
