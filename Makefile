@@ -7,6 +7,7 @@ export CGO_ENABLED := 0
 BIN := $(CURDIR)/bin
 VAR := $(CURDIR)/var
 BASE_ROOTFS := $(VAR)/base-rootfs.tar
+CODE_INTERPRETER_ROOTFS := $(VAR)/code-interpreter-rootfs.tar
 
 # Paths the tests read; a test whose prerequisite is missing skips locally
 # and fails under CI=true.
@@ -14,8 +15,9 @@ export WARREN_RUNSC := $(BIN)/runsc
 export WARREN_ENVD := $(BIN)/envd
 export WARREN_WARREN := $(BIN)/warren
 export WARREN_TEST_ROOTFS_TAR := $(BASE_ROOTFS)
+export WARREN_TEST_CODE_INTERPRETER_TAR := $(CODE_INTERPRETER_ROOTFS)
 
-.PHONY: all deps build run test test-unit test-e2e test-fuzz generate check-generate base-rootfs clean
+.PHONY: all deps build run test test-unit test-e2e test-fuzz generate check-generate base-rootfs code-interpreter-rootfs clean
 
 all: build
 
@@ -40,6 +42,13 @@ base-rootfs: $(BASE_ROOTFS)
 $(BASE_ROOTFS): scripts/build-base-rootfs.sh | $(VAR)/go.mod
 	scripts/build-base-rootfs.sh $@
 
+# The code-interpreter-v1 template's root filesystem: remade only when its
+# script or server changed (a few minutes of mmdebstrap, about 700 MB).
+code-interpreter-rootfs: $(CODE_INTERPRETER_ROOTFS)
+
+$(CODE_INTERPRETER_ROOTFS): scripts/build-code-interpreter-rootfs.sh $(wildcard images/code-interpreter/*) | $(VAR)/go.mod
+	scripts/build-code-interpreter-rootfs.sh $@
+
 # var/ holds root filesystems whose trees contain .go files (Debian's docs):
 # a go.mod of its own keeps them out of `go test ./...` and `go vet ./...`.
 $(VAR)/go.mod:
@@ -52,10 +61,10 @@ generate:
 check-generate:
 	scripts/check-generate.sh
 
-run: deps build | $(VAR)/go.mod
+run: deps build code-interpreter-rootfs | $(VAR)/go.mod
 	$(BIN)/warren serve --data-dir $(VAR)/data $(ARGS)
 
-test: deps build base-rootfs check-generate | $(VAR)/go.mod
+test: deps build base-rootfs code-interpreter-rootfs check-generate | $(VAR)/go.mod
 	scripts/test.sh
 
 # Fuzz targets of the parsers of tenant input, FUZZTIME (default 5s) each.

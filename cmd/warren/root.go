@@ -116,6 +116,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.StringVar(&cfg.Net.IfPrefix, "veth-prefix", "", "1-3 letters starting host-side veth names (default wr)")
 	f.StringVar(&cfg.EnvdPath, "envd", defaultPath("envd"), "envd binary mounted into sandboxes")
 	f.StringVar(&cfg.BaseRootFSTar, "base-rootfs", filepath.Join("var", "base-rootfs.tar"), "pre-built root filesystem tar of the base template")
+	f.StringVar(&cfg.CodeInterpreterRootFSTar, "code-interpreter-rootfs", filepath.Join("var", "code-interpreter-rootfs.tar"), "root filesystem tar of the code-interpreter-v1 template (scripts/build-code-interpreter-rootfs.sh); the template is offered when it exists")
 	f.BoolVar(&rebuildBase, "rebuild-base", false, "make a new build of the base template at this start, even if its tar is unchanged (from --base-rootfs, else a new mmdebstrap run)")
 	f.StringVar(&cfg.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS with HTTP/2)")

@@ -77,6 +77,9 @@ type Config struct {
 	Net        netslot.Config
 	// BaseRootFSTar is a pre-built root filesystem for the base template.
 	BaseRootFSTar string
+	// CodeInterpreterRootFSTar, when the file exists, is the root
+	// filesystem tar of the code-interpreter-v1 system template.
+	CodeInterpreterRootFSTar string
 	// PublicURL, when set, is the absolute URL clients reach the API at
 	// (behind a reverse proxy); upload URLs handed to the SDK start with
 	// it. Empty: the scheme and Host of each request.

@@ -100,6 +100,7 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 		return nil, fmt.Errorf("node agent: %w", err)
 	}
 	snap.a = a
+	ensureCodeInterpreter(ctx, cfg, local.Catalog, a, log)
 	if err := local.Service.Recover(ctx); err != nil {
 		local.Service.Close()
 		a.Close()

@@ -201,7 +201,13 @@ func (c *Catalog) ensureBase(ctx context.Context, progress func(Progress), force
 // currentBase returns the ready build behind the base template's default
 // tag when its root filesystem is usable here, or nil.
 func (c *Catalog) currentBase(ctx context.Context) (*Build, error) {
-	t, err := c.store.GetTemplate(ctx, BaseID)
+	return c.currentSystem(ctx, BaseID)
+}
+
+// currentSystem returns the ready build behind the default tag of the
+// system template id when its root filesystem is usable here, or nil.
+func (c *Catalog) currentSystem(ctx context.Context, id string) (*Build, error) {
+	t, err := c.store.GetTemplate(ctx, id)
 	if errdefs.IsNotFound(err) {
 		return nil, nil
 	}
@@ -217,7 +223,7 @@ func (c *Catalog) currentBase(ctx context.Context) (*Build, error) {
 		return nil, nil
 	}
 	if _, err := c.ensureRootFS(ctx, b); err != nil {
-		c.log.Warn("base template build unusable, making a new one", "build_id", b.ID, "error", err)
+		c.log.Warn("system template build unusable, making a new one", "template_id", id, "build_id", b.ID, "error", err)
 		return nil, nil
 	}
 	return b, nil

@@ -1,0 +1,64 @@
+//go:build e2e
+
+package codeinterpe2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/e2e/e2eserve"
+)
+
+// iso names the host objects of this test process's servers.
+var iso = e2eserve.NewIsolation("cinterp", "100.79.0.0/16", "wi")
+
+// TestMain removes the isolated cgroup root and nftables table at the end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	iso.Cleanup()
+	os.Exit(code)
+}
+
+const apiKey = "e2b_00112233445566778899aabbccddeeff00112233"
+
+// startServe runs warren serve with the code interpreter template's tar.
+func startServe(t *testing.T) *e2eserve.Server {
+	t.Helper()
+	e2eserve.Prerequisites(t)
+	tar := os.Getenv("WARREN_TEST_CODE_INTERPRETER_TAR")
+	e2eserve.Require(t, e2eserve.Exists(tar), fmt.Sprintf("$WARREN_TEST_CODE_INTERPRETER_TAR (%q) does not exist; run make code-interpreter-rootfs", tar))
+	e2eserve.Require(t, e2eserve.Exists("../node_modules/@e2b/code-interpreter/package.json"), "e2e/node_modules/@e2b/code-interpreter missing; run npm ci in e2e/")
+	s := e2eserve.Start(t, e2eserve.Options{DataDir: t.TempDir(), APIKey: apiKey, Isolation: iso,
+		ExtraArgs: []string{"--code-interpreter-rootfs", tar}})
+	if !strings.Contains(s.Logs(), "code interpreter template ready with its snapshot") {
+		t.Fatalf("no snapshot on ready of the code interpreter template:\n%s", s.Logs())
+	}
+	return s
+}
+
+// TestCodeInterpreter runs each case of run.mjs (a sandbox of
+// code-interpreter-v1 each) against one server.
+func TestCodeInterpreter(t *testing.T) {
+	s := startServe(t)
+	for _, c := range []string{"result", "stdout", "state", "error", "png", "dataframe", "envs", "contexts", "bash", "javascript", "interrupt", "pause"} {
+		t.Run(c, func(t *testing.T) {
+			out := s.Node(t, "run.mjs", c)
+			if !strings.Contains(out, "OK "+c) {
+				t.Fatalf("case %s did not finish:\n%s", c, out)
+			}
+		})
+	}
+}
+
+// TestCodeInterpreterBench prints the time from create to the first
+// runCode('1+1') (docs/BENCHMARKS.md); it asserts the results only.
+func TestCodeInterpreterBench(t *testing.T) {
+	s := startServe(t)
+	out := s.Node(t, "run.mjs", "bench")
+	t.Log(strings.TrimSpace(out))
+	if !strings.Contains(out, "OK bench") {
+		t.Fatalf("bench did not finish:\n%s", out)
+	}
+}

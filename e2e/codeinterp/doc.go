@@ -1,0 +1,8 @@
+// Package codeinterpe2e runs `warren serve` with the code-interpreter-v1
+// system template end to end with the real @e2b/code-interpreter SDK (npm,
+// in e2e/node_modules): results, streamed output, errors, charts,
+// DataFrames, env vars, contexts, bash and JavaScript, interrupts and
+// pause/resume. The tests carry the build tag e2e; they need the
+// template's tar ($WARREN_TEST_CODE_INTERPRETER_TAR, from `make
+// code-interpreter-rootfs`) besides what e2e/sdk needs.
+package codeinterpe2e
