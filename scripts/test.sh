@@ -18,5 +18,10 @@ echo "== npm ci (e2e/)"
 echo "== go test"
 go test -count=1 -timeout 40m -p 2 ./...
 
+# Every fuzz target of the parsers of tenant input, a few seconds each
+# (a longer run: FUZZTIME=10m make test-fuzz).
+echo "== fuzz"
+FUZZTIME=${FUZZTIME:-5s} scripts/fuzz.sh
+
 echo "== e2e (real e2b SDK)"
 go test -count=1 -timeout 30m -tags e2e ./e2e/...
