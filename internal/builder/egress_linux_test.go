@@ -65,3 +65,42 @@ func TestRegistryAnswerNotEchoed(t *testing.T) {
 		t.Fatalf("build log echoes the answer:\n%s", logs)
 	}
 }
+
+// TestRegistryBlobAnswerNotEchoed: the manifest comes, its blobs fail with
+// text; the build names the status only.
+func TestRegistryBlobAnswerNotEchoed(t *testing.T) {
+	t.Parallel()
+	reg := newRegistry(t, "", "")
+	ref := reg.push(t, "test/tiny:1", tinyRootFS(t), v1.Config{Env: []string{"PATH=/bin"}})
+	upstream := "http://" + reg.host
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/blobs/") {
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, "secret-blob-answer")
+			return
+		}
+		resp, err := http.Get(upstream + r.URL.Path)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(srv.Close)
+	f := newFixture(t, nil)
+	proxy := &testRegistry{host: strings.TrimPrefix(srv.URL, "http://")}
+	proxy.allowIn(f)
+	from := proxy.host + strings.TrimPrefix(ref, reg.host)
+	bd, err := f.build(t, "team", "blobs", Spec{FromImage: from})
+	if err == nil || strings.Contains(err.Error(), "secret-blob-answer") || !strings.Contains(err.Error(), "HTTP 500") {
+		t.Fatalf("build error %v", err)
+	}
+	if bd.Reason == nil || strings.Contains(bd.Reason.Message, "secret-blob-answer") {
+		t.Fatalf("build reason %+v", bd.Reason)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -95,6 +97,19 @@ func (b *Builder) insecure(ref string) bool {
 		}
 	}
 	return false
+}
+
+// registryErr is classifyRegistryError for errors that came from the
+// registry or the way to it (HTTP answers, connections), and err as it is
+// for the others (a bad layer, a full disk).
+func registryErr(ref string, err error) error {
+	var te *transport.Error
+	var ue *url.Error
+	var ne net.Error
+	if errors.As(err, &te) || errors.As(err, &ue) || errors.As(err, &ne) || egress.Refused(err) {
+		return classifyRegistryError(ref, err)
+	}
+	return err
 }
 
 // classifyRegistryError turns a registry failure into a clear message of
