@@ -99,23 +99,11 @@ func (b *Builder) insecure(ref string) bool {
 	return false
 }
 
-// registryErr is classifyRegistryError for errors that came from the
-// registry or the way to it (HTTP answers, connections), and err as it is
-// for the others (a bad layer, a full disk).
-func registryErr(ref string, err error) error {
-	var te *transport.Error
-	var ue *url.Error
-	var ne net.Error
-	if errors.As(err, &te) || errors.As(err, &ue) || errors.As(err, &ne) || egress.Refused(err) {
-		return classifyRegistryError(ref, err)
-	}
-	return err
-}
-
 // classifyRegistryError turns a registry failure into a clear message of
 // the right class. The message (in the tenant's build status) names the
 // HTTP status or the kind of connection failure, never the text the
-// peer answered: the tenant named the registry, and its answer must not
+// peer answered (other errors, not from the registry, are said as they
+// are): the tenant named the registry, and its answer must not
 // carry what a refused or failing host says back.
 func classifyRegistryError(ref string, err error) error {
 	if egress.Refused(err) {
@@ -141,7 +129,17 @@ func classifyRegistryError(ref string, err error) error {
 	if te != nil {
 		return fmt.Errorf("image %q: its registry answered HTTP %d: %w", ref, te.StatusCode, errdefs.ErrUnavailable)
 	}
-	return fmt.Errorf("image %q: %s: %w", ref, egress.Describe(err), errdefs.ErrUnavailable)
+	var ue *url.Error
+	var ne net.Error
+	if errors.As(err, &ue) || errors.As(err, &ne) {
+		return fmt.Errorf("image %q: %s: %w", ref, egress.Describe(err), errdefs.ErrUnavailable)
+	}
+	// Not from the registry or the way to it (a bad layer, a full disk,
+	// a limit): said as it is, its class kept.
+	if errdefs.HTTPStatus(err) != http.StatusInternalServerError {
+		return fmt.Errorf("image %q: %w", ref, err)
+	}
+	return fmt.Errorf("image %q: %v: %w", ref, err, errdefs.ErrUnavailable)
 }
 
 // readImageConfig extracts the parts of an image's config a build uses.

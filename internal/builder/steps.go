@@ -71,7 +71,7 @@ func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, fu
 	}
 	ic, err := readImageConfig(img)
 	if err != nil {
-		return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: registryErr(spec.FromImage, fmt.Errorf("image config: %w", err))}
+		return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: classifyRegistryError(spec.FromImage, fmt.Errorf("image config: %w", err))}
 	}
 	key := hashKey("image", digest)
 	dir := b.layerDir(key)
@@ -89,7 +89,7 @@ func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, fu
 			return nil, nil, err
 		}
 		if err := unpackImage(ctx, img, tmp); err != nil {
-			return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: registryErr(spec.FromImage, err)}
+			return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: classifyRegistryError(spec.FromImage, err)}
 		}
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 			return nil, nil, err
