@@ -8,9 +8,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/warren-sandbox/warren/internal/awsauth"
+	"github.com/warren-sandbox/warren/internal/awsauth/awsauthtest"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -102,5 +105,26 @@ func TestRegistryBlobAnswerNotEchoed(t *testing.T) {
 	}
 	if bd.Reason == nil || strings.Contains(bd.Reason.Message, "secret-blob-answer") {
 		t.Fatalf("build reason %+v", bd.Reason)
+	}
+}
+
+// TestECRExchangeThroughEgress: the ECR token exchange goes through the
+// egress dialer like the pull: an ECR endpoint on loopback that the
+// operator did not allow is never called.
+func TestECRExchangeThroughEgress(t *testing.T) {
+	t.Parallel()
+	creds := awsauth.Credentials{AccessKeyID: "AKIAWARRENTEST", SecretAccessKey: "s3cret/Key+Example"}
+	ecr := awsauthtest.NewECR(t, creds, "eu-west-1", "pw")
+	reg := newRegistry(t, "AWS", "pw")
+	ref := reg.push(t, "private/ecr:1", tinyRootFS(t), v1.Config{Env: []string{"PATH=/bin"}})
+	f := newFixture(t, nil)
+	reg.allowIn(f) // the registry, not the ECR endpoint
+	auth := &RegistryAuth{ECR: &awsauth.ECR{Credentials: creds, Region: "eu-west-1", Endpoint: ecr.URL, Timeout: 30 * time.Second}}
+	_, err := f.build(t, "team", "ecr-refused", Spec{FromImage: ref, RegistryAuth: auth})
+	if err == nil || !strings.Contains(err.Error(), "egress policy") {
+		t.Fatalf("build with a loopback ECR endpoint: %v", err)
+	}
+	if ecr.Calls() != 0 {
+		t.Fatalf("the ECR endpoint got %d calls", ecr.Calls())
 	}
 }

@@ -33,15 +33,20 @@ type RegistryAuth struct {
 }
 
 // basic is the registry's basic auth: as given, or from ECR's token
-// exchange (bounded by the ECR's timeout; its failure names the image).
-func (a *RegistryAuth) basic(ctx context.Context, ref string) (user, pass string, err error) {
+// exchange over tr (bounded by the ECR's timeout; its failure names the
+// image).
+func (a *RegistryAuth) basic(ctx context.Context, ref string, tr http.RoundTripper) (user, pass string, err error) {
 	if a == nil {
 		return "", "", nil
 	}
 	if a.ECR == nil {
 		return a.Username, a.Password, nil
 	}
-	user, pass, err = a.ECR.Login(ctx)
+	ecr := *a.ECR
+	if ecr.Client == nil {
+		ecr.Client = &http.Client{Transport: tr} // through the egress dialer, as the pull
+	}
+	user, pass, err = ecr.Login(ctx)
 	if err != nil {
 		return "", "", fmt.Errorf("image %q: %w", ref, err)
 	}
@@ -66,7 +71,7 @@ func (b *Builder) remoteImage(ctx context.Context, ref string, auth *RegistryAut
 	if err != nil {
 		return nil, "", fmt.Errorf("image %q: %v: %w", ref, err, errdefs.ErrInvalid)
 	}
-	user, pass, err := auth.basic(ctx, ref)
+	user, pass, err := auth.basic(ctx, ref, b.cfg.Transport)
 	if err != nil {
 		return nil, "", err
 	}
