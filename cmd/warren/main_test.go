@@ -328,3 +328,26 @@ func TestTeamCommand(t *testing.T) {
 		t.Fatal("limits of a deleted team")
 	}
 }
+
+// TestServeBoundsHeaders: the listener refuses request headers above its
+// bound (431) instead of reading them into memory.
+func TestServeBoundsHeaders(t *testing.T) {
+	t.Parallel()
+	env, stop := serve(t, t.TempDir(), "--api-key", "e2b_7461706900000000000000000000000000000002")
+	defer stop()
+	req, _ := http.NewRequest(http.MethodGet, env["E2B_API_URL"]+"/health", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", 256<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("256 KiB header: %d, want 431", resp.StatusCode)
+	}
+	resp, err = http.Get(env["E2B_API_URL"] + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("plain request: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/awsauth/awsauthtest"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -27,7 +28,10 @@ func TestBuildFromECR(t *testing.T) {
 	reg := newRegistry(t, "AWS", "ecr-registry-password")
 	ref := reg.push(t, "private/ecr:1", tinyRootFS(t), v1.Config{Env: []string{"PATH=/bin"}})
 	f := newFixture(t, nil)
-	reg.allowIn(f)
+	// The operator's allow entries for the registry and the fake ECRs on
+	// loopback (the token exchange goes through the egress dialer too).
+	hostOf := func(u string) string { return strings.Trim(strings.TrimPrefix(u, "http://"), "/") }
+	f.b.cfg.Transport = (&egress.Dialer{Policy: egress.MustParse(reg.host, hostOf(ecr.URL), hostOf(stale.URL), "127.0.0.1:1")}).Transport()
 	auth := func(c awsauth.Credentials, region, endpoint string) *RegistryAuth {
 		return &RegistryAuth{ECR: &awsauth.ECR{Credentials: c, Region: region, Endpoint: endpoint, Timeout: 30 * time.Second}}
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -31,15 +33,20 @@ type RegistryAuth struct {
 }
 
 // basic is the registry's basic auth: as given, or from ECR's token
-// exchange (bounded by the ECR's timeout; its failure names the image).
-func (a *RegistryAuth) basic(ctx context.Context, ref string) (user, pass string, err error) {
+// exchange over tr (bounded by the ECR's timeout; its failure names the
+// image).
+func (a *RegistryAuth) basic(ctx context.Context, ref string, tr http.RoundTripper) (user, pass string, err error) {
 	if a == nil {
 		return "", "", nil
 	}
 	if a.ECR == nil {
 		return a.Username, a.Password, nil
 	}
-	user, pass, err = a.ECR.Login(ctx)
+	ecr := *a.ECR
+	if ecr.Client == nil {
+		ecr.Client = &http.Client{Transport: tr} // through the egress dialer, as the pull
+	}
+	user, pass, err = ecr.Login(ctx)
 	if err != nil {
 		return "", "", fmt.Errorf("image %q: %w", ref, err)
 	}
@@ -64,7 +71,7 @@ func (b *Builder) remoteImage(ctx context.Context, ref string, auth *RegistryAut
 	if err != nil {
 		return nil, "", fmt.Errorf("image %q: %v: %w", ref, err, errdefs.ErrInvalid)
 	}
-	user, pass, err := auth.basic(ctx, ref)
+	user, pass, err := auth.basic(ctx, ref, b.cfg.Transport)
 	if err != nil {
 		return nil, "", err
 	}
@@ -100,7 +107,8 @@ func (b *Builder) insecure(ref string) bool {
 // classifyRegistryError turns a registry failure into a clear message of
 // the right class. The message (in the tenant's build status) names the
 // HTTP status or the kind of connection failure, never the text the
-// peer answered: the tenant named the registry, and its answer must not
+// peer answered (other errors, not from the registry, are said as they
+// are): the tenant named the registry, and its answer must not
 // carry what a refused or failing host says back.
 func classifyRegistryError(ref string, err error) error {
 	if egress.Refused(err) {
@@ -126,7 +134,17 @@ func classifyRegistryError(ref string, err error) error {
 	if te != nil {
 		return fmt.Errorf("image %q: its registry answered HTTP %d: %w", ref, te.StatusCode, errdefs.ErrUnavailable)
 	}
-	return fmt.Errorf("image %q: %s: %w", ref, egress.Describe(err), errdefs.ErrUnavailable)
+	var ue *url.Error
+	var ne net.Error
+	if errors.As(err, &ue) || errors.As(err, &ne) {
+		return fmt.Errorf("image %q: %s: %w", ref, egress.Describe(err), errdefs.ErrUnavailable)
+	}
+	// Not from the registry or the way to it (a bad layer, a full disk,
+	// a limit): said as it is, its class kept.
+	if errdefs.HTTPStatus(err) != http.StatusInternalServerError {
+		return fmt.Errorf("image %q: %w", ref, err)
+	}
+	return fmt.Errorf("image %q: %v: %w", ref, err, errdefs.ErrUnavailable)
 }
 
 // readImageConfig extracts the parts of an image's config a build uses.

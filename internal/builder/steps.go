@@ -71,7 +71,7 @@ func (b *Builder) base(ctx context.Context, spec Spec, bl *buildLog) (*state, fu
 	}
 	ic, err := readImageConfig(img)
 	if err != nil {
-		return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: fmt.Errorf("image config: %w", err)}
+		return nil, nil, &StepError{Step: "base", Command: "FROM " + spec.FromImage, Err: classifyRegistryError(spec.FromImage, fmt.Errorf("image config: %w", err))}
 	}
 	key := hashKey("image", digest)
 	dir := b.layerDir(key)
