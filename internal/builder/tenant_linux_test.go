@@ -326,3 +326,55 @@ func TestUploadQuotaAndDiskBound(t *testing.T) {
 		t.Errorf("upload over the team's bytes: %d, want 429", code)
 	}
 }
+
+// TestRunCannotFillHostDisk: a RUN step writes into a scratch space of
+// the template's disk size; one that fills it fails the build (ENOSPC),
+// not the host's disk, and the build log says why.
+func TestRunCannotFillHostDisk(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	ctx := t.Context()
+	f := newFixture(t, tinyRootFS(t))
+	tpl, bd, err := f.svc.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "filler", DiskMB: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1 MiB in a variable, appended until the disk is full (the tiny root
+	// file system has no dd); 256 MiB at most.
+	fill := `s=x; i=0; while [ $i -lt 20 ]; do s=$s$s; i=$((i+1)); done; i=0; while [ $i -lt 256 ]; do printf %s "$s" >> /big || exit 7; i=$((i+1)); done`
+	spec := Spec{FromTemplate: "base", Steps: []Step{{Type: StepRun, Args: []string{fill}}}}
+	if _, err := f.svc.StartBuild(ctx, StartRequest{TeamID: "team-a", TemplateID: tpl.ID, BuildID: bd.ID, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	done, err := f.svc.Wait(ctx, bd.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Status != templates.BuildError || done.Reason == nil || done.Reason.Step != "1" || !strings.Contains(done.Reason.Message, "scratch space of 32 MiB") {
+		t.Fatalf("filling the disk: %s %+v\n%s", done.Status, done.Reason, f.logs(t, bd.ID))
+	}
+	// Nothing of the step's writes is left on the host.
+	filepath.Walk(f.dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() && fi.Size() > 40<<20 && !strings.HasSuffix(p, ".img") {
+			t.Errorf("%s: %d bytes on the host's disk", p, fi.Size())
+		}
+		return nil
+	})
+
+	// Within the size, the step's files land in the template.
+	tpl2, bd2, err := f.svc.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "fits", DiskMB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Steps[0].Args[0] = `s=x; i=0; while [ $i -lt 20 ]; do s=$s$s; i=$((i+1)); done; i=0; while [ $i -lt 8 ]; do printf %s "$s" >> /big || exit 7; i=$((i+1)); done`
+	if _, err := f.svc.StartBuild(ctx, StartRequest{TeamID: "team-a", TemplateID: tpl2.ID, BuildID: bd2.ID, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := f.svc.Wait(ctx, bd2.ID)
+	if err != nil || ok.Status != templates.BuildReady {
+		t.Fatalf("8 MiB in 64: %+v, %v\n%s", ok, err, f.logs(t, bd2.ID))
+	}
+	if fi, err := os.Stat(filepath.Join(ok.RootFSDir, "big")); err != nil || fi.Size() != 8<<20 {
+		t.Errorf("/big in the template: %v, %v", fi, err)
+	}
+}
