@@ -382,3 +382,36 @@ func TestRunCannotFillHostDisk(t *testing.T) {
 		t.Errorf("/big in the template: %v, %v", fi, err)
 	}
 }
+
+// TestCopyDestinationStaysInTree: links in the build's own tree (here
+// copied in from the upload, as an image could hold them) are resolved
+// inside the tree when a later COPY, WORKDIR or USER writes through them.
+func TestCopyDestinationStaysInTree(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	f := newFixture(t, tinyRootFS(t))
+	host := t.TempDir()
+	up := gzipped(craftTar(t, []entry{
+		{name: "out", typ: tar.TypeSymlink, link: host},
+		{name: "up", typ: tar.TypeSymlink, link: "../../../../../../.." + host},
+		{name: "f.txt", typ: tar.TypeReg, body: "tenant\n"},
+	}))
+	bd, logs := f.tenantBuild(t, "team-a", "dest", tenantHash, up,
+		Step{Type: StepCopy, Args: []string{"out", "/out"}},
+		Step{Type: StepCopy, Args: []string{"up", "/etc/up"}},
+		Step{Type: StepCopy, Args: []string{"f.txt", "/out/victim"}},
+		Step{Type: StepCopy, Args: []string{"f.txt", "/etc/up/victim2"}},
+		Step{Type: StepWorkdir, Args: []string{"/out/wd"}},
+	)
+	if bd.Status != templates.BuildReady {
+		t.Fatalf("build %s %+v\n%s", bd.Status, bd.Reason, logs)
+	}
+	if entries, _ := os.ReadDir(host); len(entries) != 0 {
+		t.Fatalf("written on the host through the tree's links: %v", entries)
+	}
+	for _, p := range []string{"victim", "victim2"} {
+		if got := readFile(t, filepath.Join(bd.RootFSDir, host), p); got != "tenant\n" {
+			t.Errorf("%s inside the tree: %q", p, got)
+		}
+	}
+}
