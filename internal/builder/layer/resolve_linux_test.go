@@ -3,6 +3,7 @@ package layer
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -51,4 +52,37 @@ func TestResolveInRoot(t *testing.T) {
 			t.Errorf("ResolveInRoot(%q) = %q, want an error", rel, got)
 		}
 	}
+}
+
+// FuzzResolveInRoot: whatever path a tenant names, and whatever links
+// lie on the way (to "/", to the host, climbing with ".."), the result is
+// inside the root.
+func FuzzResolveInRoot(f *testing.F) {
+	for _, s := range []string{"host/secret", "abs/../../etc", "up/up/x", "dangling/a/../../b", "a/./../../..", "//x//", "self/self/x"} {
+		f.Add(s)
+	}
+	outer := f.TempDir()
+	root := filepath.Join(outer, "root")
+	for _, err := range []error{
+		os.MkdirAll(filepath.Join(root, "d"), 0o755),
+		os.Symlink("/", filepath.Join(root, "abs")),
+		os.Symlink(outer, filepath.Join(root, "host")),
+		os.Symlink("../../../..", filepath.Join(root, "d/up")),
+		os.Symlink("d/up", filepath.Join(root, "up")),
+		os.Symlink(outer+"/gone/x", filepath.Join(root, "dangling")),
+		os.Symlink(".", filepath.Join(root, "self")),
+	} {
+		if err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Fuzz(func(t *testing.T, rel string) {
+		got, err := ResolveInRoot(root, rel)
+		if err != nil {
+			return
+		}
+		if got != root && !strings.HasPrefix(got, root+"/") {
+			t.Fatalf("ResolveInRoot(%q) = %q: outside the root", rel, got)
+		}
+	})
 }
