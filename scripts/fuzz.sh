@@ -2,9 +2,10 @@
 # Runs every fuzz target of the parsers of tenant input for a bounded time
 # each (FUZZTIME, default 5s): the Dockerfile parser and step expansion,
 # the build API's step JSON, COPY source resolution inside the build
-# context, tar/gzip unpacking. A crash fails the script; go test leaves the
-# input in the package's testdata/fuzz/<target>/, which then stays there as
-# a regression seed (commit it with the fix).
+# context, tar/gzip unpacking, path resolution inside a root. A crash fails
+# the script; go test leaves the input in the package's
+# testdata/fuzz/<target>/, which then stays there as a regression seed
+# (commit it with the fix).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZTIME=${FUZZTIME:-5s}
@@ -13,6 +14,7 @@ targets=(
 	./internal/builder:FuzzStepJSON
 	./internal/builder:FuzzSourceMatches
 	./internal/builder/layer:FuzzUnpack
+	./internal/builder/layer:FuzzResolveInRoot
 )
 for t in "${targets[@]}"; do
 	pkg=${t%%:*} name=${t##*:}

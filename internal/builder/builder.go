@@ -122,6 +122,9 @@ type Config struct {
 	Snapshotter Snapshotter
 	// Limits bounds what a tenant's build may unpack and log.
 	Limits Limits
+	// Mkfs is the mkfs.ext4 binary of the scratch file systems of RUN
+	// steps (default "mkfs.ext4" on PATH).
+	Mkfs string
 }
 
 // Limits bound what one build may unpack and log; zero fields take the

@@ -275,11 +275,12 @@ func TestCrashLeftoversRemoved(t *testing.T) {
 	}
 
 	t.Run("logged and counted", func(t *testing.T) {
-		// Two overlays (the crashed step's, the legacy one), two scratch
+		// Three mounts (the crashed RUN step's overlay and the scratch
+		// file system under it, the legacy overlay), two scratch
 		// directories (the crashed session, the legacy step), six partial
 		// files (mmdebstrap's tar among them), the crashed build's
 		// directory.
-		want := "unmounted=2 scratch_dirs=2 partial_files=6 failed_build_dirs=1 kept=0"
+		want := "unmounted=3 scratch_dirs=2 partial_files=6 failed_build_dirs=1 kept=0"
 		if !strings.Contains(logs.String(), "build leftovers of a previous run removed") || !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks the summary %q:\n%s", want, logs.String())
 		}

@@ -73,18 +73,18 @@ func (b *Builder) copyContext(ctx context.Context, buildID string, s Step, spec 
 
 // cleanSource checks that a COPY/ADD source names a path inside the build
 // context and returns it clean and slash-separated ("." is the whole
-// context). Absolute sources and ".." are refused: a source is a path in
-// the context, never one on the server.
+// context). Absolute sources and ones whose ".." climbs out of the
+// context are refused, as the E2B SDK does ("a/../b" is "b"): a source is
+// a path in the context, never one on the server.
 func cleanSource(src string) (string, error) {
 	if path.IsAbs(src) {
 		return "", fmt.Errorf("COPY source %q is absolute; sources are paths relative to the build context: %w", src, errdefs.ErrInvalid)
 	}
-	for _, c := range strings.Split(src, "/") {
-		if c == ".." {
-			return "", fmt.Errorf("COPY source %q reaches outside the build context (\"..\"): %w", src, errdefs.ErrInvalid)
-		}
+	rel := path.Clean(src)
+	if rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("COPY source %q reaches outside the build context (\"..\"): %w", src, errdefs.ErrInvalid)
 	}
-	return path.Clean(src), nil
+	return rel, nil
 }
 
 // sourceMatches returns the context paths (relative to ctx, slash

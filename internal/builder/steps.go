@@ -261,7 +261,7 @@ func (b *Builder) step(ctx context.Context, buildID, name string, s Step, st *st
 			dir = path.Join(orRoot(ns.Workdir), dir)
 		}
 		ns.Workdir = path.Clean(dir)
-		err = b.withLayer(ctx, buildID, name, ns, func(root string) error {
+		err = b.withLayer(ctx, buildID, name, ns, 0, func(root string) error {
 			u, err := lookupUser(root, ns.User)
 			if err != nil {
 				return err
@@ -271,16 +271,20 @@ func (b *Builder) step(ctx context.Context, buildID, name string, s Step, st *st
 	case StepUser:
 		ns.User = s.Args[0]
 		ns.ExplicitUser = true
-		err = b.withLayer(ctx, buildID, name, ns, func(root string) error {
+		err = b.withLayer(ctx, buildID, name, ns, 0, func(root string) error {
 			_, err := ensureUser(root, ns.User, false)
 			return err
 		})
 	case StepRun:
-		err = b.withLayer(ctx, buildID, name, ns, func(root string) error {
+		var mb int64
+		if mb, err = b.scratchMB(ctx, buildID); err != nil {
+			return fail(err)
+		}
+		err = b.withLayer(ctx, buildID, name, ns, mb, func(root string) error {
 			return b.run(ctx, buildID, name, root, s, ns, bl)
 		})
 	case StepCopy, StepAdd:
-		err = b.withLayer(ctx, buildID, name, ns, func(root string) error {
+		err = b.withLayer(ctx, buildID, name, ns, 0, func(root string) error {
 			return copyStep(root, contextDir, s, ns)
 		})
 	}
@@ -329,13 +333,28 @@ func validateStep(s Step) error {
 
 // withLayer mounts the state's layers with a new upper directory, lets fn
 // change the tree, and adds the upper directory as the state's new layer.
-func (b *Builder) withLayer(ctx context.Context, buildID, name string, ns *state, fn func(root string) error) error {
+// With mb > 0 the upper directory lives on a scratch file system of mb
+// MiB (sizedScratch), so that what fn runs cannot fill the host's disk.
+func (b *Builder) withLayer(ctx context.Context, buildID, name string, ns *state, mb int64, fn func(root string) error) error {
 	scratch, err := b.scratchDir("step-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(scratch)
-	m, err := layer.MountOverlay(ns.Layers, scratch)
+	upperFS := scratch
+	if mb > 0 {
+		mp, release, err := b.sizedScratch(ctx, scratch, mb)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := release(); err != nil {
+				b.log.Warn("release build scratch; the next start's cleanup retries", "build_id", buildID, "error", err)
+			}
+		}()
+		upperFS = mp
+	}
+	m, err := layer.MountOverlay(ns.Layers, upperFS)
 	if err != nil {
 		return err
 	}
@@ -344,7 +363,18 @@ func (b *Builder) withLayer(ctx context.Context, buildID, name string, ns *state
 		return err
 	}
 	if ferr != nil {
+		if se, ok := errors.AsType[*StepError](ferr); ok && mb > 0 && full(upperFS) {
+			se.Output = strings.TrimSpace(se.Output + fmt.Sprintf("\n(the step's scratch space of %d MiB, the template's disk size, is full)", mb))
+		}
 		return ferr
+	}
+	upper := m.Upper
+	if mb > 0 {
+		// Off the scratch file system, onto the data directory's.
+		upper = filepath.Join(scratch, "layer")
+		if err := copyOut(ctx, m.Upper, upper); err != nil {
+			return err
+		}
 	}
 	dst := b.layerDir(ns.Key)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
@@ -357,11 +387,24 @@ func (b *Builder) withLayer(ctx context.Context, buildID, name string, ns *state
 			return err
 		}
 	}
-	if err := os.Rename(m.Upper, dst); err != nil {
+	if err := os.Rename(upper, dst); err != nil {
 		return err
 	}
 	ns.Layers = append(ns.Layers, dst)
 	return nil
+}
+
+// scratchMB is the scratch space of a build's RUN steps and ready check:
+// the template's disk size.
+func (b *Builder) scratchMB(ctx context.Context, buildID string) (int64, error) {
+	bd, err := b.cat.Build(ctx, buildID)
+	if err != nil {
+		return 0, err
+	}
+	if bd.DiskMB > 0 {
+		return bd.DiskMB, nil
+	}
+	return templates.DefaultDiskMB, nil
 }
 
 // runEnv is the environment of a build process: the template's (image and
@@ -459,7 +502,7 @@ func (b *Builder) finalize(ctx context.Context, buildID string, st *state, cache
 		}
 	}
 	ns.Key = key
-	err := b.withLayer(ctx, buildID, "finalize", ns, func(root string) error {
+	err := b.withLayer(ctx, buildID, "finalize", ns, 0, func(root string) error {
 		u, err := ensureUser(root, ns.User, !st.ExplicitUser)
 		if err != nil {
 			return err
@@ -492,7 +535,16 @@ func (b *Builder) checkReady(ctx context.Context, buildID, rootfs string, st *st
 		return err
 	}
 	defer os.RemoveAll(scratch)
-	m, err := layer.MountOverlay([]string{rootfs}, scratch)
+	mb, err := b.scratchMB(ctx, buildID)
+	if err != nil {
+		return err
+	}
+	upperFS, release, err := b.sizedScratch(ctx, scratch, mb)
+	if err != nil {
+		return &StepError{Step: "ready", Command: readyCmd, Err: err}
+	}
+	defer release()
+	m, err := layer.MountOverlay([]string{rootfs}, upperFS)
 	if err != nil {
 		return &StepError{Step: "ready", Command: readyCmd, Err: err}
 	}

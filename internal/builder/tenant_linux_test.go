@@ -155,7 +155,9 @@ func TestCopyCannotReadHost(t *testing.T) {
 	t.Run("links copied as links", func(t *testing.T) {
 		bd, logs := f.tenantBuild(t, "team-a", "links", tenantHash, up,
 			Step{Type: StepCopy, Args: []string{".", "/ctx/"}},
-			Step{Type: StepCopy, Args: []string{"root", "/toplink"}})
+			Step{Type: StepCopy, Args: []string{"root", "/toplink"}},
+			// ".." that stays inside the context is allowed, as the SDK does.
+			Step{Type: StepCopy, Args: []string{"d/../d/ok.txt", "/ok.txt"}})
 		if bd.Status != templates.BuildReady {
 			t.Fatalf("build %s %+v\n%s", bd.Status, bd.Reason, logs)
 		}
@@ -165,8 +167,10 @@ func TestCopyCannotReadHost(t *testing.T) {
 				t.Errorf("%s: link %q, %v; want a link to %q", p, got, err, want)
 			}
 		}
-		if got := readFile(t, bd.RootFSDir, "ctx/d/ok.txt"); got != "ok\n" {
-			t.Errorf("ctx/d/ok.txt = %q", got)
+		for _, p := range []string{"ctx/d/ok.txt", "ok.txt"} {
+			if got := readFile(t, bd.RootFSDir, p); got != "ok\n" {
+				t.Errorf("%s = %q", p, got)
+			}
 		}
 	})
 }
@@ -324,5 +328,90 @@ func TestUploadQuotaAndDiskBound(t *testing.T) {
 	rand.Read(big)
 	if code := upload(tplB.ID, "team-b", 1, gzTar(t, map[string]string{"big": string(big)})); code != http.StatusTooManyRequests {
 		t.Errorf("upload over the team's bytes: %d, want 429", code)
+	}
+}
+
+// TestRunCannotFillHostDisk: a RUN step writes into a scratch space of
+// the template's disk size; one that fills it fails the build (ENOSPC),
+// not the host's disk, and the build log says why.
+func TestRunCannotFillHostDisk(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	ctx := t.Context()
+	f := newFixture(t, tinyRootFS(t))
+	tpl, bd, err := f.svc.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "filler", DiskMB: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1 MiB in a variable, appended until the disk is full (the tiny root
+	// file system has no dd); 256 MiB at most.
+	fill := `s=x; i=0; while [ $i -lt 20 ]; do s=$s$s; i=$((i+1)); done; i=0; while [ $i -lt 256 ]; do printf %s "$s" >> /big || exit 7; i=$((i+1)); done`
+	spec := Spec{FromTemplate: "base", Steps: []Step{{Type: StepRun, Args: []string{fill}}}}
+	if _, err := f.svc.StartBuild(ctx, StartRequest{TeamID: "team-a", TemplateID: tpl.ID, BuildID: bd.ID, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	done, err := f.svc.Wait(ctx, bd.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Status != templates.BuildError || done.Reason == nil || done.Reason.Step != "1" || !strings.Contains(done.Reason.Message, "scratch space of 32 MiB") {
+		t.Fatalf("filling the disk: %s %+v\n%s", done.Status, done.Reason, f.logs(t, bd.ID))
+	}
+	// Nothing of the step's writes is left on the host.
+	filepath.Walk(f.dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() && fi.Size() > 40<<20 && !strings.HasSuffix(p, ".img") {
+			t.Errorf("%s: %d bytes on the host's disk", p, fi.Size())
+		}
+		return nil
+	})
+
+	// Within the size, the step's files land in the template.
+	tpl2, bd2, err := f.svc.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "fits", DiskMB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Steps[0].Args[0] = `s=x; i=0; while [ $i -lt 20 ]; do s=$s$s; i=$((i+1)); done; i=0; while [ $i -lt 8 ]; do printf %s "$s" >> /big || exit 7; i=$((i+1)); done`
+	if _, err := f.svc.StartBuild(ctx, StartRequest{TeamID: "team-a", TemplateID: tpl2.ID, BuildID: bd2.ID, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := f.svc.Wait(ctx, bd2.ID)
+	if err != nil || ok.Status != templates.BuildReady {
+		t.Fatalf("8 MiB in 64: %+v, %v\n%s", ok, err, f.logs(t, bd2.ID))
+	}
+	if fi, err := os.Stat(filepath.Join(ok.RootFSDir, "big")); err != nil || fi.Size() != 8<<20 {
+		t.Errorf("/big in the template: %v, %v", fi, err)
+	}
+}
+
+// TestCopyDestinationStaysInTree: links in the build's own tree (here
+// copied in from the upload, as an image could hold them) are resolved
+// inside the tree when a later COPY, WORKDIR or USER writes through them.
+func TestCopyDestinationStaysInTree(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	f := newFixture(t, tinyRootFS(t))
+	host := t.TempDir()
+	up := gzipped(craftTar(t, []entry{
+		{name: "out", typ: tar.TypeSymlink, link: host},
+		{name: "up", typ: tar.TypeSymlink, link: "../../../../../../.." + host},
+		{name: "f.txt", typ: tar.TypeReg, body: "tenant\n"},
+	}))
+	bd, logs := f.tenantBuild(t, "team-a", "dest", tenantHash, up,
+		Step{Type: StepCopy, Args: []string{"out", "/out"}},
+		Step{Type: StepCopy, Args: []string{"up", "/etc/up"}},
+		Step{Type: StepCopy, Args: []string{"f.txt", "/out/victim"}},
+		Step{Type: StepCopy, Args: []string{"f.txt", "/etc/up/victim2"}},
+		Step{Type: StepWorkdir, Args: []string{"/out/wd"}},
+	)
+	if bd.Status != templates.BuildReady {
+		t.Fatalf("build %s %+v\n%s", bd.Status, bd.Reason, logs)
+	}
+	if entries, _ := os.ReadDir(host); len(entries) != 0 {
+		t.Fatalf("written on the host through the tree's links: %v", entries)
+	}
+	for _, p := range []string{"victim", "victim2"} {
+		if got := readFile(t, filepath.Join(bd.RootFSDir, host), p); got != "tenant\n" {
+			t.Errorf("%s inside the tree: %q", p, got)
+		}
 	}
 }

@@ -269,7 +269,9 @@ func mkdirAllOwned(root, dir string, uid, gid int) error {
 			}
 			continue
 		}
-		if err := os.Mkdir(hp, 0o755); err != nil {
+		// MkdirAll: through a dangling link the target's parents may be
+		// missing too (hp is resolved inside root, links and all).
+		if err := os.MkdirAll(hp, 0o755); err != nil {
 			return err
 		}
 		if err := os.Lchown(hp, uid, gid); err != nil {

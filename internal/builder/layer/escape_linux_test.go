@@ -60,6 +60,11 @@ func TestUnpackStaysInRoot(t *testing.T) {
 			{name: "evil", typ: tar.TypeSymlink, link: outer},
 			{name: "evil/.wh.secret", typ: tar.TypeReg},
 		}, false, ""},
+		{"whiteout of the parent", []entry{
+			{name: ".wh...", typ: tar.TypeReg},
+			{name: "d/.wh...", typ: tar.TypeReg},
+			{name: "d/.wh..", typ: tar.TypeReg},
+		}, true, ""},
 		{"opaque whiteout through a link", []entry{
 			{name: "evil", typ: tar.TypeSymlink, link: outer},
 			{name: "evil/.wh..wh..opq", typ: tar.TypeReg},
@@ -71,7 +76,7 @@ func TestUnpackStaysInRoot(t *testing.T) {
 			if err := os.Mkdir(root, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			err := Unpack(context.Background(), mkTar(t, tc.entries), root, Options{Untrusted: true})
+			err := Unpack(context.Background(), mkTar(t, tc.entries), root, Options{})
 			if tc.wantErr && err == nil {
 				t.Errorf("Unpack succeeded, want an error")
 			}
@@ -80,6 +85,9 @@ func TestUnpackStaysInRoot(t *testing.T) {
 			}
 			if b, err := os.ReadFile(secret); err != nil || string(b) != "host" {
 				t.Fatalf("host file changed: %q, %v", b, err)
+			}
+			if _, err := os.Stat(root); err != nil {
+				t.Fatalf("the root itself is gone: %v", err)
 			}
 			if tc.victim != "" {
 				if _, err := os.Lstat(filepath.Join(outer, tc.victim)); err == nil {
@@ -97,6 +105,25 @@ func TestUnpackStaysInRoot(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestUnpackUploadWhiteouts: in an upload, whiteout names are files; they
+// delete nothing.
+func TestUnpackUploadWhiteouts(t *testing.T) {
+	t.Parallel()
+	outer := t.TempDir()
+	root := filepath.Join(outer, "root")
+	os.Mkdir(root, 0o755)
+	os.WriteFile(filepath.Join(root, "keep"), []byte("k"), 0o644)
+	err := Unpack(context.Background(), mkTar(t, []entry{
+		{name: ".wh...", typ: tar.TypeReg, body: "a"},
+		{name: ".wh.keep", typ: tar.TypeReg, body: "b"},
+		{name: ".wh..wh..opq", typ: tar.TypeReg, body: "c"},
+	}), root, Options{Untrusted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, root, map[string]string{"keep": "k", ".wh...": "a", ".wh.keep": "b", ".wh..wh..opq": "c"}, nil)
 }
 
 // TestUnpackPolicies: device nodes only from the operator's tar, set-id

@@ -127,10 +127,12 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) (string, bool, error) 
 		return "", false, err
 	}
 	defer unix.Close(pfd)
-	if base == whiteoutOpaque {
+	// Whiteouts are layers' business: in a tenant's upload ".wh." names
+	// are files like any other.
+	if base == whiteoutOpaque && !u.opts.Untrusted {
 		return "", false, removeChildrenAt(pfd)
 	}
-	if name, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
+	if name, ok := strings.CutPrefix(base, whiteoutPrefix); ok && !u.opts.Untrusted {
 		return "", false, removeAt(pfd, name)
 	}
 	var st unix.Stat_t
@@ -366,7 +368,12 @@ func (u *unpacker) meta(pfd int, base string, hdr *tar.Header) error {
 }
 
 // removeAt removes base (a tree if a directory) from the directory pfd.
+// base must name an entry of pfd: ".." (".wh..." in a layer) would be the
+// directory's parent, "." the directory itself.
 func removeAt(pfd int, base string) error {
+	if base == "" || base == "." || base == ".." || strings.Contains(base, "/") {
+		return fmt.Errorf("remove %q: not an entry of the directory: %w", base, errdefs.ErrInvalid)
+	}
 	err := unix.Unlinkat(pfd, base, 0)
 	switch {
 	case err == nil, errors.Is(err, unix.ENOENT):
