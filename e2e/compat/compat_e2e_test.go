@@ -52,7 +52,8 @@ func TestFileWrites(t *testing.T) {
 }
 
 // TestCLISandboxLogs: `e2b sandbox logs ID` prints the sandbox's log lines
-// (each line of the logs route is a JSON object the CLI parses).
+// (each line of the logs route is a JSON object the CLI parses), envd's
+// own lines among them.
 func TestCLISandboxLogs(t *testing.T) {
 	e2eserve.Prerequisites(t)
 	cli := "../node_modules/@e2b/cli/dist/index.js"
@@ -64,7 +65,7 @@ func TestCLISandboxLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := s.Node(t, cli, "sandbox", "logs", sb.SandboxID)
-	if !strings.Contains(out, "sandbox created") || !strings.Contains(out, "INFO") {
+	if !strings.Contains(out, "sandbox created") || !strings.Contains(out, "INFO") || !strings.Contains(out, "init applied") {
 		t.Fatalf("sandbox logs:\n%s", out)
 	}
 }
