@@ -36,7 +36,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServe(stdout, stderr), newKeys(stdout), templateCommand(), newDoctor(stdout), newBench(stdout, stderr))
+	root.AddCommand(newServe(stdout, stderr), newKeys(stdout), templateCommand(), sandboxCommand(stdout, stderr), newDoctor(stdout), newBench(stdout, stderr))
 	return root
 }
 
