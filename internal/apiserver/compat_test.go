@@ -26,6 +26,8 @@ func TestTemplateRefsAndDefaults(t *testing.T) {
 		{"assign to empty tag", "POST", "/templates/tags", `{"target":"x:","tags":["v2"]}`, "'target'"},
 		{"assign to empty name", "POST", "/templates/tags", `{"target":":v1","tags":["v2"]}`, "'target'"},
 		{"delete of empty name", "DELETE", "/templates/tags", `{"name":":v1","tags":["v2"]}`, "'name'"},
+		{"sandbox of an empty tag", "POST", "/v2/sandboxes", `{"templateID":"base:"}`, "'templateID'"},
+		{"sandbox of an empty name", "POST", "/sandboxes", `{"templateID":":default","timeout":30}`, "'templateID'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do(tc.method, tc.path, e.key1, tc.body)
