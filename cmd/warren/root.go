@@ -34,9 +34,10 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.AddCommand(sandboxCommand(stdout, stderr))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServe(stdout, stderr), newKeys(stdout), templateCommand(), sandboxCommand(stdout, stderr), newDoctor(stdout), newBench(stdout, stderr))
+	root.AddCommand(newServe(stdout, stderr), newKeys(stdout), templateCommand(), newDoctor(stdout), newBench(stdout, stderr))
 	return root
 }
 
