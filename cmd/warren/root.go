@@ -34,6 +34,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.AddCommand(sandboxCommand(stdout, stderr))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServe(stdout, stderr), newKeys(stdout), newTeam(stdout), templateCommand(), newDoctor(stdout), newBench(stdout, stderr))

@@ -48,13 +48,7 @@ func (a *apiFlags) register(fs *pflag.FlagSet) {
 // client returns the API client: flags first, then the environment that
 // `warren serve` tells users to export.
 func (a *apiFlags) client() (*client.Client, error) {
-	url, key := a.url, a.key
-	if url == "" {
-		url = os.Getenv("E2B_API_URL")
-	}
-	if url == "" {
-		url = defaultAPIURL
-	}
+	url, key := a.apiURL(), a.key
 	if key == "" {
 		key = os.Getenv("E2B_API_KEY")
 	}
@@ -62,6 +56,18 @@ func (a *apiFlags) client() (*client.Client, error) {
 		return nil, fmt.Errorf("no API key: pass --api-key or export E2B_API_KEY (warren serve prints it): %w", errdefs.ErrInvalid)
 	}
 	return client.New(url, key), nil
+}
+
+// apiURL is the server's API URL: the flag, else E2B_API_URL, else the
+// default.
+func (a *apiFlags) apiURL() string {
+	if a.url != "" {
+		return a.url
+	}
+	if u := os.Getenv("E2B_API_URL"); u != "" {
+		return u
+	}
+	return defaultAPIURL
 }
 
 // buildOptions are the flags of `warren template build`.

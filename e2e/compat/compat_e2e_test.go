@@ -4,7 +4,9 @@ package compate2e
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -52,7 +54,8 @@ func TestFileWrites(t *testing.T) {
 }
 
 // TestCLISandboxLogs: `e2b sandbox logs ID` prints the sandbox's log lines
-// (each line of the logs route is a JSON object the CLI parses).
+// (each line of the logs route is a JSON object the CLI parses), envd's
+// own lines among them.
 func TestCLISandboxLogs(t *testing.T) {
 	e2eserve.Prerequisites(t)
 	cli := "../node_modules/@e2b/cli/dist/index.js"
@@ -64,7 +67,54 @@ func TestCLISandboxLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := s.Node(t, cli, "sandbox", "logs", sb.SandboxID)
-	if !strings.Contains(out, "sandbox created") || !strings.Contains(out, "INFO") {
+	if !strings.Contains(out, "sandbox created") || !strings.Contains(out, "INFO") || !strings.Contains(out, "init applied") {
 		t.Fatalf("sandbox logs:\n%s", out)
+	}
+}
+
+// TestWarrenSandboxCLI drives `warren sandbox create|list|exec|connect|
+// logs|kill` against a running server, with the environment warren serve
+// prints (as `warren template` takes it).
+func TestWarrenSandboxCLI(t *testing.T) {
+	e2eserve.Prerequisites(t)
+	s := startServe(t)
+	bin := os.Getenv("WARREN_WARREN")
+	warren := func(stdin string, args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = s.Environ()
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("warren %v: %v\n%s", args, err, out)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	out, code := warren("", "sandbox", "create", "--timeout", "2m", "--metadata", "who=cli")
+	id := strings.TrimSpace(out)
+	if code != 0 || id == "" || strings.Contains(id, " ") {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	if out, code := warren("", "sandbox", "list"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "running") {
+		t.Fatalf("list: %d %s", code, out)
+	}
+	if out, code := warren("", "sandbox", "exec", id, "--", "echo hi; whoami; echo err >&2; exit 3"); code != 3 || out != "hi\nuser\nerr\n" {
+		t.Fatalf("exec: %d %q", code, out)
+	}
+	if out, code := warren("echo connected-$((40+2))\nexit 5\n", "sandbox", "connect", id); code != 5 || !strings.Contains(out, "connected-42") {
+		t.Fatalf("connect: %d %q", code, out)
+	}
+	if out, code := warren("", "sandbox", "logs", id); code != 0 || !strings.Contains(out, "sandbox created") || !strings.Contains(out, "init applied") {
+		t.Fatalf("logs: %d %s", code, out)
+	}
+	if out, code := warren("", "sandbox", "kill", id); code != 0 || !strings.Contains(out, "killed "+id) {
+		t.Fatalf("kill: %d %s", code, out)
+	}
+	if out, code := warren("", "sandbox", "kill", id); code == 0 {
+		t.Fatalf("second kill succeeded: %s", out)
+	}
+	if out, _ := warren("", "sandbox", "list"); strings.Contains(out, id) {
+		t.Fatalf("killed sandbox still listed: %s", out)
 	}
 }

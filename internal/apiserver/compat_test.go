@@ -2,8 +2,12 @@ package apiserver_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/pkg/client"
 )
@@ -22,6 +26,8 @@ func TestTemplateRefsAndDefaults(t *testing.T) {
 		{"assign to empty tag", "POST", "/templates/tags", `{"target":"x:","tags":["v2"]}`, "'target'"},
 		{"assign to empty name", "POST", "/templates/tags", `{"target":":v1","tags":["v2"]}`, "'target'"},
 		{"delete of empty name", "DELETE", "/templates/tags", `{"name":":v1","tags":["v2"]}`, "'name'"},
+		{"sandbox of an empty tag", "POST", "/v2/sandboxes", `{"templateID":"base:"}`, "'templateID'"},
+		{"sandbox of an empty name", "POST", "/sandboxes", `{"templateID":":default","timeout":30}`, "'templateID'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do(tc.method, tc.path, e.key1, tc.body)
@@ -134,5 +140,58 @@ func TestCORS(t *testing.T) {
 	r = e.do("GET", "/v2/sandboxes", e.key2, "", "Origin", "https://app.example")
 	if r.status != 200 || r.header.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), "X-Next-Token") {
 		t.Fatalf("cross-origin list: %d %v", r.status, r.header)
+	}
+}
+
+// TestSandboxLogsMergeEnvd: a running sandbox's logs carry, besides the
+// lifecycle events, what its envd keeps (read with its access token), in
+// time order, with the v2 level filter applied; a paused one is not woken
+// for its logs.
+func TestSandboxLogsMergeEnvd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var token string
+	envd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/logs" || r.Header.Get("X-Access-Token") != token {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		now := time.Now().UTC()
+		fmt.Fprintf(w, `{"logs":[{"timestamp":%q,"level":"info","message":"server up","fields":{"logger":"start-cmd","stream":"stdout"}},{"timestamp":%q,"level":"warn","message":"careful","fields":{"logger":"envd"}}]}`,
+			now.Format(time.RFC3339Nano), now.Add(time.Millisecond).Format(time.RFC3339Nano))
+	}))
+	t.Cleanup(envd.Close)
+	e.node.Address = envd.Listener.Addr().String()
+	sb := e.create(e.key2, client.NewSandbox{})
+	token = sb.EnvdAccessToken
+	r := e.do("GET", "/sandboxes/"+sb.SandboxID+"/logs", e.key2, "")
+	var v1 client.SandboxLogs
+	if err := json.Unmarshal(r.body, &v1); err != nil || r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	var msgs []string
+	for _, l := range v1.LogEntries {
+		msgs = append(msgs, l.Message)
+	}
+	if got := strings.Join(msgs, "|"); got != "sandbox created|server up|careful" {
+		t.Fatalf("v1 entries %q", got)
+	}
+	if !strings.Contains(v1.Logs[1].Line, `"stream":"stdout"`) || !strings.Contains(v1.Logs[1].Line, `"message":"server up"`) {
+		t.Fatalf("v1 line %q", v1.Logs[1].Line)
+	}
+	r = e.do("GET", "/v2/sandboxes/"+sb.SandboxID+"/logs?level=warn", e.key2, "")
+	var v2 client.SandboxLogsV2
+	if err := json.Unmarshal(r.body, &v2); err != nil || len(v2.Logs) != 1 || v2.Logs[0].Message != "careful" {
+		t.Fatalf("v2 level=warn: %d %s", r.status, r.body)
+	}
+	if ok, err := e.client(e.key2).Pause(t.Context(), sb.SandboxID); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	r = e.do("GET", "/sandboxes/"+sb.SandboxID+"/logs", e.key2, "")
+	if r.status != 200 || strings.Contains(string(r.body), "server up") {
+		t.Fatalf("paused: %d %s", r.status, r.body)
+	}
+	if got, _ := e.client(e.key2).Get(t.Context(), sb.SandboxID); got.State != "paused" {
+		t.Fatalf("reading logs woke the sandbox: %s", got.State)
 	}
 }

@@ -294,8 +294,9 @@ func (s *Server) batchMetrics(w http.ResponseWriter, r *http.Request, c *caller)
 	writeJSON(w, http.StatusOK, out)
 }
 
-// logEntries renders a sandbox's lifecycle events as log entries. Warren
-// keeps no sandbox stdout; these are the control plane's records.
+// logEntries renders a sandbox's lifecycle events as log entries (the
+// control plane's records) and, while it runs, merges in by time the log
+// its envd keeps: the start command's output and envd's own lines.
 func (s *Server) logEntries(r *http.Request, c *caller, id string) ([]client.LogEntry, error) {
 	sb, err := s.st.GetSandbox(r.Context(), id)
 	if err != nil {
@@ -320,6 +321,10 @@ func (s *Server) logEntries(r *http.Request, c *caller, id string) ([]client.Log
 			fields["detail"] = e.Message
 		}
 		out = append(out, client.LogEntry{Timestamp: e.At, Level: "info", Message: msg, Fields: fields})
+	}
+	if sb.State == sandbox.StateRunning {
+		out = append(out, s.envdLogs(r.Context(), id, time.Time{})...)
+		slices.SortStableFunc(out, func(a, b client.LogEntry) int { return a.Timestamp.Compare(b.Timestamp) })
 	}
 	return out, nil
 }
@@ -422,7 +427,7 @@ func (s *Server) logsV2(w http.ResponseWriter, r *http.Request, c *caller) {
 		if cursorMs != 0 && (dir == "backward" && ms > cursorMs || dir != "backward" && ms < cursorMs) {
 			continue
 		}
-		if level == "error" || level == "warn" { // every entry is info
+		if level != "" && sandboxLevelRank(e.Level) < sandboxLevelRank(level) {
 			continue
 		}
 		if search != "" && !strings.Contains(e.Message, search) {

@@ -79,6 +79,9 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	if strings.TrimSpace(req.TemplateID) == "" {
 		return nil, invalid("templateID", "required")
 	}
+	if err := checkRef("templateID", req.TemplateID); err != nil {
+		return nil, err
+	}
 	def := defaultTimeoutV1
 	if v2 {
 		def = defaultTimeoutV2

@@ -91,9 +91,11 @@ type Server struct {
 	cfg Config
 	st  store.Store
 	lc  *lifecycle.Manager
-	log *slog.Logger
-	mux *http.ServeMux
-	hm  *httpMetrics
+	// envd reads sandboxes' kept logs from their envd (sandboxlogs.go).
+	envd *http.Client
+	log  *slog.Logger
+	mux  *http.ServeMux
+	hm   *httpMetrics
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -120,7 +122,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux(),
+		envd: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}, Timeout: envdLogsTimeout}}
 	if err := s.initHTTPMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}

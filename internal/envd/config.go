@@ -28,6 +28,8 @@ type Config struct {
 	Init bool
 	// ProcessRetain is how long an ended process stays attachable.
 	ProcessRetain time.Duration
+	// LogBytes bounds the sandbox's kept log (GET /logs; default 1 MiB).
+	LogBytes int
 	// TemplateEnv is the template's environment (envd's own, by default).
 	TemplateEnv map[string]string
 	// TrustStore is the PEM bundle file that /init's caBundle is appended

@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/files"
 	"github.com/warren-sandbox/warren/internal/envd/filesystem"
+	"github.com/warren-sandbox/warren/internal/envd/logbuf"
 	"github.com/warren-sandbox/warren/internal/envd/metrics"
 	"github.com/warren-sandbox/warren/internal/envd/portfwd"
 	"github.com/warren-sandbox/warren/internal/envd/process"
@@ -33,6 +34,7 @@ type Server struct {
 	procs    *process.Manager
 	fs       *filesystem.Service
 	sampler  *metrics.Sampler
+	logs     *logbuf.Buffer
 	handler  http.Handler
 }
 
@@ -50,13 +52,16 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, state: st, auth: auth.New(st), initGate: gate, sampler: metrics.NewSampler()}
+	logs := logbuf.New(cfg.LogBytes)
+	log = slog.New(logs.Handler(log.Handler())) // envd's own lines are kept too
+	s := &Server{cfg: cfg, log: log, state: st, auth: auth.New(st), initGate: gate, sampler: metrics.NewSampler(), logs: logs}
 	var spawner process.Spawner = reaper.Direct{}
 	if cfg.Init {
 		s.reaper = reaper.New(log)
 		spawner = s.reaper
 	}
 	s.procs = process.NewManager(log, spawner, cfg.ProcessRetain)
+	s.procs.KeepStartOutput(logs)
 	s.fs = filesystem.NewService(log, s.auth, st)
 
 	mux := http.NewServeMux()
@@ -66,6 +71,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /envs", s.envs)
+	mux.HandleFunc("GET /logs", s.serveLogs)
 	mux.HandleFunc("POST /init", s.init)
 	s.handler = cors.Handler(s.auth.Middleware(mux))
 	return s, nil
@@ -146,4 +152,33 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// serveLogs answers GET /logs?start=<unix ms>&limit=<n>: the sandbox's
+// kept log (envd's lines and the start command's output), oldest first.
+// Warren's own route (the API's sandbox logs read it); it needs the
+// access token like every route but /health and /files.
+func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var start time.Time
+	if v := q.Get("start"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 {
+			auth.WriteError(w, http.StatusBadRequest, "start must be a non-negative Unix time in milliseconds")
+			return
+		}
+		start = time.UnixMilli(ms)
+	}
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			auth.WriteError(w, http.StatusBadRequest, "limit must be a non-negative integer")
+			return
+		}
+		limit = n
+	}
+	writeJSON(w, struct {
+		Logs []logbuf.Entry `json:"logs"`
+	}{s.logs.Since(start, limit)})
 }

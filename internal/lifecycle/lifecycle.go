@@ -798,15 +798,19 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*Admission) e
 		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts}, nil
 }
 
-// EnvdTokens returns the envd access tokens of running sandboxes by ID, for
-// the proxy's signed-URL routing.
+// EnvdTokens returns the envd access tokens by ID of running sandboxes and
+// of paused ones that traffic may wake, for the proxy's signed-URL
+// routing.
 func (m *Manager) EnvdTokens(ctx context.Context) (map[string]string, error) {
-	sbs, err := m.st.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning}})
+	sbs, err := m.st.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}})
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]string, len(sbs))
 	for _, sb := range sbs {
+		if sb.State == sandbox.StatePaused && !(sb.Spec.AutoResume && sb.Spec.PausedWithMemory) {
+			continue
+		}
 		if sb.Spec.EnvdAccessToken != "" {
 			out[sb.ID] = sb.Spec.EnvdAccessToken
 		}

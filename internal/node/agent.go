@@ -16,6 +16,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/envd"
+	"github.com/warren-sandbox/warren/internal/envd/process"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -39,8 +40,9 @@ const (
 	// envdMountPath is where envd's binary is bound, read-only, in every
 	// sandbox.
 	envdMountPath = "/.warren/envd"
-	// startCmdTag is the envd process tag of a template's start command.
-	startCmdTag = "start-cmd"
+	// startCmdTag is the envd process tag of a template's start command
+	// (envd keeps that process's output in the sandbox's log).
+	startCmdTag = process.StartCmdTag
 )
 
 // Config configures an Agent. Driver, Cgroups, Net and Layers are required.

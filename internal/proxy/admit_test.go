@@ -104,6 +104,19 @@ func TestCredentialsBeforeWake(t *testing.T) {
 	if code, body := do("GET", "/health", envd, map[string]string{"X-Access-Token": envdTok}); code != 204 {
 		t.Fatalf("health with the envd token: %d %s", code, body)
 	}
+	// A signed URL without routing headers (plain-http mode) finds the
+	// paused sandbox by its token and wakes it.
+	if err := lc.Pause(ctx, "t", sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(srv.URL + "/files?path=%2Fa&signature=" + url.QueryEscape(auth.Sign("/a", auth.OpRead, "", envdTok, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got, _ := lc.Get(ctx, "t", sb.ID); resp.StatusCode == 401 || got.State != sandbox.StateRunning {
+		t.Fatalf("signed URL on a paused sandbox: %d, state %s", resp.StatusCode, got.State)
+	}
 }
 
 func mustInt(s string) int64 {

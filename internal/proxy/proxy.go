@@ -9,9 +9,15 @@
 // Streaming responses are flushed as they come, WebSocket upgrades pass
 // through, and HTTP/2 works when the listener offers it over TLS. Missing
 // sandboxes answer 502 with E2B's JSON body (an HTML page for browsers), a
-// closed port a "port is not open" 502, a paused sandbox without
-// auto-resume a 409, and a sandbox secured with a traffic access token a
-// 403 without it. envd's internal routes (/init) are not reachable.
+// closed port a "port is not open" 502, a paused sandbox a 502 "paused"
+// body with canAutoResume (the SDK reads 502 as "not running"), and a
+// sandbox secured with a traffic access token a 403 without it.
+// Credentials are checked before a paused sandbox is woken (admit.go),
+// and the request that wakes one is held until its port answers
+// (wake.go). Browser preflights of envd traffic are answered here (package
+// cors). A sandbox's network.maskRequestHost replaces the Host its own
+// ports see, and its network.httpsPorts are spoken to over TLS. envd's
+// internal routes (/init) are not reachable.
 package proxy
 
 import (

@@ -3,8 +3,6 @@ package identity
 import (
 	"fmt"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
@@ -21,18 +19,6 @@ const (
 // ErrPermission is wrapped by the errors of the access checks; it is of the
 // forbidden class.
 var ErrPermission = fmt.Errorf("permission denied: %w", errdefs.ErrForbidden)
-
-// CheckAccess reports whether the user may access path with want, following
-// symbolic links: every directory on the way must be searchable and the
-// target must grant want (checked as Open does). A missing path is a
-// not-found error. Root passes every check.
-func (u *User) CheckAccess(path string, want Access) error {
-	f, err := u.Open(path, unix.O_PATH, want)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
 
 // grantsBits applies the owner/group/other permission bits of mode.
 func (u *User) grantsBits(uid, gid, mode uint32, want Access) bool {

@@ -9,10 +9,10 @@
 //
 // Writes (creating files and directories, moving, removing) are made by
 // envd as root on the user's behalf, as E2B's envd makes them, and what
-// they create belongs to the user (mkdir.go). Reads check the access the
+// they create belongs to the user (mkdir_linux.go). Reads check the access the
 // kernel would grant the user (owner/group/other permission bits of every
 // directory searched and of the target, after following symbolic links),
-// on the descriptors of the objects actually opened (open.go), so neither
+// on the descriptors of the objects actually opened (open_linux.go), so neither
 // "..", a symbolic link nor a link swapped mid-check lets a normal user
 // read what the user could not read from a shell. These checks are a
 // convenience with shell semantics, not a security boundary inside the

@@ -3,6 +3,7 @@ package process
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	pb "github.com/warren-sandbox/warren/api/envd/process"
 	"github.com/warren-sandbox/warren/internal/envd/identity"
+	"github.com/warren-sandbox/warren/internal/envd/logbuf"
 	"github.com/warren-sandbox/warren/internal/envd/reaper"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
@@ -41,7 +43,13 @@ type Manager struct {
 
 	mu    sync.Mutex
 	procs map[uint32]*proc
+
+	startLog *logbuf.Buffer // nil: the start command's output is not kept
 }
+
+// KeepStartOutput keeps the output of processes tagged StartCmdTag in b,
+// one entry per line, besides streaming it. Call it before serving.
+func (m *Manager) KeepStartOutput(b *logbuf.Buffer) { m.startLog = b }
 
 // NewManager returns a Manager. Finished processes stay attachable for
 // retain (their end event is replayed to a late Connect).
@@ -87,6 +95,7 @@ func (m *Manager) start(o startOptions) (*proc, *subscriber, error) {
 	type output struct {
 		f    *os.File
 		wrap func([]byte) *pb.ProcessEvent_DataEvent
+		name string // stream name in the kept log
 	}
 	var outputs []output
 	if o.pty != nil {
@@ -107,7 +116,7 @@ func (m *Manager) start(o startOptions) (*proc, *subscriber, error) {
 		p.pty = master
 		outputs = append(outputs, output{master, func(b []byte) *pb.ProcessEvent_DataEvent {
 			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: b}}
-		}})
+		}, "pty"})
 	} else {
 		cmd.SysProcAttr.Setpgid = true
 		outR, outW, err := os.Pipe()
@@ -124,10 +133,10 @@ func (m *Manager) start(o startOptions) (*proc, *subscriber, error) {
 		outputs = append(outputs,
 			output{outR, func(b []byte) *pb.ProcessEvent_DataEvent {
 				return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
-			}},
+			}, "stdout"},
 			output{errR, func(b []byte) *pb.ProcessEvent_DataEvent {
 				return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}}
-			}})
+			}, "stderr"})
 		if o.stdin {
 			inR, inW, err := os.Pipe()
 			if err != nil {
@@ -168,11 +177,16 @@ func (m *Manager) start(o startOptions) (*proc, *subscriber, error) {
 	m.mu.Unlock()
 
 	var readers sync.WaitGroup
-	for _, o := range outputs {
+	keep := m.startLog != nil && o.tag != nil && *o.tag == StartCmdTag
+	for _, out := range outputs {
+		var w io.WriteCloser
+		if keep { // stderr is not an error level: servers log there
+			w = m.startLog.Lines("info", map[string]string{"logger": "start-cmd", "stream": out.name})
+		}
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			p.read(o.f, o.wrap)
+			p.read(out.f, out.wrap, w)
 		}()
 	}
 	go func() {

@@ -3,6 +3,7 @@ package process
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,10 @@ type proc struct {
 	exited atomic.Bool
 	outs   []*os.File // output read ends, for the drain deadline
 }
+
+// StartCmdTag is the tag the node gives a template's start command; its
+// output is also kept in the sandbox's log (Manager.KeepStartOutput).
+const StartCmdTag = "start-cmd"
 
 // subscriber receives the data events of one stream.
 type subscriber struct {
@@ -88,7 +93,10 @@ func (p *proc) publish(ev *pb.ProcessEvent) {
 
 // read copies one output stream into data events until EOF, or until the
 // process has exited and the stream stays silent for drainSilence.
-func (p *proc) read(f *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent) {
+func (p *proc) read(f *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, keep io.WriteCloser) {
+	if keep != nil {
+		defer keep.Close()
+	}
 	buf := make([]byte, 32<<10)
 	for {
 		if p.exited.Load() {
@@ -98,6 +106,9 @@ func (p *proc) read(f *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent) {
 		if n > 0 {
 			data := make([]byte, n)
 			copy(data, buf[:n])
+			if keep != nil {
+				_, _ = keep.Write(data)
+			}
 			p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: wrap(data)}})
 		}
 		if err != nil {

@@ -12,6 +12,18 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
+// CheckAccess reports whether the user may access path with want, following
+// symbolic links: every directory on the way must be searchable and the
+// target must grant want (checked as Open does). A missing path is a
+// not-found error. Root passes every check.
+func (u *User) CheckAccess(path string, want Access) error {
+	f, err := u.Open(path, unix.O_PATH, want)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
 // maxSymlinks bounds symbolic-link expansion, as the kernel's limit does.
 const maxSymlinks = 40
 
