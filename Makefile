@@ -43,7 +43,7 @@ $(BASE_ROOTFS): scripts/build-base-rootfs.sh | $(VAR)/go.mod
 	scripts/build-base-rootfs.sh $@
 
 # The code-interpreter-v1 template's root filesystem: remade only when its
-# script or server changed (a few minutes of mmdebstrap, about 700 MB).
+# script or server changed (about 10 minutes of mmdebstrap, 1.4 GB).
 code-interpreter-rootfs: $(CODE_INTERPRETER_ROOTFS)
 
 $(CODE_INTERPRETER_ROOTFS): scripts/build-code-interpreter-rootfs.sh $(wildcard images/code-interpreter/*) | $(VAR)/go.mod

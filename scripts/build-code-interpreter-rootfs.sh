@@ -13,8 +13,13 @@ src=$(cd "$(dirname "$0")/../images/code-interpreter" && pwd)
 tmp="$out.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
 base=bash,python3,python-is-python3,python3-pip,python3-venv,git,curl,sudo,ca-certificates,procps,iproute2,less,nano
-interp=python3-ipykernel,python3-jupyter-client,python3-matplotlib,python3-matplotlib-inline,python3-pandas,python3-numpy,python3-requests,python3-openpyxl,python3-pil,nodejs,fonts-dejavu-core
+interp=python3-ipykernel,python3-jupyter-client,python3-matplotlib,python3-matplotlib-inline,python3-pandas,python3-numpy,python3-scipy,python3-seaborn,python3-requests,python3-openpyxl,python3-pil,nodejs,fonts-dejavu-core
+# python3-matplotlib needs python3-fonttools, which in Debian 12 needs
+# python3-scipy and so pythran, g++ and Boost's headers (about 500 MB):
+# they stay (dpkg stays consistent); manuals, docs and translations go.
 mmdebstrap --format=tar --variant=minbase --include="$base,$interp" \
+  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
   --customize-hook='chroot "$1" useradd --create-home --shell /bin/bash --uid 1000 user' \
   --customize-hook='echo "user ALL=(ALL:ALL) NOPASSWD: ALL" > "$1/etc/sudoers.d/user" && chmod 0440 "$1/etc/sudoers.d/user"' \
   --customize-hook='rm -f "$1/etc/hostname" "$1/etc/resolv.conf"; : > "$1/etc/resolv.conf"' \

@@ -1,8 +1,9 @@
 # Run in every Python kernel of Warren's code interpreter before its first
-# cell: DataFrames also display as data (the SDK's Result.data), and the
-# usual data packages are imported ahead so that a snapshot of the
-# template holds them loaded.
+# cell: DataFrames also display as data (the SDK's Result.data), and, in
+# the default context (WARREN_KERNEL_PREIMPORT=1), the usual data packages
+# are imported ahead so that the template's snapshot holds them loaded.
 import json as _w_json
+import os as _w_os
 
 from IPython import get_ipython as _w_get_ipython
 from IPython.core.formatters import BaseFormatter as _w_BaseFormatter
@@ -31,9 +32,10 @@ if _w_ip is not None:
     del _w_f
 del _w_ip
 
-try:
-    import numpy  # noqa: F401
-    import pandas  # noqa: F401
-    import matplotlib.pyplot  # noqa: F401
-except ImportError:
-    pass
+if _w_os.environ.pop("WARREN_KERNEL_PREIMPORT", ""):
+    try:
+        import numpy  # noqa: F401
+        import pandas  # noqa: F401
+        import matplotlib.pyplot  # noqa: F401
+    except ImportError:
+        pass

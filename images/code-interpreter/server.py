@@ -54,13 +54,15 @@ class Registry:
         self.contexts = {}
         self.defaults = {}
 
-    def create(self, language, cwd):
+    def create(self, language, cwd, preimport=False):
         language = normalize_language(language)
         ctx = LANGUAGES[language](str(uuid.uuid4()), cwd or DEFAULT_CWD)
+        ctx.preimport = preimport
+        started = time.monotonic()
         ctx.start()
         with self.lock:
             self.contexts[ctx.id] = ctx
-        log("context created", id=ctx.id, language=language, cwd=ctx.cwd)
+        log("context created", id=ctx.id, language=language, cwd=ctx.cwd, seconds=round(time.monotonic() - started, 2))
         return ctx
 
     def default(self, language):
@@ -69,7 +71,7 @@ class Registry:
             ctx = self.defaults.get(language)
             if ctx is not None:
                 return ctx
-        ctx = self.create(language, DEFAULT_CWD)
+        ctx = self.create(language, DEFAULT_CWD, preimport=language == "python")
         with self.lock:
             if language in self.defaults:  # another request made it first
                 winner = self.defaults[language]

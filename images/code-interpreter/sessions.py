@@ -79,9 +79,18 @@ class PythonContext(Context):
 
     language = "python"
 
+    # preimport: the kernel imports numpy, pandas and matplotlib before its
+    # first cell (the default context, whose kernel the snapshot holds);
+    # other contexts start faster and import on first use.
+    preimport = False
+
     def start(self):
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=self.cwd, extra_arguments=KERNEL_ARGS)
+        self._launch()
+
+    def _launch(self):
+        env = dict(os.environ, WARREN_KERNEL_PREIMPORT="1" if self.preimport else "")
+        self.km.start_kernel(cwd=self.cwd, extra_arguments=KERNEL_ARGS, env=env)
         self.kc = self.km.blocking_client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=120)
@@ -191,7 +200,7 @@ class PythonContext(Context):
             self.kc.start_channels()
             self.kc.wait_for_ready(timeout=120)
         except Exception:
-            self.km.start_kernel(cwd=self.cwd, extra_arguments=KERNEL_ARGS)
+            self._launch()
 
 
 class ProcessContext(Context):

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,5 +107,27 @@ func TestEnsureSystemTemplateSnapshot(t *testing.T) {
 	}
 	if len(seen) != 2 || seen[0] != "server|check" {
 		t.Fatalf("snapshots asked for: %q", seen)
+	}
+}
+
+// TestCodeInterpreterScriptHasBase keeps the base template's packages and
+// customize hooks in scripts/build-code-interpreter-rootfs.sh: its
+// sandboxes behave as base's (user, sudo, resolver, PATH).
+func TestCodeInterpreterScriptHasBase(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../scripts/build-code-interpreter-rootfs.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^base=(\S+)$`).FindSubmatch(b)
+	if m == nil || string(m[1]) != strings.Join(BasePackages, ",") {
+		t.Fatalf("base= line %q, base packages %s", m, strings.Join(BasePackages, ","))
+	}
+	var hooks []string
+	for _, h := range regexp.MustCompile(`--customize-hook='([^']*)'`).FindAllSubmatch(b, -1) {
+		hooks = append(hooks, string(h[1]))
+	}
+	if len(hooks) < len(BaseHooks) || !slices.Equal(hooks[:len(BaseHooks)], BaseHooks) {
+		t.Fatalf("script hooks:\n%s\nbase hooks:\n%s", strings.Join(hooks, "\n"), strings.Join(BaseHooks, "\n"))
 	}
 }
