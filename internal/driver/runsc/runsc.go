@@ -134,7 +134,7 @@ func New(cfg Config) (*Driver, error) {
 		Name:        "runsc",
 		Path:        cfg.Path,
 		StateDir:    cfg.StateDir,
-		Flags:       append([]string{"--platform", cfg.Platform, "--overlay2=none"}, cfg.ExtraFlags...),
+		Flags:       append(globalFlags(cfg.Platform), cfg.ExtraFlags...),
 		CgroupRoot:  cfg.CgroupRoot,
 		DefaultPids: cfg.DefaultPids,
 		CheckAlive:  true,
@@ -168,8 +168,16 @@ func (d *Driver) RuntimeRoot() string { return d.rt.Root() }
 // createCLI returns the runsc client for run and restore, with the
 // sandbox's --network.
 func (d *Driver) createCLI(network string) oci.CLI {
-	g := []string{"--root", d.rt.Root(), "--platform", d.cfg.Platform, "--overlay2=none", "--network=" + network}
+	g := append([]string{"--root", d.rt.Root()}, globalFlags(d.cfg.Platform)...)
+	g = append(g, "--network="+network)
 	return oci.CLI{Path: d.cli.Path, Global: append(g, d.cfg.ExtraFlags...)}
+}
+
+// globalFlags are the runsc flags of every invocation: the platform, no
+// overlay, and --allow-suid so that setuid binaries (sudo) work inside:
+// gVisor is the boundary, and host paths are bound nosuid anyway.
+func globalFlags(platform string) []string {
+	return []string{"--platform", platform, "--overlay2=none", "--allow-suid"}
 }
 
 // Start implements driver.Driver: it writes the bundle and runs
@@ -189,7 +197,12 @@ func (d *Driver) Restore(ctx context.Context, spec driver.Spec, dir string) erro
 }
 
 func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) (err error) {
-	b, err := d.rt.Prepare(spec, oci.Options{})
+	guestTasks := spec.Resources.TasksPerUser()
+	if guestTasks == 0 {
+		guestTasks = d.cfg.DefaultPids
+	}
+	hostPids := HostPids(guestTasks)
+	b, err := d.rt.Prepare(spec, oci.Options{InitCaps: []string{"CAP_SYS_RESOURCE"}, HostPids: hostPids})
 	if err != nil {
 		return err
 	}
@@ -228,7 +241,16 @@ func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) 
 	if err := d.watchExit(spec.ID, b); err != nil {
 		return err
 	}
-	d.log.Debug("sandbox started", "sandbox_id", spec.ID, "op", op, "network", network)
+	// The guest read its memory size from the cgroup at boot; now the
+	// host wall moves above it (see limits.go).
+	if err := setHostWall(b.CgroupsPath, spec.Resources.MemoryMB, hostPids); err != nil {
+		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
+	}
+	pool, err := markStubs(b.CgroupsPath)
+	if err != nil {
+		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
+	}
+	d.log.Debug("sandbox started", "sandbox_id", spec.ID, "op", op, "network", network, "stub_pool_pid", pool)
 	return nil
 }
 
