@@ -34,7 +34,7 @@ package runsc
 // gofer (about 25 MiB) and the stubs' page tables (measured on the
 // development host: an idle sandbox charges 19 MiB to its cgroup, each
 // guest process about 0.5 MiB more).
-const MemoryOverheadMB = 128
+const MemoryOverheadMB = 64
 
 // hostTasksPerProcess is what one guest process costs the host pids
 // cgroup under systrap: the stub process and its thread.

@@ -17,20 +17,32 @@ import (
 const stubOOMScoreAdj = 1000
 
 // setHostWall sets the limits of the sandbox's host cgroup at cgroupsPath
-// (which the node may have created with the guest's limits, so that runsc
-// left it as it was): pids.max to pids, and memory to guestMB plus
+// once the sandbox runs: pids.max to pids, and memory to guestMB plus
 // MemoryOverheadMB (guestMB 0: no limit set).
 func setHostWall(cgroupsPath string, guestMB, pids int64) error {
-	rel := filepath.Clean("/" + cgroupsPath)
-	val := strconv.FormatInt(pids, 10)
-	dir := filepath.Join(oci.CgroupRoot, "pids", rel)
-	if _, err := os.Stat(dir); err != nil {
-		dir = filepath.Join(oci.CgroupRoot, rel)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(val), 0); err != nil {
-		return fmt.Errorf("pids cgroup %q: limit: %w", cgroupsPath, err)
+	if err := setPidsWall(cgroupsPath, pids); err != nil {
+		return err
 	}
 	return raiseMemoryWall(cgroupsPath, guestMB)
+}
+
+// setPidsWall sets pids.max of the host cgroup at cgroupsPath to pids, if
+// the cgroup exists. runsc leaves the limits of a cgroup it did not
+// create alone, and the node creates it with the guest's task limit, too
+// low for the sentry to boot.
+func setPidsWall(cgroupsPath string, pids int64) error {
+	rel := filepath.Clean("/" + cgroupsPath)
+	for _, dir := range []string{filepath.Join(oci.CgroupRoot, "pids", rel), filepath.Join(oci.CgroupRoot, rel)} {
+		f := filepath.Join(dir, "pids.max")
+		if _, err := os.Stat(f); err != nil {
+			continue
+		}
+		if err := os.WriteFile(f, []byte(strconv.FormatInt(pids, 10)), 0); err != nil {
+			return fmt.Errorf("pids cgroup %q: limit: %w", cgroupsPath, err)
+		}
+		return nil
+	}
+	return nil
 }
 
 // raiseMemoryWall sets the memory limit of the host cgroup at cgroupsPath

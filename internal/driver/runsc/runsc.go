@@ -218,6 +218,9 @@ func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) 
 		d.netMu.RLock()
 		defer d.netMu.RUnlock()
 	}
+	if err := setPidsWall(b.CgroupsPath, hostPids); err != nil {
+		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
+	}
 	logf, release, err := oci.OpenLog(spec.BundleDir, spec.Log)
 	if err != nil {
 		return fmt.Errorf("sandbox %q: log: %w", spec.ID, err)

@@ -19,4 +19,6 @@ func unmountDetach(path string) error {
 
 func setHostWall(cgroupsPath string, guestMB, pids int64) error { return nil }
 
+func setPidsWall(cgroupsPath string, pids int64) error { return nil }
+
 func markStubs(cgroupsPath string) (int, error) { return 0, nil }
