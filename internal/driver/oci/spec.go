@@ -229,7 +229,9 @@ func mounts(s driver.Spec, o Options) []specs.Mount {
 			}
 			ms = append(ms, specs.Mount{Destination: m.Destination, Type: "tmpfs", Source: "tmpfs", Options: opts})
 		default:
-			opts := append([]string{"rbind"}, m.Options...)
+			// Host paths stay nosuid (and nodev) even though setuid
+			// binaries work elsewhere in the sandbox.
+			opts := append([]string{"rbind", "nosuid", "nodev"}, m.Options...)
 			if m.ReadOnly {
 				opts = append(opts, "ro")
 			}

@@ -16,6 +16,13 @@
 // Spec.NetNSPath (the guest's netstack takes over the veth and its address)
 // or --network=none when there is no namespace.
 //
+// Limits (limits.go): the guest enforces its own task limit (envd's, from
+// which envd is exempt through CAP_SYS_RESOURCE, given to init alone) and
+// sees Resources.MemoryMB; the host cgroup is a wall above both, set after
+// the sandbox boots, and the stubs of guest processes are the host OOM
+// killer's first choice. runsc runs with --allow-suid so that sudo works
+// inside; host bind mounts stay nosuid.
+//
 // Exit status and OOM: after start the driver runs `runsc wait <id>` (one
 // small process per sandbox, killed with the agent) and reads the exit code
 // from it. runsc hands the status to waiters only: a sandbox whose init
