@@ -76,7 +76,7 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 // envd is subject to could stop envd).
 func (s *Server) applyTasksLimit(n uint64) {
 	if !s.tasksExempt {
-		s.log.Warn("task limit ignored: envd would be subject to it", "tasks_limit", n)
+		s.log.Debug("task limit ignored: envd would be subject to it", "tasks_limit", n)
 		return
 	}
 	if err := setTasksLimit(n); err != nil {
