@@ -40,6 +40,9 @@ type Cgroup interface {
 	KillAll(ctx context.Context) error
 	// OOMKilled reports whether the memory limit killed a process.
 	OOMKilled(ctx context.Context) (bool, error)
+	// PidsLimitHit reports whether the pids limit refused a fork (pids.events
+	// max > 0).
+	PidsLimitHit(ctx context.Context) (bool, error)
 }
 
 // Stats is a cgroup's resource usage.

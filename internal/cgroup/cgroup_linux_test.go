@@ -402,6 +402,9 @@ time.sleep(300)
 				if oom, _ := c.OOMKilled(ctx); oom {
 					t.Error("OOMKilled without a memory kill")
 				}
+				if hit, err := c.PidsLimitHit(ctx); err != nil || !hit {
+					t.Errorf("PidsLimitHit = %v, %v after refused forks", hit, err)
+				}
 			},
 		},
 		{

@@ -82,3 +82,4 @@ func (noopCgroup) Stats(context.Context) (Stats, error)            { return Stat
 func (noopCgroup) Procs(context.Context) ([]int, error)            { return nil, nil }
 func (noopCgroup) KillAll(context.Context) error                   { return nil }
 func (noopCgroup) OOMKilled(context.Context) (bool, error)         { return false, nil }
+func (noopCgroup) PidsLimitHit(context.Context) (bool, error)      { return false, nil }

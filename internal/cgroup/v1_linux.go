@@ -252,6 +252,14 @@ func (c *v1Cgroup) OOMKilled(context.Context) (bool, error) {
 	return kv["oom_kill"] > 0, nil
 }
 
+func (c *v1Cgroup) PidsLimitHit(context.Context) (bool, error) {
+	kv, err := readKeyed(c.m.dir("pids", c.name), "pids.events")
+	if err != nil {
+		return false, c.wrap("pids.events", err)
+	}
+	return kv["max"] > 0, nil
+}
+
 // KillAll freezes the cgroup so that nothing can fork, sends SIGKILL to
 // every task, thaws it so the tasks can die, and removes the cgroup from
 // every hierarchy (including the ones a runtime added).

@@ -239,6 +239,18 @@ func (c *v2Cgroup) OOMKilled(context.Context) (bool, error) {
 	return kv["oom_kill"] > 0, nil
 }
 
+func (c *v2Cgroup) PidsLimitHit(context.Context) (bool, error) {
+	d := c.m.dir(c.name)
+	kv, err := readKeyed(d, "pids.events")
+	if errors.Is(err, fs.ErrNotExist) && exists(d) {
+		return false, nil // no pids controller: no pids limit either
+	}
+	if err != nil {
+		return false, c.wrap("pids.events", err)
+	}
+	return kv["max"] > 0, nil
+}
+
 // KillAll kills every task with cgroup.kill (Linux 5.14+), or by freezing,
 // SIGKILLing every task and thawing where cgroup.kill is missing, then
 // removes the cgroup.

@@ -21,6 +21,10 @@ type initRequest struct {
 	DefaultWorkdir *string           `json:"defaultWorkdir"`
 	Timestamp      *time.Time        `json:"timestamp"`
 	CABundle       string            `json:"caBundle"`
+	// TasksLimit is Warren's: the most tasks (processes and threads) per
+	// user that processes envd starts may have (RLIMIT_NPROC); 0 leaves
+	// the limit alone.
+	TasksLimit uint64 `json:"tasksLimit"`
 }
 
 // maxInitBody bounds the /init body.
@@ -48,6 +52,9 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("clock not set", "error", err)
 		}
 	}
+	if req.TasksLimit > 0 {
+		s.applyTasksLimit(req.TasksLimit)
+	}
 	if req.CABundle != "" {
 		if s.cfg.TrustStore == "" {
 			s.log.Warn("ca bundle ignored: no trust store configured")
@@ -62,4 +69,19 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("init applied", "env_vars", len(req.EnvVars), "token_set", req.AccessToken != nil && *req.AccessToken != "",
 		"default_user", s.state.DefaultUserName())
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// applyTasksLimit sets the task limit of the processes envd starts, when
+// envd is exempt from it itself; otherwise the limit is ignored (a limit
+// envd is subject to could stop envd).
+func (s *Server) applyTasksLimit(n uint64) {
+	if !s.tasksExempt {
+		s.log.Debug("task limit ignored: envd would be subject to it", "tasks_limit", n)
+		return
+	}
+	if err := setTasksLimit(n); err != nil {
+		s.log.Warn("task limit not set", "error", err)
+		return
+	}
+	s.log.Info("task limit set", "tasks_limit", n)
 }

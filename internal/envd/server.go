@@ -36,6 +36,9 @@ type Server struct {
 	sampler  *metrics.Sampler
 	logs     *logbuf.Buffer
 	handler  http.Handler
+	// tasksExempt: envd is exempt from the task limit it sets for the
+	// processes it starts (see tasks_linux.go).
+	tasksExempt bool
 }
 
 // New builds a Server from a validated configuration.
@@ -59,6 +62,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.Init {
 		s.reaper = reaper.New(log)
 		spawner = s.reaper
+		if s.tasksExempt, err = dropTaskExemption(); err != nil {
+			return nil, err
+		}
 	}
 	s.procs = process.NewManager(log, spawner, cfg.ProcessRetain)
 	s.procs.KeepStartOutput(logs)

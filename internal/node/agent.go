@@ -488,10 +488,7 @@ func (a *Agent) Stats(ctx context.Context, id string) (*Stats, error) {
 		CPUCount:        res.VCPUs,
 		MemoryUsedBytes: cs.MemoryBytes,
 		MemoryPeakBytes: cs.MemoryPeakBytes,
-		MemoryTotal:     cs.MemoryLimit,
-	}
-	if st.MemoryTotal == 0 {
-		st.MemoryTotal = uint64(res.MemoryMB) << 20
+		MemoryTotal:     memoryTotal(res, cs),
 	}
 	if used, total, err := a.cfg.Layers.Usage(ctx, id); err == nil {
 		st.DiskUsedBytes, st.DiskTotalBytes = used, total

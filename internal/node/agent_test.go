@@ -247,6 +247,11 @@ func TestExit(t *testing.T) {
 			c.SetOOM(true)
 			_ = e.fake.Exit(id, 137)
 		}, sandbox.KillOOM},
+		{"cgroup pids limit", func(e *env, id string) {
+			c, _ := e.cg.Get(sandbox.HostName(id))
+			c.SetPidsLimitHit(true)
+			_ = e.fake.Exit(id, -1)
+		}, sandbox.KillPidsLimit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -69,6 +69,9 @@ type EnvdInit struct {
 	DefaultUser    string            `json:"defaultUser,omitempty"`
 	DefaultWorkdir string            `json:"defaultWorkdir,omitempty"`
 	Timestamp      time.Time         `json:"timestamp"`
+	// TasksLimit is the most tasks per user inside the sandbox
+	// (Resources.Pids): envd makes fork fail with EAGAIN beyond it.
+	TasksLimit int64 `json:"tasksLimit,omitempty"`
 }
 
 // EnvdProcess is a process to start through envd.

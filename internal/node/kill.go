@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -84,21 +85,33 @@ func (a *Agent) handleExit(s *sbx, epoch int64, code int, oom bool) {
 	id, execID, cg, internal := s.rec.ID, s.rec.ExecutionID, s.cg, s.internal
 	a.mu.Unlock()
 	ctx := a.ctx
-	reason := sandbox.KillExited
-	if !oom && cg != nil {
-		if o, err := cg.OOMKilled(ctx); err == nil && o {
-			oom = true
-		}
-	}
-	if oom {
-		reason = sandbox.KillOOM
-	}
+	reason := exitReason(ctx, cg, oom)
 	log := a.log.With("sandbox_id", id, "execution_id", execID, "kill_reason", reason.String())
 	log.Info("sandbox init exited by itself", "exit_code", code)
 	a.destroy(context.WithoutCancel(ctx), s, log)
 	if !internal {
 		a.emit(Event{Type: EventExited, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
 	}
+}
+
+// exitReason says why a sandbox whose init ended by itself stopped: a
+// limit of its host cgroup that fired (oom when the driver saw an OOM
+// kill or the memory limit killed a process, pids_limit when the pids
+// limit refused a fork: under gVisor either ends the whole sandbox), or
+// exited. cg may be nil.
+func exitReason(ctx context.Context, cg cgroup.Cgroup, oom bool) sandbox.KillReason {
+	if !oom && cg != nil {
+		oom, _ = cg.OOMKilled(ctx)
+	}
+	if oom {
+		return sandbox.KillOOM
+	}
+	if cg != nil {
+		if hit, _ := cg.PidsLimitHit(ctx); hit {
+			return sandbox.KillPidsLimit
+		}
+	}
+	return sandbox.KillExited
 }
 
 // armBackstopLocked (re)arms the TTL backstop of running sandbox s at its

@@ -333,6 +333,7 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 		DefaultUser:    orDefault(r.Template.User, "user"),
 		DefaultWorkdir: orDefault(r.Template.Workdir, "/home/user"),
 		Timestamp:      a.clock.Now().UTC(),
+		TasksLimit:     r.Resources.TasksPerUser(),
 	}
 	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
 		return fmt.Errorf("envd init at %s: %w", addr, err)

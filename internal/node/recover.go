@@ -83,9 +83,7 @@ func (a *Agent) recover(ctx context.Context) error {
 			}
 			reason := sandbox.KillExited
 			if cg, err := a.cfg.Cgroups.Open(ctx, sandbox.HostName(id)); err == nil {
-				if oom, _ := cg.OOMKilled(ctx); oom {
-					reason = sandbox.KillOOM
-				}
+				reason = exitReason(ctx, cg, false)
 			}
 			log.Info("sandbox stopped while the agent was away; its objects are reclaimed", "execution_id", r.ExecutionID, "kill_reason", reason.String())
 			lost = append(lost, Event{Type: EventExited, SandboxID: id, ExecutionID: r.ExecutionID, Reason: reason, At: a.clock.Now()})

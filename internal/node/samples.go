@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/atomicfile"
+	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -116,10 +117,7 @@ func (a *Agent) sampleOne(ctx context.Context, s *sbx) {
 	now := a.clock.Now()
 	st := Stats{
 		At: now, CPUCount: res.VCPUs, MemoryUsedBytes: cs.MemoryBytes,
-		MemoryPeakBytes: cs.MemoryPeakBytes, MemoryTotal: cs.MemoryLimit,
-	}
-	if st.MemoryTotal == 0 {
-		st.MemoryTotal = uint64(res.MemoryMB) << 20
+		MemoryPeakBytes: cs.MemoryPeakBytes, MemoryTotal: memoryTotal(res, cs),
 	}
 	if used, total, err := a.cfg.Layers.Usage(sctx, id); err == nil {
 		st.DiskUsedBytes, st.DiskTotalBytes = used, total
@@ -244,4 +242,14 @@ func (a *Agent) Metrics(ctx context.Context, id string, start, end time.Time) ([
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// memoryTotal is the memory a sandbox's guest has: its requested size
+// (the host cgroup's limit may be higher: the runtime's own overhead sits
+// above the guest's memory), else the cgroup's limit.
+func memoryTotal(res sandbox.Resources, cs cgroup.Stats) uint64 {
+	if res.MemoryMB > 0 {
+		return uint64(res.MemoryMB) << 20
+	}
+	return cs.MemoryLimit
 }

@@ -52,6 +52,7 @@ const (
 	KillResumeFailed    KillReason = "resume_failed"    // a resume could not bring it back
 	KillTemplateMissing KillReason = "template_missing" // its template is gone
 	KillOOM             KillReason = "oom"              // its memory limit killed its init
+	KillPidsLimit       KillReason = "pids_limit"       // its host pids limit refused the runtime a task
 	KillNodeLost        KillReason = "node_lost"        // its node disappeared
 	KillExited          KillReason = "exited"           // its init exited by itself
 )
@@ -69,7 +70,20 @@ type Resources struct {
 	VCPUs    int   // CPU quota in whole CPUs
 	MemoryMB int64 // memory limit
 	DiskMB   int64 // size of the writable layer
-	Pids     int64 // maximum number of tasks; 0 means the node's default
+	Pids     int64 // maximum number of tasks per user inside; 0 means the node's default
+}
+
+// TasksPerUser is the most tasks (processes and threads) one user may
+// have inside the sandbox: Pids, but no more than one per MiB of memory
+// (a guest process costs a gVisor sandbox's host about 0.7 MiB, so that a
+// process flood runs out of tasks before the host memory limit fires).
+// 0 means no limit (Pids and MemoryMB both 0).
+func (r Resources) TasksPerUser() int64 {
+	n := r.Pids
+	if r.MemoryMB > 0 && (n == 0 || n > r.MemoryMB) {
+		n = r.MemoryMB
+	}
+	return n
 }
 
 // NewID returns a new random sandbox ID: 20 lowercase alphanumeric

@@ -48,3 +48,20 @@ func TestStateValid(t *testing.T) {
 		t.Fatal("State.Valid disagrees")
 	}
 }
+
+func TestTasksPerUser(t *testing.T) {
+	for _, tt := range []struct {
+		r    Resources
+		want int64
+	}{
+		{Resources{Pids: 1024, MemoryMB: 512}, 512},
+		{Resources{Pids: 100, MemoryMB: 512}, 100},
+		{Resources{MemoryMB: 256}, 256},
+		{Resources{Pids: 64}, 64},
+		{Resources{}, 0},
+	} {
+		if got := tt.r.TasksPerUser(); got != tt.want {
+			t.Errorf("%+v.TasksPerUser() = %d, want %d", tt.r, got, tt.want)
+		}
+	}
+}

@@ -47,6 +47,10 @@ type Harness struct {
 	// sandboxes (runtime state, records, bundles, processes, cgroups);
 	// nil means the suite only checks List and Status.
 	Leftovers func(t *testing.T, ids []string) []string
+	// HostPids, when set, is the host pids limit the driver sets for a
+	// sandbox whose Resources.Pids is the argument (runsc: a wall above
+	// the guest's own limit); nil means the two are equal.
+	HostPids func(pids int64) int64
 }
 
 // SpecOptions ask NewSpec for a particular sandbox.

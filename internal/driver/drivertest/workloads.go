@@ -216,16 +216,21 @@ func (s *suite) testOOM(t *testing.T) {
 
 // testPids runs a fork bomb under a pids limit. Two outcomes conform: the
 // limit makes forks fail inside and the sandbox lives on (runc), or the
-// runtime's own tasks hit the limit and the sandbox stops (runsc: the
-// limit caps the sentry's threads and stub processes). Either way the
-// sandbox's cgroup never holds more tasks than the limit.
+// runtime's own tasks hit the host limit and the sandbox stops (runsc
+// without envd, which sets the guest's own limit: the host limit caps the
+// sentry's threads and stub processes). Either way the sandbox's cgroup
+// never holds more tasks than the host limit.
 func (s *suite) testPids(t *testing.T) {
 	const limit = 128
 	sp := s.spec(t, SpecOptions{}, loopInit...)
 	sp.Resources = sandbox.Resources{Pids: limit}
 	s.start(t, sp)
-	if max, ok := pidsMax(sp.CgroupParent); ok && max != strconv.Itoa(limit) {
-		t.Errorf("pids.max of %s = %s, want %d", sp.CgroupParent, max, limit)
+	want := int64(limit)
+	if s.h.HostPids != nil {
+		want = s.h.HostPids(limit)
+	}
+	if max, ok := pidsMax(sp.CgroupParent); ok && max != strconv.FormatInt(want, 10) {
+		t.Errorf("pids.max of %s = %s, want %d", sp.CgroupParent, max, want)
 	}
 	// Fork 400 sleepers from one process, count what the limit let run,
 	// then kill them.
@@ -268,7 +273,7 @@ for pid in kids:
 		t.Fatalf("fork bomb printed %q", stdout.String())
 	}
 	t.Logf("under a pids limit of %d: %d forks succeeded, %d failed", limit, kids, fails)
-	if kids >= limit || fails == 0 {
+	if int64(kids) >= want || fails == 0 {
 		t.Errorf("%d of 400 forks succeeded under a pids limit of %d", kids, limit)
 	}
 	eventually(t, "the sandbox answers again", func() bool {

@@ -18,6 +18,7 @@ package oci
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,6 +48,15 @@ type Options struct {
 	// CgroupNamespace adds a cgroup namespace and a read-only /sys/fs/cgroup
 	// (runc; gVisor virtualises cgroups itself).
 	CgroupNamespace bool
+	// InitCaps are capabilities the init process (envd) holds beyond the
+	// default set; processes it starts do not inherit them when envd drops
+	// them from its bounding set (runsc: CAP_SYS_RESOURCE, so that envd is
+	// exempt from the guest's task limit it sets for everything else).
+	InitCaps []string
+	// HostPids replaces the pids limit of the host cgroup computed from
+	// Spec.Resources.Pids and DefaultPids (runsc: the wall above the
+	// guest's own limit); 0 keeps it.
+	HostPids int64
 }
 
 // defaultCaps are the capabilities of every sandbox process: the usual
@@ -96,6 +106,12 @@ func Generate(s driver.Spec, o Options) (*specs.Spec, error) {
 	proc, err := Process(s.Init)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: init: %w", s.ID, err)
+	}
+	if len(o.InitCaps) > 0 {
+		c := proc.Capabilities
+		c.Bounding = append(slices.Clip(c.Bounding), o.InitCaps...)
+		c.Effective = append(slices.Clip(c.Effective), o.InitCaps...)
+		c.Permitted = append(slices.Clip(c.Permitted), o.InitCaps...)
 	}
 	hostname := s.Hostname
 	if hostname == "" {
@@ -213,7 +229,9 @@ func mounts(s driver.Spec, o Options) []specs.Mount {
 			}
 			ms = append(ms, specs.Mount{Destination: m.Destination, Type: "tmpfs", Source: "tmpfs", Options: opts})
 		default:
-			opts := append([]string{"rbind"}, m.Options...)
+			// Host paths stay nosuid (and nodev) even though setuid
+			// binaries work elsewhere in the sandbox.
+			opts := append([]string{"rbind", "nosuid", "nodev"}, m.Options...)
 			if m.ReadOnly {
 				opts = append(opts, "ro")
 			}
@@ -239,6 +257,9 @@ func resources(r sandbox.Resources, o Options) *specs.LinuxResources {
 	pids := r.Pids
 	if pids == 0 {
 		pids = o.DefaultPids
+	}
+	if o.HostPids > 0 {
+		pids = o.HostPids
 	}
 	if pids > 0 {
 		res.Pids = &specs.LinuxPids{Limit: &pids}

@@ -49,6 +49,36 @@ func TestGenerate(t *testing.T) {
 			},
 		},
 		{
+			name: "init caps and host pids (runsc)",
+			edit: func(s *driver.Spec) { s.Resources = sandbox.Resources{Pids: 99} },
+			opts: Options{CgroupsPath: "/w", InitCaps: []string{"CAP_SYS_RESOURCE"}, HostPids: 652},
+			check: func(t *testing.T, s *specs.Spec) {
+				c := s.Process.Capabilities
+				for _, set := range [][]string{c.Bounding, c.Effective, c.Permitted} {
+					if !slices.Contains(set, "CAP_SYS_RESOURCE") || !slices.Contains(set, "CAP_KILL") {
+						t.Errorf("init caps = %v", set)
+					}
+				}
+				if *s.Linux.Resources.Pids.Limit != 652 {
+					t.Errorf("pids = %d, want the host wall 652", *s.Linux.Resources.Pids.Limit)
+				}
+			},
+		},
+		{
+			name: "host bind mounts are nosuid",
+			opts: Options{CgroupsPath: "/w"},
+			check: func(t *testing.T, s *specs.Spec) {
+				for _, m := range s.Mounts {
+					if m.Destination == "/envd" && !slices.Contains(m.Options, "nosuid") {
+						t.Errorf("mount %+v lacks nosuid", m)
+					}
+				}
+				if slices.Contains(s.Process.Capabilities.Bounding, "CAP_SYS_RESOURCE") {
+					t.Error("CAP_SYS_RESOURCE without InitCaps")
+				}
+			},
+		},
+		{
 			name: "default pids and no limits",
 			opts: Options{CgroupsPath: "/w", DefaultPids: 4096},
 			check: func(t *testing.T, s *specs.Spec) {

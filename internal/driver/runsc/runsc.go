@@ -16,6 +16,13 @@
 // Spec.NetNSPath (the guest's netstack takes over the veth and its address)
 // or --network=none when there is no namespace.
 //
+// Limits (limits.go): the guest enforces its own task limit (envd's, from
+// which envd is exempt through CAP_SYS_RESOURCE, given to init alone) and
+// sees Resources.MemoryMB; the host cgroup is a wall above both, set after
+// the sandbox boots, and the stubs of guest processes are the host OOM
+// killer's first choice. runsc runs with --allow-suid so that sudo works
+// inside; host bind mounts stay nosuid.
+//
 // Exit status and OOM: after start the driver runs `runsc wait <id>` (one
 // small process per sandbox, killed with the agent) and reads the exit code
 // from it. runsc hands the status to waiters only: a sandbox whose init
@@ -134,7 +141,7 @@ func New(cfg Config) (*Driver, error) {
 		Name:        "runsc",
 		Path:        cfg.Path,
 		StateDir:    cfg.StateDir,
-		Flags:       append([]string{"--platform", cfg.Platform, "--overlay2=none"}, cfg.ExtraFlags...),
+		Flags:       append(globalFlags(cfg.Platform), cfg.ExtraFlags...),
 		CgroupRoot:  cfg.CgroupRoot,
 		DefaultPids: cfg.DefaultPids,
 		CheckAlive:  true,
@@ -168,8 +175,16 @@ func (d *Driver) RuntimeRoot() string { return d.rt.Root() }
 // createCLI returns the runsc client for run and restore, with the
 // sandbox's --network.
 func (d *Driver) createCLI(network string) oci.CLI {
-	g := []string{"--root", d.rt.Root(), "--platform", d.cfg.Platform, "--overlay2=none", "--network=" + network}
+	g := append([]string{"--root", d.rt.Root()}, globalFlags(d.cfg.Platform)...)
+	g = append(g, "--network="+network)
 	return oci.CLI{Path: d.cli.Path, Global: append(g, d.cfg.ExtraFlags...)}
+}
+
+// globalFlags are the runsc flags of every invocation: the platform, no
+// overlay, and --allow-suid so that setuid binaries (sudo) work inside:
+// gVisor is the boundary, and host paths are bound nosuid anyway.
+func globalFlags(platform string) []string {
+	return []string{"--platform", platform, "--overlay2=none", "--allow-suid"}
 }
 
 // Start implements driver.Driver: it writes the bundle and runs
@@ -189,7 +204,12 @@ func (d *Driver) Restore(ctx context.Context, spec driver.Spec, dir string) erro
 }
 
 func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) (err error) {
-	b, err := d.rt.Prepare(spec, oci.Options{})
+	guestTasks := spec.Resources.TasksPerUser()
+	if guestTasks == 0 {
+		guestTasks = d.cfg.DefaultPids
+	}
+	hostPids := HostPids(guestTasks)
+	b, err := d.rt.Prepare(spec, oci.Options{InitCaps: []string{"CAP_SYS_RESOURCE"}, HostPids: hostPids})
 	if err != nil {
 		return err
 	}
@@ -204,6 +224,9 @@ func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) 
 		network = "none"
 		d.netMu.RLock()
 		defer d.netMu.RUnlock()
+	}
+	if err := setPidsWall(b.CgroupsPath, hostPids); err != nil {
+		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
 	}
 	logf, release, err := oci.OpenLog(spec.BundleDir, spec.Log)
 	if err != nil {
@@ -228,7 +251,16 @@ func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) 
 	if err := d.watchExit(spec.ID, b); err != nil {
 		return err
 	}
-	d.log.Debug("sandbox started", "sandbox_id", spec.ID, "op", op, "network", network)
+	// The guest read its memory size from the cgroup at boot; now the
+	// host wall moves above it (see limits.go).
+	if err := setHostWall(b.CgroupsPath, spec.Resources.MemoryMB, hostPids); err != nil {
+		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
+	}
+	pool, err := markStubs(b.CgroupsPath)
+	if err != nil {
+		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
+	}
+	d.log.Debug("sandbox started", "sandbox_id", spec.ID, "op", op, "network", network, "stub_pool_pid", pool)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/drivertest"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 func TestMain(m *testing.M) { drivertest.Main(m) }
@@ -39,6 +40,9 @@ func TestConformance(t *testing.T) {
 		Driver:    d,
 		NewSpec:   host.NewSpec,
 		Leftovers: host.Leftovers,
+		HostPids: func(pids int64) int64 {
+			return HostPids(sandbox.Resources{Pids: pids}.TasksPerUser())
+		},
 		Reopen: func(t testing.TB) driver.Driver {
 			d2, err := New(d.cfg)
 			if err != nil {

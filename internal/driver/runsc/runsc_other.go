@@ -16,3 +16,9 @@ func waitProcAttr() *syscall.SysProcAttr { return nil }
 func unmountDetach(path string) error {
 	return fmt.Errorf("unmount %s: needs Linux: %w", path, errdefs.ErrUnavailable)
 }
+
+func setHostWall(cgroupsPath string, guestMB, pids int64) error { return nil }
+
+func setPidsWall(cgroupsPath string, pids int64) error { return nil }
+
+func markStubs(cgroupsPath string) (int, error) { return 0, nil }

@@ -538,8 +538,10 @@ func TestFork(t *testing.T) {
 	}
 }
 
-// TestOOMAndStats: stats come from the sandbox's cgroup; a sandbox whose
-// memory limit kills it is reported with reason oom.
+// TestOOMAndStats: stats come from the sandbox's cgroup; a sandbox that
+// the host's memory wall ends is reported with reason oom. The memory is
+// the sentry's own (files in the guest's /tmp, a tmpfs): a single process
+// that allocates loses only itself (TestRunawayAllocation).
 func TestOOMAndStats(t *testing.T) {
 	h := newHost(t)
 	a, drv := h.agent()
@@ -562,10 +564,10 @@ func TestOOMAndStats(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 	events, _ := a.Watch(t.Context())
-	// Touch far more memory than the limit allows.
+	// Keep far more in the guest's tmpfs than the wall allows.
 	go func() {
-		_ = node.NewHTTPEnvd(nil).Start(ctx, sb.Address, tok, node.EnvdProcess{Tag: "bomb", Cmd: "/usr/bin/python3", User: "user",
-			Args: []string{"-c", "b = bytearray(1024 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nimport time; time.sleep(60)"}})
+		_ = node.NewHTTPEnvd(nil).Start(ctx, sb.Address, tok, node.EnvdProcess{Tag: "bomb", Cmd: "/bin/bash", User: "user",
+			Args: []string{"-c", "for i in $(seq 100); do head -c 20M /dev/zero > /tmp/fill$i; done; sleep 60"}})
 	}()
 	select {
 	case ev := <-events:

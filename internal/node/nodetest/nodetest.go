@@ -149,12 +149,13 @@ func NewCgroups() *Cgroups { return &Cgroups{groups: map[string]*Cgroup{}} }
 
 // Cgroup is one in-memory cgroup.
 type Cgroup struct {
-	m     *Cgroups
-	name  string
-	mu    sync.Mutex
-	res   sandbox.Resources
-	stats cgroup.Stats
-	oom   bool
+	m       *Cgroups
+	name    string
+	mu      sync.Mutex
+	res     sandbox.Resources
+	stats   cgroup.Stats
+	oom     bool
+	pidsMax bool
 }
 
 var _ cgroup.Cgroup = (*Cgroup)(nil)
@@ -240,6 +241,13 @@ func (c *Cgroup) SetOOM(v bool) {
 	c.oom = v
 }
 
+// SetPidsLimitHit sets what PidsLimitHit returns.
+func (c *Cgroup) SetPidsLimitHit(v bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pidsMax = v
+}
+
 // Resources returns the limits last set.
 func (c *Cgroup) Resources() sandbox.Resources {
 	c.mu.Lock()
@@ -276,6 +284,13 @@ func (c *Cgroup) OOMKilled(ctx context.Context) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.oom, nil
+}
+
+// PidsLimitHit implements cgroup.Cgroup.
+func (c *Cgroup) PidsLimitHit(ctx context.Context) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pidsMax, nil
 }
 
 // Layers is an in-memory node.Layers.

@@ -1,0 +1,320 @@
+package nodeinteg
+
+import (
+	"context"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/warren-sandbox/warren/api/envd/process"
+	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// Abuse tests: a sandbox under a fork bomb, a process flood or memory
+// pressure behaves like a small machine (the guest refuses the fork or
+// loses one process) instead of dying as a whole (the host cgroup's wall
+// firing on the gVisor sentry). Each runs its abuse for a bounded time in
+// a 512 MiB sandbox under its host cgroup and ends it by the sandbox's
+// own means (pkill as root inside).
+
+// runAs runs cmd with bash as user through envd and returns its stdout
+// and exit code.
+func runAs(t testing.TB, sb *node.Sandbox, token, user, cmd string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := processconnect.NewProcessClient(http1Client, "http://"+sb.Address)
+	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", cmd}}, Stdin: proto.Bool(false)})
+	req.Header().Set("X-Access-Token", token)
+	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	stream, err := c.Start(ctx, req)
+	if err != nil {
+		t.Fatalf("start %q as %s: %v", cmd, user, err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if d := ev.GetData(); d != nil {
+			out.Write(d.GetStdout())
+		}
+		if end := ev.GetEnd(); end != nil {
+			return out.String(), int(end.GetExitCode())
+		}
+	}
+	t.Fatalf("run %q as %s: stream ended without an end event: %v", cmd, user, stream.Err())
+	return "", -1
+}
+
+// abuseSandbox creates a sandbox with res (zero fields: the test
+// defaults, 512 MiB) and kills it at the end.
+func abuseSandbox(t *testing.T, h *host, a *node.Agent, prefix string, res sandbox.Resources) (*node.Sandbox, string) {
+	t.Helper()
+	id := prefix + sandbox.NewID()[:10]
+	req := h.createReq(id)
+	if res.MemoryMB != 0 {
+		req.Resources.MemoryMB = res.MemoryMB
+	}
+	if res.VCPUs != 0 {
+		req.Resources.VCPUs = res.VCPUs
+	}
+	if res.DiskMB != 0 {
+		req.Resources.DiskMB = res.DiskMB
+	}
+	req.Resources.Pids = res.Pids
+	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
+	sb, err := a.Create(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb, req.EnvdAccessToken
+}
+
+// hostPidsRefused is the max count of the sandbox's host pids cgroup:
+// how many forks the host wall refused.
+func hostPidsRefused(t testing.TB, h *host, id string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", h.cgRoot, sandbox.HostName(id), "pids.events"))
+	if err != nil {
+		t.Fatalf("host pids.events: %v", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(b)), "max")))
+	if err != nil {
+		t.Fatalf("host pids.events %q: %v", b, err)
+	}
+	return n
+}
+
+// killUser ends every process of user inside the sandbox: kill(-1,
+// SIGKILL) as that user (a shell builtin, so it needs no fork while the
+// user is at the task limit), repeated for forks that were under way,
+// and fails when some remain.
+func killUser(t testing.TB, sb *node.Sandbox, token, user string) {
+	t.Helper()
+	for range 5 {
+		runAs(t, sb, token, user, "for i in {1..50}; do kill -9 -1 2>/dev/null; done")
+		out, _ := runAs(t, sb, token, "root", "pgrep -c -u "+user)
+		if strings.TrimSpace(out) == "0" {
+			return
+		}
+	}
+	t.Fatalf("processes of %s left after kill -1", user)
+}
+
+// assertAlive fails unless the sandbox answers a command as the default
+// user.
+func assertAlive(t testing.TB, a *node.Agent, sb *node.Sandbox, token string) {
+	t.Helper()
+	if out, code := runAs(t, sb, token, "user", "echo alive"); code != 0 || strings.TrimSpace(out) != "alive" {
+		t.Fatalf("after the abuse: %q exit %d", out, code)
+	}
+	if s, err := a.Get(context.Background(), sb.ID); err != nil || s.State != sandbox.StateRunning {
+		t.Fatalf("after the abuse: %+v, %v", s, err)
+	}
+}
+
+// TestForkBombStaysInside: a fork bomb for 10 s gets EAGAIN inside (the
+// guest's task limit) and never reaches the host's pids wall; the sandbox
+// answers afterwards. Without the guest limit the host wall refuses the
+// sentry a thread and the whole sandbox dies.
+func TestForkBombStaysInside(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "fb", sandbox.Resources{})
+	if out, _ := runAs(t, sb, tok, "user", "ulimit -u"); strings.TrimSpace(out) != "512" {
+		t.Errorf("guest task limit of a 512 MiB sandbox: ulimit -u = %q, want 512", out)
+	}
+	if err := node.NewHTTPEnvd(nil).Start(context.Background(), sb.Address, tok, node.EnvdProcess{
+		Tag: "bomb", Cmd: "/bin/bash", User: "user",
+		Args: []string{"-c", "exec 2>/tmp/bomb.err; :(){ :|:& };:"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second) // the abuse's duration, not a wait for a result
+	killUser(t, sb, tok, "user")
+	assertAlive(t, a, sb, tok)
+	if out, _ := runAs(t, sb, tok, "root", "grep -c 'Resource temporarily unavailable' /tmp/bomb.err"); strings.TrimSpace(out) == "0" {
+		t.Errorf("no fork failed inside the sandbox (bomb stderr matches: %q)", out)
+	}
+	if n := hostPidsRefused(t, h, sb.ID); n != 0 {
+		t.Errorf("the host pids wall refused %d forks; the guest limit should have stopped the bomb first", n)
+	}
+}
+
+// TestProcessFlood: 3,000 background processes: some fail to start
+// inside (EAGAIN), the sandbox answers afterwards. Without the guest limit
+// the flood reaches the host memory or pids wall and the sandbox dies.
+func TestProcessFlood(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "pf", sandbox.Resources{})
+	out, code := runAs(t, sb, tok, "user", `python3 -c '
+import os
+ok = failed = 0
+for i in range(3000):
+    try:
+        os.posix_spawn("/bin/sleep", ["sleep", "120"], os.environ)
+        ok += 1
+    except BlockingIOError:
+        failed += 1
+print(ok, failed)
+'`)
+	var ok, failed int
+	if code != 0 || len(strings.Fields(out)) != 2 {
+		t.Fatalf("flood: %q exit %d", out, code)
+	}
+	ok, _ = strconv.Atoi(strings.Fields(out)[0])
+	failed, _ = strconv.Atoi(strings.Fields(out)[1])
+	t.Logf("started %d processes, %d refused", ok, failed)
+	if failed == 0 || ok == 0 {
+		t.Errorf("flood: %d started, %d refused; want some of each", ok, failed)
+	}
+	killUser(t, sb, tok, "user")
+	assertAlive(t, a, sb, tok)
+}
+
+// TestMemoryPressure: 40 processes of 12 MiB (plus the interpreter's own)
+// in a 512 MiB sandbox: the host's OOM killer takes some of them (their
+// stubs score 1000) and the sandbox and envd answer. Without the scores the
+// sentry, the largest process, is the victim and the sandbox dies.
+func TestMemoryPressure(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "mp", sandbox.Resources{})
+	// The parent is a small shell, so that the children are the largest.
+	out, code := runAs(t, sb, tok, "user", `child='b = bytearray(12 << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+import time; time.sleep(10)'
+for i in $(seq 40); do python3 -c "$child" & done
+k=0; for j in $(jobs -p); do wait $j; [ $? -eq 137 ] && k=$((k+1)); done; echo $k`)
+	if code != 0 {
+		t.Fatalf("memory pressure: %q exit %d", out, code)
+	}
+	killed, err := strconv.Atoi(strings.TrimSpace(out))
+	t.Logf("%s of 40 processes killed", strings.TrimSpace(out))
+	// How many go depends on how fast the sentry returns a killed
+	// process's memory to the host (lazily), so only "some" is checked.
+	if err != nil || killed == 0 {
+		t.Errorf("memory pressure: %q processes killed; want some of the 40", out)
+	}
+	assertAlive(t, a, sb, tok)
+}
+
+// TestRunawayAllocation: one process that allocates without end is killed
+// by itself; envd and the sandbox go on.
+func TestRunawayAllocation(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "ra", sandbox.Resources{})
+	out, _ := runAs(t, sb, tok, "user", `python3 -c '
+b = bytearray(4 << 30)
+for i in range(0, len(b), 4096): b[i] = 1
+'; echo rc=$?`)
+	if strings.TrimSpace(out) != "rc=137" {
+		t.Errorf("runaway allocation: %q, want rc=137 (killed)", out)
+	}
+	assertAlive(t, a, sb, tok)
+}
+
+// TestDiskFill: filling the writable layer gives ENOSPC inside; the
+// sandbox answers and the file can be removed.
+func TestDiskFill(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "df", sandbox.Resources{DiskMB: 256})
+	out, _ := runAs(t, sb, tok, "user", "dd if=/dev/zero of=/home/user/fill bs=1M 2>&1 | grep -c 'No space left on device'")
+	if strings.TrimSpace(out) != "1" {
+		t.Errorf("disk fill: ENOSPC lines %q, want 1", out)
+	}
+	if out, code := runAs(t, sb, tok, "user", "rm /home/user/fill && echo removed > /home/user/after && cat /home/user/after"); code != 0 || strings.TrimSpace(out) != "removed" {
+		t.Errorf("after the disk fill: %q exit %d", out, code)
+	}
+	assertAlive(t, a, sb, tok)
+}
+
+// TestSudo: the default user has passwordless sudo (setuid binaries work:
+// runsc --allow-suid; envd sets no no_new_privs).
+func TestSudo(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "su", sandbox.Resources{})
+	if out, code := runAs(t, sb, tok, "user", "sudo -n whoami"); code != 0 || strings.TrimSpace(out) != "root" {
+		t.Errorf("sudo -n whoami: %q exit %d", out, code)
+	}
+	if out, code := runAs(t, sb, tok, "user", "sudo -n apt-get --version | head -1"); code != 0 || !strings.HasPrefix(out, "apt ") {
+		t.Errorf("sudo apt-get --version: %q exit %d", out, code)
+	}
+	// The limit of the processes envd starts is no exemption root regains.
+	if out, _ := runAs(t, sb, tok, "user", "sudo -n sh -c 'ulimit -Hu 100000' 2>&1; echo rc=$?"); !strings.Contains(out, "rc=1") && !strings.Contains(out, "rc=2") {
+		t.Errorf("root raised its task limit: %q", out)
+	}
+}
+
+// TestResourcesReachGuest: cpuCount, memoryMB and the disk size of the
+// create request are what the guest sees (gVisor reports at least 2 CPUs).
+func TestResourcesReachGuest(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "rs", sandbox.Resources{VCPUs: 2, MemoryMB: 384, DiskMB: 300})
+	out, code := runAs(t, sb, tok, "user", "nproc; free -m | awk '/^Mem:/{print $2}'; df -BM --output=size / | tail -1")
+	f := strings.Fields(out)
+	if code != 0 || len(f) != 3 {
+		t.Fatalf("nproc/free/df: %q exit %d", out, code)
+	}
+	if f[0] != "2" {
+		t.Errorf("nproc = %s, want 2", f[0])
+	}
+	if f[1] != "384" {
+		t.Errorf("free -m total = %s, want 384", f[1])
+	}
+	if mb, err := strconv.Atoi(strings.TrimSuffix(f[2], "M")); err != nil || mb < 270 || mb > 330 {
+		t.Errorf("df / size = %s, want about 300M", f[2])
+	}
+}
+
+// TestHostWallKillReason: a guest that runs processes under many uids at
+// once (root can) passes the per-user task limit and reaches the host's
+// pids wall, which ends the sandbox: the reason is pids_limit.
+func TestHostWallKillReason(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	events, _ := a.Watch(t.Context())
+	sb, tok := abuseSandbox(t, h, a, "hw", sandbox.Resources{Pids: 16})
+	go func() {
+		defer func() { _ = recover() }()
+		_ = node.NewHTTPEnvd(nil).Start(context.Background(), sb.Address, tok, node.EnvdProcess{Tag: "uids", Cmd: "/bin/bash", User: "root",
+			Args: []string{"-c", "for u in $(seq 2000 2060); do setpriv --reuid=$u --regid=$u --clear-groups bash -c 'for i in $(seq 12); do sleep 300 & done'; done"}})
+	}()
+	deadline := time.After(2 * time.Minute)
+	for {
+		select {
+		case ev := <-events:
+			if ev.SandboxID != sb.ID || ev.Type != node.EventExited {
+				continue
+			}
+			if ev.Reason != sandbox.KillPidsLimit {
+				t.Errorf("event %+v, want reason pids_limit", ev)
+			}
+			return
+		case <-deadline:
+			t.Fatal("the host pids wall did not end the sandbox")
+		}
+	}
+}
