@@ -82,4 +82,3 @@ func TestLockEndsWithProcess(t *testing.T) {
 	}
 	l.Release()
 }
-
