@@ -17,7 +17,7 @@ export WARREN_WARREN := $(BIN)/warren
 export WARREN_TEST_ROOTFS_TAR := $(BASE_ROOTFS)
 export WARREN_TEST_CODE_INTERPRETER_TAR := $(CODE_INTERPRETER_ROOTFS)
 
-.PHONY: all deps build run test test-unit test-e2e test-fuzz generate check-generate base-rootfs code-interpreter-rootfs clean
+.PHONY: all deps build run test test-unit test-e2e test-fuzz generate check-generate lint base-rootfs code-interpreter-rootfs clean
 
 all: build
 
@@ -36,6 +36,10 @@ $(BIN)/envd: FORCE
 # runsc is pinned in tools/runsc/go.mod (a tool directive) and built static.
 $(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum
 	cd tools/runsc && $(GO) build -ldflags="-s -w" -o $@ gvisor.dev/gvisor/runsc
+
+# staticcheck is pinned in tools/staticcheck/go.mod, for the lint tier.
+$(BIN)/staticcheck: tools/staticcheck/go.mod tools/staticcheck/go.sum
+	cd tools/staticcheck && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
 
 base-rootfs: $(BASE_ROOTFS)
 
@@ -61,10 +65,13 @@ generate:
 check-generate:
 	scripts/check-generate.sh
 
+lint: $(BIN)/staticcheck
+	scripts/lint.sh
+
 run: deps build code-interpreter-rootfs | $(VAR)/go.mod
 	$(BIN)/warren serve --data-dir $(VAR)/data $(ARGS)
 
-test: deps build base-rootfs code-interpreter-rootfs check-generate | $(VAR)/go.mod
+test: deps build base-rootfs code-interpreter-rootfs check-generate lint | $(VAR)/go.mod
 	scripts/test.sh
 
 # Fuzz targets of the parsers of tenant input, FUZZTIME (default 5s) each.

@@ -503,11 +503,10 @@ func (l *buildLog) flushLocked() {
 // lineWriter turns a process's output into log entries, one a line, and
 // keeps the last lines for a failure's reason.
 type lineWriter struct {
-	bl    *buildLog
-	step  string
-	buf   []byte
-	tail  []string
-	limit int
+	bl   *buildLog
+	step string
+	buf  []byte
+	tail []string
 }
 
 func (w *lineWriter) Write(p []byte) (int, error) {

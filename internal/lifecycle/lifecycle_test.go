@@ -137,7 +137,7 @@ func TestEvictor(t *testing.T) {
 			if err := h.m.SetTimeout(ctx, "team", sb.ID, 5*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			if ns, _ := h.node.Get(ctx, sb.ID); ns.EndAt.Sub(time.Now()) > 5*time.Second {
+			if ns, _ := h.node.Get(ctx, sb.ID); time.Until(ns.EndAt) > 5*time.Second {
 				t.Fatalf("node end time not re-armed: %v", ns.EndAt)
 			}
 			time.Sleep(6 * time.Second)

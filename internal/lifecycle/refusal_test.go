@@ -67,7 +67,7 @@ func TestRefusedPauseNoBackstopKill(t *testing.T) {
 		}
 		// Refused at 10 s, then every 10 s until the budget runs out at 130 s.
 		for _, at := range []time.Duration{10, 20, 50, 129} {
-			time.Sleep(start.Add(at*time.Second + time.Millisecond).Sub(time.Now()))
+			time.Sleep(time.Until(start.Add(at*time.Second + time.Millisecond)))
 			synctest.Wait()
 			got, err := st.GetSandbox(ctx, sb.ID)
 			if err != nil || got.State != sandbox.StateRunning {
@@ -80,7 +80,7 @@ func TestRefusedPauseNoBackstopKill(t *testing.T) {
 				t.Fatalf("at %v: node has %+v, %v: the backstop killed a sandbox the control plane is pausing", at*time.Second, ns, err)
 			}
 		}
-		time.Sleep(start.Add(131 * time.Second).Sub(time.Now()))
+		time.Sleep(time.Until(start.Add(131 * time.Second)))
 		synctest.Wait()
 		got, _ := st.GetSandbox(ctx, sb.ID)
 		if got.State != sandbox.StatePaused || got.Spec.PausedWithMemory {

@@ -145,7 +145,7 @@ func TestBackstop(t *testing.T) {
 			if _, ok := pollEvent(t, events); ok || !running(t, a, "sb1") {
 				t.Fatal("backstop fired at the old deadline after the end time moved")
 			}
-			time.Sleep(start.Add(10*time.Minute + grace - time.Second).Sub(time.Now()))
+			time.Sleep(time.Until(start.Add(10*time.Minute + grace - time.Second)))
 			if _, ok := pollEvent(t, events); ok {
 				t.Fatal("backstop fired before the new end time plus grace")
 			}

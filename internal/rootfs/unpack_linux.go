@@ -287,7 +287,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		if err := x.root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
 		f, err := x.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return err

@@ -149,7 +149,7 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) (string, bool, error) 
 			return "", false, err
 		}
 		return rel, true, nil
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
 		if err := u.file(pfd, base, tr); err != nil {
 			return "", false, err
 		}

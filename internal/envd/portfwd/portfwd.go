@@ -44,7 +44,6 @@ type Forwarder struct {
 type forward struct {
 	ln     net.Listener
 	target string
-	port   uint16
 }
 
 // New returns a Forwarder; call Run.

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The lint tier of `make test`: gofmt, go vet under every build tag and
+# platform the tree has (linux, the e2e tag, darwin for the CLI and the Go
+# client), and staticcheck (pinned in tools/staticcheck/go.mod, configured by
+# staticcheck.conf). Fails on the first finding.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+staticcheck=${STATICCHECK:-bin/staticcheck}
+echo "# gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "not gofmt'd: $unformatted" >&2
+  exit 1
+fi
+echo "# go vet"
+go vet ./...
+go vet -tags e2e ./e2e/...
+GOOS=darwin go vet ./cmd/warren/... ./pkg/...
+echo "# staticcheck"
+"$staticcheck" ./...
+"$staticcheck" -tags e2e ./e2e/...
