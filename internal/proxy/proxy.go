@@ -284,11 +284,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (p *Proxy) routeError(w http.ResponseWriter, r *http.Request, id string, err error) {
 	var d *denied
+	var limit *lifecycle.LimitError
 	switch {
 	case errors.As(err, &d):
 		writeJSONError(w, r, d.status, d.body)
 	case errors.Is(err, lifecycle.ErrPaused):
 		writeJSONError(w, r, http.StatusBadGateway, pausedBody(id, false))
+	case errors.As(err, &limit):
+		// Waking it would take a concurrency slot the team does not have:
+		// it stays paused, as a resume through the API would (429).
+		w.Header().Set("Retry-After", "5")
+		writeJSONError(w, r, http.StatusTooManyRequests, errBody{SandboxID: id, Message: "The sandbox cannot be resumed: its team is at its limit of concurrent sandboxes", Code: 429})
 	case errdefs.IsNotFound(err), errdefs.IsUnavailable(err):
 		writeJSONError(w, r, http.StatusBadGateway, errBody{SandboxID: id, Message: "The sandbox was not found", Code: 502})
 	default:

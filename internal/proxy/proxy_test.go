@@ -30,6 +30,9 @@ func (f fakeRouter) Route(_ context.Context, id string, admit func(*lifecycle.Ad
 	if id == "pausedsbx" {
 		return nil, fmt.Errorf("sandbox %q: %w: %w", id, lifecycle.ErrPaused, errdefs.ErrConflict)
 	}
+	if id == "atlimit" { // an auto-resume over the team's concurrency limit
+		return nil, fmt.Errorf("resume sandbox %q: %w", id, &lifecycle.LimitError{Limit: 5})
+	}
 	r, ok := f[id]
 	if !ok {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
@@ -140,6 +143,8 @@ func TestRouting(t *testing.T) {
 		{"port closed", "GET", "/", strconv.Itoa(closed) + "-sbx1.e2b.test", nil, 502,
 			`{"sandboxId":"sbx1","message":"The sandbox is running but port is not open","port":"` + strconv.Itoa(closed) + `","code":502}`, ""},
 		{"paused", "GET", "/health", envd + "-pausedsbx.e2b.test", nil, 502, `{"sandboxId":"pausedsbx","message":"The sandbox is paused","code":502,"canAutoResume":false}`, ""},
+		{"auto-resume over the team's limit", "GET", "/health", envd + "-atlimit.e2b.test", nil, 429,
+			`{"sandboxId":"atlimit","message":"The sandbox cannot be resumed: its team is at its limit of concurrent sandboxes","code":429}`, ""},
 		{"internal route refused", "POST", "/init", envd + "-sbx1.e2b.test", nil, 404, "", `"path":"/init"`},
 		{"missing port header", "GET", "/health", "", map[string]string{"E2b-Sandbox-Id": "sbx1"}, 400, "", "E2b-Sandbox-Port"},
 		{"not sandbox traffic", "GET", "/health", "api.e2b.test", nil, 400, "", "not sandbox traffic"},
