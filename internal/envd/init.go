@@ -41,6 +41,14 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 		auth.WriteError(w, http.StatusBadRequest, "invalid init body: "+err.Error())
 		return
 	}
+	// A later /init with another access token is a new sandbox restored
+	// from a snapshot of this one (a template's, made at build time): the
+	// log it keeps is the build's, not this sandbox's, and may be another
+	// team's. A resume of the same sandbox keeps its token and its log.
+	if req.AccessToken != nil && s.inited.Swap(true) && *req.AccessToken != s.state.Token() {
+		s.logs.Reset()
+	}
+	s.inited.Store(true)
 	s.state.Apply(state.Update{
 		EnvVars:        req.EnvVars,
 		AccessToken:    req.AccessToken,

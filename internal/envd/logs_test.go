@@ -71,3 +71,42 @@ func TestKeptLogs(t *testing.T) {
 		t.Errorf("limit: %d %s", status, body)
 	}
 }
+
+// TestKeptLogsNewIdentity: a sandbox restored from another one's snapshot
+// (a template's, made at build time) gets /init with another access token:
+// it does not inherit the build's log. A resume (the same token) keeps it.
+func TestKeptLogsNewIdentity(t *testing.T) {
+	t.Parallel()
+	srv := newTestServer(t, "")
+	messages := func(tok string) string {
+		t.Helper()
+		status, body, _ := do(t, "GET", srv.URL+"/logs", "", map[string]string{"X-Access-Token": tok})
+		if status != 200 {
+			t.Fatalf("logs: %d %s", status, body)
+		}
+		return body
+	}
+	do(t, "POST", srv.URL+"/init", `{"accessToken":"build"}`, nil)
+	c := processconnect.NewProcessClient(http.DefaultClient, srv.URL, connect.WithProtoJSON())
+	tag := process.StartCmdTag
+	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "echo build-secret"}}, Tag: &tag})
+	req.Header().Set("X-Access-Token", "build")
+	st, err := c.Start(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for st.Receive() {
+	}
+	if !strings.Contains(messages("build"), "build-secret") {
+		t.Fatal("the start command's output was not kept")
+	}
+	build := map[string]string{"X-Access-Token": "build"} // the test server has no node init token
+	do(t, "POST", srv.URL+"/init", `{"accessToken":"build"}`, build) // a resume
+	if !strings.Contains(messages("build"), "build-secret") {
+		t.Error("a resume (same token) dropped the log")
+	}
+	do(t, "POST", srv.URL+"/init", `{"accessToken":"sandbox"}`, build) // a new sandbox from the snapshot
+	if body := messages("sandbox"); strings.Contains(body, "build-secret") || !strings.Contains(body, "init applied") {
+		t.Errorf("log of a sandbox restored from a template snapshot: %s", body)
+	}
+}

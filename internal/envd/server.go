@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/cors"
@@ -35,7 +36,9 @@ type Server struct {
 	fs       *filesystem.Service
 	sampler  *metrics.Sampler
 	logs     *logbuf.Buffer
-	handler  http.Handler
+	// inited is set by the first /init (see init).
+	inited  atomic.Bool
+	handler http.Handler
 	// tasksExempt: envd is exempt from the task limit it sets for the
 	// processes it starts (see tasks_linux.go).
 	tasksExempt bool

@@ -72,6 +72,13 @@ func (b *Buffer) Add(e Entry) {
 	}
 }
 
+// Reset drops every entry.
+func (b *Buffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.entries, b.size = nil, 0
+}
+
 // Since returns up to limit entries (all when limit <= 0) at or after
 // start, oldest first.
 func (b *Buffer) Since(start time.Time, limit int) []Entry {
