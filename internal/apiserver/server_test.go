@@ -41,7 +41,7 @@ func (staticTemplates) Resolve(_ context.Context, _, ref string) (node.Template,
 }
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *httptest.Server
 	st     store.Store
 	node   *fakenode.Node
@@ -55,7 +55,7 @@ const adminToken = "admin-secret"
 
 // newEnv makes the test server; opts change the lifecycle's
 // configuration (its Store and Node are set).
-func newEnv(t *testing.T, opts ...func(*lifecycle.Config)) *env {
+func newEnv(t testing.TB, opts ...func(*lifecycle.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	st := storetest.SQLite(t)

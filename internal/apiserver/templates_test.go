@@ -141,7 +141,7 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 }
 
 // decodeJSON decodes r's body into v, failing the test on error.
-func decodeJSON(t *testing.T, r result, v any) {
+func decodeJSON(t testing.TB, r result, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("decode %s: %v", r.body, err)
@@ -149,7 +149,7 @@ func decodeJSON(t *testing.T, r result, v any) {
 }
 
 // expect checks r's status and, for errors, the E2B error body.
-func expect(t *testing.T, what string, r result, status int) {
+func expect(t testing.TB, what string, r result, status int) {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("%s: status %d, want %d: %s", what, r.status, status, r.body)
@@ -230,7 +230,7 @@ func (e *tplEnv) waitBuild(key, tid, bid string) buildInfo {
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
-func contextWithTimeout(t *testing.T, d time.Duration) context.Context {
+func contextWithTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
