@@ -100,7 +100,7 @@ func TestKeptLogsNewIdentity(t *testing.T) {
 	if !strings.Contains(messages("build"), "build-secret") {
 		t.Fatal("the start command's output was not kept")
 	}
-	build := map[string]string{"X-Access-Token": "build"} // the test server has no node init token
+	build := map[string]string{"X-Access-Token": "build"}            // the test server has no node init token
 	do(t, "POST", srv.URL+"/init", `{"accessToken":"build"}`, build) // a resume
 	if !strings.Contains(messages("build"), "build-secret") {
 		t.Error("a resume (same token) dropped the log")
