@@ -5,6 +5,7 @@ package codeinterpe2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,10 +31,13 @@ func startServe(t *testing.T) *e2eserve.Server {
 	tar := os.Getenv("WARREN_TEST_CODE_INTERPRETER_TAR")
 	e2eserve.Require(t, e2eserve.Exists(tar), fmt.Sprintf("$WARREN_TEST_CODE_INTERPRETER_TAR (%q) does not exist; run make code-interpreter-rootfs", tar))
 	e2eserve.Require(t, e2eserve.Exists("../node_modules/@e2b/code-interpreter/package.json"), "e2e/node_modules/@e2b/code-interpreter missing; run npm ci in e2e/")
-	s := e2eserve.Start(t, e2eserve.Options{DataDir: t.TempDir(), APIKey: apiKey, Isolation: iso,
+	dataDir := t.TempDir()
+	s := e2eserve.Start(t, e2eserve.Options{DataDir: dataDir, APIKey: apiKey, Isolation: iso,
 		ExtraArgs: []string{"--code-interpreter-rootfs", tar}})
-	if !strings.Contains(s.Logs(), "code interpreter template ready with its snapshot") {
-		t.Fatalf("no snapshot on ready of the code interpreter template:\n%s", s.Logs())
+	// The snapshot on ready is taken before the server serves: sandboxes
+	// restore it (base's build has none).
+	if snaps, _ := filepath.Glob(filepath.Join(dataDir, "templates", "builds", "*", "snapshot")); len(snaps) != 1 {
+		t.Fatalf("snapshots on ready %q, want the code interpreter's one", snaps)
 	}
 	return s
 }
