@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,8 +27,11 @@ import (
 // ID the usual way. Pools refill in the background, at most
 // Config.PoolConcurrency members being made at a time; a pool whose
 // template build changes, or whose size drops, destroys its extra members.
-// Pool members do not survive an agent restart (internal sandboxes are
-// reclaimed at start); the pools refill.
+// Pool members belong to the running agent: Close destroys them (the
+// ready ones, the reserved ones not yet claimed, and those being made,
+// which see the agent closed when they are done). After a crash the next
+// agent's start reclaims them like any internal sandbox. Either way the
+// new agent refills its pools.
 //
 // Pool configuration is persisted by the node (pool_persist.go) and set
 // again when the agent restarts.
@@ -203,6 +207,41 @@ func (a *Agent) dropMember(ctx context.Context, s *sbx) {
 		return
 	}
 	a.destroy(ctx, s, a.log.With("sandbox_id", id, "kill_reason", "pool_shrink"))
+}
+
+// takeMembersLocked empties the pools and the reserved set and returns
+// their members, for Close to destroy. a.mu is held.
+func (a *Agent) takeMembersLocked() []*sbx {
+	var out []*sbx
+	for id, p := range a.pools {
+		out = append(out, p.ready...)
+		p.ready = nil
+		a.pm.ready.WithLabelValues(id).Set(0)
+	}
+	for id, s := range a.reserved {
+		out = append(out, s)
+		delete(a.reserved, id)
+	}
+	return out
+}
+
+// dropMembers destroys pool members, a few at a time.
+func (a *Agent) dropMembers(members []*sbx) {
+	if len(members) == 0 {
+		return
+	}
+	ctx := context.WithoutCancel(a.ctx)
+	sem := make(chan struct{}, a.cfg.PoolConcurrency)
+	var wg sync.WaitGroup
+	for _, s := range members {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			a.dropMember(ctx, s)
+		})
+	}
+	wg.Wait()
+	a.log.Info("warm pool members destroyed at close", "count", len(members))
 }
 
 func (a *Agent) poolLoop() {
