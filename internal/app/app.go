@@ -103,6 +103,10 @@ type Config struct {
 	Limits store.Limits
 	// Node tunes the node agent; zero fields keep its defaults.
 	Node NodeTuning
+	// BasePool is the size of the base template's warm pool, set at every
+	// start (basepool.go): PoolSizeAuto sizes it from the host, 0 (the
+	// zero value; warren serve's default is auto) turns it off.
+	BasePool int
 	// TemplateGCInterval is the time between two runs of the template
 	// garbage collector (default 1h; negative disables it).
 	TemplateGCInterval time.Duration
@@ -268,6 +272,11 @@ func Run(ctx context.Context, cfg Config) error {
 	api, err := apiserver.New(apiCfg)
 	if err != nil {
 		return err
+	}
+	if apiCfg.Pools != nil {
+		if err := setBasePool(ctx, cfg.BasePool, apiCfg.Pools, parts.templates, api, log); err != nil {
+			return err
+		}
 	}
 	var apiHandler http.Handler = api
 	if parts.local != nil {
