@@ -346,7 +346,7 @@ func TestServeBoundsHeaders(t *testing.T) {
 		t.Fatalf("256 KiB header: %d, want 431", resp.StatusCode)
 	}
 	resp, err = http.Get(env["E2B_API_URL"] + "/health")
-	if err != nil || resp.StatusCode != 200 {
+	if err != nil || resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("plain request: %v %v", resp, err)
 	}
 	resp.Body.Close()

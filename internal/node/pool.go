@@ -59,12 +59,16 @@ type Pooler interface {
 	Pools() map[string]PoolStatus
 }
 
-// PoolStatus is one pool's state.
+// PoolStatus is one pool's state. Hits and Misses count the Reserve
+// calls for the pool's template since the pool was set (a miss: none of
+// its members was ready for that build and those resources).
 type PoolStatus struct {
 	BuildID string
 	Size    int
 	Ready   int
 	Making  int
+	Hits    int64
+	Misses  int64
 }
 
 var _ Pooler = (*Agent)(nil)
@@ -75,6 +79,8 @@ type pool struct {
 	size   int
 	ready  []*sbx
 	making int
+	hits   int64
+	misses int64
 }
 
 type poolMetrics struct {
@@ -155,8 +161,12 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 	p := a.pools[tmpl.ID]
 	if p == nil || p.tmpl.BuildID != tmpl.BuildID || p.res != res || len(p.ready) == 0 {
 		a.pm.claims.WithLabelValues(templateLabel(tmpl.ID), "miss").Inc()
+		if p != nil {
+			p.misses++
+		}
 		return "", false
 	}
+	p.hits++
 	s := p.ready[len(p.ready)-1]
 	p.ready = p.ready[:len(p.ready)-1]
 	a.reserved[s.rec.ID] = s
@@ -192,7 +202,7 @@ func (a *Agent) Pools() map[string]PoolStatus {
 	defer a.mu.Unlock()
 	out := map[string]PoolStatus{}
 	for id, p := range a.pools {
-		out[id] = PoolStatus{BuildID: p.tmpl.BuildID, Size: p.size, Ready: len(p.ready), Making: p.making}
+		out[id] = PoolStatus{BuildID: p.tmpl.BuildID, Size: p.size, Ready: len(p.ready), Making: p.making, Hits: p.hits, Misses: p.misses}
 	}
 	return out
 }

@@ -230,6 +230,14 @@ func TestWarmPoolMembersGoAtClose(t *testing.T) {
 		if _, ok := a.Reserve(req.Template, req.Resources); !ok {
 			t.Fatal("no member reserved from a full pool")
 		}
+		other := req.Resources
+		other.MemoryMB *= 2
+		if _, ok := a.Reserve(req.Template, other); ok {
+			t.Fatal("a member reserved for other resources")
+		}
+		if st := a.Pools()["tmpl"]; st.Hits != 1 || st.Misses != 1 {
+			t.Errorf("pool counts %+v, want 1 hit and 1 miss", st)
+		}
 		e.create(a, "kept")
 		if n := len(runtimeIDs(t, e)); n != 3 {
 			t.Fatalf("%d runtime sandboxes before close, want 2 members + 1", n)
