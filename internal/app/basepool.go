@@ -81,11 +81,11 @@ func setBasePool(ctx context.Context, size int, pools node.Pooler, tmpls apiserv
 	res := api.SandboxResources(tmpl)
 	why := "--pool-size"
 	if size == PoolSizeAuto {
-		mem, err := hostMemoryMiB()
+		var err error
+		size, why, err = HostPoolSize(res.MemoryMB)
 		if err != nil {
 			log.Warn("warm pool of base: host memory unknown; pool off", "error", err)
 		}
-		size, why = AutoPoolSize(runtime.NumCPU(), mem, res.MemoryMB)
 		why = "auto: " + why
 	}
 	if err := pools.SetPool(ctx, tmpl, res, size); err != nil {
@@ -94,6 +94,15 @@ func setBasePool(ctx context.Context, size int, pools node.Pooler, tmpls apiserv
 	log.Info("warm pool of base", "size", size, "chosen_by", why, "build_id", tmpl.BuildID,
 		"vcpus", res.VCPUs, "memory_mb", res.MemoryMB)
 	return nil
+}
+
+// HostPoolSize is AutoPoolSize for this host (its CPUs and MemTotal) and
+// members of memberMiB; 0 when the host's memory cannot be read (the
+// error says why).
+func HostPoolSize(memberMiB int64) (int, string, error) {
+	mem, err := hostMemoryMiB()
+	size, why := AutoPoolSize(runtime.NumCPU(), mem, memberMiB)
+	return size, why, err
 }
 
 // hostMemoryMiB returns the host's MemTotal in MiB.
