@@ -195,7 +195,8 @@ func OpenStore(ctx context.Context, dataDir, databaseURL string, log *slog.Logge
 
 // Run serves until ctx ends (SIGTERM), then shuts down gracefully:
 // in-flight requests finish, the evictor stops, sandboxes keep running and
-// are recovered by the next start.
+// are recovered by the next start; warm pool members, which belong to
+// this server, are destroyed (the next start refills the pools).
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
@@ -275,7 +276,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if apiCfg.Pools != nil {
 		if err := setBasePool(ctx, cfg.BasePool, apiCfg.Pools, parts.templates, api, log); err != nil {
-			return err
+			if cfg.BasePool != PoolSizeAuto {
+				return err // asked for explicitly
+			}
+			log.Warn("no warm pool of base", "error", err)
 		}
 	}
 	var apiHandler http.Handler = api
