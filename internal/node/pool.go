@@ -208,6 +208,11 @@ func (a *Agent) Pools() map[string]PoolStatus {
 }
 
 func (a *Agent) dropMember(ctx context.Context, s *sbx) {
+	a.dropMemberFor(ctx, s, "pool_shrink")
+}
+
+// dropMemberFor destroys pool member s, logging reason as its kill reason.
+func (a *Agent) dropMemberFor(ctx context.Context, s *sbx, reason string) {
 	s.op.Lock()
 	defer s.op.Unlock()
 	a.mu.Lock()
@@ -216,7 +221,7 @@ func (a *Agent) dropMember(ctx context.Context, s *sbx) {
 	if gone {
 		return
 	}
-	a.destroy(ctx, s, a.log.With("sandbox_id", id, "kill_reason", "pool_shrink"))
+	a.destroy(ctx, s, a.log.With("sandbox_id", id, "kill_reason", reason))
 }
 
 // takeMembersLocked empties the pools and the reserved set and returns
@@ -247,7 +252,7 @@ func (a *Agent) dropMembers(members []*sbx) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			a.dropMember(ctx, s)
+			a.dropMemberFor(ctx, s, "pool_close")
 		})
 	}
 	wg.Wait()
