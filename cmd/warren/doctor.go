@@ -7,8 +7,25 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/warren-sandbox/warren/internal/app"
 	"github.com/warren-sandbox/warren/internal/doctor"
 )
+
+// defaultMemberMiB is the memory of a create with default resources (the
+// API's default), which the base pool's members get.
+const defaultMemberMiB = 512
+
+// warmPoolResult says the base warm pool `warren serve --pool-size auto`
+// keeps on this host.
+func warmPoolResult() doctor.Result {
+	size, why, err := app.HostPoolSize(defaultMemberMiB)
+	if err != nil {
+		return doctor.Result{Name: "warm pool", Status: doctor.Warn, Detail: fmt.Sprintf("serve --pool-size auto keeps no base pool: %v", err),
+			Fix: "give warren serve --pool-size N"}
+	}
+	return doctor.Result{Name: "warm pool", Status: doctor.OK,
+		Detail: fmt.Sprintf("serve --pool-size auto keeps %d ready base sandboxes: %s (--pool-size N sets it, 0 turns it off)", size, why)}
+}
 
 // errDoctorFailed makes `warren doctor` exit non-zero without printing a
 // second message: the failed checks are already on stdout.
@@ -24,7 +41,7 @@ func newDoctor(stdout io.Writer) *cobra.Command {
 		Short: "Check that this host can run sandboxes, and say how to fix what is missing",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			results := doctor.Run(cmd.Context(), cfg)
+			results := append(doctor.Run(cmd.Context(), cfg), warmPoolResult())
 			if asJSON {
 				enc := json.NewEncoder(stdout)
 				enc.SetIndent("", "  ")

@@ -3,9 +3,12 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/app"
 	"github.com/warren-sandbox/warren/internal/doctor"
 )
 
@@ -31,5 +34,18 @@ func TestDoctorReportsMissingRuntime(t *testing.T) {
 	}
 	if runsc.Status != doctor.Fail || runsc.Fix == "" {
 		t.Fatalf("runsc check = %+v, want a failure with a fix", *runsc)
+	}
+	want, _, _ := app.HostPoolSize(defaultMemberMiB)
+	var pool bool
+	for _, r := range results {
+		if r.Name == "warm pool" {
+			pool = true
+			if !strings.Contains(r.Detail, fmt.Sprintf("keeps %d ready base sandboxes", want)) {
+				t.Errorf("warm pool line %q does not say the automatic size %d", r.Detail, want)
+			}
+		}
+	}
+	if !pool {
+		t.Errorf("no warm pool line in %s", out)
 	}
 }

@@ -134,6 +134,12 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.IntVar(&cfg.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")
 	f.Int64Var(&cfg.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
 	f.DurationVar(&cfg.Node.WatchdogInterval, "watchdog-interval", 0, "mean interval between health probes of a running sandbox, jittered ±25% (default 32s; negative disables)")
+	cfg.BasePool = app.PoolSizeAuto
+	f.Func("pool-size", "ready sandboxes kept in the base template's warm pool: auto (from the host's CPUs and memory, at most 4) or 0 to 100; 0 turns it off (default auto)", func(v string) error {
+		n, err := app.ParsePoolSize(v)
+		cfg.BasePool = n
+		return err
+	})
 	f.IntVar(&cfg.Node.PoolConcurrency, "pool-concurrency", 0, "warm pool members made at once (default 2)")
 	f.DurationVar(&cfg.Node.MetricsRetention, "metrics-retention", 0, "how long per-sandbox metric samples are kept (default 1h)")
 	f.DurationVar(&cfg.TemplateGCGrace, "template-gc-grace", 0, "how long the template garbage collector keeps a build nothing needs any more before freeing it (default 15m)")

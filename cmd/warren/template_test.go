@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -332,9 +333,28 @@ func TestTemplateCommandNeedsKey(t *testing.T) {
 }
 
 // serveRunsc runs `warren serve --driver runsc` in process, on host objects
-// of its own, and returns its API URL. The cleanup kills the sandboxes
-// left, stops the server and removes what it made on the host.
+// of its own and without a warm pool, and returns its API URL. The cleanup
+// kills the sandboxes left, stops the server and removes what it made on
+// the host.
 func serveRunsc(t *testing.T, apiKey string) string {
+	t.Helper()
+	iso := e2eserve.Isolation{CgroupRoot: fmt.Sprintf("warren-clitest-%d", os.Getpid()), Table: fmt.Sprintf("warrenclitest%d", os.Getpid()),
+		CIDR: "100.72.0.0/16", VethPrefix: "wc"}
+	return startServeRunsc(t, apiKey, iso, "--pool-size", "0").url
+}
+
+// runscServer is a `warren serve --driver runsc` run in process.
+type runscServer struct {
+	url, dataDir string
+	out, errb    *syncBuffer
+	// stop kills the sandboxes left and stops the server gracefully (as
+	// SIGTERM does); the cleanup calls it too.
+	stop func()
+}
+
+// startServeRunsc starts `warren serve --driver runsc` on the host objects
+// named by iso, with more serve flags extra.
+func startServeRunsc(t *testing.T, apiKey string, iso e2eserve.Isolation, extra ...string) *runscServer {
 	t.Helper()
 	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
 	for _, env := range []string{"WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
@@ -347,49 +367,53 @@ func serveRunsc(t *testing.T, apiKey string) string {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cgRoot, table := fmt.Sprintf("warren-clitest-%d", os.Getpid()), fmt.Sprintf("warrenclitest%d", os.Getpid())
-	var out, errb syncBuffer
-	root := newRoot(&out, &errb)
-	root.SetArgs([]string{"serve", "--driver", "runsc", "--listen", addr, "--data-dir", dataDir, "--api-key", apiKey,
+	s := &runscServer{url: "http://" + addr, dataDir: dataDir, out: &syncBuffer{}, errb: &syncBuffer{}}
+	root := newRoot(s.out, s.errb)
+	root.SetArgs(append([]string{"serve", "--driver", "runsc", "--listen", addr, "--data-dir", dataDir, "--api-key", apiKey,
 		"--runsc", os.Getenv("WARREN_RUNSC"), "--envd", os.Getenv("WARREN_ENVD"), "--base-rootfs", os.Getenv("WARREN_TEST_ROOTFS_TAR"),
-		"--cgroup-root", cgRoot, "--nft-table", table, "--net-cidr", "100.72.0.0/16", "--veth-prefix", "wc"})
+		"--cgroup-root", iso.CgroupRoot, "--nft-table", iso.Table, "--net-cidr", iso.CIDR, "--veth-prefix", iso.VethPrefix}, extra...))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
-	url := "http://" + addr
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			c := client.New(s.url, apiKey)
+			if list, _, err := c.List(context.Background(), client.ListOptions{}); err == nil {
+				for _, sb := range list {
+					c.Kill(context.Background(), sb.SandboxID)
+				}
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve: %v", err)
+				}
+			case <-time.After(2 * time.Minute):
+				t.Error("serve did not stop")
+			}
+		})
+	}
 	t.Cleanup(func() {
-		c := client.New(url, apiKey)
-		if list, _, err := c.List(context.Background(), client.ListOptions{}); err == nil {
-			for _, sb := range list {
-				c.Kill(context.Background(), sb.SandboxID)
-			}
-		}
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(2 * time.Minute):
-			t.Error("serve did not stop")
-		}
+		s.stop()
 		e2eserve.UnmountUnder(t, dataDir)
-		e2eserve.Isolation{CgroupRoot: cgRoot, Table: table}.Cleanup()
+		iso.Cleanup()
 		if t.Failed() {
-			t.Logf("warren serve log:\n%s", errb.String())
+			t.Logf("warren serve log:\n%s", s.errb.String())
 		}
 	})
 	deadline := time.After(5 * time.Minute) // the first start unpacks the base root filesystem
-	for !strings.Contains(out.String(), "E2B_API_KEY") {
+	for !strings.Contains(s.out.String(), "E2B_API_KEY") {
 		select {
 		case err := <-done:
-			t.Fatalf("serve exited: %v\n%s", err, errb.String())
+			t.Fatalf("serve exited: %v\n%s", err, s.errb.String())
 		case <-deadline:
-			t.Fatalf("serve printed no exports:\n%s", errb.String())
+			t.Fatalf("serve printed no exports:\n%s", s.errb.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return url
+	return s
 }
 
 // readSandboxFile reads a file of a sandbox through the server's proxy to

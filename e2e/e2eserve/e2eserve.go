@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -96,7 +97,9 @@ type Options struct {
 	Listen     string // HOST:PORT; empty picks a free loopback port
 	APIKey     string
 	AdminToken string // optional
-	// ExtraArgs are added to the serve command line.
+	// ExtraArgs are added to the serve command line. Without a
+	// --pool-size among them the server runs with --pool-size 0 (no warm
+	// pool).
 	ExtraArgs []string
 	Isolation Isolation
 }
@@ -131,6 +134,11 @@ func Start(t testing.TB, opts Options) *Server {
 		"--net-cidr", opts.Isolation.CIDR, "--veth-prefix", opts.Isolation.VethPrefix}
 	if opts.AdminToken != "" {
 		args = append(args, "--admin-token", opts.AdminToken)
+	}
+	if !slices.Contains(opts.ExtraArgs, "--pool-size") {
+		// No warm pool unless a test asks for one: the tests count
+		// sandboxes and host objects, and the machine is small.
+		args = append(args, "--pool-size", "0")
 	}
 	args = append(args, opts.ExtraArgs...)
 	cmd := exec.Command(os.Getenv("WARREN_WARREN"), args...)

@@ -21,6 +21,10 @@ type PoolStatus struct {
 	BuildID    string `json:"buildID"`
 	Size       int    `json:"size"`
 	Ready      int    `json:"ready"`
+	// Hits and Misses count the creates that asked the pool for a member
+	// since it was set (a hit claimed one).
+	Hits   int64 `json:"hits"`
+	Misses int64 `json:"misses"`
 }
 
 func (s *Server) poolRoutes(admin func(func(http.ResponseWriter, *http.Request, *caller)) http.Handler) {
@@ -53,13 +57,13 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	st := s.cfg.Pools.Pools()[tmpl.ID]
-	writeJSON(w, http.StatusOK, PoolStatus{TemplateID: tmpl.ID, BuildID: tmpl.BuildID, Size: *body.Size, Ready: st.Ready})
+	writeJSON(w, http.StatusOK, PoolStatus{TemplateID: tmpl.ID, BuildID: tmpl.BuildID, Size: *body.Size, Ready: st.Ready, Hits: st.Hits, Misses: st.Misses})
 }
 
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request, _ *caller) {
 	out := []PoolStatus{}
 	for id, st := range s.cfg.Pools.Pools() {
-		out = append(out, PoolStatus{TemplateID: id, BuildID: st.BuildID, Size: st.Size, Ready: st.Ready})
+		out = append(out, PoolStatus{TemplateID: id, BuildID: st.BuildID, Size: st.Size, Ready: st.Ready, Hits: st.Hits, Misses: st.Misses})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].TemplateID < out[j].TemplateID })
 	writeJSON(w, http.StatusOK, out)

@@ -169,6 +169,12 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 // memory its template was built with, and a disk no smaller than the
 // server's default; the server's defaults fill what the template leaves
 // zero.
+// SandboxResources are the resources a create of tmpl with default
+// resources gets: a warm pool of tmpl made with them serves such creates.
+func (s *Server) SandboxResources(tmpl node.Template) sandbox.Resources {
+	return s.sandboxResources(tmpl)
+}
+
 func (s *Server) sandboxResources(tmpl node.Template) sandbox.Resources {
 	res := s.cfg.DefaultResources
 	t := tmpl.Resources

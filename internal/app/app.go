@@ -103,6 +103,10 @@ type Config struct {
 	Limits store.Limits
 	// Node tunes the node agent; zero fields keep its defaults.
 	Node NodeTuning
+	// BasePool is the size of the base template's warm pool, set at every
+	// start (basepool.go): PoolSizeAuto sizes it from the host, 0 (the
+	// zero value; warren serve's default is auto) turns it off.
+	BasePool int
 	// TemplateGCInterval is the time between two runs of the template
 	// garbage collector (default 1h; negative disables it).
 	TemplateGCInterval time.Duration
@@ -191,7 +195,8 @@ func OpenStore(ctx context.Context, dataDir, databaseURL string, log *slog.Logge
 
 // Run serves until ctx ends (SIGTERM), then shuts down gracefully:
 // in-flight requests finish, the evictor stops, sandboxes keep running and
-// are recovered by the next start.
+// are recovered by the next start; warm pool members, which belong to
+// this server, are destroyed (the next start refills the pools).
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
@@ -268,6 +273,14 @@ func Run(ctx context.Context, cfg Config) error {
 	api, err := apiserver.New(apiCfg)
 	if err != nil {
 		return err
+	}
+	if apiCfg.Pools != nil {
+		if err := setBasePool(ctx, cfg.BasePool, apiCfg.Pools, parts.templates, api, log); err != nil {
+			if cfg.BasePool != PoolSizeAuto {
+				return err // asked for explicitly
+			}
+			log.Warn("no warm pool of base", "error", err)
+		}
 	}
 	var apiHandler http.Handler = api
 	if parts.local != nil {

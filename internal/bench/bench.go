@@ -86,8 +86,11 @@ type Runner struct {
 
 	mu   sync.Mutex
 	live map[string]bool // sandboxes created and not yet killed
-	run  *Run
-	errs map[string]int
+	// origPool is the size of the template's pool the server had before
+	// the run (suspendPool).
+	origPool int
+	run      *Run
+	errs     map[string]int
 }
 
 // NewRunner returns a runner for the server at cfg.APIURL.
@@ -122,15 +125,23 @@ func (r *Runner) Run(ctx context.Context) ([]*Run, error) {
 	r.run = &Run{Driver: r.cfg.Driver, APIURL: r.cfg.APIURL, WarmPool: "none"}
 	runs := []*Run{r.run}
 	defer r.killAll(context.WithoutCancel(ctx))
+	// The pass without a pool has none: a pool the server keeps (warren
+	// serve's default for base) is set to 0 for it and restored at the
+	// end. Without the admin token the pool, if any, stays and the hit
+	// rate says what it served.
+	restore := r.suspendPool(ctx)
+	defer restore()
 	// Warm up: the first sandbox pays one-off costs (template caches).
 	if _, err := r.interactive(ctx, true); err != nil {
 		return runs, fmt.Errorf("bench %s: warm-up sandbox: %w", r.cfg.APIURL, err)
 	}
 	p := r.cfg.Plan
+	before := r.poolCounts(ctx)
 	r.step("tti", func() { r.tti(ctx, p.TTIIterations) })
 	r.step("burst", func() { r.burst(ctx, p.Burst) })
 	r.step("running", func() { r.inRunning(ctx) })
 	r.step("density", func() { r.density(ctx) })
+	r.run.PoolClaims = r.poolCounts(ctx).since(before)
 	if pr := r.pooled(ctx); pr != nil {
 		runs = append(runs, pr)
 	}
@@ -215,28 +226,39 @@ func parallel(n, width int, f func(i int)) {
 	wg.Wait()
 }
 
+// timing is what interactive measured of one sandbox.
+type timing struct {
+	create time.Duration // POST /v2/sandboxes → its answer
+	tti    time.Duration // POST /v2/sandboxes → end of the first command
+}
+
 // interactive creates a sandbox and runs `true` in it, returning the time
-// from the create request to the command's end. The sandbox is killed
-// afterwards when kill is set (else it is left for killAll).
-func (r *Runner) interactive(ctx context.Context, kill bool) (time.Duration, error) {
+// of the create request and from the create request to the command's end.
+// The sandbox is killed afterwards when kill is set (else it is left for
+// killAll).
+func (r *Runner) interactive(ctx context.Context, kill bool) (timing, error) {
 	opCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	t0 := time.Now()
 	sb, err := r.create(opCtx)
 	if err != nil {
-		return 0, err
+		return timing{}, err
 	}
+	created := time.Since(t0)
 	if kill {
 		defer r.kill(ctx, sb.SandboxID)
 	}
 	if err := newEnvd(r.hc, r.cfg.APIURL, sb).run(opCtx, "true"); err != nil {
-		return 0, err
+		return timing{}, err
 	}
-	return time.Since(t0), nil
+	return timing{create: created, tti: time.Since(t0)}, nil
 }
 
+// tti measures n sequential creates, each followed by its first command:
+// the create request alone (MetricCreate, the create overhead a warm pool
+// cuts) and create → first command (MetricTTI).
 func (r *Runner) tti(ctx context.Context, n int) {
-	var samples []time.Duration
+	var creates, samples []time.Duration
 	var fails int
 	for range n {
 		if ctx.Err() != nil {
@@ -248,8 +270,9 @@ func (r *Runner) tti(ctx context.Context, n int) {
 			r.note(MetricTTI, err)
 			continue
 		}
-		samples = append(samples, d)
+		creates, samples = append(creates, d.create), append(samples, d.tti)
 	}
+	r.add(&Metric{Name: MetricCreate, Summary: Summarize(creates, fails), Note: "POST /v2/sandboxes alone"})
 	r.add(&Metric{Name: MetricTTI, Summary: Summarize(samples, fails)})
 }
 
@@ -275,7 +298,7 @@ func (r *Runner) burst(ctx context.Context, n int) {
 				r.note(MetricBurst, err)
 				return
 			}
-			samples = append(samples, d)
+			samples = append(samples, d.tti)
 		}()
 	}
 	t0 := time.Now()

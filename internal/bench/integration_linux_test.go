@@ -79,8 +79,17 @@ func TestBenchRunsc(t *testing.T) {
 	for _, m := range rep.Runs[1].Metrics {
 		checkFigures(t, m, 2)
 	}
-	if len(rep.Runs[1].Metrics) != 2 {
-		t.Errorf("with a warm pool: %d metrics, want tti and burst", len(rep.Runs[1].Metrics))
+	if len(rep.Runs[1].Metrics) != 3 {
+		t.Errorf("with a warm pool: %d metrics, want create, tti and burst", len(rep.Runs[1].Metrics))
+	}
+	// The pooled pass waits for a full pool before its first create and
+	// before the burst of the pool's size: at least 1 + 2 hits. The pass
+	// without a pool asks none (the started server has --pool-size 0).
+	if c := rep.Runs[1].PoolClaims; c == nil || c.Hits < 3 {
+		t.Errorf("pool claims with a pool: %+v, want at least 3 hits", c)
+	}
+	if c := rep.Runs[0].PoolClaims; c == nil || c.Hits != 0 {
+		t.Errorf("pool claims without a pool: %+v, want none", c)
 	}
 	run := rep.Runs[0]
 	metrics := map[string]*bench.Metric{}
@@ -93,7 +102,7 @@ func TestBenchRunsc(t *testing.T) {
 		name     string
 		attempts int
 	}{
-		{bench.MetricTTI, 2}, {bench.MetricBurst, 2}, {bench.MetricExec, 30}, {bench.MetricWrite1MiB, 5},
+		{bench.MetricCreate, 2}, {bench.MetricTTI, 2}, {bench.MetricBurst, 2}, {bench.MetricExec, 30}, {bench.MetricWrite1MiB, 5},
 		{bench.MetricRead1MiB, 5}, {bench.MetricPause, 2}, {bench.MetricResume, 2}, {bench.MetricFork10, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

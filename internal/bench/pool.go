@@ -16,6 +16,76 @@ type poolStatus struct {
 	TemplateID string `json:"templateID"`
 	Size       int    `json:"size"`
 	Ready      int    `json:"ready"`
+	Hits       int64  `json:"hits"`
+	Misses     int64  `json:"misses"`
+}
+
+// poolCount is the template pool's claim counters at one moment; known is
+// false without an admin token (or when the API has no pool routes).
+type poolCount struct {
+	known        bool
+	hits, misses int64
+}
+
+// poolCounts reads the claim counters of the template's pool (zero when
+// it has none).
+func (r *Runner) poolCounts(ctx context.Context) poolCount {
+	if r.admin() == nil {
+		return poolCount{}
+	}
+	var pools []poolStatus
+	if _, _, err := r.admin().Do(ctx, http.MethodGet, "/admin/pools", nil, &pools); err != nil {
+		return poolCount{}
+	}
+	c := poolCount{known: true}
+	for _, p := range pools {
+		if p.TemplateID == r.cfg.Template {
+			c.hits, c.misses = p.Hits, p.Misses
+		}
+	}
+	return c
+}
+
+// since returns the claims between before and c (nil when either is
+// unknown). A pool set again in between restarts its counters; the
+// callers read both ends within one pool setting.
+func (c poolCount) since(before poolCount) *PoolClaims {
+	if !c.known || !before.known {
+		return nil
+	}
+	return &PoolClaims{Hits: max(0, c.hits-before.hits), Misses: max(0, c.misses-before.misses)}
+}
+
+// suspendPool removes the template's warm pool, if the server keeps one
+// (warren serve does for base by default), for the pass without a pool,
+// and returns what sets it back to its size at the end of the run.
+func (r *Runner) suspendPool(ctx context.Context) (restore func()) {
+	r.origPool = 0
+	if r.admin() == nil {
+		return func() {}
+	}
+	var pools []poolStatus
+	if _, _, err := r.admin().Do(ctx, http.MethodGet, "/admin/pools", nil, &pools); err != nil {
+		return func() {}
+	}
+	for _, p := range pools {
+		if p.TemplateID == r.cfg.Template && p.Size > 0 {
+			r.origPool = p.Size
+		}
+	}
+	if r.origPool == 0 {
+		return func() {}
+	}
+	if err := r.setPool(ctx, 0); err != nil {
+		r.note("pool", err)
+		return func() {}
+	}
+	r.log.Info("bench: warm pool suspended for the pass without one", "template", r.cfg.Template, "size", r.origPool)
+	return func() {
+		if err := r.setPool(context.WithoutCancel(ctx), r.origPool); err != nil {
+			r.note("pool", err)
+		}
+	}
 }
 
 // admin returns a client for the admin routes acting on the default team,
@@ -105,6 +175,8 @@ func (r *Runner) pooled(ctx context.Context) *Run {
 		r.note("pool", err)
 		return p
 	}
+	before := r.poolCounts(ctx)
+	defer func() { p.PoolClaims = r.poolCounts(ctx).since(before) }()
 	r.step("tti+pool", func() { r.tti(ctx, r.cfg.Plan.TTIIterations) })
 	if err := r.waitPool(ctx, size); err != nil {
 		r.note("pool", err)

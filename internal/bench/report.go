@@ -11,6 +11,7 @@ import (
 
 // Metric names, in the order the table prints them.
 const (
+	MetricCreate    = "create"     // POST /v2/sandboxes alone, one at a time (create overhead)
 	MetricTTI       = "tti"        // create → first command result, one at a time
 	MetricBurst     = "burst"      // create → first command result, all at once
 	MetricExec      = "exec_true"  // Process.Start of `true` → end event
@@ -50,10 +51,14 @@ type Run struct {
 	APIURL string `json:"apiURL"`
 	// WarmPool says whether a warm pool served the creates ("none", the
 	// pool's size, or why none was measured); Pool is the size (0: none).
-	WarmPool string    `json:"warmPool"`
-	Pool     int       `json:"pool,omitempty"`
-	Metrics  []*Metric `json:"metrics"`
-	Density  *Density  `json:"density,omitempty"`
+	WarmPool string `json:"warmPool"`
+	Pool     int    `json:"pool,omitempty"`
+	// PoolClaims counts the creates of the run that asked the template's
+	// warm pool (GET /admin/pools before and after); nil when unknown (no
+	// admin token).
+	PoolClaims *PoolClaims `json:"poolClaims,omitempty"`
+	Metrics    []*Metric   `json:"metrics"`
+	Density    *Density    `json:"density,omitempty"`
 	// Errors are a sample of the failures met (first few of each kind).
 	Errors []string `json:"errors,omitempty"`
 }
@@ -68,6 +73,25 @@ type Metric struct {
 	// supported (e.g. pause with runc); Note says why a metric is empty.
 	Unsupported bool   `json:"unsupported,omitempty"`
 	Note        string `json:"note,omitempty"`
+}
+
+// PoolClaims are the creates a warm pool served (hits) and did not
+// (misses: no member was ready).
+type PoolClaims struct {
+	Hits   int64 `json:"hits"`
+	Misses int64 `json:"misses"`
+}
+
+// String says the hit rate.
+func (c *PoolClaims) String() string {
+	if c == nil {
+		return "unknown (needs the admin token)"
+	}
+	n := c.Hits + c.Misses
+	if n == 0 {
+		return "no pool asked"
+	}
+	return fmt.Sprintf("%d of %d creates from the pool (%.0f%%)", c.Hits, n, 100*float64(c.Hits)/float64(n))
 }
 
 // Density is the idle density measurement.
@@ -227,6 +251,15 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DRIVER\tWARM POOL\tPOOL HIT RATE")
+	for _, r := range rep.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.label(), r.WarmPool, r.PoolClaims)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
 	}
 	for _, r := range rep.Runs {
 		for _, e := range r.Errors {

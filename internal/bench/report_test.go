@@ -18,8 +18,9 @@ func sampleReport() *Report {
 		Date: time.Date(2026, 11, 29, 17, 0, 0, 0, time.UTC), Commit: "abc1234", Mode: "quick",
 		Host: Host{CPUs: 2, MemTotalMiB: 24105, LoadAvgStart: "5.00 4.00 3.00", LoadAvgEnd: "6.00 5.00 4.00"},
 		Runs: []*Run{
-			{Driver: "runsc", APIURL: "http://127.0.0.1:1", WarmPool: "none",
+			{Driver: "runsc", APIURL: "http://127.0.0.1:1", WarmPool: "none", PoolClaims: &PoolClaims{},
 				Metrics: []*Metric{
+					{Name: MetricCreate, Summary: Summary{N: 10, P50Ms: 400, P95Ms: 900, P99Ms: 1000}},
 					{Name: MetricTTI, Summary: Summary{N: 10, P50Ms: 600, P95Ms: 1500, P99Ms: 1800}},
 					{Name: MetricBurst, Summary: Summary{N: 9, Failures: 1, P50Ms: 2000, P95Ms: 3000, P99Ms: 3000}, WallMs: 3100, Note: "10 at once"},
 					{Name: MetricExec, Summary: Summary{N: 30, P50Ms: 4.5, P95Ms: 20, P99Ms: 25}},
@@ -92,6 +93,7 @@ func TestWriteTable(t *testing.T) {
 host: 2 CPUs, 24105 MiB, load 5.00 4.00 3.00 → 6.00 5.00 4.00
 
 DRIVER  WARM POOL  METRIC     N   FAIL  P50     P95     P99     NOTE
+runsc   none       create     10  0     400ms   900ms   1.00s   
 runsc   none       tti        10  0     600ms   1.50s   1.80s   
 runsc   none       burst      9   1     2.00s   3.00s   3.00s   wall 3.10s 10 at once
 runsc   none       exec_true  30  0     4.50ms  20ms    25ms    
@@ -110,10 +112,27 @@ runsc/runc  tti                           2.00×  3.00×
 runsc/runc  burst                         2.00×  2.00×
 runsc/runc  exec_true                     3.00×  5.00×
 runsc/runc  density_host_mib_per_sandbox  4.00×  -
+
+DRIVER  WARM POOL  POOL HIT RATE
+runsc   none       no pool asked
+runc    none       unknown (needs the admin token)
 runc: error: burst: create: 429: too many
 `
 	if got := b.String(); got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestPoolClaims(t *testing.T) {
+	t.Parallel()
+	before := poolCount{known: true, hits: 2, misses: 1}
+	after := poolCount{known: true, hits: 11, misses: 2}
+	c := after.since(before)
+	if c == nil || c.Hits != 9 || c.Misses != 1 || c.String() != "9 of 10 creates from the pool (90%)" {
+		t.Errorf("claims %+v: %s", c, c)
+	}
+	if c := after.since(poolCount{}); c != nil {
+		t.Errorf("claims from an unknown start: %+v", c)
 	}
 }
 
@@ -129,7 +148,7 @@ func TestWriteJSON(t *testing.T) {
 	for _, key := range []string{`"date": "2026-11-29T17:00:00Z"`, `"commit": "abc1234"`, `"mode": "quick"`,
 		`"driver": "runsc"`, `"warmPool": "none"`, `"name": "tti"`, `"p50Ms": 600`, `"p95Ms": 1500`, `"p99Ms": 1800`,
 		`"failures": 1`, `"wallMs": 3100`, `"unsupported": true`, `"hostMiBPerSandbox": 40`, `"cgroupMiBPerSandbox": 20`,
-		`"ratios": [`, `"num": "runsc"`, `"den": "runc"`} {
+		`"ratios": [`, `"num": "runsc"`, `"den": "runc"`, `"poolClaims": {`, `"name": "create"`} {
 		if !strings.Contains(b.String(), key) {
 			t.Errorf("JSON lacks %s:\n%s", key, b.String())
 		}
@@ -138,7 +157,7 @@ func TestWriteJSON(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Runs) != 2 || back.Runs[0].Metrics[0].P50Ms != 600 || back.Runs[1].Density.Started != 10 || len(back.Ratios) != 4 {
+	if len(back.Runs) != 2 || back.Runs[0].Metrics[1].P50Ms != 600 || back.Runs[0].PoolClaims == nil || back.Runs[1].Density.Started != 10 || len(back.Ratios) != 4 {
 		t.Errorf("round trip lost figures: %+v", back)
 	}
 }

@@ -83,7 +83,10 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	iso := isolation(os.Getpid(), cfg.Index, cfg.Driver)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	args := []string{"serve", "--driver", cfg.Driver, "--listen", addr, "--data-dir", dataDir, "--api-key", key, "--admin-token", adminToken,
-		"--cgroup-root", iso.cgroupRoot, "--net-cidr", iso.cidr, "--nft-table", iso.nftTable, "--veth-prefix", iso.vethPrefix}
+		"--cgroup-root", iso.cgroupRoot, "--net-cidr", iso.cidr, "--nft-table", iso.nftTable, "--veth-prefix", iso.vethPrefix,
+		// No warm pool of its own: the pass without a pool has none, the
+		// pooled pass sets one through the admin API.
+		"--pool-size", "0"}
 	args = append(args, cfg.Extra...)
 	logf, err := os.Create(filepath.Join(dataDir, "serve.log"))
 	if err != nil {
@@ -164,7 +167,7 @@ func (s *Server) waitHealthy(ctx context.Context, timeout time.Duration) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/health", nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode/100 == 2 { // 204 (the spec's), or 200
 				return nil
 			}
 		}

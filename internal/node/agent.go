@@ -311,7 +311,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 }
 
 // Close stops the agent's timers and watchers. Sandboxes keep running; a
-// new agent on the same DataDir adopts them.
+// new agent on the same DataDir adopts them. Warm pool members are the
+// exception: they belong to this agent and are destroyed (pool.go); the
+// pool configuration stays for the next agent.
 func (a *Agent) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -326,9 +328,11 @@ func (a *Agent) Close() error {
 		delete(a.subs, ch)
 		close(ch)
 	}
+	members := a.takeMembersLocked()
 	a.mu.Unlock()
 	a.cancel()
 	a.wg.Wait()
+	a.dropMembers(members)
 	a.spawn.close()
 	a.flushSamples()
 	return nil

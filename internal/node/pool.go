@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,8 +27,11 @@ import (
 // ID the usual way. Pools refill in the background, at most
 // Config.PoolConcurrency members being made at a time; a pool whose
 // template build changes, or whose size drops, destroys its extra members.
-// Pool members do not survive an agent restart (internal sandboxes are
-// reclaimed at start); the pools refill.
+// Pool members belong to the running agent: Close destroys them (the
+// ready ones, the reserved ones not yet claimed, and those being made,
+// which see the agent closed when they are done). After a crash the next
+// agent's start reclaims them like any internal sandbox. Either way the
+// new agent refills its pools.
 //
 // Pool configuration is persisted by the node (pool_persist.go) and set
 // again when the agent restarts.
@@ -55,12 +59,16 @@ type Pooler interface {
 	Pools() map[string]PoolStatus
 }
 
-// PoolStatus is one pool's state.
+// PoolStatus is one pool's state. Hits and Misses count the Reserve
+// calls for the pool's template since the pool was set (a miss: none of
+// its members was ready for that build and those resources).
 type PoolStatus struct {
 	BuildID string
 	Size    int
 	Ready   int
 	Making  int
+	Hits    int64
+	Misses  int64
 }
 
 var _ Pooler = (*Agent)(nil)
@@ -71,6 +79,8 @@ type pool struct {
 	size   int
 	ready  []*sbx
 	making int
+	hits   int64
+	misses int64
 }
 
 type poolMetrics struct {
@@ -151,8 +161,12 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 	p := a.pools[tmpl.ID]
 	if p == nil || p.tmpl.BuildID != tmpl.BuildID || p.res != res || len(p.ready) == 0 {
 		a.pm.claims.WithLabelValues(templateLabel(tmpl.ID), "miss").Inc()
+		if p != nil {
+			p.misses++
+		}
 		return "", false
 	}
+	p.hits++
 	s := p.ready[len(p.ready)-1]
 	p.ready = p.ready[:len(p.ready)-1]
 	a.reserved[s.rec.ID] = s
@@ -188,12 +202,17 @@ func (a *Agent) Pools() map[string]PoolStatus {
 	defer a.mu.Unlock()
 	out := map[string]PoolStatus{}
 	for id, p := range a.pools {
-		out[id] = PoolStatus{BuildID: p.tmpl.BuildID, Size: p.size, Ready: len(p.ready), Making: p.making}
+		out[id] = PoolStatus{BuildID: p.tmpl.BuildID, Size: p.size, Ready: len(p.ready), Making: p.making, Hits: p.hits, Misses: p.misses}
 	}
 	return out
 }
 
 func (a *Agent) dropMember(ctx context.Context, s *sbx) {
+	a.dropMemberFor(ctx, s, "pool_shrink")
+}
+
+// dropMemberFor destroys pool member s, logging reason as its kill reason.
+func (a *Agent) dropMemberFor(ctx context.Context, s *sbx, reason string) {
 	s.op.Lock()
 	defer s.op.Unlock()
 	a.mu.Lock()
@@ -202,7 +221,42 @@ func (a *Agent) dropMember(ctx context.Context, s *sbx) {
 	if gone {
 		return
 	}
-	a.destroy(ctx, s, a.log.With("sandbox_id", id, "kill_reason", "pool_shrink"))
+	a.destroy(ctx, s, a.log.With("sandbox_id", id, "kill_reason", reason))
+}
+
+// takeMembersLocked empties the pools and the reserved set and returns
+// their members, for Close to destroy. a.mu is held.
+func (a *Agent) takeMembersLocked() []*sbx {
+	var out []*sbx
+	for id, p := range a.pools {
+		out = append(out, p.ready...)
+		p.ready = nil
+		a.pm.ready.WithLabelValues(id).Set(0)
+	}
+	for id, s := range a.reserved {
+		out = append(out, s)
+		delete(a.reserved, id)
+	}
+	return out
+}
+
+// dropMembers destroys pool members, a few at a time.
+func (a *Agent) dropMembers(members []*sbx) {
+	if len(members) == 0 {
+		return
+	}
+	ctx := context.WithoutCancel(a.ctx)
+	sem := make(chan struct{}, a.cfg.PoolConcurrency)
+	var wg sync.WaitGroup
+	for _, s := range members {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			a.dropMemberFor(ctx, s, "pool_close")
+		})
+	}
+	wg.Wait()
+	a.log.Info("warm pool members destroyed at close", "count", len(members))
 }
 
 func (a *Agent) poolLoop() {

@@ -212,3 +212,43 @@ func TestWarmPoolSurvivesRestart(t *testing.T) {
 		}
 	})
 }
+
+// TestWarmPoolMembersGoAtClose: a graceful Close destroys the pool's
+// members, ready and reserved alike, and keeps the configuration for the
+// next agent; an ordinary sandbox keeps running for it to adopt.
+func TestWarmPoolMembersGoAtClose(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		req := createReq("ignored")
+		if err := a.SetPool(ctx, req.Template, req.Resources, 2); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 2)
+		if _, ok := a.Reserve(req.Template, req.Resources); !ok {
+			t.Fatal("no member reserved from a full pool")
+		}
+		other := req.Resources
+		other.MemoryMB *= 2
+		if _, ok := a.Reserve(req.Template, other); ok {
+			t.Fatal("a member reserved for other resources")
+		}
+		if st := a.Pools()["tmpl"]; st.Hits != 1 || st.Misses != 1 {
+			t.Errorf("pool counts %+v, want 1 hit and 1 miss", st)
+		}
+		e.create(a, "kept")
+		if n := len(runtimeIDs(t, e)); n != 3 {
+			t.Fatalf("%d runtime sandboxes before close, want 2 members + 1", n)
+		}
+		a.Close()
+		if ids := runtimeIDs(t, e); len(ids) != 1 || ids[0] != "kept" {
+			t.Fatalf("runtime sandboxes after close: %v, want only the ordinary one", ids)
+		}
+		a2 := e.start()
+		if st := a2.Pools()["tmpl"]; st.Size != 2 {
+			t.Fatalf("pool after restart: %+v, want size 2 kept", st)
+		}
+	})
+}

@@ -121,3 +121,37 @@ func BenchmarkWarmPoolCreate(b *testing.B) {
 	report(b, "cold-create", cold)
 	report(b, "warm-create", warm)
 }
+
+// TestWarmPoolGoneAtCloseRunsc: a graceful Close of the agent destroys its
+// runsc pool members, ready (frozen) and reserved alike: no runsc
+// container, cgroup, network namespace, mount or directory of any member
+// is left.
+func TestWarmPoolGoneAtCloseRunsc(t *testing.T) {
+	h := newHost(t)
+	a, drv := h.agent()
+	ctx := context.Background()
+	req := h.createReq("unused")
+	if err := a.SetPool(ctx, req.Template, req.Resources, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolReady(t, a, "base", 2)
+	if _, ok := a.Reserve(req.Template, req.Resources); !ok {
+		t.Fatal("no pool member to reserve")
+	}
+	members, err := drv.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(members) != 2 {
+		t.Fatalf("runsc containers of the pool: %v, want 2", members)
+	}
+	a.Close()
+	for _, id := range members {
+		if left := h.leftovers(drv, id); len(left) > 0 {
+			t.Errorf("pool member %s left after a graceful close: %v", id, left)
+		}
+	}
+	if left := h.leftovers(drv, ""); len(left) > 0 {
+		t.Errorf("host objects left after a graceful close: %v", left)
+	}
+}
