@@ -20,7 +20,7 @@ import (
 // warmIso names this file's runsc server's host objects apart from every
 // other test's.
 var warmIso = e2eserve.Isolation{CgroupRoot: fmt.Sprintf("warren-warmtest-%d", os.Getpid()),
-	Table: fmt.Sprintf("warrenwarmtest%d", os.Getpid()), CIDR: "100.86.0.0/16", VethPrefix: "wwm"}
+	Table: fmt.Sprintf("warrenwarmtest%d", os.Getpid()), CIDR: "100.71.0.0/16", VethPrefix: "wwm"}
 
 // adminGet GETs an admin route of the server.
 func adminGet(t *testing.T, url, token, path string) string {

@@ -15,7 +15,7 @@ import (
 )
 
 // iso names the host objects of this test process's servers.
-var iso = e2eserve.NewIsolation("compat", "100.93.0.0/16", "wk")
+var iso = e2eserve.NewIsolation("compat", "100.69.0.0/16", "wk")
 
 // TestMain removes the isolated cgroup root and nftables table at the end.
 func TestMain(m *testing.M) {

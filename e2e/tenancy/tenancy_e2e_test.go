@@ -22,7 +22,7 @@ import (
 )
 
 // iso names this package's host objects (its own CIDR and veth prefix).
-var iso = e2eserve.NewIsolation("tapi", "100.93.0.0/16", "qt")
+var iso = e2eserve.NewIsolation("tapi", "100.70.0.0/16", "qt")
 
 func TestMain(m *testing.M) {
 	code := m.Run()
