@@ -31,7 +31,9 @@ type EnvdError struct {
 func (e *EnvdError) Error() string { return fmt.Sprintf("envd: %d: %s", e.Status, e.Message) }
 
 // Is makes a 404 match ErrNotFound.
-func (e *EnvdError) Is(target error) bool { return target == ErrNotFound && e.Status == http.StatusNotFound }
+func (e *EnvdError) Is(target error) bool {
+	return target == ErrNotFound && e.Status == http.StatusNotFound
+}
 
 // envd reaches one sandbox's envd: Connect clients of its process and
 // filesystem services and an HTTP client for /files, all with the routing
