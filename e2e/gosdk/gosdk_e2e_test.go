@@ -140,3 +140,74 @@ func TestReadmeFlow(t *testing.T) {
 		t.Fatalf("info after kill: %v, want not found", err)
 	}
 }
+
+// TestForkSnapshotMetrics forks a sandbox and snapshots it: the copies
+// and a sandbox started from the snapshot have its files; the snapshot is
+// listed and deleted; metrics come within a minute of the start.
+func TestForkSnapshotMetrics(t *testing.T) {
+	cfg := serve(t)
+	ctx := context.Background()
+	sb, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Files.Write(ctx, "state.txt", []byte("before"), e2b.FileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	forks, err := sb.Fork(ctx, 1, time.Minute)
+	if err != nil || len(forks) != 1 || forks[0].ID == sb.ID {
+		t.Fatalf("fork: %+v %v", forks, err)
+	}
+	if data, err := forks[0].Files.Read(ctx, "state.txt", e2b.FileOptions{}); err != nil || string(data) != "before" {
+		t.Fatalf("fork's file: %q %v", data, err)
+	}
+	if _, err := forks[0].Files.Write(ctx, "state.txt", []byte("fork"), e2b.FileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := sb.Files.Read(ctx, "state.txt", e2b.FileOptions{}); string(data) != "before" {
+		t.Fatalf("a fork's write reached its source: %q", data)
+	}
+
+	snap, err := sb.CreateSnapshot(ctx, "gosdk-snap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, _, err := e2b.ListSnapshots(ctx, e2b.SnapshotListOptions{Config: cfg, SandboxID: sb.ID})
+	if err != nil || !slices.ContainsFunc(snaps, func(s e2b.Snapshot) bool { return s.SnapshotID == snap.SnapshotID }) {
+		t.Fatalf("snapshot %+v not listed: %+v %v", snap, snaps, err)
+	}
+	from, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Template: snap.SnapshotID, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := from.Files.Read(ctx, "state.txt", e2b.FileOptions{}); err != nil || string(data) != "before" {
+		t.Fatalf("file in a sandbox from the snapshot: %q %v", data, err)
+	}
+	if _, err := from.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e2b.DeleteSnapshot(ctx, snap.SnapshotID, cfg); !ok || err != nil {
+		t.Fatalf("delete snapshot: %v %v", ok, err)
+	}
+	if ok, err := e2b.DeleteSnapshot(ctx, snap.SnapshotID, cfg); ok || err != nil {
+		t.Fatalf("second delete: %v %v, want false", ok, err)
+	}
+
+	deadline := time.Now().Add(time.Minute) // samples are taken every 5 s
+	for {
+		m, err := sb.Metrics(ctx, e2b.MetricsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) > 0 {
+			if m[0].MemTotal == 0 || m[0].CPUCount == 0 {
+				t.Fatalf("metric %+v", m[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no metrics a minute after the start")
+		}
+		time.Sleep(time.Second)
+	}
+}

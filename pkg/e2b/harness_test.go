@@ -123,6 +123,28 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, status, f.answer(sb))
 		}
 	})
+	// fork makes the first copy and refuses the others, to show that each
+	// fork succeeds or fails on its own.
+	mux.HandleFunc("POST /sandboxes/{id}/fork", func(w http.ResponseWriter, r *http.Request) {
+		var req client.ForkRequest
+		if sb := f.get(w, r); sb != nil && decode(w, r, &req) {
+			res := []client.ForkResult{}
+			for i := range *req.Count {
+				if i > 0 {
+					res = append(res, client.ForkResult{Error: &client.Error{Code: 429, Message: "limit"}})
+					continue
+				}
+				f.next++
+				id := "sbx" + strconv.Itoa(f.next)
+				c := &fakeSandbox{detail: sb.detail}
+				c.detail.SandboxID = id
+				f.sandboxes[id] = c
+				f.order = append(f.order, id)
+				res = append(res, client.ForkResult{Sandbox: &client.Sandbox{SandboxID: id, EnvdAccessToken: testToken}})
+			}
+			writeJSON(w, 201, res)
+		}
+	})
 	mux.ServeHTTP(w, r)
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/pkg/client"
 )
 
 // TestConfigResolve reads the E2B_* variables when options are unset,
@@ -51,7 +53,8 @@ func TestConfigResolve(t *testing.T) {
 
 // TestSandboxLifecycle creates a sandbox with every option the REST API
 // takes, then reads, times out, pauses, resumes, lists (in pages) and
-// kills it through the fake API.
+// kills it through the fake API; a fork returns what it made and why
+// the rest failed.
 func TestSandboxLifecycle(t *testing.T) {
 	t.Parallel()
 	api, cfg := newServer(t)
@@ -123,6 +126,15 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 	if len(ids) != 3 || ids[0] != "sbx1" || ids[2] != "sbx3" {
 		t.Fatalf("listed %v", ids)
+	}
+
+	forks, err := sb.Fork(ctx, 2, time.Minute)
+	var ae *client.APIError
+	if len(forks) != 1 || forks[0].ID != "sbx4" || !errors.As(err, &ae) || ae.Status != 429 {
+		t.Fatalf("fork: %+v %v", forks, err)
+	}
+	if r, err := forks[0].Commands.Run(ctx, "echo forked", RunOptions{}); err != nil || r.Stdout != "forked\n" {
+		t.Fatalf("command in a fork: %+v %v", r, err)
 	}
 
 	if ok, err := sb.Kill(ctx); !ok || err != nil {
