@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
+	"github.com/warren-sandbox/warren/pkg/client"
 	"github.com/warren-sandbox/warren/pkg/e2b"
 )
 
@@ -209,5 +210,36 @@ func TestForkSnapshotMetrics(t *testing.T) {
 			t.Fatal("no metrics a minute after the start")
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// TestBuildTemplate builds a template from the base one with the log
+// streamed to a callback; a sandbox of it has what the steps made, and a
+// failing step returns the build's reason.
+func TestBuildTemplate(t *testing.T) {
+	cfg := serve(t)
+	ctx := context.Background()
+	var logs []e2b.BuildLogEntry
+	info, err := e2b.BuildTemplate(ctx, e2b.TemplateOptions{Config: cfg, Name: "gosdk-tpl", FromTemplate: "base",
+		Steps: []e2b.TemplateStep{e2b.StepEnv("GREETING", "built"), e2b.StepRun(`echo "$GREETING" > /home/user/made`, "user"), e2b.StepWorkdir("/home/user")},
+		OnLog: func(e e2b.BuildLogEntry) { logs = append(logs, e) }})
+	if err != nil {
+		t.Fatalf("build: %v; log %+v", err, logs)
+	}
+	if info.Status != "ready" || len(logs) == 0 {
+		t.Fatalf("build %+v with %d log lines", info, len(logs))
+	}
+	sb, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Template: "gosdk-tpl", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sb.Commands.Run(ctx, `cat made; echo "$GREETING"; pwd`, e2b.RunOptions{})
+	if err != nil || r.Stdout != "built\nbuilt\n/home/user\n" {
+		t.Fatalf("in a sandbox of the template: %+v %v", r, err)
+	}
+	_, err = e2b.BuildTemplate(ctx, e2b.TemplateOptions{Config: cfg, Name: "gosdk-bad", Steps: []e2b.TemplateStep{e2b.StepRun("exit 9")}})
+	var failed *client.BuildFailedError
+	if !errors.As(err, &failed) {
+		t.Fatalf("failing build: %v, want *client.BuildFailedError", err)
 	}
 }

@@ -200,3 +200,23 @@ func ExamplePty() {
 		log.Fatal(err)
 	}
 }
+
+// Build a template from the base one, printing the build log as it goes,
+// and start a sandbox of it.
+func ExampleBuildTemplate() {
+	ctx := context.Background()
+	_, err := e2b.BuildTemplate(ctx, e2b.TemplateOptions{
+		Name:         "myapp:v1",
+		FromTemplate: "base",
+		Steps:        []e2b.TemplateStep{e2b.StepRun("pip install requests", "root"), e2b.StepWorkdir("/home/user")},
+		OnLog:        func(e e2b.BuildLogEntry) { fmt.Println(e.Step, e.Message) },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	sb, err := e2b.Create(ctx, e2b.CreateOptions{Template: "myapp:v1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Kill(context.Background())
+}
