@@ -142,7 +142,8 @@ func TestReadmeFlow(t *testing.T) {
 	}
 }
 
-// TestForkSnapshotMetrics forks a sandbox and snapshots it: the copies
+// TestForkSnapshotMetrics changes a sandbox's network rules, forks it and
+// snapshots it: the copies
 // and a sandbox started from the snapshot have its files; the snapshot is
 // listed and deleted; metrics come within a minute of the start.
 func TestForkSnapshotMetrics(t *testing.T) {
@@ -154,6 +155,12 @@ func TestForkSnapshotMetrics(t *testing.T) {
 	}
 	if _, err := sb.Files.Write(ctx, "state.txt", []byte("before"), e2b.FileOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	if err := sb.UpdateNetwork(ctx, e2b.NetworkUpdate{DenyOut: []string{"0.0.0.0/0"}, AllowOut: []string{"10.9.8.7"}}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := sb.Info(ctx); err != nil || info.Network == nil || !slices.Equal(info.Network.DenyOut, []string{"0.0.0.0/0"}) || !slices.Equal(info.Network.AllowOut, []string{"10.9.8.7"}) {
+		t.Fatalf("network after update: %+v %v", info, err)
 	}
 	forks, err := sb.Fork(ctx, 1, time.Minute)
 	if err != nil || len(forks) != 1 || forks[0].ID == sb.ID {

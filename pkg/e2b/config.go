@@ -43,6 +43,10 @@ type Config struct {
 	// RequestTimeout bounds each unary request; negative means no bound
 	// (default DefaultRequestTimeout).
 	RequestTimeout time.Duration
+	// Retries is how often a REST request answered 429 with a numeric
+	// Retry-After is retried after that wait (DefaultRetries when zero;
+	// none when negative).
+	Retries int
 	// HTTPClient carries every request (http.DefaultClient when nil).
 	HTTPClient *http.Client
 	// Header is added to every REST request.
@@ -61,6 +65,9 @@ func (c Config) resolve() (Config, error) {
 	if c.HTTPClient == nil {
 		c.HTTPClient = http.DefaultClient
 	}
+	if c.Retries == 0 {
+		c.Retries = DefaultRetries
+	}
 	if c.APIKey == "" {
 		return c, ErrNoAPIKey
 	}
@@ -71,6 +78,15 @@ func (c Config) resolve() (Config, error) {
 func (c Config) api() *client.Client {
 	rc := client.New(c.APIURL, c.APIKey)
 	rc.HTTP = c.HTTPClient
+	if c.Retries > 0 {
+		next := c.HTTPClient.Transport
+		if next == nil {
+			next = http.DefaultTransport
+		}
+		hc := *c.HTTPClient
+		hc.Transport = retrying{next: next, retries: c.Retries}
+		rc.HTTP = &hc
+	}
 	for k, v := range c.Header {
 		rc.Header[k] = v
 	}

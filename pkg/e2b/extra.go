@@ -142,3 +142,17 @@ func DeleteSnapshot(ctx context.Context, id string, cfg Config) (bool, error) {
 	}
 	return true, nil
 }
+
+// NetworkUpdate changes a running sandbox's outbound rules.
+type NetworkUpdate = client.NetworkUpdate
+
+// UpdateNetwork replaces the sandbox's outbound allow and deny lists (and
+// the other fields set in u).
+func (s *Sandbox) UpdateNetwork(ctx context.Context, u NetworkUpdate) error {
+	ctx, cancel := s.cfg.withTimeout(ctx)
+	defer cancel()
+	if _, _, err := s.api.Do(ctx, http.MethodPut, "/sandboxes/"+url.PathEscape(s.ID)+"/network", u, nil); err != nil {
+		return fmt.Errorf("update network of sandbox %s: %w", s.ID, err)
+	}
+	return nil
+}
