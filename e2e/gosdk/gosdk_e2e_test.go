@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,8 +52,9 @@ func serve(t *testing.T) e2b.Config {
 }
 
 // TestReadmeFlow does what the README's JS example does, in Go: create a
-// sandbox, run python with streamed output, write and read a file, pause,
-// connect (the processes and files are still there), and kill.
+// sandbox, run python with streamed output (and stdin, and a PTY), write
+// and read a file, watch a directory, pause, connect (the processes and
+// files are still there), and kill.
 func TestReadmeFlow(t *testing.T) {
 	cfg := serve(t)
 	ctx := context.Background()
@@ -100,6 +102,41 @@ func TestReadmeFlow(t *testing.T) {
 		t.Fatalf("watch event %+v open %v err %v", ev, ok, w.Err())
 	}
 	w.Stop()
+
+	py, err := sb.Commands.Start(ctx, "python3 -c 'import sys; print(sum(int(l) for l in sys.stdin))'", e2b.RunOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := py.SendStdin(ctx, []byte("40\n2\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := py.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := py.Wait(ctx); err != nil || r.Stdout != "42\n" {
+		t.Fatalf("stdin: %+v %v", r, err)
+	}
+	var term strings.Builder
+	var termMu sync.Mutex
+	pty, err := sb.Pty.Create(ctx, e2b.PtyOptions{Cols: 80, Rows: 24, OnData: func(s string) { termMu.Lock(); term.WriteString(s); termMu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Pty.Resize(ctx, pty.PID, 120, 40); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Pty.SendInput(ctx, pty.PID, []byte("stty size; tty; exit\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pty.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	termMu.Lock()
+	out := term.String()
+	termMu.Unlock()
+	if !strings.Contains(out, "40 120") || !strings.Contains(out, "/dev/pts/") {
+		t.Fatalf("pty output %q", out)
+	}
 
 	bg, err := sb.Commands.Start(ctx, "sleep 600", e2b.RunOptions{Tag: "survivor"})
 	if err != nil {

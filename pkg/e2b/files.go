@@ -28,6 +28,9 @@ type Files struct{ e *envd }
 type FileOptions struct {
 	// User acts as this user (the sandbox's default when empty).
 	User string
+	// Metadata, on writes, is stored with each file (user xattrs, envd
+	// 0.6.2 or newer), replacing what it had; Stat and List return it.
+	Metadata map[string]string
 }
 
 // FileType is the kind of a filesystem entry.
@@ -78,9 +81,10 @@ func typeOf(t fspb.FileType) FileType {
 
 // WriteInfo is what envd reports about a written file.
 type WriteInfo struct {
-	Name string   `json:"name"`
-	Path string   `json:"path"`
-	Type FileType `json:"type"`
+	Name     string            `json:"name"`
+	Path     string            `json:"path"`
+	Type     FileType          `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // filesURL is the /files URL of path (empty for a multi-file write).
@@ -170,7 +174,7 @@ func (f *Files) WriteMany(ctx context.Context, files []WriteEntry, o FileOptions
 	}
 	ctx, cancel := f.e.unary(ctx)
 	defer cancel()
-	infos, err := f.e.upload(ctx, path, o.User, &body, mw.FormDataContentType())
+	infos, err := f.e.upload(ctx, path, o, &body, mw.FormDataContentType())
 	if err != nil {
 		return nil, fmt.Errorf("write %s: %w", describe(files), err)
 	}
@@ -190,7 +194,7 @@ func describe(files []WriteEntry) string {
 // WriteStream writes what r yields to the file at path as one raw
 // upload (envd 0.5.7 or newer); ctx bounds the whole transfer.
 func (f *Files) WriteStream(ctx context.Context, path string, r io.Reader, o FileOptions) (*WriteInfo, error) {
-	infos, err := f.e.upload(ctx, path, o.User, r, "application/octet-stream")
+	infos, err := f.e.upload(ctx, path, o, r, "application/octet-stream")
 	if err != nil {
 		return nil, fmt.Errorf("write %s: %w", path, err)
 	}
@@ -200,12 +204,15 @@ func (f *Files) WriteStream(ctx context.Context, path string, r io.Reader, o Fil
 	return &infos[0], nil
 }
 
-func (e *envd) upload(ctx context.Context, path, user string, body io.Reader, contentType string) ([]WriteInfo, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.filesURL(e.base, path, user, nil), body)
+func (e *envd) upload(ctx context.Context, path string, o FileOptions, body io.Reader, contentType string) ([]WriteInfo, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.filesURL(e.base, path, o.User, nil), body)
 	if err != nil {
 		return nil, err
 	}
 	e.auth(req.Header, "")
+	for k, v := range o.Metadata {
+		req.Header.Set("X-Metadata-"+k, v)
+	}
 	req.Header.Set("Content-Type", contentType)
 	resp, err := e.hc.Do(req)
 	if err != nil {

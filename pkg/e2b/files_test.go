@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/envd/envdtest"
 )
 
 // TestFiles writes and reads bytes and streams, lists, stats, makes
@@ -124,6 +126,25 @@ func TestFilesUser(t *testing.T) {
 	}
 	if _, err := sb.Files.Write(ctx, p, []byte("x"), FileOptions{User: "no-such-user-here"}); err == nil {
 		t.Fatal("unknown user accepted")
+	}
+}
+
+// TestFileMetadata stores metadata with a written file; Stat returns it.
+func TestFileMetadata(t *testing.T) {
+	t.Parallel()
+	_, sb := startSandbox(t)
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "meta.txt")
+	info, err := sb.Files.Write(ctx, p, []byte("x"), FileOptions{Metadata: map[string]string{"owner-team": "blue"}})
+	var ee *EnvdError
+	if errors.As(err, &ee) && strings.Contains(ee.Message, "extended attributes") {
+		envdtest.Require(t, false, "user xattrs unsupported here")
+	}
+	if err != nil || info.Metadata["owner-team"] != "blue" {
+		t.Fatalf("write: %+v %v", info, err)
+	}
+	if st, err := sb.Files.Stat(ctx, p, FileOptions{}); err != nil || st.Metadata["owner-team"] != "blue" {
+		t.Fatalf("stat: %+v %v", st, err)
 	}
 }
 
