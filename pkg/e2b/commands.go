@@ -35,8 +35,9 @@ type RunOptions struct {
 	OnStdout, OnStderr func(data string)
 	// Stdin keeps the command's stdin open for SendStdin.
 	Stdin bool
-	// Timeout bounds the command (DefaultCommandTimeout when zero; no
-	// bound when negative).
+	// Timeout bounds the command: envd kills it when it passes, also in
+	// the background (DefaultCommandTimeout when zero; no bound when
+	// negative).
 	Timeout time.Duration
 }
 
@@ -71,8 +72,10 @@ func (c *Commands) Run(ctx context.Context, cmd string, o RunOptions) (*CommandR
 }
 
 // Start starts cmd in the background and returns once envd reports its
-// PID. The handle streams the output until the command ends, ctx ends,
-// or Disconnect is called; neither of the last two kills the command.
+// PID. The handle streams the output until the command ends, ctx is
+// cancelled, or Disconnect is called; neither of the last two kills the
+// command. The command's deadline (RunOptions.Timeout, or ctx's deadline
+// when sooner) is sent to envd, which kills the command when it passes.
 func (c *Commands) Start(ctx context.Context, cmd string, o RunOptions) (*CommandHandle, error) {
 	cfg := &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}, Envs: o.Env}
 	if o.Cwd != "" {

@@ -3,9 +3,11 @@ package e2b
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func startSandbox(t *testing.T) (*fakeAPI, *Sandbox) {
@@ -68,8 +70,8 @@ func TestCommandsEnvCwdUser(t *testing.T) {
 }
 
 // TestCommandsBackground runs commands in the background: stdin through
-// the handle, list, kill, and re-attaching to a running process after
-// disconnecting from it.
+// the handle, list, kill, re-attaching to a running process after
+// disconnecting from it, and envd killing one past its timeout.
 func TestCommandsBackground(t *testing.T) {
 	t.Parallel()
 	_, sb := startSandbox(t)
@@ -129,6 +131,27 @@ func TestCommandsBackground(t *testing.T) {
 	}
 	if r, err := again.Wait(ctx); err != nil || r.Stdout != "got it\n" {
 		t.Fatalf("re-attached: %+v %v", r, err)
+	}
+	bounded, err := sb.Commands.Start(ctx, "sleep 600", RunOptions{Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := bounded.Wait(ctx); err == nil {
+		t.Fatalf("a command past its timeout ended well: %+v", r)
+	}
+	// envd kills it when its side of the deadline fires, a moment after
+	// the client hung up.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		procs, err := sb.Commands.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(procs, func(p ProcessInfo) bool { return p.PID == bounded.PID }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a command past its timeout still runs")
+		}
 	}
 	if _, err := sb.Commands.Connect(ctx, 1<<30, RunOptions{}); !IsNotFound(err) {
 		t.Fatalf("connect to a missing pid: %v, want not found", err)
