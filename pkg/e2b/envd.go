@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 
@@ -42,14 +43,15 @@ type envd struct {
 	cfg          Config
 	id           string
 	base, direct string
-	token        string
+	token        atomic.Pointer[string] // replaced by Resume
 	hc           *http.Client
 	proc         processconnect.ProcessClient
 	fs           filesystemconnect.FilesystemClient
 }
 
 func newEnvd(cfg Config, id, domain, token string) *envd {
-	e := &envd{cfg: cfg, id: id, base: cfg.envdURL(id, domain), direct: cfg.directEnvdURL(id, domain), token: token}
+	e := &envd{cfg: cfg, id: id, base: cfg.envdURL(id, domain), direct: cfg.directEnvdURL(id, domain)}
+	e.token.Store(&token)
 	next := cfg.HTTPClient.Transport
 	if next == nil {
 		next = http.DefaultTransport
@@ -83,13 +85,16 @@ func rpc[T any](e *envd, msg *T, user string) *connect.Request[T] {
 }
 
 func (e *envd) auth(h http.Header, user string) {
-	if e.token != "" {
-		h.Set("X-Access-Token", e.token)
+	if tok := e.accessToken(); tok != "" {
+		h.Set("X-Access-Token", tok)
 	}
 	if user != "" {
 		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
 	}
 }
+
+// accessToken is the sandbox's envd access token ("" when it has none).
+func (e *envd) accessToken() string { return *e.token.Load() }
 
 // stream marks r as a server stream: envd sends keepalives this often
 // (seconds) so proxies keep idle streams open.

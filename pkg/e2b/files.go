@@ -330,10 +330,11 @@ func (f *Files) UploadURL(path string, o URLOptions) string { return f.e.signedU
 // signedURL signs path, operation and user with the access token, as
 // envd checks it; sandboxes without a token need no signature.
 func (e *envd) signedURL(path, op string, o URLOptions) string {
-	if e.token == "" {
+	tok := e.accessToken()
+	if tok == "" {
 		return e.filesURL(e.direct, path, o.User, nil)
 	}
-	raw := path + ":" + op + ":" + o.User + ":" + e.token
+	raw := path + ":" + op + ":" + o.User + ":" + tok
 	extra := url.Values{}
 	if !o.Expires.IsZero() {
 		exp := strconv.FormatInt(o.Expires.Unix(), 10)

@@ -254,7 +254,7 @@ func (s *Sandbox) Resume(ctx context.Context, timeout time.Duration) error {
 		return err
 	}
 	if sb.EnvdAccessToken != "" {
-		s.envd.token = sb.EnvdAccessToken
+		s.envd.token.Store(&sb.EnvdAccessToken)
 	}
 	return nil
 }
