@@ -1,8 +1,12 @@
 // Package e2b is a Go SDK for E2B-compatible sandboxes: Warren's, and
-// E2B's cloud. It covers what the JS and Python SDKs do for sandboxes,
-// commands and files: the REST calls go through pkg/client, envd's
-// process and filesystem services through the Connect clients generated
-// in api/envd, and file contents through envd's /files route.
+// E2B's cloud. It covers what the JS and Python SDKs do for sandboxes
+// (Create, Connect, List, pause, resume, fork, metrics, snapshots),
+// commands (Commands, background CommandHandle), files (Files, Watch),
+// terminals (Pty) and template builds (BuildTemplate). The REST calls go
+// through pkg/client, envd's process and filesystem services through the
+// Connect clients generated in api/envd (JSON codec, as the other SDKs),
+// and file contents through envd's /files route. It is versioned with
+// the Warren module.
 //
 // Configuration comes from options or, when an option is unset, from the
 // environment as in the other SDKs: E2B_API_KEY, E2B_API_URL,
