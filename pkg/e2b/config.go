@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,14 +52,30 @@ type Config struct {
 	HTTPClient *http.Client
 	// Header is added to every REST request.
 	Header http.Header
+	// Debug talks to an envd on localhost:49983 (or SandboxURL) with no
+	// API at all, as the other SDKs' debug mode (E2B_DEBUG=true): Create
+	// and Connect return the sandbox "debug_sandbox_id", Kill and
+	// SetTimeout do nothing, Metrics is empty. For testing an envd alone.
+	Debug bool
 }
+
+// The debug mode's sandbox.
+const (
+	debugSandboxID   = "debug_sandbox_id"
+	debugEnvdVersion = "99.99.99"
+)
 
 // resolve fills unset fields from the environment and defaults.
 func (c Config) resolve() (Config, error) {
 	c.APIKey = cmp.Or(c.APIKey, os.Getenv("E2B_API_KEY"))
+	c.Debug = c.Debug || os.Getenv("E2B_DEBUG") == "true"
 	c.SandboxURL = strings.TrimRight(cmp.Or(c.SandboxURL, os.Getenv("E2B_SANDBOX_URL")), "/")
 	c.Domain = cmp.Or(c.Domain, os.Getenv("E2B_DOMAIN"), DefaultDomain)
-	c.APIURL = strings.TrimRight(cmp.Or(c.APIURL, os.Getenv("E2B_API_URL"), "https://api."+c.Domain), "/")
+	defaultAPI := "https://api." + c.Domain
+	if c.Debug {
+		defaultAPI = "http://localhost:3000"
+	}
+	c.APIURL = strings.TrimRight(cmp.Or(c.APIURL, os.Getenv("E2B_API_URL"), defaultAPI), "/")
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
 	}
@@ -68,7 +85,7 @@ func (c Config) resolve() (Config, error) {
 	if c.Retries == 0 {
 		c.Retries = DefaultRetries
 	}
-	if c.APIKey == "" {
+	if c.APIKey == "" && !c.Debug {
 		return c, ErrNoAPIKey
 	}
 	return c, nil
@@ -110,6 +127,9 @@ func (c Config) envdURL(id, domain string) string {
 	if c.SandboxURL != "" {
 		return c.SandboxURL
 	}
+	if c.Debug {
+		return "http://localhost:" + strconv.Itoa(EnvdPort)
+	}
 	domain = cmp.Or(domain, c.Domain)
 	for _, d := range sharedHostDomains {
 		if d == domain {
@@ -124,6 +144,9 @@ func (c Config) envdURL(id, domain string) string {
 func (c Config) directEnvdURL(id, domain string) string {
 	if c.SandboxURL != "" {
 		return c.SandboxURL
+	}
+	if c.Debug {
+		return "http://localhost:" + strconv.Itoa(EnvdPort)
 	}
 	return "https://" + hostFor(EnvdPort, id, cmp.Or(domain, c.Domain))
 }

@@ -10,7 +10,8 @@
 //
 // Configuration comes from options or, when an option is unset, from the
 // environment as in the other SDKs: E2B_API_KEY, E2B_API_URL,
-// E2B_SANDBOX_URL and E2B_DOMAIN. Every call takes a context.Context first.
+// E2B_SANDBOX_URL, E2B_DOMAIN and E2B_DEBUG. Every call takes a
+// context.Context first.
 //
 //	sb, err := e2b.Create(ctx, e2b.CreateOptions{Template: "base"})
 //	if err != nil { ... }

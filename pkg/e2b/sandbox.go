@@ -114,6 +114,9 @@ func Create(ctx context.Context, o CreateOptions) (*Sandbox, error) {
 			return nil, fmt.Errorf("e2b: lifecycle onTimeout %q: want kill or pause", l.OnTimeout)
 		}
 	}
+	if cfg.Debug {
+		return newSandbox(cfg, debugSandbox()), nil
+	}
 	ctx, cancel := cfg.withTimeout(ctx)
 	defer cancel()
 	sb, err := cfg.api().Create(ctx, req)
@@ -137,6 +140,9 @@ func Connect(ctx context.Context, id string, o ConnectOptions) (*Sandbox, error)
 }
 
 func connectSandbox(ctx context.Context, cfg Config, id string, timeout time.Duration) (*client.Sandbox, error) {
+	if cfg.Debug {
+		return debugSandbox(), nil
+	}
 	ctx, cancel := cfg.withTimeout(ctx)
 	defer cancel()
 	if timeout <= 0 {
@@ -147,6 +153,10 @@ func connectSandbox(ctx context.Context, cfg Config, id string, timeout time.Dur
 		return nil, fmt.Errorf("connect to sandbox %s: %w", id, err)
 	}
 	return sb, nil
+}
+
+func debugSandbox() *client.Sandbox {
+	return &client.Sandbox{SandboxID: debugSandboxID, EnvdVersion: debugEnvdVersion}
 }
 
 func newSandbox(cfg Config, sb *client.Sandbox) *Sandbox {
@@ -201,6 +211,9 @@ func Kill(ctx context.Context, id string, cfg Config) (bool, error) {
 }
 
 func kill(ctx context.Context, cfg Config, id string) (bool, error) {
+	if cfg.Debug {
+		return true, nil
+	}
 	ctx, cancel := cfg.withTimeout(ctx)
 	defer cancel()
 	ok, err := cfg.api().Kill(ctx, id)
@@ -226,6 +239,9 @@ func (s *Sandbox) Info(ctx context.Context) (*SandboxInfo, error) {
 
 // SetTimeout makes the sandbox end d from now (whole seconds).
 func (s *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
+	if s.cfg.Debug {
+		return nil
+	}
 	ctx, cancel := s.cfg.withTimeout(ctx)
 	defer cancel()
 	if err := s.api.SetTimeout(ctx, s.ID, *seconds(d)); err != nil {
@@ -284,7 +300,13 @@ func (s *Sandbox) IsRunning(ctx context.Context) (bool, error) {
 
 // Host is the host name that reaches port in the sandbox
 // (<port>-<id>.<domain>; no scheme).
-func (s *Sandbox) Host(port int) string { return hostFor(port, s.ID, s.Domain) }
+// In debug mode it is localhost:<port>.
+func (s *Sandbox) Host(port int) string {
+	if s.cfg.Debug {
+		return "localhost:" + strconv.Itoa(port)
+	}
+	return hostFor(port, s.ID, s.Domain)
+}
 
 func hostFor(port int, id, domain string) string {
 	return strconv.Itoa(port) + "-" + id + "." + domain
