@@ -11,7 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/netslot"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -169,7 +169,7 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 // memory its template was built with, and a disk no smaller than the
 // server's default; the server's defaults fill what the template leaves
 // zero.
-func (s *Server) sandboxResources(tmpl node.Template) sandbox.Resources {
+func (s *Server) sandboxResources(tmpl nodeapi.Template) sandbox.Resources {
 	res := s.cfg.DefaultResources
 	t := tmpl.Resources
 	if t.VCPUs > 0 {
