@@ -95,7 +95,7 @@ func (n *Node) Create(_ context.Context, req nodeapi.CreateRequest) (*nodeapi.Sa
 		ID: req.ID, ExecutionID: req.ExecutionID, TemplateID: req.Template.ID, BuildID: req.Template.BuildID,
 		TeamID: req.TeamID, State: sandbox.StateRunning, Epoch: 1, StartedAt: time.Now(), EndAt: req.EndAt,
 		Resources: req.Resources, Network: req.Network, Address: n.Address, Host: n.Host,
-		EnvdVersion: envdproto.Version, Metadata: maps.Clone(req.Metadata),
+		EnvdVersion: envdproto.Version, Metadata: maps.Clone(req.Metadata), Health: nodeapi.HealthUnknown,
 	}
 	n.sandboxes[req.ID] = s
 	return clone(s), nil
