@@ -61,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 		{"Kill", testKill},
 		{"KillExecution", testKillExecution},
 		{"Stats", testStats},
+		{"Metrics", testMetrics},
 		{"WatchExit", testWatchExit},
 		{"Capabilities", testCapabilities},
 	}
@@ -379,6 +380,19 @@ func testStats(t *testing.T, n Node) {
 	if st.At.IsZero() {
 		t.Error("Stats: no time")
 	}
+}
+
+func testMetrics(t *testing.T, n Node) {
+	src, ok := n.Service.(nodeapi.MetricsSource)
+	if !ok {
+		t.Skip("not a MetricsSource")
+	}
+	create(t, n, "sb-mx")
+	if _, err := src.Metrics(t.Context(), "sb-mx", time.Time{}, time.Time{}); err != nil {
+		t.Errorf("Metrics of a running sandbox: %v", err)
+	}
+	_, err := src.Metrics(t.Context(), "sb-none", time.Time{}, time.Time{})
+	wantClass(t, "Metrics of an unknown sandbox", err, errdefs.ErrNotFound)
 }
 
 func testWatchExit(t *testing.T, n Node) {
