@@ -23,7 +23,17 @@ import (
 // Service is what the control plane asks of a node. Errors carry the
 // errdefs classes: ErrNotFound for an unknown sandbox, ErrConflict for a
 // wrong state, ErrExhausted for a refused pause or a full node,
-// ErrUnsupported for a feature the node's driver lacks.
+// ErrUnsupported for a feature the node's driver lacks, ErrAlreadyExists
+// for a sandbox ID the node holds already.
+//
+// A sandbox on a node (each arrow a call, or an event from Watch):
+//
+//	Create ──▶ running ──Pause──▶ paused ──Resume──▶ running (new execution)
+//	running ──Fork──▶ running, and len(IDs) new running sandboxes
+//	running, paused ──Kill──▶ gone (Get: ErrNotFound)
+//	running ──init exits, limit, backstop──▶ gone, EventExited or EventKilled
+//
+// nodeapitest.Run checks every implementation against this.
 type Service interface {
 	// Create starts a new sandbox and returns once its envd answers.
 	Create(ctx context.Context, req CreateRequest) (*Sandbox, error)
