@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -21,10 +22,13 @@ func (m *Manager) Metrics(ctx context.Context, teamID, id string, start, end tim
 	}
 	if src, ok := m.node.(nodeapi.MetricsSource); ok {
 		out, err := src.Metrics(ctx, id, start, end)
-		if errdefs.IsNotFound(err) {
+		switch {
+		case errdefs.IsNotFound(err):
 			return []nodeapi.Stats{}, nil
+		case !errors.Is(err, errdefs.ErrUnsupported):
+			return out, err
 		}
-		return out, err
+		// A remote node that keeps no samples: its current reading.
 	}
 	if sb.State != sandbox.StateRunning {
 		return []nodeapi.Stats{}, nil

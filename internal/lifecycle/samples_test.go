@@ -93,3 +93,33 @@ func TestMetricsFromSamples(t *testing.T) {
 		}
 	})
 }
+
+// unsampledNode answers Metrics as a remote node that keeps no samples
+// does through the RPC client: ErrUnsupported.
+type unsampledNode struct{ *fakenode.Node }
+
+func (unsampledNode) Metrics(_ context.Context, id string, _, _ time.Time) ([]nodeapi.Stats, error) {
+	return nil, fmt.Errorf("sandbox metrics: %w", errdefs.ErrUnsupported)
+}
+
+// TestMetricsUnsupportedFallsBack: the manager gives the current reading
+// of a node that keeps no samples, as for a node that is no MetricsSource.
+func TestMetricsUnsupportedFallsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, err := lifecycle.New(lifecycle.Config{Store: storetest.SQLite(t), Node: unsampledNode{fakenode.New()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := m.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Metrics(ctx, "team", sb.ID, time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatalf("Metrics: %v", err)
+	}
+	if len(got) != 1 || got[0].At.IsZero() {
+		t.Errorf("Metrics: %+v, want the one current reading", got)
+	}
+}

@@ -153,6 +153,24 @@ func (c *Client) Stats(ctx context.Context, id string) (*nodeapi.Stats, error) {
 	return noderpc.StatsFromProto(resp.Msg), nil
 }
 
+var _ nodeapi.MetricsSource = (*Client)(nil)
+
+// Metrics implements nodeapi.MetricsSource; a node that keeps no samples
+// answers ErrUnsupported.
+func (c *Client) Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.Stats, error) {
+	resp, err := c.rpc.Metrics(ctx, connect.NewRequest(&nodepb.MetricsRequest{
+		Id: id, Start: noderpc.Timestamp(start), End: noderpc.Timestamp(end),
+	}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	out := make([]nodeapi.Stats, 0, len(resp.Msg.GetSamples()))
+	for _, s := range resp.Msg.GetSamples() {
+		out = append(out, *noderpc.StatsFromProto(s))
+	}
+	return out, nil
+}
+
 // Watch implements nodeapi.Service. It returns once the node has accepted the
 // watch. When the stream breaks (the node restarted, the network failed) it
 // watches again, with backoff, until ctx ends; the node keeps the events of

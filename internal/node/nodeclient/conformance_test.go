@@ -1,9 +1,17 @@
 package nodeclient_test
 
 import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/driver/fake"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
+	"github.com/warren-sandbox/warren/internal/node/nodeclient"
+	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodeapi/nodeapitest"
 )
@@ -24,4 +32,19 @@ func TestConformance(t *testing.T) {
 			},
 		}
 	}})
+}
+
+// TestMetricsUnsupported: a node that keeps no samples answers the
+// client's Metrics with ErrUnsupported, not an empty history.
+func TestMetricsUnsupported(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.Handle(noderpc.NewHandler(fakenode.New(), noderpc.Options{}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client()})
+	_, err := c.Metrics(t.Context(), "sb1", time.Time{}, time.Time{})
+	if !errors.Is(err, errdefs.ErrUnsupported) {
+		t.Errorf("Metrics of a node without samples: %v, want ErrUnsupported", err)
+	}
 }

@@ -3,6 +3,7 @@ package noderpc
 import (
 	"context"
 	"crypto/subtle"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -156,6 +157,22 @@ func (s *server) Stats(ctx context.Context, req *connect.Request[nodepb.StatsReq
 		return nil, s.fail("Stats", err)
 	}
 	return connect.NewResponse(StatsToProto(st)), nil
+}
+
+func (s *server) Metrics(ctx context.Context, req *connect.Request[nodepb.MetricsRequest]) (*connect.Response[nodepb.MetricsResponse], error) {
+	src, ok := s.svc.(nodeapi.MetricsSource)
+	if !ok {
+		return nil, s.fail("Metrics", fmt.Errorf("sandbox metrics: %w", errdefs.ErrUnsupported))
+	}
+	out, err := src.Metrics(ctx, req.Msg.GetId(), Time(req.Msg.GetStart()), Time(req.Msg.GetEnd()))
+	if err != nil {
+		return nil, s.fail("Metrics", err)
+	}
+	resp := &nodepb.MetricsResponse{Samples: make([]*nodepb.StatsResponse, 0, len(out))}
+	for i := range out {
+		resp.Samples = append(resp.Samples, StatsToProto(&out[i]))
+	}
+	return connect.NewResponse(resp), nil
 }
 
 func (s *server) Watch(ctx context.Context, req *connect.Request[nodepb.WatchRequest], stream *connect.ServerStream[nodepb.Event]) error {
