@@ -42,9 +42,12 @@ type Node struct {
 type Harness struct {
 	// New returns a fresh node; the harness closes it at the end of t.
 	New func(t *testing.T) Node
+	// Serial runs the cases one after the other (real sandboxes on a
+	// small machine); by default they run in parallel.
+	Serial bool
 }
 
-// Run runs the suite; each case gets its own node and runs in parallel.
+// Run runs the suite; each case gets its own node.
 func Run(t *testing.T, h Harness) {
 	cases := []struct {
 		name string
@@ -67,7 +70,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
+			if !h.Serial {
+				t.Parallel()
+			}
 			c.fn(t, h.New(t))
 		})
 	}
