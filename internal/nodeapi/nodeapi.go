@@ -2,7 +2,8 @@
 // node and the types that cross it. The node agent (internal/node)
 // implements it in process; the node RPC client (internal/node/nodeclient)
 // implements it over the wire; internal/lifecycle/fakenode is a fake of it.
-// All three pass the one conformance suite in nodeapi/nodeapitest.
+// All three pass the one conformance suite in nodeapi/nodeapitest (the
+// agent over the fake driver and, in internal/node/nodeinteg, over runsc).
 //
 // The package holds no implementation and imports no agent, driver, cgroup
 // or envd code, so the control plane (lifecycle, apiserver, proxy) links
