@@ -1369,6 +1369,110 @@ func (x *StatsResponse) GetDiskTotalBytes() uint64 {
 	return 0
 }
 
+type MetricsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Start         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsRequest) Reset() {
+	*x = MetricsRequest{}
+	mi := &file_node_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsRequest) ProtoMessage() {}
+
+func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
+func (*MetricsRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *MetricsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MetricsRequest) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *MetricsRequest) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+type MetricsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Samples       []*StatsResponse       `protobuf:"bytes,1,rep,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsResponse) Reset() {
+	*x = MetricsResponse{}
+	mi := &file_node_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsResponse) ProtoMessage() {}
+
+func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
+func (*MetricsResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *MetricsResponse) GetSamples() []*StatsResponse {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
 type WatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1377,7 +1481,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1493,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1506,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{21}
+	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
 type Event struct {
@@ -1418,7 +1522,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1534,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1547,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{22}
+	return file_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Event) GetType() string {
@@ -1489,7 +1593,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1605,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1618,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{23}
+	return file_node_proto_rawDescGZIP(), []int{25}
 }
 
 type CapabilitiesResponse struct {
@@ -1529,7 +1633,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1645,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1658,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{24}
+	return file_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CapabilitiesResponse) GetDriver() string {
@@ -1701,7 +1805,13 @@ const file_node_proto_rawDesc = "" +
 	"\fmemory_total\x18\x05 \x01(\x04R\vmemoryTotal\x12*\n" +
 	"\x11memory_peak_bytes\x18\x06 \x01(\x04R\x0fmemoryPeakBytes\x12&\n" +
 	"\x0fdisk_used_bytes\x18\a \x01(\x04R\rdiskUsedBytes\x12(\n" +
-	"\x10disk_total_bytes\x18\b \x01(\x04R\x0ediskTotalBytes\"\x0e\n" +
+	"\x10disk_total_bytes\x18\b \x01(\x04R\x0ediskTotalBytes\"\x80\x01\n" +
+	"\x0eMetricsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
+	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\"J\n" +
+	"\x0fMetricsResponse\x127\n" +
+	"\asamples\x18\x01 \x03(\v2\x1d.warren.node.v1.StatsResponseR\asamples\"\x0e\n" +
 	"\fWatchRequest\"\xa1\x01\n" +
 	"\x05Event\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1d\n" +
@@ -1715,7 +1825,7 @@ const file_node_proto_rawDesc = "" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12+\n" +
 	"\x11memory_checkpoint\x18\x02 \x01(\bR\x10memoryCheckpoint\x12\x16\n" +
 	"\x06freeze\x18\x03 \x01(\bR\x06freeze\x12\x12\n" +
-	"\x04fork\x18\x04 \x01(\bR\x04fork2\x8a\a\n" +
+	"\x04fork\x18\x04 \x01(\bR\x04fork2\xd6\a\n" +
 	"\vNodeService\x12H\n" +
 	"\x06Create\x12\x1d.warren.node.v1.CreateRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12B\n" +
 	"\x03Get\x12\x1a.warren.node.v1.GetRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12A\n" +
@@ -1727,7 +1837,8 @@ const file_node_proto_rawDesc = "" +
 	"\x06Resume\x12\x1d.warren.node.v1.ResumeRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12A\n" +
 	"\x04Fork\x12\x1b.warren.node.v1.ForkRequest\x1a\x1c.warren.node.v1.ForkResponse\x12A\n" +
 	"\x04Kill\x12\x1b.warren.node.v1.KillRequest\x1a\x1c.warren.node.v1.KillResponse\x12D\n" +
-	"\x05Stats\x12\x1c.warren.node.v1.StatsRequest\x1a\x1d.warren.node.v1.StatsResponse\x12>\n" +
+	"\x05Stats\x12\x1c.warren.node.v1.StatsRequest\x1a\x1d.warren.node.v1.StatsResponse\x12J\n" +
+	"\aMetrics\x12\x1e.warren.node.v1.MetricsRequest\x1a\x1f.warren.node.v1.MetricsResponse\x12>\n" +
 	"\x05Watch\x12\x1c.warren.node.v1.WatchRequest\x1a\x15.warren.node.v1.Event0\x01\x12Y\n" +
 	"\fCapabilities\x12#.warren.node.v1.CapabilitiesRequest\x1a$.warren.node.v1.CapabilitiesResponseB2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
 
@@ -1743,7 +1854,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_node_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: warren.node.v1.Resources
 	(*Policy)(nil),                // 1: warren.node.v1.Policy
@@ -1766,67 +1877,74 @@ var file_node_proto_goTypes = []any{
 	(*KillResponse)(nil),          // 18: warren.node.v1.KillResponse
 	(*StatsRequest)(nil),          // 19: warren.node.v1.StatsRequest
 	(*StatsResponse)(nil),         // 20: warren.node.v1.StatsResponse
-	(*WatchRequest)(nil),          // 21: warren.node.v1.WatchRequest
-	(*Event)(nil),                 // 22: warren.node.v1.Event
-	(*CapabilitiesRequest)(nil),   // 23: warren.node.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),  // 24: warren.node.v1.CapabilitiesResponse
-	nil,                           // 25: warren.node.v1.Template.EnvEntry
-	nil,                           // 26: warren.node.v1.Sandbox.MetadataEntry
-	nil,                           // 27: warren.node.v1.CreateRequest.EnvVarsEntry
-	nil,                           // 28: warren.node.v1.CreateRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*MetricsRequest)(nil),        // 21: warren.node.v1.MetricsRequest
+	(*MetricsResponse)(nil),       // 22: warren.node.v1.MetricsResponse
+	(*WatchRequest)(nil),          // 23: warren.node.v1.WatchRequest
+	(*Event)(nil),                 // 24: warren.node.v1.Event
+	(*CapabilitiesRequest)(nil),   // 25: warren.node.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),  // 26: warren.node.v1.CapabilitiesResponse
+	nil,                           // 27: warren.node.v1.Template.EnvEntry
+	nil,                           // 28: warren.node.v1.Sandbox.MetadataEntry
+	nil,                           // 29: warren.node.v1.CreateRequest.EnvVarsEntry
+	nil,                           // 30: warren.node.v1.CreateRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
 }
 var file_node_proto_depIdxs = []int32{
-	25, // 0: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
-	29, // 1: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	29, // 2: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	27, // 0: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
+	31, // 1: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	31, // 2: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
 	1,  // 4: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
-	26, // 5: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
+	28, // 5: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
 	2,  // 6: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
 	0,  // 7: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
-	29, // 8: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
+	31, // 8: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
 	1,  // 9: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
-	27, // 10: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
-	28, // 11: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
+	29, // 10: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
+	30, // 11: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
 	3,  // 12: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
 	3,  // 13: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	29, // 14: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
+	31, // 14: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
 	1,  // 15: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
-	29, // 16: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
-	29, // 17: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
+	31, // 16: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
+	31, // 17: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
 	3,  // 18: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	29, // 19: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
-	29, // 20: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
-	4,  // 21: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
-	6,  // 22: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
-	7,  // 23: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
-	9,  // 24: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
-	11, // 25: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
-	13, // 26: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
-	14, // 27: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
-	15, // 28: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
-	17, // 29: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
-	19, // 30: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
-	21, // 31: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
-	23, // 32: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
-	5,  // 33: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
-	5,  // 34: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
-	8,  // 35: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
-	10, // 36: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
-	12, // 37: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
-	5,  // 38: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
-	5,  // 39: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
-	16, // 40: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
-	18, // 41: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
-	20, // 42: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
-	22, // 43: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
-	24, // 44: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
-	33, // [33:45] is the sub-list for method output_type
-	21, // [21:33] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	31, // 19: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
+	31, // 20: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	31, // 21: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	20, // 22: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
+	31, // 23: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
+	4,  // 24: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
+	6,  // 25: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
+	7,  // 26: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
+	9,  // 27: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
+	11, // 28: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
+	13, // 29: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
+	14, // 30: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
+	15, // 31: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
+	17, // 32: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
+	19, // 33: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
+	21, // 34: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
+	23, // 35: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
+	25, // 36: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
+	5,  // 37: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
+	5,  // 38: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
+	8,  // 39: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
+	10, // 40: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
+	12, // 41: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
+	5,  // 42: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
+	5,  // 43: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
+	16, // 44: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
+	18, // 45: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
+	20, // 46: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
+	22, // 47: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
+	24, // 48: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
+	26, // 49: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
+	37, // [37:50] is the sub-list for method output_type
+	24, // [24:37] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -1840,7 +1958,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

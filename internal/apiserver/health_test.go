@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -15,12 +15,12 @@ func TestSandboxDetailHealth(t *testing.T) {
 	c := e.client(e.key2)
 	sb := e.create(e.key2, client.NewSandbox{})
 	for _, tc := range []struct {
-		set  node.Health
+		set  nodeapi.Health
 		want string
 	}{
 		{"", "unknown"},
-		{node.HealthHealthy, "healthy"},
-		{node.HealthUnhealthy, "unhealthy"},
+		{nodeapi.HealthHealthy, "healthy"},
+		{nodeapi.HealthUnhealthy, "unhealthy"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			e.node.SetHealth(sb.SandboxID, tc.set)

@@ -11,7 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/netslot"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -171,11 +171,11 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 // zero.
 // SandboxResources are the resources a create of tmpl with default
 // resources gets: a warm pool of tmpl made with them serves such creates.
-func (s *Server) SandboxResources(tmpl node.Template) sandbox.Resources {
+func (s *Server) SandboxResources(tmpl nodeapi.Template) sandbox.Resources {
 	return s.sandboxResources(tmpl)
 }
 
-func (s *Server) sandboxResources(tmpl node.Template) sandbox.Resources {
+func (s *Server) sandboxResources(tmpl nodeapi.Template) sandbox.Resources {
 	res := s.cfg.DefaultResources
 	t := tmpl.Resources
 	if t.VCPUs > 0 {

@@ -29,7 +29,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -39,7 +39,7 @@ import (
 // TemplateResolver turns a template ID or alias, as a team sees it, into
 // what a node needs to start a sandbox. templates.Catalog implements it.
 type TemplateResolver interface {
-	Resolve(ctx context.Context, teamID, ref string) (node.Template, error)
+	Resolve(ctx context.Context, teamID, ref string) (nodeapi.Template, error)
 }
 
 // Config configures the API server. Store, Lifecycle and Templates are
@@ -80,7 +80,7 @@ type Config struct {
 	// upload URLs handed out; empty takes the request's scheme and Host.
 	PublicURL string
 	// Pools, when set, serves the warm pool admin routes (pools.go).
-	Pools node.Pooler
+	Pools nodeapi.Pooler
 	// Snapshots, when set (with Catalog), takes sandbox snapshots and
 	// deletes template snapshots (the node agent; snapshots.go).
 	Snapshots Snapshotter

@@ -17,7 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
@@ -27,17 +27,17 @@ import (
 // staticTemplates resolves "base" (and its alias "debian").
 type staticTemplates struct{}
 
-func (staticTemplates) Resolve(_ context.Context, _, ref string) (node.Template, error) {
+func (staticTemplates) Resolve(_ context.Context, _, ref string) (nodeapi.Template, error) {
 	switch ref {
 	case "base", "debian":
-		return node.Template{ID: "base", BuildID: "b1", User: "user", Workdir: "/home/user"}, nil
+		return nodeapi.Template{ID: "base", BuildID: "b1", User: "user", Workdir: "/home/user"}, nil
 	case "small":
 		// Built with 1 vCPU, 1 GiB and a 2 GiB disk (below the server's).
-		return node.Template{ID: "small", BuildID: "b2", Resources: sandbox.Resources{VCPUs: 1, MemoryMB: 1024, DiskMB: 2048}}, nil
+		return nodeapi.Template{ID: "small", BuildID: "b2", Resources: sandbox.Resources{VCPUs: 1, MemoryMB: 1024, DiskMB: 2048}}, nil
 	case "bigdisk":
-		return node.Template{ID: "bigdisk", BuildID: "b3", Resources: sandbox.Resources{DiskMB: 20480}}, nil
+		return nodeapi.Template{ID: "bigdisk", BuildID: "b3", Resources: sandbox.Resources{DiskMB: 20480}}, nil
 	}
-	return node.Template{}, fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
+	return nodeapi.Template{}, fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
 }
 
 type env struct {

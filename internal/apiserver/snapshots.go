@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -25,11 +25,11 @@ import (
 // deletes it. Snapshots need a driver with memory checkpoint (runsc);
 // elsewhere the create answers 501.
 
-// Snapshotter is the node side of snapshots; node.Agent implements it.
+// Snapshotter is the node side of snapshots; nodeapi.Agent implements it.
 type Snapshotter interface {
 	// SnapshotSandbox checkpoints running sandbox id into dir, leaving it
 	// running, and returns the template the sandbox was started from.
-	SnapshotSandbox(ctx context.Context, id, dir string) (node.Template, error)
+	SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error)
 	// DeleteSnapshot deletes the snapshot in dir with its saved layer.
 	DeleteSnapshot(ctx context.Context, dir string) error
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -23,7 +23,7 @@ import (
 // marker into the directory and returns the base template as the source.
 type fakeSnapshotter struct {
 	node *fakenode.Node
-	base node.Template
+	base nodeapi.Template
 	// Unsupported makes SnapshotSandbox fail as a driver without memory
 	// checkpoint does.
 	Unsupported bool
@@ -33,22 +33,22 @@ type fakeSnapshotter struct {
 	deleted []string // dirs
 }
 
-func (f *fakeSnapshotter) SnapshotSandbox(ctx context.Context, id, dir string) (node.Template, error) {
+func (f *fakeSnapshotter) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error) {
 	if f.Unsupported {
-		return node.Template{}, fmt.Errorf("sandbox %q: driver fake cannot checkpoint memory: %w", id, errdefs.ErrUnsupported)
+		return nodeapi.Template{}, fmt.Errorf("sandbox %q: driver fake cannot checkpoint memory: %w", id, errdefs.ErrUnsupported)
 	}
 	sb, err := f.node.Get(ctx, id)
 	if err != nil {
-		return node.Template{}, err
+		return nodeapi.Template{}, err
 	}
 	if sb.State != sandbox.StateRunning {
-		return node.Template{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrConflict)
+		return nodeapi.Template{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrConflict)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return node.Template{}, err
+		return nodeapi.Template{}, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "memory"), []byte(id), 0o600); err != nil {
-		return node.Template{}, err
+		return nodeapi.Template{}, err
 	}
 	f.mu.Lock()
 	f.taken = append(f.taken, id)
@@ -72,17 +72,17 @@ func (f *fakeSnapshotter) DeleteSnapshot(_ context.Context, dir string) error {
 type recNode struct {
 	*fakenode.Node
 	mu      sync.Mutex
-	creates []node.CreateRequest
+	creates []nodeapi.CreateRequest
 }
 
-func (n *recNode) Create(ctx context.Context, req node.CreateRequest) (*node.Sandbox, error) {
+func (n *recNode) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodeapi.Sandbox, error) {
 	n.mu.Lock()
 	n.creates = append(n.creates, req)
 	n.mu.Unlock()
 	return n.Node.Create(ctx, req)
 }
 
-func (n *recNode) last() node.CreateRequest {
+func (n *recNode) last() nodeapi.CreateRequest {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.creates[len(n.creates)-1]

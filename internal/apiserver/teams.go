@@ -5,12 +5,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
-type nodeStats = node.Stats
+type nodeStats = nodeapi.Stats
 
 type teamJSON struct {
 	TeamID    string `json:"teamID"`

@@ -13,7 +13,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder"
-	"github.com/warren-sandbox/warren/internal/envd"
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -456,7 +456,7 @@ func (s *Server) templateOf(ctx context.Context, t *templates.Template) (templat
 
 // defaultEnvdVersion is reported for templates whose build did not record
 // the envd it was made with: every sandbox runs the node's envd.
-const defaultEnvdVersion = envd.Version
+const defaultEnvdVersion = envdproto.Version
 
 // teamTemplates returns the templates team owns, oldest first.
 func (s *Server) teamTemplates(ctx context.Context, teamID string) ([]templateJSON, error) {

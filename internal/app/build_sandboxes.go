@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/builder/driverrun"
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/runc"
@@ -32,7 +32,7 @@ import (
 // instance as the node's, which keeps live slots out of its reclaim; a
 // slot a crash left behind is reclaimed by the node agent's start-up pass.
 type buildSandboxes struct {
-	runner  builder.DriverRunner
+	runner  driverrun.Runner
 	drv     driver.Driver
 	cgroups cgroup.Manager
 	bundles string
@@ -74,7 +74,7 @@ func newBuildSandboxes(cfg Config, cgRoot string, pool netslot.Pool, log *slog.L
 		return nil, fmt.Errorf("build sandboxes: %w", err)
 	}
 	b := &buildSandboxes{drv: drv, cgroups: cg, bundles: bundles, log: log}
-	b.runner = builder.DriverRunner{
+	b.runner = driverrun.Runner{
 		Driver: drv, Init: cfg.EnvdPath,
 		// envd is only the init here: every step is an exec of the
 		// runtime, nothing connects to it.

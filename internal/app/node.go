@@ -13,7 +13,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
-	"github.com/warren-sandbox/warren/internal/node/nodetest"
+	"github.com/warren-sandbox/warren/internal/node/memhost"
 )
 
 // nodeParts is what buildNode makes: the node agent, the template resolver
@@ -49,10 +49,10 @@ func fakeNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (node.
 	nc := node.Config{
 		DataDir:  filepath.Join(cfg.DataDir, "node"),
 		Driver:   fake.New(fake.Config{}),
-		Cgroups:  nodetest.NewCgroups(),
-		Net:      nodetest.NewNet(),
-		Layers:   nodetest.NewLayers(),
-		Envd:     &nodetest.Envd{},
+		Cgroups:  memhost.NewCgroups(),
+		Net:      memhost.NewNet(),
+		Layers:   memhost.NewLayers(),
+		Envd:     &memhost.Envd{},
 		Logger:   cfg.Logger.With("component", "node"),
 		Registry: reg,
 		// Sandboxes of the fake driver do not survive a restart of the

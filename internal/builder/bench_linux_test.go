@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/builder/driverrun"
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/netslot/netslottest"
@@ -76,7 +77,7 @@ func BenchmarkBuildRunners(b *testing.B) {
 				b.Fatal(err)
 			}
 			pool, _ := netslottest.New(b)
-			return withNetwork{DriverRunner{
+			return withNetwork{driverrun.Runner{
 				Driver: d, Init: envd, InitArgs: []string{"-listen", "127.0.0.1", "-no-port-forward"},
 				ResolvConf: "nameserver 127.0.0.1\n",
 				NetNS: func(ctx context.Context, id string) (string, func(), error) {

@@ -33,7 +33,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -185,7 +185,7 @@ func (b *Builder) imageLimits() layer.Options {
 // sandbox into dir. The node agent implements it (runsc checkpoint); a
 // driver that cannot checkpoint returns errdefs.ErrUnsupported.
 type Snapshotter interface {
-	Snapshot(ctx context.Context, t node.Template, readyCmd string, dir string) error
+	Snapshot(ctx context.Context, t nodeapi.Template, readyCmd string, dir string) error
 }
 
 // Builder runs builds. It is safe for concurrent use; builds of the same

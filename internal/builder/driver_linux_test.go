@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/builder/driverrun"
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
 )
 
@@ -48,7 +49,7 @@ func TestDriverRunnerRunsc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixtureWith(t, tinyRootFS(t), DriverRunner{Driver: d, Init: envd, InitArgs: []string{"-listen", "127.0.0.1", "-no-port-forward"}})
+	f := newFixtureWith(t, tinyRootFS(t), driverrun.Runner{Driver: d, Init: envd, InitArgs: []string{"-listen", "127.0.0.1", "-no-port-forward"}})
 	bd, err := f.build(t, "team", "gvisor", Spec{
 		FromTemplate: "base",
 		Steps: []Step{
@@ -82,7 +83,7 @@ func TestDriverRunnerRunsc(t *testing.T) {
 	if uid, _, _ := owner(t, filepath.Join(bd.RootFSDir, "home/builder/mine.txt")); uid != 1000 {
 		t.Errorf("RUN as builder wrote as uid %d", uid)
 	}
-	if _, err := os.Lstat(filepath.Join(bd.RootFSDir, initDir)); err == nil {
+	if _, err := os.Lstat(filepath.Join(bd.RootFSDir, driverrun.InitDir)); err == nil {
 		t.Errorf("the init mount point was left in the template")
 	}
 	if ids, _ := d.List(t.Context()); len(ids) != 0 {

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -37,7 +37,7 @@ import (
 //
 // The race between "the collector finds a tree unused" and "a create starts
 // using it" is closed by a check-and-move under the node agent's lock
-// (node.Agent.HoldTemplates): every sandbox is registered under that lock
+// (nodeapi.Agent.HoldTemplates): every sandbox is registered under that lock
 // before its tree is mounted or its snapshot read, and the collector moves
 // a directory out of its place (an atomic rename into the trash) while
 // holding it, only when no registered sandbox uses it. A sandbox
@@ -65,12 +65,10 @@ const (
 type TemplateUsers interface {
 	// HoldTemplates calls fn with the template files sandboxes use, while
 	// no sandbox can start using another one.
-	HoldTemplates(fn func(inUse []node.TemplateUse))
+	HoldTemplates(fn func(inUse []nodeapi.TemplateUse))
 	// DeleteSnapshot deletes a template snapshot with its saved layer.
 	DeleteSnapshot(ctx context.Context, dir string) error
 }
-
-var _ TemplateUsers = (*node.Agent)(nil)
 
 // CollectorConfig configures a Collector.
 type CollectorConfig struct {
@@ -261,7 +259,7 @@ func (c *Collector) moveUnused(due []templates.GCCandidate, st *GCStats, errs *[
 		return nil
 	}
 	var moved []movedBuild
-	hold := func(inUse []node.TemplateUse) {
+	hold := func(inUse []nodeapi.TemplateUse) {
 		used := map[string]bool{}
 		for _, u := range inUse {
 			// By path (a tree or snapshot in a build directory) and by

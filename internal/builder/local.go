@@ -20,7 +20,7 @@ type LocalConfig struct {
 	BaseRootFSTar string
 	// Runner runs build steps; RuncRunner{} by default, which is for a
 	// single trusted operator only (runc shares the host kernel): a server
-	// that takes builds from tenants passes a DriverRunner of gVisor
+	// that takes builds from tenants passes a driverrun.Runner of gVisor
 	// sandboxes with network slots, as `warren serve` does.
 	Runner Runner
 	// Network gives build steps outbound network access (default true

@@ -28,7 +28,7 @@ import (
 //
 // RuncRunner is for a single trusted operator: runc containers share the
 // host's kernel, and the build has no network slot of its own. Builds
-// that tenants send run in DriverRunner sandboxes of gVisor (runsc), each
+// that tenants send run in driverrun.Runner sandboxes of gVisor (runsc), each
 // with a network slot under the rules of sandboxes, as in `warren serve`.
 type RuncRunner struct {
 	// Runc is the runc binary; "runc" on PATH by default.

@@ -9,17 +9,17 @@ import (
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 type fakeSnapshotter struct {
 	err  error
-	got  node.Template
+	got  nodeapi.Template
 	cmd  string
 	dirs []string
 }
 
-func (s *fakeSnapshotter) Snapshot(_ context.Context, t node.Template, readyCmd, dir string) error {
+func (s *fakeSnapshotter) Snapshot(_ context.Context, t nodeapi.Template, readyCmd, dir string) error {
 	s.got, s.cmd = t, readyCmd
 	if s.err != nil {
 		os.MkdirAll(dir, 0o755) // a partial image the builder must remove

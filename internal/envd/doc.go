@@ -53,10 +53,8 @@
 // default user; an unknown user is refused (unauthenticated / 401).
 package envd
 
-// Version is the E2B envd protocol version this envd implements. The
-// behaviours the E2B SDKs gate on up to 0.6.4 (closeStdin, octet-stream
-// and gzip uploads, file metadata, includeEntry, allowNetworkMounts) are
-// all implemented; the later 0.6.x additions (/freeze, /unfreeze,
-// /collapse, /fsfreeze, /files/compose, volume mounts) are not, so 0.6.4
-// is reported rather than upstream's newest.
-const Version = "0.6.4"
+import "github.com/warren-sandbox/warren/internal/envdproto"
+
+// Version is the E2B envd protocol version this envd implements (see
+// envdproto.Version, its one source).
+const Version = envdproto.Version

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -169,7 +169,7 @@ func (m *Manager) expire(ctx context.Context, id, exec string) {
 
 // watch turns the node's own events (exit, oom, backstop) into store
 // transitions.
-func (m *Manager) watch(ctx context.Context, events <-chan node.Event) {
+func (m *Manager) watch(ctx context.Context, events <-chan nodeapi.Event) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -183,14 +183,14 @@ func (m *Manager) watch(ctx context.Context, events <-chan node.Event) {
 	}
 }
 
-func (m *Manager) handle(ctx context.Context, ev node.Event) {
+func (m *Manager) handle(ctx context.Context, ev nodeapi.Event) {
 	switch ev.Type {
-	case node.EventExited, node.EventKilled:
+	case nodeapi.EventExited, nodeapi.EventKilled:
 	default:
 		return
 	}
 	reason := ev.Reason
-	if reason == "" && ev.Type == node.EventExited {
+	if reason == "" && ev.Type == nodeapi.EventExited {
 		reason = sandbox.KillExited
 	}
 	defer m.lock(ev.SandboxID)()

@@ -3,7 +3,7 @@ package lifecycle
 import (
 	"context"
 
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -12,14 +12,14 @@ import (
 // (LIFECYCLE-RULES §5). A sandbox that is not running, or a node that
 // does not answer, is unknown: health is an observation, never an error of
 // the caller's request.
-func (m *Manager) Health(ctx context.Context, sb *store.Sandbox) node.Health {
+func (m *Manager) Health(ctx context.Context, sb *store.Sandbox) nodeapi.Health {
 	if sb == nil || sb.State != sandbox.StateRunning {
-		return node.HealthUnknown
+		return nodeapi.HealthUnknown
 	}
 	v, err := m.node.Get(ctx, sb.ID)
 	if err != nil || v.Health == "" {
 		m.log.Debug("sandbox health from node", "sandbox_id", sb.ID, "error", err)
-		return node.HealthUnknown
+		return nodeapi.HealthUnknown
 	}
 	return v.Health
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
@@ -93,7 +93,7 @@ func TestKillPaths(t *testing.T) {
 		}},
 		{sandbox.KillTTLBackstop, lifecycle.CreateParams{Timeout: time.Hour}, func(t *testing.T, h *harness, sb *store.Sandbox) {
 			h.node.Kill(ctx, sb.ID, sandbox.KillTTLBackstop)
-			h.node.Emit(node.Event{Type: node.EventKilled, SandboxID: sb.ID, ExecutionID: sb.Spec.ExecutionID, Reason: sandbox.KillTTLBackstop, At: time.Now()})
+			h.node.Emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: sb.ID, ExecutionID: sb.Spec.ExecutionID, Reason: sandbox.KillTTLBackstop, At: time.Now()})
 		}},
 		{sandbox.KillResumeFailed, lifecycle.CreateParams{Timeout: time.Hour}, func(t *testing.T, h *harness, sb *store.Sandbox) {
 			if err := h.m.Pause(ctx, "team", sb.ID, true); err != nil {
@@ -172,13 +172,13 @@ func TestStaleExecution(t *testing.T) {
 		if resumed.Spec.ExecutionID == old || resumed.Spec.ExecutionID == "" {
 			t.Fatalf("resume kept execution %q", old)
 		}
-		for _, typ := range []node.EventType{node.EventExited, node.EventKilled} {
-			h.node.Emit(node.Event{Type: typ, SandboxID: sb.ID, ExecutionID: old, Reason: sandbox.KillTTLBackstop, At: time.Now()})
+		for _, typ := range []nodeapi.EventType{nodeapi.EventExited, nodeapi.EventKilled} {
+			h.node.Emit(nodeapi.Event{Type: typ, SandboxID: sb.ID, ExecutionID: old, Reason: sandbox.KillTTLBackstop, At: time.Now()})
 			synctest.Wait()
 			h.wantState(sb.ID, sandbox.StateRunning, "")
 		}
 		// The current execution's event is applied.
-		h.node.Emit(node.Event{Type: node.EventExited, SandboxID: sb.ID, ExecutionID: resumed.Spec.ExecutionID, Reason: sandbox.KillOOM, At: time.Now()})
+		h.node.Emit(nodeapi.Event{Type: nodeapi.EventExited, SandboxID: sb.ID, ExecutionID: resumed.Spec.ExecutionID, Reason: sandbox.KillOOM, At: time.Now()})
 		synctest.Wait()
 		h.wantState(sb.ID, sandbox.StateKilled, sandbox.KillOOM)
 		evs, _ := h.st.ListEvents(ctx, sb.ID)
@@ -206,7 +206,7 @@ func TestEvictorKillNamesExecution(t *testing.T) {
 		h := start(t, storetest.SQLite(t), n, nil)
 		sb := h.create(lifecycle.CreateParams{Timeout: 10 * time.Second})
 		// The node now runs an execution the store does not know.
-		n.Put(&node.Sandbox{ID: sb.ID, ExecutionID: "successor", State: sandbox.StateRunning})
+		n.Put(&nodeapi.Sandbox{ID: sb.ID, ExecutionID: "successor", State: sandbox.StateRunning})
 		time.Sleep(11 * time.Second)
 		synctest.Wait()
 		h.wantState(sb.ID, sandbox.StateRunning, "")
@@ -230,7 +230,7 @@ func TestEventKinds(t *testing.T) {
 		ctx := context.Background()
 		h := start(t, storetest.SQLite(t), fakenode.New(), nil)
 		sb := h.create(lifecycle.CreateParams{Timeout: time.Minute, Metadata: map[string]string{"k": "v"},
-			Template: node.Template{ID: "base", BuildID: "b7"}, Resources: sandbox.Resources{VCPUs: 2, MemoryMB: 512}})
+			Template: nodeapi.Template{ID: "base", BuildID: "b7"}, Resources: sandbox.Resources{VCPUs: 2, MemoryMB: 512}})
 		if err := h.m.SetTimeout(ctx, "team", sb.ID, 5*time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +278,7 @@ func TestOrphanKill(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := &logBuf{}
 		n := fakenode.New()
-		n.Put(&node.Sandbox{ID: "orphan", State: sandbox.StateRunning})
+		n.Put(&nodeapi.Sandbox{ID: "orphan", State: sandbox.StateRunning})
 		h := start(t, storetest.SQLite(t), n, func(c *lifecycle.Config) {
 			c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 		})

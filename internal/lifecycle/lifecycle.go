@@ -33,7 +33,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -41,7 +41,7 @@ import (
 // Config configures a Manager. Store and Node are required.
 type Config struct {
 	Store  store.Store
-	Node   node.Service
+	Node   nodeapi.Service
 	NodeID string // recorded on each sandbox; default "local"
 	Logger *slog.Logger
 	// PauseRetry is how often a refused auto-pause is retried (default
@@ -66,7 +66,7 @@ type Config struct {
 type Manager struct {
 	cfg   Config
 	st    store.Store
-	node  node.Service
+	node  nodeapi.Service
 	log   *slog.Logger
 	locks [64]sync.Mutex // striped per-sandbox locks
 	// createMu makes the concurrency-limit check and the insert atomic;
@@ -134,7 +134,7 @@ func (m *Manager) lock(id string) func() {
 // CreateParams describes a new sandbox.
 type CreateParams struct {
 	TeamID    string
-	Template  node.Template
+	Template  nodeapi.Template
 	Alias     string
 	Timeout   time.Duration
 	Resources sandbox.Resources
@@ -185,7 +185,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, e
 		return nil, err
 	}
 	log := m.log.With("sandbox_id", sb.ID, "team_id", sb.TeamID, "template_id", sb.TemplateID)
-	ns, err := m.node.Create(ctx, node.CreateRequest{
+	ns, err := m.node.Create(ctx, nodeapi.CreateRequest{
 		ID: sb.ID, ExecutionID: sb.Spec.ExecutionID, TeamID: sb.TeamID, Template: p.Template,
 		Resources: p.Resources, EndAt: sb.EndAt, Network: p.Policy, EnvVars: p.EnvVars,
 		EnvdAccessToken: sb.Spec.EnvdAccessToken, Metadata: p.Metadata,
@@ -314,7 +314,7 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 	}
 	log.Info("killing sandbox")
 	var err error
-	if ek, ok := m.node.(node.ExecutionKiller); ok && executionID != "" {
+	if ek, ok := m.node.(nodeapi.ExecutionKiller); ok && executionID != "" {
 		err = ek.KillExecution(ctx, id, executionID, reason)
 	} else {
 		err = m.node.Kill(ctx, id, reason)
@@ -443,7 +443,7 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 	if err != nil {
 		return err
 	}
-	ns, perr := m.node.Pause(ctx, sb.ID, node.PauseRequest{Memory: memory, ExecutionID: sb.Spec.ExecutionID})
+	ns, perr := m.node.Pause(ctx, sb.ID, nodeapi.PauseRequest{Memory: memory, ExecutionID: sb.Spec.ExecutionID})
 	out, err := m.st.TransitionSandbox(ctx, sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StatePausing {
 			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
@@ -529,7 +529,7 @@ func (m *Manager) resumeLocked(ctx context.Context, sb *store.Sandbox, d time.Du
 	end := time.Now().UTC().Add(d)
 	exec := sandbox.NewExecutionID()
 	autoPause := sb.Spec.AutoPause
-	ns, err := m.node.Resume(ctx, sb.ID, node.ResumeRequest{ExecutionID: exec, EndAt: end})
+	ns, err := m.node.Resume(ctx, sb.ID, nodeapi.ResumeRequest{ExecutionID: exec, EndAt: end})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
 			if _, kerr := m.markKilled(ctx, sb.ID, sandbox.KillResumeFailed, ""); kerr == nil {
@@ -640,8 +640,8 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 	if len(ids) == 0 {
 		return results, nil
 	}
-	forks, ferr := m.node.Fork(context.WithoutCancel(ctx), id, node.ForkRequest{IDs: ids, ExecutionIDs: execs, EndAt: now.Add(d)})
-	got := map[string]*node.Sandbox{}
+	forks, ferr := m.node.Fork(context.WithoutCancel(ctx), id, nodeapi.ForkRequest{IDs: ids, ExecutionIDs: execs, EndAt: now.Add(d)})
+	got := map[string]*nodeapi.Sandbox{}
 	var forked []string
 	for _, f := range forks {
 		got[f.ID] = f
@@ -691,7 +691,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 }
 
 // Stats returns a running sandbox's resource usage.
-func (m *Manager) Stats(ctx context.Context, teamID, id string) (*node.Stats, error) {
+func (m *Manager) Stats(ctx context.Context, teamID, id string) (*nodeapi.Stats, error) {
 	sb, err := m.Get(ctx, teamID, id)
 	if err != nil {
 		return nil, err

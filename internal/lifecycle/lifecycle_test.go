@@ -14,7 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
@@ -296,7 +296,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		h := start(t, storetest.SQLite(t), fakenode.New(), nil)
-		p := lifecycle.CreateParams{TeamID: "team", Template: node.Template{ID: "base"}, Timeout: time.Minute, MaxConcurrent: 2}
+		p := lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Minute, MaxConcurrent: 2}
 		a := h.create(p)
 		h.create(p)
 		_, err := h.m.Create(ctx, p)
@@ -337,7 +337,7 @@ func TestRestart(t *testing.T) {
 		<-h1.done
 		h1.done <- nil // let the cleanup's receive return
 		n.Kill(ctx, lost.ID, sandbox.KillRequest)
-		n.Put(&node.Sandbox{ID: "orphan", State: sandbox.StateRunning})
+		n.Put(&nodeapi.Sandbox{ID: "orphan", State: sandbox.StateRunning})
 
 		time.Sleep(30 * time.Second)
 		h2 := start(t, st, n, nil)

@@ -1,7 +1,7 @@
 package lifecycle
 
 import (
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -9,7 +9,7 @@ import (
 // pool on the node when there is one (the node's Create then claims it,
 // LIFECYCLE-RULES §6), a fresh ID otherwise.
 func (m *Manager) poolID(p CreateParams) (string, bool) {
-	if pl, ok := m.node.(node.Pooler); ok {
+	if pl, ok := m.node.(nodeapi.Pooler); ok {
 		if id, ok := pl.Reserve(p.Template, p.Resources); ok {
 			return id, true
 		}
@@ -22,7 +22,7 @@ func (m *Manager) unpool(id string, pooled bool) {
 	if !pooled {
 		return
 	}
-	if pl, ok := m.node.(node.Pooler); ok {
+	if pl, ok := m.node.(nodeapi.Pooler); ok {
 		pl.Unreserve(id)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -61,7 +61,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	byID := map[string]*node.Sandbox{}
+	byID := map[string]*nodeapi.Sandbox{}
 	for _, ns := range onNode {
 		byID[ns.ID] = ns
 	}
@@ -96,7 +96,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 // nodeState is the state the store should record for sandbox sb when its
 // node reports it as ns: running or paused as the node says; while the node
 // is between states, what the store says.
-func nodeState(sb *store.Sandbox, ns *node.Sandbox) sandbox.State {
+func nodeState(sb *store.Sandbox, ns *nodeapi.Sandbox) sandbox.State {
 	if ns.State == sandbox.StateRunning || ns.State == sandbox.StatePaused {
 		return ns.State
 	}

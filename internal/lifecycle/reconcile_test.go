@@ -10,7 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
@@ -62,13 +62,13 @@ func (h *harness) onNode(id string) bool {
 func TestReconcileRaces(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p := lifecycle.CreateParams{TeamID: "team", Template: node.Template{ID: "base"}, Timeout: time.Hour}
+	p := lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour}
 	tests := []struct {
 		name string
 		run  func(t *testing.T, h *harness)
 	}{
 		{"reconcile while the node creates", func(t *testing.T, h *harness) {
-			h.node.BeforeCreate = func(node.CreateRequest) { h.reconcile() }
+			h.node.BeforeCreate = func(nodeapi.CreateRequest) { h.reconcile() }
 			sb, err := h.m.Create(ctx, p)
 			if err != nil {
 				t.Fatalf("create with a reconcile in its window: %v", err)
@@ -92,7 +92,7 @@ func TestReconcileRaces(t *testing.T) {
 		}},
 		{"create after the node listing", func(t *testing.T, h *harness) {
 			var sb *store.Sandbox
-			h.node.AfterList = func([]*node.Sandbox) { sb = h.create(p) }
+			h.node.AfterList = func([]*nodeapi.Sandbox) { sb = h.create(p) }
 			h.reconcile()
 			h.wantState(sb.ID, sandbox.StateRunning, "")
 			if !h.onNode(sb.ID) {
@@ -104,7 +104,7 @@ func TestReconcileRaces(t *testing.T) {
 		}},
 		{"reconcile while the node forks", func(t *testing.T, h *harness) {
 			src := h.create(p)
-			h.node.BeforeFork = func(string, node.ForkRequest) { h.reconcile() }
+			h.node.BeforeFork = func(string, nodeapi.ForkRequest) { h.reconcile() }
 			res, err := h.m.Fork(ctx, "team", src.ID, 2, time.Hour, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -122,7 +122,7 @@ func TestReconcileRaces(t *testing.T) {
 		}},
 		{"kill while the node creates", func(t *testing.T, h *harness) {
 			var id string
-			h.node.BeforeCreate = func(req node.CreateRequest) {
+			h.node.BeforeCreate = func(req nodeapi.CreateRequest) {
 				id = req.ID
 				if err := h.m.Kill(ctx, "team", req.ID, sandbox.KillRequest); err != nil {
 					t.Errorf("kill while starting: %v", err)
@@ -139,7 +139,7 @@ func TestReconcileRaces(t *testing.T) {
 		{"kill while the node forks", func(t *testing.T, h *harness) {
 			src := h.create(p)
 			var id string
-			h.node.BeforeFork = func(_ string, req node.ForkRequest) {
+			h.node.BeforeFork = func(_ string, req nodeapi.ForkRequest) {
 				id = req.IDs[0]
 				if err := h.m.Kill(ctx, "team", id, sandbox.KillRequest); err != nil {
 					t.Errorf("kill while forking: %v", err)
@@ -156,7 +156,7 @@ func TestReconcileRaces(t *testing.T) {
 		}},
 		{"kill after the node listing", func(t *testing.T, h *harness) {
 			sb := h.create(p)
-			h.node.AfterList = func([]*node.Sandbox) {
+			h.node.AfterList = func([]*nodeapi.Sandbox) {
 				if err := h.m.Kill(ctx, "team", sb.ID, sandbox.KillRequest); err != nil {
 					t.Fatal(err)
 				}
@@ -181,7 +181,7 @@ func TestReconcileRaces(t *testing.T) {
 		}},
 		{"pause after the node listing", func(t *testing.T, h *harness) {
 			sb := h.create(p)
-			h.node.AfterList = func([]*node.Sandbox) {
+			h.node.AfterList = func([]*nodeapi.Sandbox) {
 				if err := h.m.Pause(ctx, "team", sb.ID, true); err != nil {
 					t.Fatal(err)
 				}
@@ -200,7 +200,7 @@ func TestReconcileRaces(t *testing.T) {
 				t.Fatal(err)
 			}
 			var resumed *store.Sandbox
-			h.node.AfterList = func([]*node.Sandbox) {
+			h.node.AfterList = func([]*nodeapi.Sandbox) {
 				var err error
 				if resumed, err = h.m.Resume(ctx, "team", sb.ID, time.Hour, nil); err != nil {
 					t.Fatal(err)

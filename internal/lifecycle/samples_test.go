@@ -9,22 +9,22 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 )
 
-// sampledNode is a fake node that keeps samples (node.MetricsSource).
+// sampledNode is a fake node that keeps samples (nodeapi.MetricsSource).
 type sampledNode struct {
 	*fakenode.Node
-	samples map[string][]node.Stats
+	samples map[string][]nodeapi.Stats
 }
 
-func (n *sampledNode) Metrics(_ context.Context, id string, start, end time.Time) ([]node.Stats, error) {
+func (n *sampledNode) Metrics(_ context.Context, id string, start, end time.Time) ([]nodeapi.Stats, error) {
 	all, ok := n.samples[id]
 	if !ok {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	var out []node.Stats
+	var out []nodeapi.Stats
 	for _, s := range all {
 		if (start.IsZero() || !s.At.Before(start)) && (end.IsZero() || !s.At.After(end)) {
 			out = append(out, s)
@@ -36,17 +36,17 @@ func (n *sampledNode) Metrics(_ context.Context, id string, start, end time.Time
 func TestMetricsFromSamples(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	n := &sampledNode{Node: fakenode.New(), samples: map[string][]node.Stats{}}
+	n := &sampledNode{Node: fakenode.New(), samples: map[string][]nodeapi.Stats{}}
 	m, err := lifecycle.New(lifecycle.Config{Store: storetest.SQLite(t), Node: n})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := m.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: node.Template{ID: "base"}, Timeout: time.Hour})
+	sb, err := m.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Unix(1_700_000_000, 0)
-	n.samples[sb.ID] = []node.Stats{{At: t0, CPUUsedPct: 1}, {At: t0.Add(5 * time.Second), CPUUsedPct: 2}, {At: t0.Add(10 * time.Second), CPUUsedPct: 3}}
+	n.samples[sb.ID] = []nodeapi.Stats{{At: t0, CPUUsedPct: 1}, {At: t0.Add(5 * time.Second), CPUUsedPct: 2}, {At: t0.Add(10 * time.Second), CPUUsedPct: 3}}
 
 	for _, tc := range []struct {
 		name       string
@@ -92,4 +92,34 @@ func TestMetricsFromSamples(t *testing.T) {
 			t.Fatalf("metrics = %v, %v; want none", got, err)
 		}
 	})
+}
+
+// unsampledNode answers Metrics as a remote node that keeps no samples
+// does through the RPC client: ErrUnsupported.
+type unsampledNode struct{ *fakenode.Node }
+
+func (unsampledNode) Metrics(_ context.Context, id string, _, _ time.Time) ([]nodeapi.Stats, error) {
+	return nil, fmt.Errorf("sandbox metrics: %w", errdefs.ErrUnsupported)
+}
+
+// TestMetricsUnsupportedFallsBack: the manager gives the current reading
+// of a node that keeps no samples, as for a node that is no MetricsSource.
+func TestMetricsUnsupportedFallsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, err := lifecycle.New(lifecycle.Config{Store: storetest.SQLite(t), Node: unsampledNode{fakenode.New()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := m.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Metrics(ctx, "team", sb.ID, time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatalf("Metrics: %v", err)
+	}
+	if len(got) != 1 || got[0].At.IsZero() {
+		t.Errorf("Metrics: %+v, want the one current reading", got)
+	}
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
-	"github.com/warren-sandbox/warren/internal/envd"
 	"github.com/warren-sandbox/warren/internal/envd/process"
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -24,7 +24,7 @@ import (
 
 // EnvdVersion is the envd protocol version the node reports for its
 // sandboxes (the envd it mounts into them).
-const EnvdVersion = envd.Version
+const EnvdVersion = envdproto.Version
 
 // Defaults of Config.
 const (

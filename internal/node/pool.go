@@ -42,35 +42,6 @@ const DefaultPoolConcurrency = 2
 // poolTick is how often the pools are checked for members to make.
 const poolTick = time.Second
 
-// Pooler is the optional part of Service for warm pools. Agent implements
-// it.
-type Pooler interface {
-	// SetPool keeps size ready sandboxes of tmpl with res (zero fields take
-	// the node's defaults); size 0 removes the pool.
-	SetPool(ctx context.Context, tmpl Template, res sandbox.Resources, size int) error
-	// Reserve takes a ready member of tmpl's pool with resources res out of
-	// the pool and returns its ID, to be passed to Create; false when none
-	// is ready (a miss).
-	Reserve(tmpl Template, res sandbox.Resources) (string, bool)
-	// Unreserve puts a reserved member that will not be claimed back into
-	// its pool (or destroys it when the pool no longer wants it).
-	Unreserve(id string)
-	// Pools reports each pool by template ID.
-	Pools() map[string]PoolStatus
-}
-
-// PoolStatus is one pool's state. Hits and Misses count the Reserve
-// calls for the pool's template since the pool was set (a miss: none of
-// its members was ready for that build and those resources).
-type PoolStatus struct {
-	BuildID string
-	Size    int
-	Ready   int
-	Making  int
-	Hits    int64
-	Misses  int64
-}
-
 var _ Pooler = (*Agent)(nil)
 
 type pool struct {

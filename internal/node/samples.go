@@ -35,14 +35,6 @@ const (
 	samplesFlushEvery = 12
 )
 
-// MetricsSource is the optional part of Service that serves a sandbox's
-// sampled metrics. Agent implements it.
-type MetricsSource interface {
-	// Metrics returns sandbox id's samples taken in [start, end], oldest
-	// first; a zero bound is open. An unknown sandbox is ErrNotFound.
-	Metrics(ctx context.Context, id string, start, end time.Time) ([]Stats, error)
-}
-
 var _ MetricsSource = (*Agent)(nil)
 
 // sampleRing is one sandbox's samples. Guarded by Agent.mu.

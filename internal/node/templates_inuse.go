@@ -2,20 +2,6 @@ package node
 
 import "slices"
 
-// TemplateUse is one template build that a sandbox of the agent (or one of
-// its warm pools) may still read: its root filesystem tree (the lower
-// directory of a sandbox's overlay, needed again at every resume) and its
-// snapshot directory (restored by creates and pool refills).
-type TemplateUse struct {
-	TemplateID  string
-	BuildID     string
-	RootFS      string
-	SnapshotDir string
-	// SandboxID is the sandbox that uses it; empty for a warm pool's
-	// template.
-	SandboxID string
-}
-
 // TemplatesInUse returns the template files every sandbox the agent keeps
 // uses, whatever its state (starting, running, pausing, paused; forks,
 // warm pool members, reserved members, the agent's internal snapshot

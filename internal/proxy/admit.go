@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/envd/auth"
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 )
 
@@ -60,13 +60,13 @@ func admit(r *http.Request, port int, a *lifecycle.Admission) error {
 		// envd answers /health without a token; asleep, it is not running.
 		return &denied{http.StatusBadGateway, pausedBody(a.SandboxID, a.CanAutoResume)}
 	}
-	return &denied{http.StatusUnauthorized, errBody{SandboxID: a.SandboxID, Message: auth.MsgMissingToken, Code: 401}}
+	return &denied{http.StatusUnauthorized, errBody{SandboxID: a.SandboxID, Message: envdproto.MsgMissingToken, Code: 401}}
 }
 
 // envdAuthorized reports whether r carries envd's access token, or is a
 // /files request with a valid, unexpired signature made with it.
 func envdAuthorized(r *http.Request, token string) bool {
-	if equal(r.Header.Get(auth.AccessTokenHeader), token) {
+	if equal(r.Header.Get(envdproto.AccessTokenHeader), token) {
 		return true
 	}
 	if r.URL.Path != "/files" {
@@ -85,11 +85,11 @@ func envdAuthorized(r *http.Request, token string) bool {
 		}
 		exp = v
 	}
-	op := auth.OpRead
+	op := envdproto.OpRead
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		op = auth.OpWrite
+		op = envdproto.OpWrite
 	}
-	return equal(sig, auth.Sign(q.Get("path"), op, q.Get("username"), token, exp))
+	return equal(sig, envdproto.Sign(q.Get("path"), op, q.Get("username"), token, exp))
 }
 
 // equal compares secrets in constant time; an empty got never matches.

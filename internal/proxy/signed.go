@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/warren-sandbox/warren/internal/envd/auth"
+	"github.com/warren-sandbox/warren/internal/envdproto"
 )
 
 // TokenLister is implemented by routers that can list the envd access
@@ -35,9 +35,9 @@ func (p *Proxy) sandboxBySignature(r *http.Request) (string, error) {
 		return "", err
 	}
 	q := r.URL.Query()
-	op := auth.OpRead
+	op := envdproto.OpRead
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		op = auth.OpWrite
+		op = envdproto.OpWrite
 	}
 	var exp int64
 	if e := q.Get("signature_expiration"); e != "" {
@@ -47,7 +47,7 @@ func (p *Proxy) sandboxBySignature(r *http.Request) (string, error) {
 	}
 	sig := []byte(q.Get("signature"))
 	for id, tok := range tokens {
-		want := auth.Sign(q.Get("path"), op, q.Get("username"), tok, exp)
+		want := envdproto.Sign(q.Get("path"), op, q.Get("username"), tok, exp)
 		if subtle.ConstantTimeCompare(sig, []byte(want)) == 1 {
 			return id, nil
 		}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -197,14 +197,14 @@ func (c *Catalog) Lookup(ctx context.Context, teamID, ref string) (*Template, *B
 // Resolve returns what a node needs to start a sandbox of ref
 // ("idOrAlias[:tag]") for team, the root filesystem unpacked on this
 // machine.
-func (c *Catalog) Resolve(ctx context.Context, teamID, ref string) (node.Template, error) {
+func (c *Catalog) Resolve(ctx context.Context, teamID, ref string) (nodeapi.Template, error) {
 	t, b, err := c.Lookup(ctx, teamID, ref)
 	if err != nil {
-		return node.Template{}, err
+		return nodeapi.Template{}, err
 	}
 	dir, err := c.ensureRootFS(ctx, b)
 	if err != nil {
-		return node.Template{}, fmt.Errorf("template %q: %w", ref, err)
+		return nodeapi.Template{}, fmt.Errorf("template %q: %w", ref, err)
 	}
 	nt := b.NodeTemplate()
 	nt.ID = t.ID
@@ -213,7 +213,7 @@ func (c *Catalog) Resolve(ctx context.Context, teamID, ref string) (node.Templat
 }
 
 // NodeTemplate is the node's view of a ready build.
-func (b *Build) NodeTemplate() node.Template {
+func (b *Build) NodeTemplate() nodeapi.Template {
 	user, wd := b.User, b.Workdir
 	if user == "" {
 		user = DefaultUser
@@ -221,7 +221,7 @@ func (b *Build) NodeTemplate() node.Template {
 	if wd == "" {
 		wd = DefaultWorkdir
 	}
-	return node.Template{
+	return nodeapi.Template{
 		ID:          b.TemplateID,
 		BuildID:     b.ID,
 		RootFS:      b.RootFSDir,

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 // SystemTemplate is a template the installation makes itself at start,
@@ -31,7 +31,7 @@ type SystemTemplate struct {
 	// dir (the node agent's Snapshot) before the build is marked ready; a
 	// failure leaves the build usable by cold start. A ready build without
 	// its snapshot is then replaced at the next start.
-	Snapshot func(ctx context.Context, t node.Template, readyCmd, dir string) error
+	Snapshot func(ctx context.Context, t nodeapi.Template, readyCmd, dir string) error
 }
 
 // EnsureSystemTemplate makes sure st exists with a ready build made from

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 // TestEnsureSystemTemplate: a system template is made public, unowned,
@@ -83,7 +83,7 @@ func TestEnsureSystemTemplateSnapshot(t *testing.T) {
 	fail := true
 	var seen []string
 	st := SystemTemplate{ID: "code-interpreter-v1", RootFSTar: tarPath, StartCmd: "server", ReadyCmd: "check", CPUCount: 1, MemoryMB: 512,
-		Snapshot: func(_ context.Context, nt node.Template, readyCmd, dir string) error {
+		Snapshot: func(_ context.Context, nt nodeapi.Template, readyCmd, dir string) error {
 			seen = append(seen, nt.StartCmd+"|"+readyCmd)
 			if fail {
 				return errors.New("no checkpoint here")

@@ -63,6 +63,8 @@ const (
 	NodeServiceKillProcedure = "/warren.node.v1.NodeService/Kill"
 	// NodeServiceStatsProcedure is the fully-qualified name of the NodeService's Stats RPC.
 	NodeServiceStatsProcedure = "/warren.node.v1.NodeService/Stats"
+	// NodeServiceMetricsProcedure is the fully-qualified name of the NodeService's Metrics RPC.
+	NodeServiceMetricsProcedure = "/warren.node.v1.NodeService/Metrics"
 	// NodeServiceWatchProcedure is the fully-qualified name of the NodeService's Watch RPC.
 	NodeServiceWatchProcedure = "/warren.node.v1.NodeService/Watch"
 	// NodeServiceCapabilitiesProcedure is the fully-qualified name of the NodeService's Capabilities
@@ -82,6 +84,10 @@ type NodeServiceClient interface {
 	Fork(context.Context, *connect.Request[node.ForkRequest]) (*connect.Response[node.ForkResponse], error)
 	Kill(context.Context, *connect.Request[node.KillRequest]) (*connect.Response[node.KillResponse], error)
 	Stats(context.Context, *connect.Request[node.StatsRequest]) (*connect.Response[node.StatsResponse], error)
+	// Metrics returns a sandbox's sampled resource use in [start, end]
+	// (unset bounds are open), oldest first; unimplemented when the node
+	// keeps no samples.
+	Metrics(context.Context, *connect.Request[node.MetricsRequest]) (*connect.Response[node.MetricsResponse], error)
 	// Watch streams events about sandboxes that change by themselves. The
 	// first message is an empty Event that confirms the watch is in place.
 	Watch(context.Context, *connect.Request[node.WatchRequest]) (*connect.ServerStreamForClient[node.Event], error)
@@ -159,6 +165,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("Stats")),
 			connect.WithClientOptions(opts...),
 		),
+		metrics: connect.NewClient[node.MetricsRequest, node.MetricsResponse](
+			httpClient,
+			baseURL+NodeServiceMetricsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Metrics")),
+			connect.WithClientOptions(opts...),
+		),
 		watch: connect.NewClient[node.WatchRequest, node.Event](
 			httpClient,
 			baseURL+NodeServiceWatchProcedure,
@@ -186,6 +198,7 @@ type nodeServiceClient struct {
 	fork          *connect.Client[node.ForkRequest, node.ForkResponse]
 	kill          *connect.Client[node.KillRequest, node.KillResponse]
 	stats         *connect.Client[node.StatsRequest, node.StatsResponse]
+	metrics       *connect.Client[node.MetricsRequest, node.MetricsResponse]
 	watch         *connect.Client[node.WatchRequest, node.Event]
 	capabilities  *connect.Client[node.CapabilitiesRequest, node.CapabilitiesResponse]
 }
@@ -240,6 +253,11 @@ func (c *nodeServiceClient) Stats(ctx context.Context, req *connect.Request[node
 	return c.stats.CallUnary(ctx, req)
 }
 
+// Metrics calls warren.node.v1.NodeService.Metrics.
+func (c *nodeServiceClient) Metrics(ctx context.Context, req *connect.Request[node.MetricsRequest]) (*connect.Response[node.MetricsResponse], error) {
+	return c.metrics.CallUnary(ctx, req)
+}
+
 // Watch calls warren.node.v1.NodeService.Watch.
 func (c *nodeServiceClient) Watch(ctx context.Context, req *connect.Request[node.WatchRequest]) (*connect.ServerStreamForClient[node.Event], error) {
 	return c.watch.CallServerStream(ctx, req)
@@ -262,6 +280,10 @@ type NodeServiceHandler interface {
 	Fork(context.Context, *connect.Request[node.ForkRequest]) (*connect.Response[node.ForkResponse], error)
 	Kill(context.Context, *connect.Request[node.KillRequest]) (*connect.Response[node.KillResponse], error)
 	Stats(context.Context, *connect.Request[node.StatsRequest]) (*connect.Response[node.StatsResponse], error)
+	// Metrics returns a sandbox's sampled resource use in [start, end]
+	// (unset bounds are open), oldest first; unimplemented when the node
+	// keeps no samples.
+	Metrics(context.Context, *connect.Request[node.MetricsRequest]) (*connect.Response[node.MetricsResponse], error)
 	// Watch streams events about sandboxes that change by themselves. The
 	// first message is an empty Event that confirms the watch is in place.
 	Watch(context.Context, *connect.Request[node.WatchRequest], *connect.ServerStream[node.Event]) error
@@ -335,6 +357,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("Stats")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceMetricsHandler := connect.NewUnaryHandler(
+		NodeServiceMetricsProcedure,
+		svc.Metrics,
+		connect.WithSchema(nodeServiceMethods.ByName("Metrics")),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceWatchHandler := connect.NewServerStreamHandler(
 		NodeServiceWatchProcedure,
 		svc.Watch,
@@ -369,6 +397,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceKillHandler.ServeHTTP(w, r)
 		case NodeServiceStatsProcedure:
 			nodeServiceStatsHandler.ServeHTTP(w, r)
+		case NodeServiceMetricsProcedure:
+			nodeServiceMetricsHandler.ServeHTTP(w, r)
 		case NodeServiceWatchProcedure:
 			nodeServiceWatchHandler.ServeHTTP(w, r)
 		case NodeServiceCapabilitiesProcedure:
@@ -420,6 +450,10 @@ func (UnimplementedNodeServiceHandler) Kill(context.Context, *connect.Request[no
 
 func (UnimplementedNodeServiceHandler) Stats(context.Context, *connect.Request[node.StatsRequest]) (*connect.Response[node.StatsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.Stats is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Metrics(context.Context, *connect.Request[node.MetricsRequest]) (*connect.Response[node.MetricsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.Metrics is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) Watch(context.Context, *connect.Request[node.WatchRequest], *connect.ServerStream[node.Event]) error {

@@ -6,7 +6,6 @@ package auth
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -17,20 +16,18 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/envd/identity"
 	"github.com/warren-sandbox/warren/internal/envd/state"
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
-// Header names.
+// Header names and the messages of the 401 answers (see envdproto, their
+// one source, shared with the proxy).
 const (
-	AccessTokenHeader = "X-Access-Token"
-	InitTokenHeader   = "X-Warren-Init-Token"
-)
-
-// Messages of the 401 answers.
-const (
-	MsgMissingToken     = "unauthorized access, please provide a valid access token or method signing if supported"
-	MsgSignatureExpired = "signature is already expired"
-	MsgSignatureInvalid = "invalid signature"
+	AccessTokenHeader   = envdproto.AccessTokenHeader
+	InitTokenHeader     = envdproto.InitTokenHeader
+	MsgMissingToken     = envdproto.MsgMissingToken
+	MsgSignatureExpired = envdproto.MsgSignatureExpired
+	MsgSignatureInvalid = envdproto.MsgSignatureInvalid
 )
 
 // Auth checks requests against the runtime state.
@@ -72,20 +69,13 @@ func (a *Auth) HasValidToken(r *http.Request) bool {
 
 // Operations a signature can grant.
 const (
-	OpRead  = "read"
-	OpWrite = "write"
+	OpRead  = envdproto.OpRead
+	OpWrite = envdproto.OpWrite
 )
 
-// Sign computes the signature of a /files URL as the E2B SDKs do:
-// "v1_" + unpadded base64 of sha256("path:op:user:token[:expiration]").
-// expiration 0 means none.
+// Sign computes the signature of a /files URL (envdproto.Sign).
 func Sign(path, op, username, token string, expiration int64) string {
-	s := path + ":" + op + ":" + username + ":" + token
-	if expiration != 0 {
-		s += ":" + strconv.FormatInt(expiration, 10)
-	}
-	sum := sha256.Sum256([]byte(s))
-	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	return envdproto.Sign(path, op, username, token, expiration)
 }
 
 // CheckFiles authorises a /files request for op: the access token or a

@@ -1,4 +1,4 @@
-// Package fakenode is a hand-written, in-memory node.Service for
+// Package fakenode is a hand-written, in-memory nodeapi.Service for
 // control-plane tests: sandboxes are map entries, every call is recorded,
 // and errors and events can be injected.
 package fakenode
@@ -11,18 +11,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // Node is the fake. The zero value is not usable; call New.
 type Node struct {
 	mu        sync.Mutex
-	sandboxes map[string]*node.Sandbox
+	sandboxes map[string]*nodeapi.Sandbox
 	calls     []string
-	watchers  []chan node.Event
+	watchers  []chan nodeapi.Event
 
 	// Address and Host are given to every sandbox (e.g. an httptest
 	// server standing in for envd). Defaults: 127.0.0.1:49983, 127.0.0.1.
@@ -35,27 +36,27 @@ type Node struct {
 	PauseErr  func(id string) error
 	ResumeErr error
 	// Caps is returned by Capabilities.
-	Caps node.Capabilities
+	Caps nodeapi.Capabilities
 	// BeforeCreate and BeforeFork, when set, run at the start of Create
 	// and Fork; BeforeList and AfterList before List takes its listing and
 	// after, just before it returns it. They run outside the fake's lock,
 	// so race tests use them to make other calls at that point. Set them
 	// before the calls they watch.
-	BeforeCreate func(req node.CreateRequest)
-	BeforeFork   func(id string, req node.ForkRequest)
+	BeforeCreate func(req nodeapi.CreateRequest)
+	BeforeFork   func(id string, req nodeapi.ForkRequest)
 	BeforeList   func()
-	AfterList    func(listed []*node.Sandbox)
+	AfterList    func(listed []*nodeapi.Sandbox)
 }
 
-var _ node.Service = (*Node)(nil)
+var _ nodeapi.Service = (*Node)(nil)
 
 // New returns an empty fake node.
 func New() *Node {
 	return &Node{
-		sandboxes: map[string]*node.Sandbox{},
+		sandboxes: map[string]*nodeapi.Sandbox{},
 		Address:   "127.0.0.1:49983",
 		Host:      "127.0.0.1",
-		Caps:      node.Capabilities{Driver: "fakenode", MemoryCheckpoint: true, Freeze: true, Fork: true},
+		Caps:      nodeapi.Capabilities{Driver: "fakenode", MemoryCheckpoint: true, Freeze: true, Fork: true},
 	}
 }
 
@@ -70,14 +71,14 @@ func (n *Node) Calls() []string {
 	return slices.Clone(n.calls)
 }
 
-func clone(s *node.Sandbox) *node.Sandbox {
+func clone(s *nodeapi.Sandbox) *nodeapi.Sandbox {
 	c := *s
 	c.Metadata = maps.Clone(s.Metadata)
 	return &c
 }
 
-// Create implements node.Service.
-func (n *Node) Create(_ context.Context, req node.CreateRequest) (*node.Sandbox, error) {
+// Create implements nodeapi.Service.
+func (n *Node) Create(_ context.Context, req nodeapi.CreateRequest) (*nodeapi.Sandbox, error) {
 	if n.BeforeCreate != nil {
 		n.BeforeCreate(req)
 	}
@@ -90,17 +91,17 @@ func (n *Node) Create(_ context.Context, req node.CreateRequest) (*node.Sandbox,
 	if _, ok := n.sandboxes[req.ID]; ok {
 		return nil, fmt.Errorf("sandbox %q: %w", req.ID, errdefs.ErrAlreadyExists)
 	}
-	s := &node.Sandbox{
+	s := &nodeapi.Sandbox{
 		ID: req.ID, ExecutionID: req.ExecutionID, TemplateID: req.Template.ID, BuildID: req.Template.BuildID,
 		TeamID: req.TeamID, State: sandbox.StateRunning, Epoch: 1, StartedAt: time.Now(), EndAt: req.EndAt,
 		Resources: req.Resources, Network: req.Network, Address: n.Address, Host: n.Host,
-		EnvdVersion: node.EnvdVersion, Metadata: maps.Clone(req.Metadata),
+		EnvdVersion: envdproto.Version, Metadata: maps.Clone(req.Metadata), Health: nodeapi.HealthUnknown,
 	}
 	n.sandboxes[req.ID] = s
 	return clone(s), nil
 }
 
-func (n *Node) get(id string) (*node.Sandbox, error) {
+func (n *Node) get(id string) (*nodeapi.Sandbox, error) {
 	s, ok := n.sandboxes[id]
 	if !ok {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
@@ -108,8 +109,8 @@ func (n *Node) get(id string) (*node.Sandbox, error) {
 	return s, nil
 }
 
-// Get implements node.Service.
-func (n *Node) Get(_ context.Context, id string) (*node.Sandbox, error) {
+// Get implements nodeapi.Service.
+func (n *Node) Get(_ context.Context, id string) (*nodeapi.Sandbox, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s, err := n.get(id)
@@ -119,13 +120,13 @@ func (n *Node) Get(_ context.Context, id string) (*node.Sandbox, error) {
 	return clone(s), nil
 }
 
-// List implements node.Service.
-func (n *Node) List(context.Context) ([]*node.Sandbox, error) {
+// List implements nodeapi.Service.
+func (n *Node) List(context.Context) ([]*nodeapi.Sandbox, error) {
 	if n.BeforeList != nil {
 		n.BeforeList()
 	}
 	n.mu.Lock()
-	var out []*node.Sandbox
+	var out []*nodeapi.Sandbox
 	for _, s := range n.sandboxes {
 		out = append(out, clone(s))
 	}
@@ -136,7 +137,7 @@ func (n *Node) List(context.Context) ([]*node.Sandbox, error) {
 	return out, nil
 }
 
-// SetEndTime implements node.Service.
+// SetEndTime implements nodeapi.Service.
 func (n *Node) SetEndTime(_ context.Context, id string, endAt time.Time) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -149,7 +150,7 @@ func (n *Node) SetEndTime(_ context.Context, id string, endAt time.Time) error {
 	return nil
 }
 
-// UpdateNetwork implements node.Service.
+// UpdateNetwork implements nodeapi.Service.
 func (n *Node) UpdateNetwork(_ context.Context, id string, p netslot.Policy) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -162,8 +163,8 @@ func (n *Node) UpdateNetwork(_ context.Context, id string, p netslot.Policy) err
 	return nil
 }
 
-// Pause implements node.Service.
-func (n *Node) Pause(_ context.Context, id string, req node.PauseRequest) (*node.Sandbox, error) {
+// Pause implements nodeapi.Service.
+func (n *Node) Pause(_ context.Context, id string, req nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.record("pause %s memory=%t", id, req.Memory)
@@ -186,8 +187,8 @@ func (n *Node) Pause(_ context.Context, id string, req node.PauseRequest) (*node
 	return clone(s), nil
 }
 
-// Resume implements node.Service.
-func (n *Node) Resume(_ context.Context, id string, req node.ResumeRequest) (*node.Sandbox, error) {
+// Resume implements nodeapi.Service.
+func (n *Node) Resume(_ context.Context, id string, req nodeapi.ResumeRequest) (*nodeapi.Sandbox, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.record("resume %s", id)
@@ -205,8 +206,8 @@ func (n *Node) Resume(_ context.Context, id string, req node.ResumeRequest) (*no
 	return clone(s), nil
 }
 
-// Fork implements node.Service.
-func (n *Node) Fork(_ context.Context, id string, req node.ForkRequest) ([]*node.Sandbox, error) {
+// Fork implements nodeapi.Service.
+func (n *Node) Fork(_ context.Context, id string, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
 	if n.BeforeFork != nil {
 		n.BeforeFork(id, req)
 	}
@@ -223,7 +224,7 @@ func (n *Node) Fork(_ context.Context, id string, req node.ForkRequest) ([]*node
 	if s.State != sandbox.StateRunning {
 		return nil, fmt.Errorf("sandbox %q is %s: %w", id, s.State, errdefs.ErrConflict)
 	}
-	var out []*node.Sandbox
+	var out []*nodeapi.Sandbox
 	for i, nid := range req.IDs {
 		c := clone(s)
 		c.ID, c.Epoch, c.StartedAt, c.EndAt = nid, 1, time.Now(), req.EndAt
@@ -236,7 +237,7 @@ func (n *Node) Fork(_ context.Context, id string, req node.ForkRequest) ([]*node
 	return out, nil
 }
 
-// Kill implements node.Service.
+// Kill implements nodeapi.Service.
 func (n *Node) Kill(_ context.Context, id string, reason sandbox.KillReason) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -248,9 +249,9 @@ func (n *Node) Kill(_ context.Context, id string, reason sandbox.KillReason) err
 	return nil
 }
 
-var _ node.ExecutionKiller = (*Node)(nil)
+var _ nodeapi.ExecutionKiller = (*Node)(nil)
 
-// KillExecution implements node.ExecutionKiller; it records the call as
+// KillExecution implements nodeapi.ExecutionKiller; it records the call as
 // Kill does.
 func (n *Node) KillExecution(_ context.Context, id, executionID string, reason sandbox.KillReason) error {
 	n.mu.Lock()
@@ -267,30 +268,30 @@ func (n *Node) KillExecution(_ context.Context, id, executionID string, reason s
 	return nil
 }
 
-// Stats implements node.Service.
-func (n *Node) Stats(_ context.Context, id string) (*node.Stats, error) {
+// Stats implements nodeapi.Service.
+func (n *Node) Stats(_ context.Context, id string) (*nodeapi.Stats, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s, err := n.get(id)
 	if err != nil {
 		return nil, err
 	}
-	return &node.Stats{At: time.Now(), CPUCount: s.Resources.VCPUs, CPUUsedPct: 1.5,
+	return &nodeapi.Stats{At: time.Now(), CPUCount: s.Resources.VCPUs, CPUUsedPct: 1.5,
 		MemoryUsedBytes: 64 << 20, MemoryTotal: uint64(s.Resources.MemoryMB) << 20,
 		DiskUsedBytes: 1 << 20, DiskTotalBytes: 1 << 30}, nil
 }
 
-// Watch implements node.Service.
-func (n *Node) Watch(ctx context.Context) (<-chan node.Event, error) {
+// Watch implements nodeapi.Service.
+func (n *Node) Watch(ctx context.Context) (<-chan nodeapi.Event, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ch := make(chan node.Event, 16)
+	ch := make(chan nodeapi.Event, 16)
 	n.watchers = append(n.watchers, ch)
 	go func() {
 		<-ctx.Done()
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		n.watchers = slices.DeleteFunc(n.watchers, func(c chan node.Event) bool { return c == ch })
+		n.watchers = slices.DeleteFunc(n.watchers, func(c chan nodeapi.Event) bool { return c == ch })
 		close(ch)
 	}()
 	return ch, nil
@@ -306,25 +307,25 @@ func (n *Node) Exit(id string, reason sandbox.KillReason) {
 		return
 	}
 	delete(n.sandboxes, id)
-	ev := node.Event{Type: node.EventExited, SandboxID: id, ExecutionID: s.ExecutionID, Reason: reason, At: time.Now()}
+	ev := nodeapi.Event{Type: nodeapi.EventExited, SandboxID: id, ExecutionID: s.ExecutionID, Reason: reason, At: time.Now()}
 	for _, w := range n.watchers {
 		w <- ev
 	}
 }
 
 // Put adds a sandbox directly (e.g. one the control plane does not know).
-func (n *Node) Put(s *node.Sandbox) {
+func (n *Node) Put(s *nodeapi.Sandbox) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.sandboxes[s.ID] = clone(s)
 }
 
-// Capabilities implements node.Service.
-func (n *Node) Capabilities(context.Context) (node.Capabilities, error) { return n.Caps, nil }
+// Capabilities implements nodeapi.Service.
+func (n *Node) Capabilities(context.Context) (nodeapi.Capabilities, error) { return n.Caps, nil }
 
 // Emit sends ev to the watchers as it is, without changing any sandbox (a
 // late event of an older execution, say).
-func (n *Node) Emit(ev node.Event) {
+func (n *Node) Emit(ev nodeapi.Event) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, w := range n.watchers {
@@ -333,7 +334,7 @@ func (n *Node) Emit(ev node.Event) {
 }
 
 // SetHealth sets the watchdog health that Get reports for sandbox id.
-func (n *Node) SetHealth(id string, h node.Health) {
+func (n *Node) SetHealth(id string, h nodeapi.Health) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if s, ok := n.sandboxes[id]; ok {

@@ -1,4 +1,4 @@
-// Package nodeclient is a node.Service that calls a remote node agent over
+// Package nodeclient is a nodeapi.Service that calls a remote node agent over
 // Connect RPC (the NodeService of api/node/node.proto, served by
 // noderpc). Errors come back in Warren's error classes, so the control
 // plane treats a remote node like the in-process agent.
@@ -16,8 +16,8 @@ import (
 	"github.com/warren-sandbox/warren/api/node/nodepbconnect"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
-	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -29,12 +29,12 @@ type Options struct {
 	Token string
 }
 
-// Client is a node.Service over RPC.
+// Client is a nodeapi.Service over RPC.
 type Client struct {
 	rpc nodepbconnect.NodeServiceClient
 }
 
-var _ node.Service = (*Client)(nil)
+var _ nodeapi.Service = (*Client)(nil)
 
 // New returns a client of the node agent at baseURL (e.g.
 // "http://10.0.0.5:5009").
@@ -50,8 +50,8 @@ func New(baseURL string, opts Options) *Client {
 	return &Client{rpc: nodepbconnect.NewNodeServiceClient(hc, baseURL, copts...)}
 }
 
-// Create implements node.Service.
-func (c *Client) Create(ctx context.Context, req node.CreateRequest) (*node.Sandbox, error) {
+// Create implements nodeapi.Service.
+func (c *Client) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodeapi.Sandbox, error) {
 	resp, err := c.rpc.Create(ctx, connect.NewRequest(noderpc.CreateToProto(req)))
 	if err != nil {
 		return nil, noderpc.FromConnectError(err)
@@ -59,8 +59,8 @@ func (c *Client) Create(ctx context.Context, req node.CreateRequest) (*node.Sand
 	return noderpc.SandboxFromProto(resp.Msg.GetSandbox())
 }
 
-// Get implements node.Service.
-func (c *Client) Get(ctx context.Context, id string) (*node.Sandbox, error) {
+// Get implements nodeapi.Service.
+func (c *Client) Get(ctx context.Context, id string) (*nodeapi.Sandbox, error) {
 	resp, err := c.rpc.Get(ctx, connect.NewRequest(&nodepb.GetRequest{Id: id}))
 	if err != nil {
 		return nil, noderpc.FromConnectError(err)
@@ -68,8 +68,8 @@ func (c *Client) Get(ctx context.Context, id string) (*node.Sandbox, error) {
 	return noderpc.SandboxFromProto(resp.Msg.GetSandbox())
 }
 
-// List implements node.Service.
-func (c *Client) List(ctx context.Context) ([]*node.Sandbox, error) {
+// List implements nodeapi.Service.
+func (c *Client) List(ctx context.Context) ([]*nodeapi.Sandbox, error) {
 	resp, err := c.rpc.List(ctx, connect.NewRequest(&nodepb.ListRequest{}))
 	if err != nil {
 		return nil, noderpc.FromConnectError(err)
@@ -77,8 +77,8 @@ func (c *Client) List(ctx context.Context) ([]*node.Sandbox, error) {
 	return sandboxes(resp.Msg.GetSandboxes())
 }
 
-func sandboxes(in []*nodepb.Sandbox) ([]*node.Sandbox, error) {
-	out := make([]*node.Sandbox, 0, len(in))
+func sandboxes(in []*nodepb.Sandbox) ([]*nodeapi.Sandbox, error) {
+	out := make([]*nodeapi.Sandbox, 0, len(in))
 	for _, p := range in {
 		s, err := noderpc.SandboxFromProto(p)
 		if err != nil {
@@ -89,20 +89,20 @@ func sandboxes(in []*nodepb.Sandbox) ([]*node.Sandbox, error) {
 	return out, nil
 }
 
-// SetEndTime implements node.Service.
+// SetEndTime implements nodeapi.Service.
 func (c *Client) SetEndTime(ctx context.Context, id string, endAt time.Time) error {
 	_, err := c.rpc.SetEndTime(ctx, connect.NewRequest(&nodepb.SetEndTimeRequest{Id: id, EndAt: noderpc.Timestamp(endAt)}))
 	return noderpc.FromConnectError(err)
 }
 
-// UpdateNetwork implements node.Service.
+// UpdateNetwork implements nodeapi.Service.
 func (c *Client) UpdateNetwork(ctx context.Context, id string, policy netslot.Policy) error {
 	_, err := c.rpc.UpdateNetwork(ctx, connect.NewRequest(&nodepb.UpdateNetworkRequest{Id: id, Network: noderpc.PolicyToProto(policy)}))
 	return noderpc.FromConnectError(err)
 }
 
-// Pause implements node.Service.
-func (c *Client) Pause(ctx context.Context, id string, req node.PauseRequest) (*node.Sandbox, error) {
+// Pause implements nodeapi.Service.
+func (c *Client) Pause(ctx context.Context, id string, req nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {
 	resp, err := c.rpc.Pause(ctx, connect.NewRequest(&nodepb.PauseRequest{Id: id, Memory: req.Memory, ExecutionId: req.ExecutionID}))
 	if err != nil {
 		return nil, noderpc.FromConnectError(err)
@@ -110,8 +110,8 @@ func (c *Client) Pause(ctx context.Context, id string, req node.PauseRequest) (*
 	return noderpc.SandboxFromProto(resp.Msg.GetSandbox())
 }
 
-// Resume implements node.Service.
-func (c *Client) Resume(ctx context.Context, id string, req node.ResumeRequest) (*node.Sandbox, error) {
+// Resume implements nodeapi.Service.
+func (c *Client) Resume(ctx context.Context, id string, req nodeapi.ResumeRequest) (*nodeapi.Sandbox, error) {
 	resp, err := c.rpc.Resume(ctx, connect.NewRequest(&nodepb.ResumeRequest{Id: id, ExecutionId: req.ExecutionID, EndAt: noderpc.Timestamp(req.EndAt)}))
 	if err != nil {
 		return nil, noderpc.FromConnectError(err)
@@ -119,8 +119,8 @@ func (c *Client) Resume(ctx context.Context, id string, req node.ResumeRequest) 
 	return noderpc.SandboxFromProto(resp.Msg.GetSandbox())
 }
 
-// Fork implements node.Service.
-func (c *Client) Fork(ctx context.Context, id string, req node.ForkRequest) ([]*node.Sandbox, error) {
+// Fork implements nodeapi.Service.
+func (c *Client) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
 	resp, err := c.rpc.Fork(ctx, connect.NewRequest(&nodepb.ForkRequest{
 		Id: id, Ids: req.IDs, ExecutionIds: req.ExecutionIDs, EndAt: noderpc.Timestamp(req.EndAt),
 	}))
@@ -130,22 +130,22 @@ func (c *Client) Fork(ctx context.Context, id string, req node.ForkRequest) ([]*
 	return sandboxes(resp.Msg.GetSandboxes())
 }
 
-// Kill implements node.Service.
+// Kill implements nodeapi.Service.
 func (c *Client) Kill(ctx context.Context, id string, reason sandbox.KillReason) error {
 	return c.KillExecution(ctx, id, "", reason)
 }
 
-// KillExecution implements node.ExecutionKiller: the node refuses the kill
+// KillExecution implements nodeapi.ExecutionKiller: the node refuses the kill
 // (conflict) when the sandbox's current execution is not executionID.
 func (c *Client) KillExecution(ctx context.Context, id, executionID string, reason sandbox.KillReason) error {
 	_, err := c.rpc.Kill(ctx, connect.NewRequest(&nodepb.KillRequest{Id: id, Reason: string(reason), ExecutionId: executionID}))
 	return noderpc.FromConnectError(err)
 }
 
-var _ node.ExecutionKiller = (*Client)(nil)
+var _ nodeapi.ExecutionKiller = (*Client)(nil)
 
-// Stats implements node.Service.
-func (c *Client) Stats(ctx context.Context, id string) (*node.Stats, error) {
+// Stats implements nodeapi.Service.
+func (c *Client) Stats(ctx context.Context, id string) (*nodeapi.Stats, error) {
 	resp, err := c.rpc.Stats(ctx, connect.NewRequest(&nodepb.StatsRequest{Id: id}))
 	if err != nil {
 		return nil, noderpc.FromConnectError(err)
@@ -153,16 +153,34 @@ func (c *Client) Stats(ctx context.Context, id string) (*node.Stats, error) {
 	return noderpc.StatsFromProto(resp.Msg), nil
 }
 
-// Watch implements node.Service. It returns once the node has accepted the
+var _ nodeapi.MetricsSource = (*Client)(nil)
+
+// Metrics implements nodeapi.MetricsSource; a node that keeps no samples
+// answers ErrUnsupported.
+func (c *Client) Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.Stats, error) {
+	resp, err := c.rpc.Metrics(ctx, connect.NewRequest(&nodepb.MetricsRequest{
+		Id: id, Start: noderpc.Timestamp(start), End: noderpc.Timestamp(end),
+	}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	out := make([]nodeapi.Stats, 0, len(resp.Msg.GetSamples()))
+	for _, s := range resp.Msg.GetSamples() {
+		out = append(out, *noderpc.StatsFromProto(s))
+	}
+	return out, nil
+}
+
+// Watch implements nodeapi.Service. It returns once the node has accepted the
 // watch. When the stream breaks (the node restarted, the network failed) it
 // watches again, with backoff, until ctx ends; the node keeps the events of
 // the meantime for its next watcher. The channel closes when ctx ends.
-func (c *Client) Watch(ctx context.Context) (<-chan node.Event, error) {
+func (c *Client) Watch(ctx context.Context) (<-chan nodeapi.Event, error) {
 	stream, err := c.watch(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan node.Event, 64)
+	ch := make(chan nodeapi.Event, 64)
 	go func() {
 		defer close(ch)
 		backoff := 100 * time.Millisecond
@@ -213,14 +231,14 @@ func (c *Client) watch(ctx context.Context) (*connect.ServerStreamForClient[node
 	return stream, nil
 }
 
-// Capabilities implements node.Service.
-func (c *Client) Capabilities(ctx context.Context) (node.Capabilities, error) {
+// Capabilities implements nodeapi.Service.
+func (c *Client) Capabilities(ctx context.Context) (nodeapi.Capabilities, error) {
 	resp, err := c.rpc.Capabilities(ctx, connect.NewRequest(&nodepb.CapabilitiesRequest{}))
 	if err != nil {
-		return node.Capabilities{}, noderpc.FromConnectError(err)
+		return nodeapi.Capabilities{}, noderpc.FromConnectError(err)
 	}
 	m := resp.Msg
-	return node.Capabilities{Driver: m.GetDriver(), MemoryCheckpoint: m.GetMemoryCheckpoint(), Freeze: m.GetFreeze(), Fork: m.GetFork()}, nil
+	return nodeapi.Capabilities{Driver: m.GetDriver(), MemoryCheckpoint: m.GetMemoryCheckpoint(), Freeze: m.GetFreeze(), Fork: m.GetFork()}, nil
 }
 
 // bearer adds the shared token to every call.

@@ -1,4 +1,4 @@
-// Package noderpc serves a node.Service over Connect RPC (the NodeService of
+// Package noderpc serves a nodeapi.Service over Connect RPC (the NodeService of
 // api/node/node.proto) and holds the translations between the Go types of
 // package node and their protobuf messages, shared with nodeclient.
 //
@@ -18,7 +18,7 @@ import (
 	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -81,7 +81,7 @@ func PolicyFromProto(p *nodepb.Policy) (netslot.Policy, error) {
 }
 
 // TemplateToProto converts t.
-func TemplateToProto(t node.Template) *nodepb.Template {
+func TemplateToProto(t nodeapi.Template) *nodepb.Template {
 	return &nodepb.Template{
 		Id: t.ID, BuildId: t.BuildID, Rootfs: t.RootFS, Env: t.Env, User: t.User,
 		Workdir: t.Workdir, StartCmd: t.StartCmd, SnapshotDir: t.SnapshotDir,
@@ -89,15 +89,15 @@ func TemplateToProto(t node.Template) *nodepb.Template {
 }
 
 // TemplateFromProto converts t.
-func TemplateFromProto(t *nodepb.Template) node.Template {
-	return node.Template{
+func TemplateFromProto(t *nodepb.Template) nodeapi.Template {
+	return nodeapi.Template{
 		ID: t.GetId(), BuildID: t.GetBuildId(), RootFS: t.GetRootfs(), Env: t.GetEnv(), User: t.GetUser(),
 		Workdir: t.GetWorkdir(), StartCmd: t.GetStartCmd(), SnapshotDir: t.GetSnapshotDir(),
 	}
 }
 
 // CreateToProto converts r.
-func CreateToProto(r node.CreateRequest) *nodepb.CreateRequest {
+func CreateToProto(r nodeapi.CreateRequest) *nodepb.CreateRequest {
 	return &nodepb.CreateRequest{
 		Id: r.ID, ExecutionId: r.ExecutionID, TeamId: r.TeamID, Template: TemplateToProto(r.Template),
 		Resources: ResourcesToProto(r.Resources), EndAt: Timestamp(r.EndAt), Network: PolicyToProto(r.Network),
@@ -106,12 +106,12 @@ func CreateToProto(r node.CreateRequest) *nodepb.CreateRequest {
 }
 
 // CreateFromProto converts r.
-func CreateFromProto(r *nodepb.CreateRequest) (node.CreateRequest, error) {
+func CreateFromProto(r *nodepb.CreateRequest) (nodeapi.CreateRequest, error) {
 	pol, err := PolicyFromProto(r.GetNetwork())
 	if err != nil {
-		return node.CreateRequest{}, err
+		return nodeapi.CreateRequest{}, err
 	}
-	return node.CreateRequest{
+	return nodeapi.CreateRequest{
 		ID: r.GetId(), ExecutionID: r.GetExecutionId(), TeamID: r.GetTeamId(), Template: TemplateFromProto(r.GetTemplate()),
 		Resources: ResourcesFromProto(r.GetResources()), EndAt: Time(r.GetEndAt()), Network: pol,
 		EnvVars: r.GetEnvVars(), EnvdAccessToken: r.GetEnvdAccessToken(), Metadata: r.GetMetadata(),
@@ -119,7 +119,7 @@ func CreateFromProto(r *nodepb.CreateRequest) (node.CreateRequest, error) {
 }
 
 // SandboxToProto converts s.
-func SandboxToProto(s *node.Sandbox) *nodepb.Sandbox {
+func SandboxToProto(s *nodeapi.Sandbox) *nodepb.Sandbox {
 	if s == nil {
 		return nil
 	}
@@ -133,7 +133,7 @@ func SandboxToProto(s *node.Sandbox) *nodepb.Sandbox {
 }
 
 // SandboxFromProto converts s.
-func SandboxFromProto(s *nodepb.Sandbox) (*node.Sandbox, error) {
+func SandboxFromProto(s *nodepb.Sandbox) (*nodeapi.Sandbox, error) {
 	if s == nil {
 		return nil, fmt.Errorf("node answered without a sandbox: %w", errdefs.ErrUnavailable)
 	}
@@ -145,7 +145,7 @@ func SandboxFromProto(s *nodepb.Sandbox) (*node.Sandbox, error) {
 	if !st.Valid() {
 		return nil, fmt.Errorf("sandbox %q: state %q: %w", s.GetId(), s.GetState(), errdefs.ErrInvalid)
 	}
-	return &node.Sandbox{
+	return &nodeapi.Sandbox{
 		ID: s.GetId(), ExecutionID: s.GetExecutionId(), TemplateID: s.GetTemplateId(), BuildID: s.GetBuildId(), TeamID: s.GetTeamId(),
 		State: st, Epoch: s.GetEpoch(), StartedAt: Time(s.GetStartedAt()), EndAt: Time(s.GetEndAt()),
 		Resources: ResourcesFromProto(s.GetResources()), Network: pol, Address: s.GetAddress(), Host: s.GetHost(),
@@ -155,7 +155,7 @@ func SandboxFromProto(s *nodepb.Sandbox) (*node.Sandbox, error) {
 }
 
 // StatsToProto converts s.
-func StatsToProto(s *node.Stats) *nodepb.StatsResponse {
+func StatsToProto(s *nodeapi.Stats) *nodepb.StatsResponse {
 	return &nodepb.StatsResponse{
 		At: Timestamp(s.At), CpuCount: int32(s.CPUCount), CpuUsedPct: s.CPUUsedPct,
 		MemoryUsedBytes: s.MemoryUsedBytes, MemoryTotal: s.MemoryTotal, MemoryPeakBytes: s.MemoryPeakBytes,
@@ -164,8 +164,8 @@ func StatsToProto(s *node.Stats) *nodepb.StatsResponse {
 }
 
 // StatsFromProto converts s.
-func StatsFromProto(s *nodepb.StatsResponse) *node.Stats {
-	return &node.Stats{
+func StatsFromProto(s *nodepb.StatsResponse) *nodeapi.Stats {
+	return &nodeapi.Stats{
 		At: Time(s.GetAt()), CPUCount: int(s.GetCpuCount()), CPUUsedPct: s.GetCpuUsedPct(),
 		MemoryUsedBytes: s.GetMemoryUsedBytes(), MemoryTotal: s.GetMemoryTotal(), MemoryPeakBytes: s.GetMemoryPeakBytes(),
 		DiskUsedBytes: s.GetDiskUsedBytes(), DiskTotalBytes: s.GetDiskTotalBytes(),
@@ -173,14 +173,14 @@ func StatsFromProto(s *nodepb.StatsResponse) *node.Stats {
 }
 
 // EventToProto converts e.
-func EventToProto(e node.Event) *nodepb.Event {
+func EventToProto(e nodeapi.Event) *nodepb.Event {
 	return &nodepb.Event{Type: string(e.Type), SandboxId: e.SandboxID, ExecutionId: e.ExecutionID, Reason: string(e.Reason), At: Timestamp(e.At)}
 }
 
 // EventFromProto converts e.
-func EventFromProto(e *nodepb.Event) node.Event {
-	return node.Event{
-		Type: node.EventType(e.GetType()), SandboxID: e.GetSandboxId(), ExecutionID: e.GetExecutionId(),
+func EventFromProto(e *nodepb.Event) nodeapi.Event {
+	return nodeapi.Event{
+		Type: nodeapi.EventType(e.GetType()), SandboxID: e.GetSandboxId(), ExecutionID: e.GetExecutionId(),
 		Reason: sandbox.KillReason(e.GetReason()), At: Time(e.GetAt()),
 	}
 }
@@ -256,11 +256,11 @@ func (e *classError) Unwrap() error { return e.class }
 
 // healthFromProto reads a sandbox's health; empty (an older node) is
 // unknown.
-func healthFromProto(h string) node.Health {
-	switch node.Health(h) {
-	case node.HealthHealthy, node.HealthUnhealthy:
-		return node.Health(h)
+func healthFromProto(h string) nodeapi.Health {
+	switch nodeapi.Health(h) {
+	case nodeapi.HealthHealthy, nodeapi.HealthUnhealthy:
+		return nodeapi.Health(h)
 	default:
-		return node.HealthUnknown
+		return nodeapi.HealthUnknown
 	}
 }

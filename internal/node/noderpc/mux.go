@@ -8,14 +8,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 // NewMux returns the node agent's whole HTTP surface: the NodeService
 // (NewHandler) and, when g is set, Prometheus text at GET /metrics (the
 // agent's series: see docs/metrics.md). With opts.Token set, /metrics asks
 // for the same "Authorization: Bearer <token>" as the RPCs.
-func NewMux(svc node.Service, opts Options, g prometheus.Gatherer) *http.ServeMux {
+func NewMux(svc nodeapi.Service, opts Options, g prometheus.Gatherer) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(NewHandler(svc, opts))
 	if g != nil {

@@ -3,6 +3,7 @@ package noderpc
 import (
 	"context"
 	"crypto/subtle"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -12,7 +13,7 @@ import (
 	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/api/node/nodepbconnect"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -26,7 +27,7 @@ type Options struct {
 
 // NewHandler returns the path prefix and the HTTP handler that serve svc
 // as the NodeService.
-func NewHandler(svc node.Service, opts Options) (string, http.Handler) {
+func NewHandler(svc nodeapi.Service, opts Options) (string, http.Handler) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -40,7 +41,7 @@ func NewHandler(svc node.Service, opts Options) (string, http.Handler) {
 }
 
 type server struct {
-	svc node.Service
+	svc nodeapi.Service
 	log *slog.Logger
 }
 
@@ -107,7 +108,7 @@ func (s *server) UpdateNetwork(ctx context.Context, req *connect.Request[nodepb.
 }
 
 func (s *server) Pause(ctx context.Context, req *connect.Request[nodepb.PauseRequest]) (*connect.Response[nodepb.SandboxResponse], error) {
-	sb, err := s.svc.Pause(ctx, req.Msg.GetId(), node.PauseRequest{Memory: req.Msg.GetMemory(), ExecutionID: req.Msg.GetExecutionId()})
+	sb, err := s.svc.Pause(ctx, req.Msg.GetId(), nodeapi.PauseRequest{Memory: req.Msg.GetMemory(), ExecutionID: req.Msg.GetExecutionId()})
 	if err != nil {
 		return nil, s.fail("Pause", err)
 	}
@@ -115,7 +116,7 @@ func (s *server) Pause(ctx context.Context, req *connect.Request[nodepb.PauseReq
 }
 
 func (s *server) Resume(ctx context.Context, req *connect.Request[nodepb.ResumeRequest]) (*connect.Response[nodepb.SandboxResponse], error) {
-	sb, err := s.svc.Resume(ctx, req.Msg.GetId(), node.ResumeRequest{ExecutionID: req.Msg.GetExecutionId(), EndAt: Time(req.Msg.GetEndAt())})
+	sb, err := s.svc.Resume(ctx, req.Msg.GetId(), nodeapi.ResumeRequest{ExecutionID: req.Msg.GetExecutionId(), EndAt: Time(req.Msg.GetEndAt())})
 	if err != nil {
 		return nil, s.fail("Resume", err)
 	}
@@ -123,7 +124,7 @@ func (s *server) Resume(ctx context.Context, req *connect.Request[nodepb.ResumeR
 }
 
 func (s *server) Fork(ctx context.Context, req *connect.Request[nodepb.ForkRequest]) (*connect.Response[nodepb.ForkResponse], error) {
-	list, err := s.svc.Fork(ctx, req.Msg.GetId(), node.ForkRequest{
+	list, err := s.svc.Fork(ctx, req.Msg.GetId(), nodeapi.ForkRequest{
 		IDs: req.Msg.GetIds(), ExecutionIDs: req.Msg.GetExecutionIds(), EndAt: Time(req.Msg.GetEndAt()),
 	})
 	if err != nil {
@@ -139,7 +140,7 @@ func (s *server) Fork(ctx context.Context, req *connect.Request[nodepb.ForkReque
 func (s *server) Kill(ctx context.Context, req *connect.Request[nodepb.KillRequest]) (*connect.Response[nodepb.KillResponse], error) {
 	id, reason := req.Msg.GetId(), sandbox.KillReason(req.Msg.GetReason())
 	var err error
-	if ek, ok := s.svc.(node.ExecutionKiller); ok && req.Msg.GetExecutionId() != "" {
+	if ek, ok := s.svc.(nodeapi.ExecutionKiller); ok && req.Msg.GetExecutionId() != "" {
 		err = ek.KillExecution(ctx, id, req.Msg.GetExecutionId(), reason)
 	} else {
 		err = s.svc.Kill(ctx, id, reason)
@@ -156,6 +157,22 @@ func (s *server) Stats(ctx context.Context, req *connect.Request[nodepb.StatsReq
 		return nil, s.fail("Stats", err)
 	}
 	return connect.NewResponse(StatsToProto(st)), nil
+}
+
+func (s *server) Metrics(ctx context.Context, req *connect.Request[nodepb.MetricsRequest]) (*connect.Response[nodepb.MetricsResponse], error) {
+	src, ok := s.svc.(nodeapi.MetricsSource)
+	if !ok {
+		return nil, s.fail("Metrics", fmt.Errorf("sandbox metrics: %w", errdefs.ErrUnsupported))
+	}
+	out, err := src.Metrics(ctx, req.Msg.GetId(), Time(req.Msg.GetStart()), Time(req.Msg.GetEnd()))
+	if err != nil {
+		return nil, s.fail("Metrics", err)
+	}
+	resp := &nodepb.MetricsResponse{Samples: make([]*nodepb.StatsResponse, 0, len(out))}
+	for i := range out {
+		resp.Samples = append(resp.Samples, StatsToProto(&out[i]))
+	}
+	return connect.NewResponse(resp), nil
 }
 
 func (s *server) Watch(ctx context.Context, req *connect.Request[nodepb.WatchRequest], stream *connect.ServerStream[nodepb.Event]) error {

@@ -1,4 +1,7 @@
-package builder
+// Package driverrun runs the template builder's build steps in sandboxes
+// of a runtime driver (a buildrun.Runner). It is apart from the builder so
+// that the builder, which the control plane imports, links no driver.
+package driverrun
 
 import (
 	"context"
@@ -10,18 +13,19 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/warren-sandbox/warren/internal/builder/buildrun"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
-// DriverRunner runs build steps in sandboxes of a runtime driver (runsc:
+// Runner runs build steps in sandboxes of a runtime driver (runsc:
 // gVisor; the driver must write through to the root filesystem, as the
 // runsc driver does with --overlay2=none). The sandbox's init is a static
 // host binary bound into it (envd, as in every sandbox), so any image
 // works; every command is an Exec in that sandbox, the start command a
 // background one. The mount point the binary needs is removed from the
 // root filesystem at Stop, so it does not end up in the layer.
-type DriverRunner struct {
+type Runner struct {
 	Driver driver.Driver
 	// Init is the host path of the static init binary (envd); InitArgs
 	// are its arguments.
@@ -40,13 +44,13 @@ type DriverRunner struct {
 	Log io.Writer
 }
 
-var _ Runner = DriverRunner{}
+var _ buildrun.Runner = Runner{}
 
-// initDir is where the init binary is bound inside a build sandbox.
-const initDir = ".warren-build"
+// InitDir is where the init binary is bound inside a build sandbox.
+const InitDir = ".warren-build"
 
-// Start implements Runner.
-func (r DriverRunner) Start(ctx context.Context, req SandboxRequest) (BuildSandbox, error) {
+// Start implements buildrun.Runner.
+func (r Runner) Start(ctx context.Context, req buildrun.SandboxRequest) (buildrun.BuildSandbox, error) {
 	if r.Driver == nil {
 		return nil, fmt.Errorf("driver build runner: no driver: %w", errdefs.ErrInvalid)
 	}
@@ -59,9 +63,9 @@ func (r DriverRunner) Start(ctx context.Context, req SandboxRequest) (BuildSandb
 	if r.Init == "" {
 		return nil, fmt.Errorf("driver build runner: no init binary (envd): %w", errdefs.ErrInvalid)
 	}
-	mp := filepath.Join(req.RootFS, initDir)
+	mp := filepath.Join(req.RootFS, InitDir)
 	if _, err := os.Lstat(mp); err == nil {
-		return nil, fmt.Errorf("build sandbox %s: /%s exists in the image: %w", id, initDir, errdefs.ErrConflict)
+		return nil, fmt.Errorf("build sandbox %s: /%s exists in the image: %w", id, InitDir, errdefs.ErrConflict)
 	}
 	bundle, err := os.MkdirTemp(r.BundleRoot, "warren-build-bundle-")
 	if err != nil {
@@ -71,9 +75,9 @@ func (r DriverRunner) Start(ctx context.Context, req SandboxRequest) (BuildSandb
 	spec := driver.Spec{
 		ID: id, BundleDir: bundle, RootFS: req.RootFS, Hostname: "build", Log: r.Log, Resources: req.Resources,
 		Hosts:  "127.0.0.1\tlocalhost build\n::1\tlocalhost\n",
-		Mounts: []driver.Mount{{Source: r.Init, Destination: "/" + initDir + "/init", ReadOnly: true}},
+		Mounts: []driver.Mount{{Source: r.Init, Destination: "/" + InitDir + "/init", ReadOnly: true}},
 		Init: driver.Process{
-			Args: append([]string{"/" + initDir + "/init"}, r.InitArgs...),
+			Args: append([]string{"/" + InitDir + "/init"}, r.InitArgs...),
 			Env:  []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Cwd: "/", User: "0:0",
 		},
 	}
@@ -110,21 +114,21 @@ type driverSandbox struct {
 	mu         sync.Mutex
 }
 
-func (s *driverSandbox) process(p Process) driver.Process {
+func (s *driverSandbox) process(p buildrun.Process) driver.Process {
 	return driver.Process{
-		Args: p.Args, Env: p.Env, Cwd: orRoot(p.Cwd),
+		Args: p.Args, Env: p.Env, Cwd: cwd(p.Cwd),
 		User:   strconv.Itoa(p.UID) + ":" + strconv.Itoa(p.GID),
 		Stdout: p.Stdout, Stderr: p.Stderr,
 	}
 }
 
-// Exec implements BuildSandbox.
-func (s *driverSandbox) Exec(ctx context.Context, p Process) (int, error) {
+// Exec implements buildrun.BuildSandbox.
+func (s *driverSandbox) Exec(ctx context.Context, p buildrun.Process) (int, error) {
 	return s.d.Exec(ctx, s.id, s.process(p))
 }
 
-// Spawn implements BuildSandbox.
-func (s *driverSandbox) Spawn(ctx context.Context, p Process) error {
+// Spawn implements buildrun.BuildSandbox.
+func (s *driverSandbox) Spawn(ctx context.Context, p buildrun.Process) error {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.mu.Lock()
 	s.spawnCtx = cancel
@@ -133,7 +137,7 @@ func (s *driverSandbox) Spawn(ctx context.Context, p Process) error {
 	return nil
 }
 
-// Stop implements BuildSandbox.
+// Stop implements buildrun.BuildSandbox.
 func (s *driverSandbox) Stop(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	err := s.d.Kill(ctx, s.id)
@@ -156,4 +160,12 @@ func (s *driverSandbox) cleanup() {
 	if s.releaseNet != nil {
 		s.releaseNet()
 	}
+}
+
+// cwd is a process's working directory: the root when none is given.
+func cwd(dir string) string {
+	if dir == "" {
+		return "/"
+	}
+	return dir
 }

@@ -1,0 +1,62 @@
+package nodeapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// Optional parts of Service: a control plane finds them by type
+// assertion on its Service and answers ErrUnsupported without them.
+
+// Pooler is the optional part of Service for warm pools. Agent implements
+// it.
+type Pooler interface {
+	// SetPool keeps size ready sandboxes of tmpl with res (zero fields take
+	// the node's defaults); size 0 removes the pool.
+	SetPool(ctx context.Context, tmpl Template, res sandbox.Resources, size int) error
+	// Reserve takes a ready member of tmpl's pool with resources res out of
+	// the pool and returns its ID, to be passed to Create; false when none
+	// is ready (a miss).
+	Reserve(tmpl Template, res sandbox.Resources) (string, bool)
+	// Unreserve puts a reserved member that will not be claimed back into
+	// its pool (or destroys it when the pool no longer wants it).
+	Unreserve(id string)
+	// Pools reports each pool by template ID.
+	Pools() map[string]PoolStatus
+}
+
+// PoolStatus is one pool's state. Hits and Misses count the Reserve
+// calls for the pool's template since the pool was set (a miss: none of
+// its members was ready for that build and those resources).
+type PoolStatus struct {
+	BuildID string
+	Size    int
+	Ready   int
+	Making  int
+	Hits    int64
+	Misses  int64
+}
+
+// MetricsSource is the optional part of Service that serves a sandbox's
+// sampled metrics. Agent implements it.
+type MetricsSource interface {
+	// Metrics returns sandbox id's samples taken in [start, end], oldest
+	// first; a zero bound is open. An unknown sandbox is ErrNotFound.
+	Metrics(ctx context.Context, id string, start, end time.Time) ([]Stats, error)
+}
+
+// TemplateUse is one template build that a sandbox of the agent (or one of
+// its warm pools) may still read: its root filesystem tree (the lower
+// directory of a sandbox's overlay, needed again at every resume) and its
+// snapshot directory (restored by creates and pool refills).
+type TemplateUse struct {
+	TemplateID  string
+	BuildID     string
+	RootFS      string
+	SnapshotDir string
+	// SandboxID is the sandbox that uses it; empty for a warm pool's
+	// template.
+	SandboxID string
+}
