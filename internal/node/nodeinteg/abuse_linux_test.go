@@ -212,6 +212,52 @@ k=0; for j in $(jobs -p); do wait $j; [ $? -eq 137 ] && k=$((k+1)); done; echo $
 	assertAlive(t, a, sb, tok)
 }
 
+// TestMemoryPressureAfterRestore: the processes of a sandbox resumed from
+// a memory snapshot are the host OOM killer's first choice too. 40
+// processes start before the pause and allocate 12 MiB each once resumed;
+// some are killed, the sandbox and envd answer. Without the scores of the
+// restored processes' stubs (forked by the restored sentry before its
+// stub pool's score was set) the sentry is the victim.
+func TestMemoryPressureAfterRestore(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "mr", sandbox.Resources{})
+	if err := node.NewHTTPEnvd(nil).Start(context.Background(), sb.Address, tok, node.EnvdProcess{
+		Tag: "pressure", Cmd: "/bin/bash", User: "user",
+		Args: []string{"-c", `child='import os, time
+while not os.path.exists("/tmp/go"): time.sleep(0.2)
+b = bytearray(12 << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+time.sleep(10)'
+for i in $(seq 40); do python3 -c "$child" & done
+k=0; for j in $(jobs -p); do wait $j; [ $? -eq 137 ] && k=$((k+1)); done; echo $k > /tmp/killed`},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := runAs(t, sb, tok, "user", "for i in $(seq 600); do [ $(pgrep -c python3) -ge 40 ] && break; sleep 0.2; done; pgrep -c python3"); strings.TrimSpace(out) != "40" {
+		t.Fatalf("%q processes running before the pause, want 40", out)
+	}
+	ctx := context.Background()
+	if _, err := a.Pause(ctx, sb.ID, node.PauseRequest{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Resume(ctx, sb.ID, node.ResumeRequest{ExecutionID: "e2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := runAs(t, r, tok, "user", "touch /tmp/go; for i in $(seq 600); do [ -s /tmp/killed ] && break; sleep 0.2; done; cat /tmp/killed")
+	if code != 0 {
+		t.Fatalf("memory pressure after resume: %q exit %d", out, code)
+	}
+	killed, err := strconv.Atoi(strings.TrimSpace(out))
+	t.Logf("%s of 40 restored processes killed", strings.TrimSpace(out))
+	if err != nil || killed == 0 {
+		t.Errorf("memory pressure after resume: %q processes killed; want some of the 40", out)
+	}
+	assertAlive(t, a, r, tok)
+}
+
 // TestRunawayAllocation: one process that allocates without end is killed
 // by itself; envd and the sandbox go on.
 func TestRunawayAllocation(t *testing.T) {
