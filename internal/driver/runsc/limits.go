@@ -28,8 +28,9 @@ package runsc
 //     by one) while the sentry, the gofer and the init's stubs (envd's:
 //     those that map its binary) keep theirs, and a runaway guest process loses its
 //     stub, which kills that process alone. Only memory held by the sentry
-//     itself (tmpfs files, pipe buffers) can end the sandbox, with kill
-//     reason oom.
+//     itself can end the sandbox, with kill reason oom: tmpfs files are
+//     bounded below the wall (/tmp is half the guest's memory, see
+//     oci.Generate), pipe and socket buffers are not.
 
 // MemoryOverheadMB is the host memory a sandbox may use beyond its guest
 // memory: the sentry (about 40 MiB resident, more with many tasks), the

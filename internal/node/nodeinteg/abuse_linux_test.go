@@ -292,6 +292,25 @@ func TestDiskFill(t *testing.T) {
 	assertAlive(t, a, sb, tok)
 }
 
+// TestTmpFill: filling the guest's /tmp (a tmpfs: the sentry's own memory)
+// gives ENOSPC inside at half the guest's memory; the sandbox answers and
+// the file can be removed. Without the size limit the tmpfs grows until
+// the host's memory wall ends the whole sandbox (reason oom).
+func TestTmpFill(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "tf", sandbox.Resources{})
+	out, _ := runAs(t, sb, tok, "user", "df -BM --output=size /tmp | tail -1; dd if=/dev/zero of=/tmp/fill bs=1M 2>&1 | grep -c 'No space left on device'")
+	if f := strings.Fields(out); len(f) != 2 || f[0] != "256M" || f[1] != "1" {
+		t.Errorf("tmp fill: size and ENOSPC lines %q, want 256M and 1", out)
+	}
+	if out, code := runAs(t, sb, tok, "user", "rm /tmp/fill && echo removed > /tmp/after && cat /tmp/after"); code != 0 || strings.TrimSpace(out) != "removed" {
+		t.Errorf("after the tmp fill: %q exit %d", out, code)
+	}
+	assertAlive(t, a, sb, tok)
+}
+
 // TestSudo: the default user has passwordless sudo (setuid binaries work:
 // runsc --allow-suid; envd sets no no_new_privs).
 func TestSudo(t *testing.T) {
