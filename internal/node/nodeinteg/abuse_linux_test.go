@@ -331,7 +331,10 @@ func TestSudo(t *testing.T) {
 }
 
 // TestResourcesReachGuest: cpuCount, memoryMB and the disk size of the
-// create request are what the guest sees (gVisor reports at least 2 CPUs).
+// create request are what the guest sees, except that gVisor shows a
+// cpuCount of 1 as 2 CPUs (runsc raises a CPU count taken from the CFS
+// quota to at least 2; only a one-CPU cpuset, which Warren does not set,
+// shows 1): the quota still allows one CPU's time.
 func TestResourcesReachGuest(t *testing.T) {
 	h := newHost(t)
 	a, _ := h.agent()
@@ -350,6 +353,10 @@ func TestResourcesReachGuest(t *testing.T) {
 	}
 	if mb, err := strconv.Atoi(strings.TrimSuffix(f[2], "M")); err != nil || mb < 270 || mb > 330 {
 		t.Errorf("df / size = %s, want about 300M", f[2])
+	}
+	one, tok1 := abuseSandbox(t, h, a, "r1", sandbox.Resources{VCPUs: 1})
+	if out, code := runAs(t, one, tok1, "user", "nproc"); code != 0 || strings.TrimSpace(out) != "2" {
+		t.Errorf("nproc of a 1-CPU sandbox = %q exit %d, want 2 (gVisor's floor; 1 would mean the floor is gone: update docs/configuration.md)", out, code)
 	}
 }
 
