@@ -26,8 +26,8 @@ package runsc
 //     forked from one pool process, so later ones inherit it; those that
 //     exist already, the restored processes' after a restore, are set one
 //     by one) while the sentry, the gofer and the init's stubs (envd's:
-//     those that map its binary) keep theirs, and a runaway guest process loses its
-//     stub, which kills that process alone. Only memory held by the sentry
+//     those that map its binary) keep theirs, and a runaway guest process
+//     loses its stub, which kills that process alone. Only memory held by the sentry
 //     itself can end the sandbox, with kill reason oom: tmpfs files are
 //     bounded below the wall (/tmp is half the guest's memory, see
 //     oci.Generate), pipe and socket buffers are not.

@@ -225,14 +225,7 @@ func TestMemoryPressureAfterRestore(t *testing.T) {
 	defer a.Close()
 	sb, tok := abuseSandbox(t, h, a, "mr", sandbox.Resources{})
 	if err := node.NewHTTPEnvd(nil).Start(context.Background(), sb.Address, tok, node.EnvdProcess{
-		Tag: "pressure", Cmd: "/bin/bash", User: "user",
-		Args: []string{"-c", `child='import os, time
-while not os.path.exists("/tmp/go"): time.sleep(0.2)
-b = bytearray(12 << 20)
-for i in range(0, len(b), 4096): b[i] = 1
-time.sleep(10)'
-for i in $(seq 40); do python3 -c "$child" & done
-k=0; for j in $(jobs -p); do wait $j; [ $? -eq 137 ] && k=$((k+1)); done; echo $k > /tmp/killed`},
+		Tag: "pressure", Cmd: "/bin/bash", User: "user", Args: []string{"-c", restoredPressure},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -247,16 +240,77 @@ k=0; for j in $(jobs -p); do wait $j; [ $? -eq 137 ] && k=$((k+1)); done; echo $
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, code := runAs(t, r, tok, "user", "touch /tmp/go; for i in $(seq 600); do [ -s /tmp/killed ] && break; sleep 0.2; done; cat /tmp/killed")
-	if code != 0 {
-		t.Fatalf("memory pressure after resume: %q exit %d", out, code)
+	releasePressure(t, a, r, tok)
+}
+
+// TestMemoryPressureFromTemplateSnapshot: the same for a sandbox created
+// from a template snapshot (how a create of a template with a snapshot
+// starts) whose start command left the 40 processes waiting.
+func TestMemoryPressureFromTemplateSnapshot(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	tmpl := h.createReq("x").Template
+	tmpl.StartCmd = restoredPressure
+	dir := filepath.Join(h.dir, "pressure-snapshot")
+	if err := a.Snapshot(ctx, tmpl, "test $(pgrep -c python3) -ge 40", dir); err != nil {
+		t.Fatal(err)
 	}
-	killed, err := strconv.Atoi(strings.TrimSpace(out))
-	t.Logf("%s of 40 restored processes killed", strings.TrimSpace(out))
-	if err != nil || killed == 0 {
-		t.Errorf("memory pressure after resume: %q processes killed; want some of the 40", out)
+	defer func() {
+		if err := a.DeleteSnapshot(context.Background(), dir); err != nil {
+			t.Error(err)
+		}
+	}()
+	tmpl.SnapshotDir = dir
+	id := "mt" + sandbox.NewID()[:10]
+	req := h.createReq(id)
+	req.Template = tmpl
+	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
+	sb, err := a.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
 	}
-	assertAlive(t, a, r, tok)
+	releasePressure(t, a, sb, req.EnvdAccessToken)
+}
+
+// restoredPressure starts 40 processes that wait for /tmp/go, then
+// allocate 12 MiB each; each that lives to the end leaves a file in
+// /tmp/done (the starting shell may be killed too, so it counts nothing).
+const restoredPressure = `mkdir -p /tmp/done; child='import os, time
+while not os.path.exists("/tmp/go"): time.sleep(0.2)
+b = bytearray(12 << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+time.sleep(10)
+open("/tmp/done/%d" % os.getpid(), "w").close()'
+for i in $(seq 40); do python3 -c "$child" & done; wait`
+
+// releasePressure lets the processes of restoredPressure in the restored
+// sandbox sb allocate, waits until none is left and checks that some were
+// killed and sb answers. Each look is a command of its own: one that
+// runs while the host kills stubs may be killed too (exit 137), and is
+// asked again.
+func releasePressure(t *testing.T, a *node.Agent, sb *node.Sandbox, tok string) {
+	t.Helper()
+	if _, code := runAs(t, sb, tok, "user", "touch /tmp/go"); code != 0 {
+		t.Fatalf("touch /tmp/go: exit %d", code)
+	}
+	for range 300 {
+		out, code := runAs(t, sb, tok, "user", "pgrep -c python3; ls /tmp/done | wc -l")
+		f := strings.Fields(out)
+		if code == 137 || len(f) != 2 || f[0] != "0" {
+			time.Sleep(time.Second) // the processes sleep 10 s once they have allocated
+			continue
+		}
+		done, _ := strconv.Atoi(f[1])
+		t.Logf("%d of 40 restored processes killed", 40-done)
+		if done == 40 {
+			t.Errorf("memory pressure after restore: no process killed; want some of the 40")
+		}
+		assertAlive(t, a, sb, tok)
+		return
+	}
+	t.Fatal("memory pressure after restore: processes still running after 300 looks")
 }
 
 // TestRunawayAllocation: one process that allocates without end is killed
