@@ -202,6 +202,19 @@ func ParseUser(s string) (specs.User, error) {
 	return specs.User{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
+// tmpOptions are the mount options of the guest's /tmp, a tmpfs of half
+// the guest's memory (guestMB 0: no size). Its files are memory of the
+// runtime (gVisor's sentry) or the host kernel, charged to the sandbox's
+// cgroup: without a size a full /tmp ends the whole sandbox at the memory
+// limit instead of failing a write with ENOSPC.
+func tmpOptions(guestMB int64) []string {
+	opts := []string{"nosuid", "nodev", "mode=1777"}
+	if guestMB > 0 {
+		opts = append(opts, "size="+strconv.FormatInt(max(guestMB/2, 1), 10)+"m")
+	}
+	return opts
+}
+
 func mounts(s driver.Spec, o Options) []specs.Mount {
 	ms := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
@@ -215,7 +228,7 @@ func mounts(s driver.Spec, o Options) []specs.Mount {
 		ms = append(ms, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
 	}
 	ms = append(ms,
-		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: tmpOptions(s.Resources.MemoryMB)},
 		specs.Mount{Destination: "/etc/hostname", Type: "bind", Source: filepath.Join(s.BundleDir, HostnameFile), Options: []string{"rbind", "ro"}},
 		specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: filepath.Join(s.BundleDir, HostsFile), Options: []string{"rbind", "ro"}},
 		specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(s.BundleDir, ResolvConfFile), Options: []string{"rbind", "ro"}},

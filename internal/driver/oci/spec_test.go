@@ -108,6 +108,7 @@ func TestGenerate(t *testing.T) {
 		},
 		{
 			name: "mounts",
+			edit: func(s *driver.Spec) { s.Resources.MemoryMB = 256 },
 			opts: Options{CgroupsPath: "/w"},
 			check: func(t *testing.T, s *specs.Spec) {
 				byDst := map[string]specs.Mount{}
@@ -122,8 +123,8 @@ func TestGenerate(t *testing.T) {
 				if m := byDst["/envd"]; m.Source != "/usr/bin/envd" || !slices.Contains(m.Options, "ro") {
 					t.Errorf("envd mount = %+v", m)
 				}
-				if m := byDst["/tmp"]; m.Type != "tmpfs" {
-					t.Errorf("/tmp = %+v", m)
+				if m := byDst["/tmp"]; m.Type != "tmpfs" || !slices.Contains(m.Options, "size=128m") {
+					t.Errorf("/tmp = %+v, want a tmpfs of half the 256 MiB memory", m)
 				}
 				if _, ok := byDst["/sys/fs/cgroup"]; ok {
 					t.Error("cgroup mount without CgroupNamespace")

@@ -23,11 +23,14 @@ package runsc
 //     limit is raised by MemoryOverheadMB for the sentry and gofer. gVisor
 //     has no out-of-memory killer of its own, so the host kernel's picks
 //     the victim: every stub process gets oom_score_adj 1000 (stubs are
-//     forked from one pool process, so later ones inherit it) while the
-//     sentry and gofer keep theirs, and a runaway guest process loses its
-//     stub, which kills that process alone. Only memory held by the sentry
-//     itself (tmpfs files, pipe buffers) can end the sandbox, with kill
-//     reason oom.
+//     forked from one pool process, so later ones inherit it; those that
+//     exist already, the restored processes' after a restore, are set one
+//     by one) while the sentry, the gofer and the init's stubs (envd's:
+//     those that map its binary) keep theirs, and a runaway guest process
+//     loses its stub, which kills that process alone. Only memory held by the sentry
+//     itself can end the sandbox, with kill reason oom: tmpfs files are
+//     bounded below the wall (/tmp is half the guest's memory, see
+//     oci.Generate), pipe and socket buffers are not.
 
 // MemoryOverheadMB is the host memory a sandbox may use beyond its guest
 // memory: the sentry (about 40 MiB resident, more with many tasks), the

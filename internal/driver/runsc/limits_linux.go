@@ -1,13 +1,11 @@
 package runsc
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/warren-sandbox/warren/internal/driver/oci"
 )
@@ -72,43 +70,6 @@ func raiseMemoryWall(cgroupsPath string, guestMB int64) error {
 		return fmt.Errorf("memory cgroup %q: limit: %w", cgroupsPath, err)
 	}
 	return nil
-}
-
-// markStubs gives the stub pool process of the sandbox in the host cgroup
-// at cgroupsPath stubOOMScoreAdj. The stubs are the processes whose parent
-// is in the cgroup too (the sentry forks them; the sentry and the gofer
-// were started by runsc from outside); the pool process is the oldest, and
-// every stub forked later (one per new guest address space) inherits its
-// score. The stubs that exist already keep theirs: right after a start
-// that is envd's, so that envd is not the first victim. It returns the
-// pool process's PID (0 when there is no stub yet).
-func markStubs(cgroupsPath string) (int, error) {
-	procs, err := cgroupProcs(cgroupsPath)
-	if err != nil {
-		return 0, err
-	}
-	in := map[int]bool{}
-	for _, p := range procs {
-		in[p] = true
-	}
-	pool, poolStart := 0, uint64(0)
-	for _, p := range procs {
-		ppid, start, err := procParentStart(p)
-		if err != nil || !in[ppid] {
-			continue // gone, or the sentry or gofer
-		}
-		if pool == 0 || start < poolStart || (start == poolStart && p < pool) {
-			pool, poolStart = p, start
-		}
-	}
-	if pool == 0 {
-		return 0, nil
-	}
-	err = os.WriteFile(filepath.Join("/proc", strconv.Itoa(pool), "oom_score_adj"), []byte(strconv.Itoa(stubOOMScoreAdj)), 0)
-	if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ESRCH) {
-		return 0, fmt.Errorf("cgroup %q: stub oom_score_adj: %w", cgroupsPath, err)
-	}
-	return pool, nil
 }
 
 // cgroupProcs lists the processes of the cgroup at cgroupsPath (the pids

@@ -256,12 +256,24 @@ func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) 
 	if err := setHostWall(b.CgroupsPath, spec.Resources.MemoryMB, hostPids); err != nil {
 		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
 	}
-	pool, err := markStubs(b.CgroupsPath)
+	pool, marked, err := markStubs(b.CgroupsPath, initExecutable(spec))
 	if err != nil {
 		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
 	}
-	d.log.Debug("sandbox started", "sandbox_id", spec.ID, "op", op, "network", network, "stub_pool_pid", pool)
+	d.log.Debug("sandbox started", "sandbox_id", spec.ID, "op", op, "network", network, "stub_pool_pid", pool, "stubs_marked", marked)
 	return nil
+}
+
+// initExecutable is the host file of the init's executable: the mount
+// bound at its path (envd's), or that path in the root filesystem.
+func initExecutable(spec driver.Spec) string {
+	exe := spec.Init.Args[0]
+	for _, m := range spec.Mounts {
+		if m.Type != "tmpfs" && filepath.Clean(m.Destination) == filepath.Clean(exe) {
+			return m.Source
+		}
+	}
+	return filepath.Join(spec.RootFS, exe)
 }
 
 // cleanupFailed removes what a failed create left behind.

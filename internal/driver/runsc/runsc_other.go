@@ -21,4 +21,4 @@ func setHostWall(cgroupsPath string, guestMB, pids int64) error { return nil }
 
 func setPidsWall(cgroupsPath string, pids int64) error { return nil }
 
-func markStubs(cgroupsPath string) (int, error) { return 0, nil }
+func markStubs(cgroupsPath, initPath string) (pool, marked int, err error) { return 0, 0, nil }

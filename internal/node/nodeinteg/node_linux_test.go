@@ -539,9 +539,11 @@ func TestFork(t *testing.T) {
 }
 
 // TestOOMAndStats: stats come from the sandbox's cgroup; a sandbox that
-// the host's memory wall ends is reported with reason oom. The memory is
-// the sentry's own (files in the guest's /tmp, a tmpfs): a single process
-// that allocates loses only itself (TestRunawayAllocation).
+// the host's memory wall ends is reported with reason oom. Only memory the
+// sentry holds itself can do that (a single process that allocates loses
+// only itself: TestRunawayAllocation), and the guest's tmpfs /tmp is
+// bounded below the wall (TestTmpFill), so the test lowers the wall to
+// just above the sandbox's use and fills /tmp.
 func TestOOMAndStats(t *testing.T) {
 	h := newHost(t)
 	a, drv := h.agent()
@@ -564,10 +566,11 @@ func TestOOMAndStats(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 	events, _ := a.Watch(t.Context())
-	// Keep far more in the guest's tmpfs than the wall allows.
+	lowerMemoryWall(t, filepath.Join("/sys/fs/cgroup/memory", h.cgRoot, sandbox.HostName(id)), 32<<20)
+	// Keep more in the guest's tmpfs (96 MiB) than the wall allows.
 	go func() {
 		_ = node.NewHTTPEnvd(nil).Start(ctx, sb.Address, tok, node.EnvdProcess{Tag: "bomb", Cmd: "/bin/bash", User: "user",
-			Args: []string{"-c", "for i in $(seq 100); do head -c 20M /dev/zero > /tmp/fill$i; done; sleep 60"}})
+			Args: []string{"-c", "for i in $(seq 9); do head -c 10M /dev/zero > /tmp/fill$i; done; sleep 60"}})
 	}()
 	select {
 	case ev := <-events:
@@ -580,6 +583,34 @@ func TestOOMAndStats(t *testing.T) {
 	if left := h.leftovers(drv, id); len(left) > 0 {
 		t.Errorf("left after oom: %v", left)
 	}
+}
+
+// lowerMemoryWall sets the memory limit of the cgroup v1 directory dir to
+// its current use plus room (memsw too, where swap is accounted).
+func lowerMemoryWall(t *testing.T, dir string, room int64) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "memory.usage_in_bytes"))
+	if err != nil {
+		t.Fatalf("memory use: %v", err)
+	}
+	used, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("memory use %q: %v", b, err)
+	}
+	limit := []byte(strconv.FormatInt(used+room, 10))
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), limit, 0); err != nil {
+		t.Fatalf("memory limit: %v", err)
+	}
+	if memsw := filepath.Join(dir, "memory.memsw.limit_in_bytes"); fileExists(memsw) {
+		if err := os.WriteFile(memsw, limit, 0); err != nil {
+			t.Fatalf("memsw limit: %v", err)
+		}
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // TestCycles: repeated create/kill leaves nothing behind.
