@@ -47,21 +47,25 @@ func hostFileID(path string) (fileID, error) {
 // waits (up to initStubWait) for the init's stub, so that the init does
 // not inherit the pool's score. It returns the pool process's PID (0 when
 // there is no stub yet) and how many stubs it marked.
+//
+// When the init's executable is not a host file the driver can name (an
+// init looked up in $PATH), only the pool is marked: the stubs that exist
+// are then the init's after a start, and keep 0 after a restore.
 func markStubs(cgroupsPath, initPath string) (pool, marked int, err error) {
-	init, err := hostFileID(initPath)
-	if err != nil {
-		return 0, 0, err
-	}
+	init, initErr := hostFileID(initPath)
 	deadline := time.Now().Add(initStubWait)
 	var stubs []int
 	for {
 		if stubs, pool, err = listStubs(cgroupsPath); err != nil {
 			return 0, 0, err
 		}
-		if pool == 0 || hasInitStub(stubs, init) || time.Now().After(deadline) {
+		if pool == 0 || initErr != nil || hasInitStub(stubs, init) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if initErr != nil {
+		stubs = nil
 	}
 	if pool == 0 {
 		return 0, 0, nil
