@@ -52,7 +52,11 @@ func (a *Agent) Snapshot(ctx context.Context, t Template, readyCmd, dir string) 
 	t.SnapshotDir = ""
 	id := "snap" + sandbox.NewID()[:16]
 	log := a.log.With("sandbox_id", id, "template_id", t.ID, "build_id", t.BuildID)
-	sb, err := a.create(ctx, CreateRequest{ID: id, Template: t, Network: netslot.Policy{Internet: true}}, true)
+	// The sandbox is sized as creates of the template are (its own
+	// resources, the node's defaults for the rest): a restore must see the
+	// mounts the checkpoint saw, and the guest's /tmp is sized from its
+	// memory.
+	sb, err := a.create(ctx, CreateRequest{ID: id, Template: t, Resources: t.Resources, Network: netslot.Policy{Internet: true}}, true)
 	if err != nil {
 		return fmt.Errorf("template %q: snapshot sandbox: %w", t.ID, err)
 	}
