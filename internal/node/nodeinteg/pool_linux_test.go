@@ -151,7 +151,17 @@ func TestWarmPoolGoneAtCloseRunsc(t *testing.T) {
 			t.Errorf("pool member %s left after a graceful close: %v", id, left)
 		}
 	}
-	if left := h.leftovers(drv, ""); len(left) > 0 {
+	// runsc's shared null network namespace is the driver's, not a
+	// member's: its clean-up after the last of several concurrent deletes
+	// is best effort (see runsc.Driver.cleanNullNetns), so it is not
+	// counted here.
+	var left []string
+	for _, l := range h.leftovers(drv, "") {
+		if !strings.HasSuffix(l, "/runsc/runtime/null-netns") {
+			left = append(left, l)
+		}
+	}
+	if len(left) > 0 {
 		t.Errorf("host objects left after a graceful close: %v", left)
 	}
 }
