@@ -83,6 +83,8 @@ func TestUnsupportedFieldsRefused(t *testing.T) {
 		{"mcp", `{"templateID":"base","mcp":{"server":{}}}`, "mcp"},
 		{"bad https port", `{"templateID":"base","network":{"httpsPorts":[49983]}}`, "network.httpsPorts[0]"},
 		{"bad mask", `{"templateID":"base","network":{"maskRequestHost":" "}}`, "network.maskRequestHost"},
+		{"mask injects a header", `{"templateID":"base","network":{"maskRequestHost":"a.example\r\nX-Evil: 1"}}`, "network.maskRequestHost"},
+		{"mask too long", `{"templateID":"base","network":{"maskRequestHost":"` + strings.Repeat("a", 300) + `"}}`, "network.maskRequestHost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do("POST", "/v2/sandboxes", e.key2, tc.body)

@@ -21,7 +21,9 @@ func checkRouting(n *client.NetworkConfig) error {
 	}
 	if n.MaskRequestHost != nil {
 		h := *n.MaskRequestHost
-		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, " \t\r\n/") {
+		// It becomes the Host header the proxy sends to the sandbox: no
+		// line breaks (header injection), no path, a host name's length.
+		if strings.TrimSpace(h) == "" || len(h) > 270 || strings.ContainsAny(h, " \t\r\n/\x00") {
 			return invalid("network.maskRequestHost", "must be a host[:port] (\"${PORT}\" is replaced by the port), got %q", h)
 		}
 	}
