@@ -215,14 +215,7 @@ func sandboxExecCommand(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			code, err := drain(st, stdout, stderr)
-			if err != nil {
-				return err
-			}
-			if code != 0 {
-				return exitError{code}
-			}
-			return nil
+			return exitOf(drain(st, stdout, stderr))
 		},
 	}
 	api.register(cmd.Flags())
@@ -233,6 +226,18 @@ func sandboxExecCommand(stdout, stderr io.Writer) *cobra.Command {
 
 // drain copies a process's output until it ends and returns its exit
 // code.
+// exitOf is the command's result for a process that ended with code:
+// exitError for a non-zero code, so that warren exits with it.
+func exitOf(code int, err error) error {
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return exitError{code}
+	}
+	return nil
+}
+
 func drain(st *connect.ServerStreamForClient[pb.StartResponse], stdout, stderr io.Writer) (int, error) {
 	for st.Receive() {
 		ev := st.Msg().GetEvent()

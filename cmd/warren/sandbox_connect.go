@@ -85,14 +85,7 @@ func sandboxConnectCommand(stdout io.Writer) *cobra.Command {
 					}
 				}()
 			}
-			code, err := drain(st, stdout, stdout)
-			if err != nil {
-				return err
-			}
-			if code != 0 {
-				return exitError{code}
-			}
-			return nil
+			return exitOf(drain(st, stdout, stdout))
 		},
 	}
 	api.register(cmd.Flags())
