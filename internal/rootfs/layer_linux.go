@@ -44,6 +44,9 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 	if cfg.Mkfs == "" {
 		cfg.Mkfs = "mkfs.ext4"
 	}
+	if cfg.DetachWait <= 0 {
+		cfg.DetachWait = 15 * time.Second
+	}
 	mkfs, err := exec.LookPath(cfg.Mkfs)
 	if err != nil {
 		return nil, fmt.Errorf("rootfs: %s (install e2fsprogs): %w", cfg.Mkfs, errors.Join(errdefs.ErrUnavailable, err))
@@ -55,6 +58,17 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		return nil, fmt.Errorf("rootfs data root %q: %w", cfg.DataRoot, errors.Join(errdefs.ErrUnavailable, err))
 	}
 	return &Manager{cfg: cfg, mkfs: mkfs, log: log, busy: map[string]chan struct{}{}}, nil
+}
+
+// waitDetached is the package's waitDetached bounded by
+// Config.DetachWait; a wait is logged, since it means that a process held
+// the layer after its sandbox was gone.
+func (m *Manager) waitDetached(ctx context.Context, img string) error {
+	waited, err := waitDetached(ctx, img, m.cfg.DetachWait)
+	if waited > 0 && (err != nil || waited >= 5*time.Millisecond) {
+		m.log.Info("waited for a layer's file system that outlived its mounts", "image", img, "waited", waited, "error", err)
+	}
+	return err
 }
 
 // lock serialises operations on one layer directory.
@@ -131,7 +145,7 @@ func (m *Manager) Prepare(ctx context.Context, l Layer) (string, error) {
 		_ = os.Remove(img)
 		return "", fmt.Errorf("layer %s: %w", dir, err)
 	}
-	merged, err := m.mount(dir, l.Lower)
+	merged, err := m.mount(ctx, dir, l.Lower)
 	if err != nil {
 		_ = os.Remove(img)
 		_ = os.Remove(filepath.Join(dir, metaFile))
@@ -172,7 +186,7 @@ func (m *Manager) makeImage(ctx context.Context, img string, mb int64) error {
 
 // mount attaches dir's image to a loop device, mounts it and mounts the
 // overlay; on failure it undoes what it did.
-func (m *Manager) mount(dir, lower string) (string, error) {
+func (m *Manager) mount(ctx context.Context, dir, lower string) (string, error) {
 	layer, merged := filepath.Join(dir, layerDir), MergedDir(dir)
 	for _, d := range []string{layer, merged} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -181,6 +195,11 @@ func (m *Manager) mount(dir, lower string) (string, error) {
 		if mounted, _ := isMountPoint(d); mounted {
 			return "", fmt.Errorf("%s is already mounted: %w", d, errdefs.ErrConflict)
 		}
+	}
+	// The file system of an earlier mount may still be alive (waitDetached):
+	// mounting the image beside it would lose what it has not written back.
+	if err := m.waitDetached(ctx, ImagePath(dir)); err != nil {
+		return "", err
 	}
 	dev, lf, err := attachLoop(ImagePath(dir))
 	if err != nil {
@@ -208,7 +227,10 @@ func (m *Manager) mount(dir, lower string) (string, error) {
 
 // Unmount unmounts the root filesystem and the layer of dir but keeps the
 // image, so that Remount can bring the same files back (filesystem-only
-// pause). Unmounting what is not mounted is not an error.
+// pause). It returns once the layer's file system is gone and written back
+// to the image (waitDetached), or with an unavailable error when a process
+// still holds it after Config.DetachWait (Remount then waits again).
+// Unmounting what is not mounted is not an error.
 func (m *Manager) Unmount(ctx context.Context, dir string) error {
 	dir, err := m.cfg.checkDir(dir)
 	if err != nil {
@@ -219,7 +241,13 @@ func (m *Manager) Unmount(ctx context.Context, dir string) error {
 		return err
 	}
 	defer unlock()
-	return m.unmountLocked(dir)
+	if err := m.unmountLocked(dir); err != nil {
+		return err
+	}
+	if err := m.waitDetached(ctx, ImagePath(dir)); err != nil {
+		return fmt.Errorf("layer %s: %w", dir, err)
+	}
+	return nil
 }
 
 func (m *Manager) unmountLocked(dir string) error {
@@ -286,7 +314,7 @@ func (m *Manager) Remount(ctx context.Context, l Layer, from string) (string, er
 	if _, err := os.Stat(ImagePath(dir)); err != nil {
 		return "", fmt.Errorf("layer %s: image: %w", dir, errors.Join(errdefs.ErrNotFound, err))
 	}
-	merged, err := m.mount(dir, l.Lower)
+	merged, err := m.mount(ctx, dir, l.Lower)
 	if err != nil {
 		return "", fmt.Errorf("layer %s: %w", dir, err)
 	}
@@ -355,6 +383,8 @@ func (m *Manager) copyLayer(ctx context.Context, from, dir string, md meta) erro
 			return err
 		}
 		defer thaw()
+	} else if err := m.waitDetached(ctx, ImagePath(from)); err != nil {
+		return err
 	}
 	if err := sparseCopy(ctx, ImagePath(from), dst); err != nil {
 		_ = os.Remove(dst)

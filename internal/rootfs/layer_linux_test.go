@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -398,4 +400,116 @@ func TestLayerFreeSpace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holdMounts starts a process in a mount namespace of its own, which keeps
+// a copy of every mount there is (as runsc's gofer does with a sandbox's
+// root filesystem), and returns a func that ends it.
+func holdMounts(t *testing.T) (release func()) {
+	t.Helper()
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("unshare (util-linux): %v", err)
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	for i := 0; ; i++ {
+		ns, err := os.Readlink("/proc/" + pid + "/ns/mnt")
+		comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+		if err == nil && ns != self && strings.TrimSpace(string(comm)) == "sleep" {
+			break
+		}
+		if i == 500 {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatal("the holder did not enter its mount namespace")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// TestRemountWaitsForOutlivingFileSystem: a layer unmounted while another
+// mount namespace still holds it (a runsc gofer that has not exited yet)
+// keeps its file system, with writes not yet in the image. Mounting the
+// image again beside it lost those writes (seen in CI as an empty file
+// after a resume); Remount waits for it to go, and refuses after
+// DetachWait rather than mounting the image twice.
+func TestRemountWaitsForOutlivingFileSystem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newLayerEnv(t)
+
+	t.Run("remount_after_the_holder_lets_go", func(t *testing.T) {
+		l := e.layer("sbxhold1", 32)
+		merged, err := e.m.Prepare(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(merged, "written"), []byte("hello"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		release := holdMounts(t)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			release()
+		}()
+		if err := e.m.Unmount(ctx, l.Dir); err != nil {
+			t.Fatal(err)
+		}
+		merged, err = e.m.Remount(ctx, l, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(merged, "written")); err != nil || string(b) != "hello" {
+			t.Errorf("file written before the unmount, after the remount: %q, %v", b, err)
+		}
+		if err := e.m.Destroy(ctx, l.Dir); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("refused_while_held", func(t *testing.T) {
+		m, err := New(Config{DataRoot: e.root, DetachWait: 200 * time.Millisecond}, testLog())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := e.layer("sbxhold2", 32)
+		merged, err := m.Prepare(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(merged, "written"), []byte("kept"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		release := holdMounts(t)
+		if err := m.Unmount(ctx, l.Dir); !errdefs.IsUnavailable(err) {
+			t.Errorf("Unmount while held: %v, want unavailable", err)
+		}
+		if _, err := m.Remount(ctx, l, ""); !errdefs.IsUnavailable(err) {
+			t.Errorf("Remount while held: %v, want unavailable", err)
+		}
+		if loops := loopsUnder(t, l.Dir); len(loops) != 1 {
+			t.Errorf("loop devices of the image while held: %v, want the one it had", loops)
+		}
+		release()
+		merged, err = m.Remount(ctx, l, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(merged, "written")); err != nil || string(b) != "kept" {
+			t.Errorf("after the holder went: %q, %v", b, err)
+		}
+		if err := m.Destroy(ctx, l.Dir); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -107,6 +108,61 @@ func listLoops() ([]loopDevice, error) {
 		out = append(out, loopDevice{Dev: "/dev/" + e.Name(), Backing: backing})
 	}
 	return out, nil
+}
+
+// loopsBacking returns the loop devices whose backing file is img.
+func loopsBacking(img string) ([]string, error) {
+	loops, err := listLoops()
+	if err != nil {
+		return nil, err
+	}
+	paths := map[string]bool{img: true}
+	if real, err := filepath.EvalSymlinks(img); err == nil {
+		paths[real] = true
+	}
+	var out []string
+	for _, l := range loops {
+		if paths[l.Backing] {
+			out = append(out, l.Dev)
+		}
+	}
+	return out, nil
+}
+
+// waitDetached waits until no loop device is backed by img, at most
+// timeout. A layer's file system can outlive its mounts: a busy mount is
+// detached lazily, and a process in another mount namespace keeps its own
+// copy of the mount (runsc's gofer, still exiting after its sandbox was
+// deleted, holds the sandbox's root filesystem). Until that file system
+// goes, writes it has not flushed are in its page cache, not in the image:
+// a second mount of the image (over another loop device) would read the
+// layer without them, and its writes would later be overwritten; a copy of
+// the image would miss them. Auto-clear detaches the device when the last
+// holder lets go, after the file system is written back.
+// It reports how long it waited.
+func waitDetached(ctx context.Context, img string, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	delay := 5 * time.Millisecond
+	for {
+		devs, err := loopsBacking(img)
+		if err != nil {
+			return time.Since(start), fmt.Errorf("image %s: loop devices: %w", img, errors.Join(errdefs.ErrUnavailable, err))
+		}
+		if len(devs) == 0 {
+			return time.Since(start), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Since(start), fmt.Errorf("image %s is still in use through %s after %s (a process keeps its file system): %w",
+				img, strings.Join(devs, ", "), timeout, errdefs.ErrUnavailable)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), fmt.Errorf("image %s: waiting for %s to detach: %w", img, strings.Join(devs, ", "), ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
 }
 
 // mountsUnder returns the mount points at or below dir, deepest first.

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
@@ -43,6 +44,10 @@ type Config struct {
 	// Mkfs is the mkfs.ext4 binary (from e2fsprogs); default "mkfs.ext4"
 	// looked up in PATH.
 	Mkfs string
+	// DetachWait bounds how long Unmount, Remount and Copy wait for a
+	// layer's file system that outlives its mounts (see waitDetached);
+	// default 15 s.
+	DetachWait time.Duration
 }
 
 // Layer describes one sandbox's writable layer.
