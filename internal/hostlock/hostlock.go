@@ -7,6 +7,10 @@
 //
 // The locks are flock(2) locks on files: the kernel releases them when the
 // process ends, crash included, so a stale lock never blocks a restart.
+// Release removes the lock files of names that are not paths while it
+// still holds them, and a taker checks that the file it locked is still the
+// one at the path (else it locked a removed file and tries again), so the
+// lock directory does not fill with one file per name ever used.
 package hostlock
 
 import (
@@ -37,7 +41,13 @@ type Name struct {
 }
 
 // Locks are the held locks of one instance.
-type Locks struct{ files []*os.File }
+type Locks struct{ held []held }
+
+// held is one taken lock; remove is its path when Release removes it.
+type held struct {
+	f      *os.File
+	remove string
+}
 
 // Acquire takes a lock on every name, in dir for names that are not paths,
 // or fails with errdefs.ErrConflict naming the first one another process
@@ -45,24 +55,55 @@ type Locks struct{ files []*os.File }
 func Acquire(dir string, names []Name) (*Locks, error) {
 	l := &Locks{}
 	for _, n := range names {
-		f, err := lock(dir, n)
+		f, path, err := lock(dir, n)
 		if err != nil {
 			l.Release()
 			return nil, err
 		}
-		l.files = append(l.files, f)
+		h := held{f: f}
+		if !n.Path {
+			h.remove = path
+		}
+		l.held = append(l.held, h)
 	}
 	return l, nil
 }
 
-func lock(dir string, n Name) (*os.File, error) {
+func lock(dir string, n Name) (*os.File, string, error) {
 	path := filepath.Join(n.Value, ".warren.lock")
 	if !n.Path {
 		path = filepath.Join(dir, strings.ReplaceAll(n.Kind, " ", "-")+"-"+strings.ReplaceAll(n.Value, "/", "_")+".lock")
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("lock %s %q: %w", n.Kind, n.Value, err)
+		return nil, "", fmt.Errorf("lock %s %q: %w", n.Kind, n.Value, err)
 	}
+	for attempt := 0; ; attempt++ {
+		f, err := lockFile(path, n)
+		if err != nil {
+			return nil, "", err
+		}
+		if current(f, path) {
+			return f, path, nil
+		}
+		// The holder removed the file between our open and our lock:
+		// the lock is on a file nobody else will open again.
+		f.Close()
+		if attempt == 8 {
+			return nil, "", fmt.Errorf("lock %s %q: the lock file keeps being replaced: %w", n.Kind, n.Value, errdefs.ErrConflict)
+		}
+	}
+}
+
+// current reports whether f is still the file at path.
+func current(f *os.File, path string) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &a) != nil || unix.Stat(path, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+func lockFile(path string, n Name) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s %q: %w", n.Kind, n.Value, err)
@@ -85,15 +126,18 @@ func lock(dir string, n Name) (*os.File, error) {
 	return f, nil
 }
 
-// Release gives the locks up. The lock files stay (removing them would
-// race another instance taking the same lock).
+// Release gives the locks up, removing the lock files of names that are
+// not paths first (a directory's .warren.lock stays with the directory).
 func (l *Locks) Release() {
 	if l == nil {
 		return
 	}
-	for _, f := range l.files {
-		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		f.Close()
+	for _, h := range l.held {
+		if h.remove != "" {
+			_ = os.Remove(h.remove)
+		}
+		_ = unix.Flock(int(h.f.Fd()), unix.LOCK_UN)
+		h.f.Close()
 	}
-	l.files = nil
+	l.held = nil
 }
