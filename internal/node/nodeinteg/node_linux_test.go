@@ -260,12 +260,15 @@ func waitCounterAbove(t testing.TB, sb *node.Sandbox, token string, n int) int {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		c := counter(t, sb, token)
-		if c > n {
+		// The counter file appears with the loop's first tick: until then
+		// (a loaded machine) cat fails.
+		out, code := run(t, sb, token, "cat /tmp/counter")
+		c, err := strconv.Atoi(strings.TrimSpace(out))
+		if code == 0 && err == nil && c > n {
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("counter stuck at %d", c)
+			t.Fatalf("counter stuck: %q exit %d, want above %d", out, code, n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
