@@ -266,3 +266,54 @@ func TestNodeProxyAttacks(t *testing.T) {
 		t.Errorf("the bystander was reached %d times, sbx2 %d times", n, m)
 	}
 }
+
+// TestNodeHopWake: a request that woke a sandbox on another node is held
+// by that node's proxy while the sandbox's port resets connections, as
+// the edge proxy holds one for a sandbox of its own host.
+func TestNodeHopWake(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.4:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := &resetting{Listener: l}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "served") }))
+	srv.Listener = rl
+	srv.Start()
+	t.Cleanup(srv.Close)
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+
+	fn := fakenode.New()
+	fn.Put(&nodeapi.Sandbox{ID: "sbxwake", State: sandbox.StateRunning, Host: "127.0.0.4", Address: l.Addr().String()})
+	np, err := proxy.NewNode(proxy.NodeConfig{Node: fn, Token: nodeToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := httptest.NewServer(np)
+	t.Cleanup(ns.Close)
+	via := ns.Listener.Addr().String()
+	// Two edges: one routes the sandbox as running, one as just woken.
+	edge := func(woken bool) string {
+		p, err := proxy.New(proxy.Config{Router: fakeRouter{"sbxwake": {SandboxID: "sbxwake", Host: "127.0.0.1", NodeProxy: via, Woken: woken}},
+			Domain: "e2b.test", NodeToken: nodeToken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		es := httptest.NewServer(p)
+		t.Cleanup(es.Close)
+		return es.URL
+	}
+	running, woken := edge(false), edge(true)
+	host := map[string]string{"Host": port + "-sbxwake.e2b.test"}
+	rl.left.Store(1)
+	if code, body := get(t, running+"/", host); code != http.StatusBadGateway {
+		t.Fatalf("reset on a running sandbox: %d %s", code, body)
+	}
+	rl.left.Store(3)
+	if code, body := get(t, woken+"/", host); code != 200 || body != "served" {
+		t.Fatalf("waking request through the node: %d %s", code, body)
+	}
+	if rl.left.Load() >= 0 {
+		t.Fatalf("the port reset %d connections fewer than planned", rl.left.Load()+1)
+	}
+}
