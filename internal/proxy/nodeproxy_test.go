@@ -317,3 +317,49 @@ func TestNodeHopWake(t *testing.T) {
 		t.Fatalf("the port reset %d connections fewer than planned", rl.left.Load()+1)
 	}
 }
+
+// TestNodeHopTLSAndMask: through a node, a sandbox's httpsPorts are still
+// spoken to over TLS (by the node) and its maskRequestHost still replaces
+// the Host the port sees.
+func TestNodeHopTLSAndMask(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.5:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%t %s", r.TLS != nil, r.Host)
+	}))
+	be.Listener.Close()
+	be.Listener = ln
+	be.StartTLS()
+	t.Cleanup(be.Close)
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	fn := fakenode.New()
+	fn.Put(&nodeapi.Sandbox{ID: "sbxtls", State: sandbox.StateRunning, Host: "127.0.0.5", Address: "127.0.0.5:1"})
+	np, err := proxy.NewNode(proxy.NodeConfig{Node: fn, Token: nodeToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := httptest.NewServer(np)
+	t.Cleanup(ns.Close)
+	p, err := proxy.New(proxy.Config{Router: fakeRouter{"sbxtls": {SandboxID: "sbxtls", Host: "127.0.0.1", NodeProxy: ns.Listener.Addr().String(),
+		HTTPSPorts: []int{mustAtoi(t, port)}, MaskRequestHost: "app.internal:${PORT}"}}, Domain: "e2b.test", NodeToken: nodeToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := httptest.NewServer(p)
+	t.Cleanup(es.Close)
+	if code, body := get(t, es.URL+"/", map[string]string{"Host": port + "-sbxtls.e2b.test"}); code != 200 || body != "true app.internal:"+port {
+		t.Errorf("https port through the node: %d %q, want TLS and the masked host", code, body)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
