@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
@@ -54,3 +56,10 @@ func TestServerOptions(t *testing.T) {
 		t.Errorf("SnapshotSandbox under the root: %v", err)
 	}
 }
+
+// The client stands in for the agent wherever the control plane takes a
+// node's snapshots.
+var (
+	_ apiserver.Snapshotter = (*nodeclient.Client)(nil)
+	_ builder.Snapshotter   = (*nodeclient.Client)(nil)
+)
