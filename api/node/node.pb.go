@@ -1,8 +1,8 @@
 // Node service: what Warren's control plane asks of a node agent.
 //
-// It mirrors the Go interface node.Service (internal/node/node.go); the
-// server (internal/node/noderpc) and the client (internal/node/nodeclient)
-// translate between the two. Errors carry Connect codes mapped from
+// It mirrors the Go interface nodeapi.Service and its optional parts
+// (internal/nodeapi); the server (internal/node/noderpc) and the client
+// (internal/node/nodeclient) translate between the two. Errors carry Connect codes mapped from
 // Warren's error classes (not_found, already_exists, invalid_argument,
 // failed_precondition for conflicts, resource_exhausted, unavailable,
 // unimplemented).
@@ -161,15 +161,18 @@ func (x *Policy) GetDenyOut() []string {
 }
 
 type Template struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	BuildId       string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	Rootfs        string                 `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
-	Env           map[string]string      `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	User          string                 `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
-	Workdir       string                 `protobuf:"bytes,6,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	StartCmd      string                 `protobuf:"bytes,7,opt,name=start_cmd,json=startCmd,proto3" json:"start_cmd,omitempty"`
-	SnapshotDir   string                 `protobuf:"bytes,8,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	BuildId     string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	Rootfs      string                 `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
+	Env         map[string]string      `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	User        string                 `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	Workdir     string                 `protobuf:"bytes,6,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	StartCmd    string                 `protobuf:"bytes,7,opt,name=start_cmd,json=startCmd,proto3" json:"start_cmd,omitempty"`
+	SnapshotDir string                 `protobuf:"bytes,8,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
+	// resources are the template's own sizing (its build's CPU, memory and
+	// disk); a template snapshot is sized from them.
+	Resources     *Resources `protobuf:"bytes,9,opt,name=resources,proto3" json:"resources,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -260,6 +263,13 @@ func (x *Template) GetSnapshotDir() string {
 	return ""
 }
 
+func (x *Template) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
 type Sandbox struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -279,7 +289,11 @@ type Sandbox struct {
 	Metadata         map[string]string      `protobuf:"bytes,15,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	PausedWithMemory bool                   `protobuf:"varint,16,opt,name=paused_with_memory,json=pausedWithMemory,proto3" json:"paused_with_memory,omitempty"`
 	// health is the watchdog's view: healthy, unhealthy or unknown.
-	Health        string `protobuf:"bytes,17,opt,name=health,proto3" json:"health,omitempty"`
+	Health string `protobuf:"bytes,17,opt,name=health,proto3" json:"health,omitempty"`
+	// node_proxy is the address (host:port) of the node's proxy listener,
+	// through which the edge proxy reaches the sandbox's ports; set by a
+	// node that serves one.
+	NodeProxy     string `protobuf:"bytes,18,opt,name=node_proxy,json=nodeProxy,proto3" json:"node_proxy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -429,6 +443,13 @@ func (x *Sandbox) GetPausedWithMemory() bool {
 func (x *Sandbox) GetHealth() string {
 	if x != nil {
 		return x.Health
+	}
+	return ""
+}
+
+func (x *Sandbox) GetNodeProxy() string {
+	if x != nil {
+		return x.NodeProxy
 	}
 	return ""
 }
@@ -1689,6 +1710,881 @@ func (x *CapabilitiesResponse) GetFork() bool {
 	return false
 }
 
+type SetPoolRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	Resources     *Resources             `protobuf:"bytes,2,opt,name=resources,proto3" json:"resources,omitempty"`
+	Size          int32                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPoolRequest) Reset() {
+	*x = SetPoolRequest{}
+	mi := &file_node_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolRequest) ProtoMessage() {}
+
+func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolRequest.ProtoReflect.Descriptor instead.
+func (*SetPoolRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SetPoolRequest) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *SetPoolRequest) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *SetPoolRequest) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type SetPoolResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPoolResponse) Reset() {
+	*x = SetPoolResponse{}
+	mi := &file_node_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolResponse) ProtoMessage() {}
+
+func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolResponse.ProtoReflect.Descriptor instead.
+func (*SetPoolResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{28}
+}
+
+type ReserveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	Resources     *Resources             `protobuf:"bytes,2,opt,name=resources,proto3" json:"resources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveRequest) Reset() {
+	*x = ReserveRequest{}
+	mi := &file_node_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveRequest) ProtoMessage() {}
+
+func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
+func (*ReserveRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ReserveRequest) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *ReserveRequest) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+type ReserveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Found         bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveResponse) Reset() {
+	*x = ReserveResponse{}
+	mi := &file_node_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveResponse) ProtoMessage() {}
+
+func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
+func (*ReserveResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ReserveResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReserveResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+type UnreserveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnreserveRequest) Reset() {
+	*x = UnreserveRequest{}
+	mi := &file_node_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnreserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnreserveRequest) ProtoMessage() {}
+
+func (x *UnreserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnreserveRequest.ProtoReflect.Descriptor instead.
+func (*UnreserveRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *UnreserveRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type UnreserveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnreserveResponse) Reset() {
+	*x = UnreserveResponse{}
+	mi := &file_node_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnreserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnreserveResponse) ProtoMessage() {}
+
+func (x *UnreserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnreserveResponse.ProtoReflect.Descriptor instead.
+func (*UnreserveResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{32}
+}
+
+type PoolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolsRequest) Reset() {
+	*x = PoolsRequest{}
+	mi := &file_node_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolsRequest) ProtoMessage() {}
+
+func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolsRequest.ProtoReflect.Descriptor instead.
+func (*PoolsRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{33}
+}
+
+type PoolStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BuildId       string                 `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	Size          int32                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Ready         int32                  `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	Making        int32                  `protobuf:"varint,4,opt,name=making,proto3" json:"making,omitempty"`
+	Hits          int64                  `protobuf:"varint,5,opt,name=hits,proto3" json:"hits,omitempty"`
+	Misses        int64                  `protobuf:"varint,6,opt,name=misses,proto3" json:"misses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolStatus) Reset() {
+	*x = PoolStatus{}
+	mi := &file_node_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolStatus) ProtoMessage() {}
+
+func (x *PoolStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
+func (*PoolStatus) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *PoolStatus) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+func (x *PoolStatus) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetReady() int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetMaking() int32 {
+	if x != nil {
+		return x.Making
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetMisses() int64 {
+	if x != nil {
+		return x.Misses
+	}
+	return 0
+}
+
+type PoolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pools by template ID.
+	Pools         map[string]*PoolStatus `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolsResponse) Reset() {
+	*x = PoolsResponse{}
+	mi := &file_node_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolsResponse) ProtoMessage() {}
+
+func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolsResponse.ProtoReflect.Descriptor instead.
+func (*PoolsResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PoolsResponse) GetPools() map[string]*PoolStatus {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+type TemplatesInUseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplatesInUseRequest) Reset() {
+	*x = TemplatesInUseRequest{}
+	mi := &file_node_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplatesInUseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplatesInUseRequest) ProtoMessage() {}
+
+func (x *TemplatesInUseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplatesInUseRequest.ProtoReflect.Descriptor instead.
+func (*TemplatesInUseRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{36}
+}
+
+type TemplateUse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TemplateId  string                 `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	BuildId     string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	Rootfs      string                 `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
+	SnapshotDir string                 `protobuf:"bytes,4,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
+	// sandbox_id is empty for a warm pool's template.
+	SandboxId     string `protobuf:"bytes,5,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateUse) Reset() {
+	*x = TemplateUse{}
+	mi := &file_node_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateUse) ProtoMessage() {}
+
+func (x *TemplateUse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateUse.ProtoReflect.Descriptor instead.
+func (*TemplateUse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *TemplateUse) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+func (x *TemplateUse) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+func (x *TemplateUse) GetRootfs() string {
+	if x != nil {
+		return x.Rootfs
+	}
+	return ""
+}
+
+func (x *TemplateUse) GetSnapshotDir() string {
+	if x != nil {
+		return x.SnapshotDir
+	}
+	return ""
+}
+
+func (x *TemplateUse) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+type TemplatesInUseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Templates     []*TemplateUse         `protobuf:"bytes,1,rep,name=templates,proto3" json:"templates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplatesInUseResponse) Reset() {
+	*x = TemplatesInUseResponse{}
+	mi := &file_node_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplatesInUseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplatesInUseResponse) ProtoMessage() {}
+
+func (x *TemplatesInUseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplatesInUseResponse.ProtoReflect.Descriptor instead.
+func (*TemplatesInUseResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *TemplatesInUseResponse) GetTemplates() []*TemplateUse {
+	if x != nil {
+		return x.Templates
+	}
+	return nil
+}
+
+type SnapshotSandboxRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Dir           string                 `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSandboxRequest) Reset() {
+	*x = SnapshotSandboxRequest{}
+	mi := &file_node_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSandboxRequest) ProtoMessage() {}
+
+func (x *SnapshotSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSandboxRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SnapshotSandboxRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SnapshotSandboxRequest) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+type SnapshotSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// template is the one the sandbox was started from.
+	Template      *Template `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSandboxResponse) Reset() {
+	*x = SnapshotSandboxResponse{}
+	mi := &file_node_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSandboxResponse) ProtoMessage() {}
+
+func (x *SnapshotSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSandboxResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SnapshotSandboxResponse) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+type SnapshotTemplateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	ReadyCmd      string                 `protobuf:"bytes,2,opt,name=ready_cmd,json=readyCmd,proto3" json:"ready_cmd,omitempty"`
+	Dir           string                 `protobuf:"bytes,3,opt,name=dir,proto3" json:"dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotTemplateRequest) Reset() {
+	*x = SnapshotTemplateRequest{}
+	mi := &file_node_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotTemplateRequest) ProtoMessage() {}
+
+func (x *SnapshotTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotTemplateRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *SnapshotTemplateRequest) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *SnapshotTemplateRequest) GetReadyCmd() string {
+	if x != nil {
+		return x.ReadyCmd
+	}
+	return ""
+}
+
+func (x *SnapshotTemplateRequest) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+type SnapshotTemplateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotTemplateResponse) Reset() {
+	*x = SnapshotTemplateResponse{}
+	mi := &file_node_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotTemplateResponse) ProtoMessage() {}
+
+func (x *SnapshotTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotTemplateResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{42}
+}
+
+type DeleteSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dir           string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_node_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *DeleteSnapshotRequest) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_node_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{44}
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -1703,7 +2599,7 @@ const file_node_proto_rawDesc = "" +
 	"\x06Policy\x12\x1a\n" +
 	"\binternet\x18\x01 \x01(\bR\binternet\x12\x1b\n" +
 	"\tallow_out\x18\x02 \x03(\tR\ballowOut\x12\x19\n" +
-	"\bdeny_out\x18\x03 \x03(\tR\adenyOut\"\xa8\x02\n" +
+	"\bdeny_out\x18\x03 \x03(\tR\adenyOut\"\xe1\x02\n" +
 	"\bTemplate\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bbuild_id\x18\x02 \x01(\tR\abuildId\x12\x16\n" +
@@ -1712,10 +2608,11 @@ const file_node_proto_rawDesc = "" +
 	"\x04user\x18\x05 \x01(\tR\x04user\x12\x18\n" +
 	"\aworkdir\x18\x06 \x01(\tR\aworkdir\x12\x1b\n" +
 	"\tstart_cmd\x18\a \x01(\tR\bstartCmd\x12!\n" +
-	"\fsnapshot_dir\x18\b \x01(\tR\vsnapshotDir\x1a6\n" +
+	"\fsnapshot_dir\x18\b \x01(\tR\vsnapshotDir\x127\n" +
+	"\tresources\x18\t \x01(\v2\x19.warren.node.v1.ResourcesR\tresources\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcc\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x1f\n" +
@@ -1736,7 +2633,9 @@ const file_node_proto_rawDesc = "" +
 	"\fenvd_version\x18\x0e \x01(\tR\venvdVersion\x12A\n" +
 	"\bmetadata\x18\x0f \x03(\v2%.warren.node.v1.Sandbox.MetadataEntryR\bmetadata\x12,\n" +
 	"\x12paused_with_memory\x18\x10 \x01(\bR\x10pausedWithMemory\x12\x16\n" +
-	"\x06health\x18\x11 \x01(\tR\x06health\x1a;\n" +
+	"\x06health\x18\x11 \x01(\tR\x06health\x12\x1d\n" +
+	"\n" +
+	"node_proxy\x18\x12 \x01(\tR\tnodeProxy\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x04\n" +
@@ -1825,7 +2724,60 @@ const file_node_proto_rawDesc = "" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12+\n" +
 	"\x11memory_checkpoint\x18\x02 \x01(\bR\x10memoryCheckpoint\x12\x16\n" +
 	"\x06freeze\x18\x03 \x01(\bR\x06freeze\x12\x12\n" +
-	"\x04fork\x18\x04 \x01(\bR\x04fork2\xd6\a\n" +
+	"\x04fork\x18\x04 \x01(\bR\x04fork\"\x93\x01\n" +
+	"\x0eSetPoolRequest\x124\n" +
+	"\btemplate\x18\x01 \x01(\v2\x18.warren.node.v1.TemplateR\btemplate\x127\n" +
+	"\tresources\x18\x02 \x01(\v2\x19.warren.node.v1.ResourcesR\tresources\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x05R\x04size\"\x11\n" +
+	"\x0fSetPoolResponse\"\x7f\n" +
+	"\x0eReserveRequest\x124\n" +
+	"\btemplate\x18\x01 \x01(\v2\x18.warren.node.v1.TemplateR\btemplate\x127\n" +
+	"\tresources\x18\x02 \x01(\v2\x19.warren.node.v1.ResourcesR\tresources\"7\n" +
+	"\x0fReserveResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\"\"\n" +
+	"\x10UnreserveRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x13\n" +
+	"\x11UnreserveResponse\"\x0e\n" +
+	"\fPoolsRequest\"\x95\x01\n" +
+	"\n" +
+	"PoolStatus\x12\x19\n" +
+	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x05R\x04size\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\x05R\x05ready\x12\x16\n" +
+	"\x06making\x18\x04 \x01(\x05R\x06making\x12\x12\n" +
+	"\x04hits\x18\x05 \x01(\x03R\x04hits\x12\x16\n" +
+	"\x06misses\x18\x06 \x01(\x03R\x06misses\"\xa5\x01\n" +
+	"\rPoolsResponse\x12>\n" +
+	"\x05pools\x18\x01 \x03(\v2(.warren.node.v1.PoolsResponse.PoolsEntryR\x05pools\x1aT\n" +
+	"\n" +
+	"PoolsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.warren.node.v1.PoolStatusR\x05value:\x028\x01\"\x17\n" +
+	"\x15TemplatesInUseRequest\"\xa3\x01\n" +
+	"\vTemplateUse\x12\x1f\n" +
+	"\vtemplate_id\x18\x01 \x01(\tR\n" +
+	"templateId\x12\x19\n" +
+	"\bbuild_id\x18\x02 \x01(\tR\abuildId\x12\x16\n" +
+	"\x06rootfs\x18\x03 \x01(\tR\x06rootfs\x12!\n" +
+	"\fsnapshot_dir\x18\x04 \x01(\tR\vsnapshotDir\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x05 \x01(\tR\tsandboxId\"S\n" +
+	"\x16TemplatesInUseResponse\x129\n" +
+	"\ttemplates\x18\x01 \x03(\v2\x1b.warren.node.v1.TemplateUseR\ttemplates\":\n" +
+	"\x16SnapshotSandboxRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\tR\x03dir\"O\n" +
+	"\x17SnapshotSandboxResponse\x124\n" +
+	"\btemplate\x18\x01 \x01(\v2\x18.warren.node.v1.TemplateR\btemplate\"~\n" +
+	"\x17SnapshotTemplateRequest\x124\n" +
+	"\btemplate\x18\x01 \x01(\v2\x18.warren.node.v1.TemplateR\btemplate\x12\x1b\n" +
+	"\tready_cmd\x18\x02 \x01(\tR\breadyCmd\x12\x10\n" +
+	"\x03dir\x18\x03 \x01(\tR\x03dir\"\x1a\n" +
+	"\x18SnapshotTemplateResponse\")\n" +
+	"\x15DeleteSnapshotRequest\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\tR\x03dir\"\x18\n" +
+	"\x16DeleteSnapshotResponse2\x93\r\n" +
 	"\vNodeService\x12H\n" +
 	"\x06Create\x12\x1d.warren.node.v1.CreateRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12B\n" +
 	"\x03Get\x12\x1a.warren.node.v1.GetRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12A\n" +
@@ -1840,7 +2792,15 @@ const file_node_proto_rawDesc = "" +
 	"\x05Stats\x12\x1c.warren.node.v1.StatsRequest\x1a\x1d.warren.node.v1.StatsResponse\x12J\n" +
 	"\aMetrics\x12\x1e.warren.node.v1.MetricsRequest\x1a\x1f.warren.node.v1.MetricsResponse\x12>\n" +
 	"\x05Watch\x12\x1c.warren.node.v1.WatchRequest\x1a\x15.warren.node.v1.Event0\x01\x12Y\n" +
-	"\fCapabilities\x12#.warren.node.v1.CapabilitiesRequest\x1a$.warren.node.v1.CapabilitiesResponseB2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
+	"\fCapabilities\x12#.warren.node.v1.CapabilitiesRequest\x1a$.warren.node.v1.CapabilitiesResponse\x12J\n" +
+	"\aSetPool\x12\x1e.warren.node.v1.SetPoolRequest\x1a\x1f.warren.node.v1.SetPoolResponse\x12J\n" +
+	"\aReserve\x12\x1e.warren.node.v1.ReserveRequest\x1a\x1f.warren.node.v1.ReserveResponse\x12P\n" +
+	"\tUnreserve\x12 .warren.node.v1.UnreserveRequest\x1a!.warren.node.v1.UnreserveResponse\x12D\n" +
+	"\x05Pools\x12\x1c.warren.node.v1.PoolsRequest\x1a\x1d.warren.node.v1.PoolsResponse\x12_\n" +
+	"\x0eTemplatesInUse\x12%.warren.node.v1.TemplatesInUseRequest\x1a&.warren.node.v1.TemplatesInUseResponse\x12b\n" +
+	"\x0fSnapshotSandbox\x12&.warren.node.v1.SnapshotSandboxRequest\x1a'.warren.node.v1.SnapshotSandboxResponse\x12e\n" +
+	"\x10SnapshotTemplate\x12'.warren.node.v1.SnapshotTemplateRequest\x1a(.warren.node.v1.SnapshotTemplateResponse\x12_\n" +
+	"\x0eDeleteSnapshot\x12%.warren.node.v1.DeleteSnapshotRequest\x1a&.warren.node.v1.DeleteSnapshotResponseB2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -1854,97 +2814,142 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_node_proto_goTypes = []any{
-	(*Resources)(nil),             // 0: warren.node.v1.Resources
-	(*Policy)(nil),                // 1: warren.node.v1.Policy
-	(*Template)(nil),              // 2: warren.node.v1.Template
-	(*Sandbox)(nil),               // 3: warren.node.v1.Sandbox
-	(*CreateRequest)(nil),         // 4: warren.node.v1.CreateRequest
-	(*SandboxResponse)(nil),       // 5: warren.node.v1.SandboxResponse
-	(*GetRequest)(nil),            // 6: warren.node.v1.GetRequest
-	(*ListRequest)(nil),           // 7: warren.node.v1.ListRequest
-	(*ListResponse)(nil),          // 8: warren.node.v1.ListResponse
-	(*SetEndTimeRequest)(nil),     // 9: warren.node.v1.SetEndTimeRequest
-	(*SetEndTimeResponse)(nil),    // 10: warren.node.v1.SetEndTimeResponse
-	(*UpdateNetworkRequest)(nil),  // 11: warren.node.v1.UpdateNetworkRequest
-	(*UpdateNetworkResponse)(nil), // 12: warren.node.v1.UpdateNetworkResponse
-	(*PauseRequest)(nil),          // 13: warren.node.v1.PauseRequest
-	(*ResumeRequest)(nil),         // 14: warren.node.v1.ResumeRequest
-	(*ForkRequest)(nil),           // 15: warren.node.v1.ForkRequest
-	(*ForkResponse)(nil),          // 16: warren.node.v1.ForkResponse
-	(*KillRequest)(nil),           // 17: warren.node.v1.KillRequest
-	(*KillResponse)(nil),          // 18: warren.node.v1.KillResponse
-	(*StatsRequest)(nil),          // 19: warren.node.v1.StatsRequest
-	(*StatsResponse)(nil),         // 20: warren.node.v1.StatsResponse
-	(*MetricsRequest)(nil),        // 21: warren.node.v1.MetricsRequest
-	(*MetricsResponse)(nil),       // 22: warren.node.v1.MetricsResponse
-	(*WatchRequest)(nil),          // 23: warren.node.v1.WatchRequest
-	(*Event)(nil),                 // 24: warren.node.v1.Event
-	(*CapabilitiesRequest)(nil),   // 25: warren.node.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),  // 26: warren.node.v1.CapabilitiesResponse
-	nil,                           // 27: warren.node.v1.Template.EnvEntry
-	nil,                           // 28: warren.node.v1.Sandbox.MetadataEntry
-	nil,                           // 29: warren.node.v1.CreateRequest.EnvVarsEntry
-	nil,                           // 30: warren.node.v1.CreateRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*Resources)(nil),                // 0: warren.node.v1.Resources
+	(*Policy)(nil),                   // 1: warren.node.v1.Policy
+	(*Template)(nil),                 // 2: warren.node.v1.Template
+	(*Sandbox)(nil),                  // 3: warren.node.v1.Sandbox
+	(*CreateRequest)(nil),            // 4: warren.node.v1.CreateRequest
+	(*SandboxResponse)(nil),          // 5: warren.node.v1.SandboxResponse
+	(*GetRequest)(nil),               // 6: warren.node.v1.GetRequest
+	(*ListRequest)(nil),              // 7: warren.node.v1.ListRequest
+	(*ListResponse)(nil),             // 8: warren.node.v1.ListResponse
+	(*SetEndTimeRequest)(nil),        // 9: warren.node.v1.SetEndTimeRequest
+	(*SetEndTimeResponse)(nil),       // 10: warren.node.v1.SetEndTimeResponse
+	(*UpdateNetworkRequest)(nil),     // 11: warren.node.v1.UpdateNetworkRequest
+	(*UpdateNetworkResponse)(nil),    // 12: warren.node.v1.UpdateNetworkResponse
+	(*PauseRequest)(nil),             // 13: warren.node.v1.PauseRequest
+	(*ResumeRequest)(nil),            // 14: warren.node.v1.ResumeRequest
+	(*ForkRequest)(nil),              // 15: warren.node.v1.ForkRequest
+	(*ForkResponse)(nil),             // 16: warren.node.v1.ForkResponse
+	(*KillRequest)(nil),              // 17: warren.node.v1.KillRequest
+	(*KillResponse)(nil),             // 18: warren.node.v1.KillResponse
+	(*StatsRequest)(nil),             // 19: warren.node.v1.StatsRequest
+	(*StatsResponse)(nil),            // 20: warren.node.v1.StatsResponse
+	(*MetricsRequest)(nil),           // 21: warren.node.v1.MetricsRequest
+	(*MetricsResponse)(nil),          // 22: warren.node.v1.MetricsResponse
+	(*WatchRequest)(nil),             // 23: warren.node.v1.WatchRequest
+	(*Event)(nil),                    // 24: warren.node.v1.Event
+	(*CapabilitiesRequest)(nil),      // 25: warren.node.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),     // 26: warren.node.v1.CapabilitiesResponse
+	(*SetPoolRequest)(nil),           // 27: warren.node.v1.SetPoolRequest
+	(*SetPoolResponse)(nil),          // 28: warren.node.v1.SetPoolResponse
+	(*ReserveRequest)(nil),           // 29: warren.node.v1.ReserveRequest
+	(*ReserveResponse)(nil),          // 30: warren.node.v1.ReserveResponse
+	(*UnreserveRequest)(nil),         // 31: warren.node.v1.UnreserveRequest
+	(*UnreserveResponse)(nil),        // 32: warren.node.v1.UnreserveResponse
+	(*PoolsRequest)(nil),             // 33: warren.node.v1.PoolsRequest
+	(*PoolStatus)(nil),               // 34: warren.node.v1.PoolStatus
+	(*PoolsResponse)(nil),            // 35: warren.node.v1.PoolsResponse
+	(*TemplatesInUseRequest)(nil),    // 36: warren.node.v1.TemplatesInUseRequest
+	(*TemplateUse)(nil),              // 37: warren.node.v1.TemplateUse
+	(*TemplatesInUseResponse)(nil),   // 38: warren.node.v1.TemplatesInUseResponse
+	(*SnapshotSandboxRequest)(nil),   // 39: warren.node.v1.SnapshotSandboxRequest
+	(*SnapshotSandboxResponse)(nil),  // 40: warren.node.v1.SnapshotSandboxResponse
+	(*SnapshotTemplateRequest)(nil),  // 41: warren.node.v1.SnapshotTemplateRequest
+	(*SnapshotTemplateResponse)(nil), // 42: warren.node.v1.SnapshotTemplateResponse
+	(*DeleteSnapshotRequest)(nil),    // 43: warren.node.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),   // 44: warren.node.v1.DeleteSnapshotResponse
+	nil,                              // 45: warren.node.v1.Template.EnvEntry
+	nil,                              // 46: warren.node.v1.Sandbox.MetadataEntry
+	nil,                              // 47: warren.node.v1.CreateRequest.EnvVarsEntry
+	nil,                              // 48: warren.node.v1.CreateRequest.MetadataEntry
+	nil,                              // 49: warren.node.v1.PoolsResponse.PoolsEntry
+	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
 }
 var file_node_proto_depIdxs = []int32{
-	27, // 0: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
-	31, // 1: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	31, // 2: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
-	0,  // 3: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
-	1,  // 4: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
-	28, // 5: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
-	2,  // 6: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
-	0,  // 7: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
-	31, // 8: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
-	1,  // 9: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
-	29, // 10: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
-	30, // 11: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
-	3,  // 12: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
-	3,  // 13: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	31, // 14: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
-	1,  // 15: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
-	31, // 16: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
-	31, // 17: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
-	3,  // 18: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	31, // 19: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
-	31, // 20: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
-	31, // 21: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
-	20, // 22: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
-	31, // 23: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
-	4,  // 24: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
-	6,  // 25: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
-	7,  // 26: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
-	9,  // 27: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
-	11, // 28: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
-	13, // 29: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
-	14, // 30: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
-	15, // 31: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
-	17, // 32: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
-	19, // 33: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
-	21, // 34: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
-	23, // 35: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
-	25, // 36: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
-	5,  // 37: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
-	5,  // 38: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
-	8,  // 39: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
-	10, // 40: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
-	12, // 41: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
-	5,  // 42: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
-	5,  // 43: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
-	16, // 44: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
-	18, // 45: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
-	20, // 46: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
-	22, // 47: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
-	24, // 48: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
-	26, // 49: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
-	37, // [37:50] is the sub-list for method output_type
-	24, // [24:37] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	45, // 0: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
+	0,  // 1: warren.node.v1.Template.resources:type_name -> warren.node.v1.Resources
+	50, // 2: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	50, // 3: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	0,  // 4: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
+	1,  // 5: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
+	46, // 6: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
+	2,  // 7: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
+	0,  // 8: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
+	50, // 9: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
+	1,  // 10: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
+	47, // 11: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
+	48, // 12: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
+	3,  // 13: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
+	3,  // 14: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
+	50, // 15: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
+	1,  // 16: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
+	50, // 17: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
+	50, // 18: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
+	3,  // 19: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
+	50, // 20: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
+	50, // 21: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	50, // 22: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	20, // 23: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
+	50, // 24: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
+	2,  // 25: warren.node.v1.SetPoolRequest.template:type_name -> warren.node.v1.Template
+	0,  // 26: warren.node.v1.SetPoolRequest.resources:type_name -> warren.node.v1.Resources
+	2,  // 27: warren.node.v1.ReserveRequest.template:type_name -> warren.node.v1.Template
+	0,  // 28: warren.node.v1.ReserveRequest.resources:type_name -> warren.node.v1.Resources
+	49, // 29: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
+	37, // 30: warren.node.v1.TemplatesInUseResponse.templates:type_name -> warren.node.v1.TemplateUse
+	2,  // 31: warren.node.v1.SnapshotSandboxResponse.template:type_name -> warren.node.v1.Template
+	2,  // 32: warren.node.v1.SnapshotTemplateRequest.template:type_name -> warren.node.v1.Template
+	34, // 33: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
+	4,  // 34: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
+	6,  // 35: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
+	7,  // 36: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
+	9,  // 37: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
+	11, // 38: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
+	13, // 39: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
+	14, // 40: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
+	15, // 41: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
+	17, // 42: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
+	19, // 43: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
+	21, // 44: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
+	23, // 45: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
+	25, // 46: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
+	27, // 47: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
+	29, // 48: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
+	31, // 49: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
+	33, // 50: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
+	36, // 51: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
+	39, // 52: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
+	41, // 53: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
+	43, // 54: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
+	5,  // 55: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
+	5,  // 56: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
+	8,  // 57: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
+	10, // 58: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
+	12, // 59: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
+	5,  // 60: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
+	5,  // 61: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
+	16, // 62: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
+	18, // 63: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
+	20, // 64: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
+	22, // 65: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
+	24, // 66: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
+	26, // 67: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
+	28, // 68: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
+	30, // 69: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
+	32, // 70: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
+	35, // 71: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
+	38, // 72: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
+	40, // 73: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
+	42, // 74: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
+	44, // 75: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
+	55, // [55:76] is the sub-list for method output_type
+	34, // [34:55] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -1958,7 +2963,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

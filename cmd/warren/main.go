@@ -1,5 +1,6 @@
 // Command warren is Warren's single binary: `warren serve` runs the API,
-// the node agent and the edge proxy in one process; `warren keys` manages
+// the node agent and the edge proxy in one process; `warren node` runs one
+// machine's node agent for a separate control plane; `warren keys` manages
 // API keys; `warren template` and `warren sandbox` are clients of a
 // running server.
 package main

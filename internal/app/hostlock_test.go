@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,35 @@ func TestSecondInstanceRefused(t *testing.T) {
 		err = Run(context.Background(), second)
 		if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "--nft-table") {
 			t.Errorf("second server on the same table: %v", err)
+		}
+	})
+	t.Run("same netns dir", func(t *testing.T) {
+		first := Config{Driver: "runsc", DataDir: t.TempDir(), Net: netslot.Config{Table: "wnode-locktest-a", IfPrefix: "lka", NetNSDir: "/run/wnode-locktest/netns"}, CgroupRoot: "wnode-locktest-a"}
+		if err := first.setDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		held, err := hostlock.Acquire(hostlock.DefaultDir, hostNames(first))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release()
+		// Everything else apart, the node's netns dir is another node's
+		// default one, or the first one's.
+		for _, dir := range []string{"/run/wnode-locktest/netns", ""} {
+			second := NodeConfig{Config: Config{Driver: "runsc", DataDir: t.TempDir(), CgroupRoot: "wnode-locktest-b", Logger: quiet, Out: io.Discard,
+				Net: netslot.Config{Table: "wnode-locktest-b", IfPrefix: "lkb", CIDR: netip.MustParsePrefix("100.73.128.0/24"), NetNSDir: dir}},
+				RPCListen: "127.0.0.1:0", ProxyListen: "127.0.0.1:0"}
+			if dir == "" {
+				third, err := hostlock.Acquire(hostlock.DefaultDir, []hostlock.Name{{Kind: "netns dir", Flag: "--netns-dir", Value: "/run/warren/wnode-locktest-b/netns", Path: true}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer third.Release()
+			}
+			err = RunNode(context.Background(), second)
+			if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "--netns-dir") {
+				t.Errorf("second node on netns dir %q: %v", dir, err)
+			}
 		}
 	})
 }

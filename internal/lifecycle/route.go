@@ -28,6 +28,10 @@ type Route struct {
 	// to over TLS (network.maskRequestHost, network.httpsPorts).
 	MaskRequestHost string
 	HTTPSPorts      []int
+	// NodeProxy, when set, is the proxy listener of the sandbox's node
+	// (nodeapi.Sandbox.NodeProxy): Address and Host are reachable from
+	// that node only.
+	NodeProxy string
 }
 
 // routeNetwork is what routing reads of a sandbox's network document.
@@ -104,7 +108,7 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*Admission) e
 	}
 	return &Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
 		EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken, Woken: paused,
-		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts}, nil
+		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts, NodeProxy: ns.NodeProxy}, nil
 }
 
 // EnvdTokens returns the envd access tokens by ID of running sandboxes and

@@ -34,6 +34,17 @@ type (
 	TemplateUse     = nodeapi.TemplateUse
 )
 
+// The optional parts of nodeapi.Service the agent implements; the node RPC
+// (noderpc, nodeclient) carries each of them.
+var (
+	_ nodeapi.Pooler              = (*Agent)(nil)
+	_ nodeapi.MetricsSource       = (*Agent)(nil)
+	_ nodeapi.ExecutionKiller     = (*Agent)(nil)
+	_ nodeapi.TemplateHolder      = (*Agent)(nil)
+	_ nodeapi.SandboxSnapshotter  = (*Agent)(nil)
+	_ nodeapi.TemplateSnapshotter = (*Agent)(nil)
+)
+
 // Health values and event types (see nodeapi).
 const (
 	HealthUnknown   = nodeapi.HealthUnknown

@@ -1,17 +1,20 @@
 package node
 
-import "slices"
+import (
+	"context"
+	"slices"
+)
 
 // TemplatesInUse returns the template files every sandbox the agent keeps
 // uses, whatever its state (starting, running, pausing, paused; forks,
 // warm pool members, reserved members, the agent's internal snapshot
 // sandboxes — which List leaves out), and the templates of its warm pools.
 // It is a snapshot: see HoldTemplates to act on it before a new sandbox
-// can appear.
-func (a *Agent) TemplatesInUse() []TemplateUse {
+// can appear. It implements nodeapi.TemplateHolder and never fails.
+func (a *Agent) TemplatesInUse(context.Context) ([]TemplateUse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.templatesInUseLocked()
+	return a.templatesInUseLocked(), nil
 }
 
 // HoldTemplates calls fn with TemplatesInUse while holding the agent's

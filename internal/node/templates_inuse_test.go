@@ -58,7 +58,11 @@ func TestTemplatesInUse(t *testing.T) {
 		if err := a.Kill(ctx, "paused01", ""); err != nil {
 			t.Fatal(err)
 		}
-		for _, u := range a.TemplatesInUse() {
+		inUse, err := a.TemplatesInUse(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range inUse {
 			if u.BuildID == "b-paused" {
 				t.Errorf("killed sandbox's template still in use: %+v", u)
 			}

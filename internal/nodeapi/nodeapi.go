@@ -158,6 +158,12 @@ type Sandbox struct {
 	// current epoch (LIFECYCLE-RULES §5); unknown until the first probe,
 	// and for a sandbox that is not running.
 	Health Health
+	// NodeProxy is the host:port of the proxy listener of the node that
+	// runs the sandbox (`warren node --proxy-listen`, as advertised):
+	// Address and Host are reachable from that node only, and the edge
+	// proxy sends the sandbox's traffic there. Empty: the sandbox is on
+	// the edge proxy's own host (the in-process agent of `warren serve`).
+	NodeProxy string
 }
 
 // Health is a sandbox's health as the node's watchdog sees it.

@@ -60,3 +60,40 @@ type TemplateUse struct {
 	// template.
 	SandboxID string
 }
+
+// TemplateHolder is the optional part of Service that tells which template
+// files the node's sandboxes and warm pools use (the template collector
+// keeps them; placement prefers nodes that hold a template). Agent
+// implements it.
+type TemplateHolder interface {
+	// TemplatesInUse returns every template build a sandbox of the node
+	// (in any state, pool members and internal snapshot sandboxes
+	// included) or a warm pool uses. It is a snapshot: a sandbox may start
+	// using another build right after.
+	TemplatesInUse(ctx context.Context) ([]TemplateUse, error)
+}
+
+// SandboxSnapshotter is the optional part of Service for snapshots of
+// running sandboxes (E2B's POST /sandboxes/{id}/snapshots). Agent
+// implements it. Dir is a directory on the node.
+type SandboxSnapshotter interface {
+	// SnapshotSandbox checkpoints running sandbox id into dir, leaving it
+	// running, and returns the template the sandbox was started from; a
+	// sandbox created with that template and SnapshotDir = dir restores
+	// it. A node that cannot checkpoint memory gives ErrUnsupported.
+	SnapshotSandbox(ctx context.Context, id, dir string) (Template, error)
+	// DeleteSnapshot deletes the snapshot in dir with its saved layer.
+	DeleteSnapshot(ctx context.Context, dir string) error
+}
+
+// TemplateSnapshotter is the optional part of Service for template
+// snapshots on ready (a build's "ready command"). Agent implements it.
+type TemplateSnapshotter interface {
+	// Snapshot starts a sandbox of t, waits until readyCmd exits 0 in it,
+	// and checkpoints it into dir (a directory on the node); creates with
+	// Template.SnapshotDir = dir then restore it. A node that cannot
+	// checkpoint memory gives ErrUnsupported.
+	Snapshot(ctx context.Context, t Template, readyCmd, dir string) error
+	// DeleteSnapshot deletes the snapshot in dir with its saved layer.
+	DeleteSnapshot(ctx context.Context, dir string) error
+}

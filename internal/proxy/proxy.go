@@ -18,6 +18,11 @@
 // cors). A sandbox's network.maskRequestHost replaces the Host its own
 // ports see, and its network.httpsPorts are spoken to over TLS. envd's
 // internal routes (/init) are not reachable.
+//
+// A sandbox on another node (Route.NodeProxy) is reached through that
+// node's proxy listener (NodeProxy, nodeproxy.go), which takes the sandbox
+// ID and port from headers, checks the node token and forwards to that
+// sandbox's own address only.
 package proxy
 
 import (
@@ -83,6 +88,9 @@ type Config struct {
 	// WakeTimeout bounds how long a request that woke a paused sandbox
 	// waits for its port to answer before it is a 502 (default 30 s).
 	WakeTimeout time.Duration
+	// NodeToken is sent to the proxy listeners of other nodes
+	// (Route.NodeProxy) with every request forwarded there.
+	NodeToken string
 }
 
 // Proxy is the edge proxy. It is an http.Handler.
@@ -111,6 +119,13 @@ type target struct {
 	// speaks TLS to the port (httpsPorts).
 	host string
 	tls  bool
+	// viaNode is set when addr is the proxy listener of the sandbox's node
+	// (nodeproxy.go), not the sandbox: the request names the sandbox and
+	// port in headers, and the node speaks TLS to the port when tls is set.
+	viaNode bool
+	// relayed is set on a node proxy: the request came from an edge proxy,
+	// whose X-Forwarded-* headers are kept.
+	relayed bool
 }
 
 // New returns a Proxy.
@@ -151,12 +166,28 @@ func (p *Proxy) reverseProxy(tr http.RoundTripper) *httputil.ReverseProxy {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(routeKey{}).(*target)
 			scheme := "http"
-			if t.tls {
+			if t.tls && !t.viaNode {
 				scheme = "https"
 			}
 			pr.SetURL(&url.URL{Scheme: scheme, Host: t.addr})
 			pr.Out.Host = cmp.Or(t.host, pr.In.Host)
-			pr.SetXForwarded()
+			// Only this proxy says which node hop a request takes: what a
+			// client sent under those names goes nowhere.
+			for _, h := range nodeHeaders {
+				pr.Out.Header.Del(h)
+			}
+			if t.viaNode {
+				p.toNode(pr.Out, t)
+			}
+			if t.relayed {
+				for _, h := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+					if v := pr.In.Header.Values(h); len(v) > 0 {
+						pr.Out.Header[h] = v
+					}
+				}
+			} else {
+				pr.SetXForwarded()
+			}
 			if pr.Out.Body != nil && pr.Out.ContentLength > 0 {
 				pr.Out.Body = &declaredBody{rc: pr.Out.Body, left: pr.Out.ContentLength}
 			}
@@ -271,6 +302,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			t.host = strings.ReplaceAll(route.MaskRequestHost, "${PORT}", strconv.Itoa(port))
 		}
 		t.tls = slices.Contains(route.HTTPSPorts, port)
+	}
+	if route.NodeProxy != "" {
+		// The sandbox is on another node: only its proxy reaches it.
+		t.addr, t.viaNode = route.NodeProxy, true
 	}
 	rp := p.rp
 	if route.Woken {

@@ -47,11 +47,18 @@ func (f fakeRouter) Route(_ context.Context, id string, admit func(*lifecycle.Ad
 // the client between chunks, and a WebSocket echo.
 func backend(t *testing.T) (*httptest.Server, chan struct{}) {
 	t.Helper()
+	return backendAt(t, "127.0.0.1:0")
+}
+
+// backendAt is backend listening on addr.
+func backendAt(t *testing.T, addr string) (*httptest.Server, chan struct{}) {
+	t.Helper()
 	next := make(chan struct{})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("/init", func(w http.ResponseWriter, r *http.Request) { t.Error("internal route reached the sandbox") })
 	mux.HandleFunc("GET /echo-host", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Host) })
+	mux.HandleFunc("GET /echo-headers", func(w http.ResponseWriter, r *http.Request) { r.Header.Write(w) })
 	mux.HandleFunc("POST /stream", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/connect+json")
 		for i := range 3 {
@@ -84,7 +91,14 @@ func backend(t *testing.T) (*httptest.Server, chan struct{}) {
 		rw.WriteString("echo:" + line)
 		rw.Flush()
 	})
-	srv := httptest.NewServer(mux)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv, next
 }

@@ -1,8 +1,8 @@
 // Node service: what Warren's control plane asks of a node agent.
 //
-// It mirrors the Go interface node.Service (internal/node/node.go); the
-// server (internal/node/noderpc) and the client (internal/node/nodeclient)
-// translate between the two. Errors carry Connect codes mapped from
+// It mirrors the Go interface nodeapi.Service and its optional parts
+// (internal/nodeapi); the server (internal/node/noderpc) and the client
+// (internal/node/nodeclient) translate between the two. Errors carry Connect codes mapped from
 // Warren's error classes (not_found, already_exists, invalid_argument,
 // failed_precondition for conflicts, resource_exhausted, unavailable,
 // unimplemented).
@@ -70,6 +70,26 @@ const (
 	// NodeServiceCapabilitiesProcedure is the fully-qualified name of the NodeService's Capabilities
 	// RPC.
 	NodeServiceCapabilitiesProcedure = "/warren.node.v1.NodeService/Capabilities"
+	// NodeServiceSetPoolProcedure is the fully-qualified name of the NodeService's SetPool RPC.
+	NodeServiceSetPoolProcedure = "/warren.node.v1.NodeService/SetPool"
+	// NodeServiceReserveProcedure is the fully-qualified name of the NodeService's Reserve RPC.
+	NodeServiceReserveProcedure = "/warren.node.v1.NodeService/Reserve"
+	// NodeServiceUnreserveProcedure is the fully-qualified name of the NodeService's Unreserve RPC.
+	NodeServiceUnreserveProcedure = "/warren.node.v1.NodeService/Unreserve"
+	// NodeServicePoolsProcedure is the fully-qualified name of the NodeService's Pools RPC.
+	NodeServicePoolsProcedure = "/warren.node.v1.NodeService/Pools"
+	// NodeServiceTemplatesInUseProcedure is the fully-qualified name of the NodeService's
+	// TemplatesInUse RPC.
+	NodeServiceTemplatesInUseProcedure = "/warren.node.v1.NodeService/TemplatesInUse"
+	// NodeServiceSnapshotSandboxProcedure is the fully-qualified name of the NodeService's
+	// SnapshotSandbox RPC.
+	NodeServiceSnapshotSandboxProcedure = "/warren.node.v1.NodeService/SnapshotSandbox"
+	// NodeServiceSnapshotTemplateProcedure is the fully-qualified name of the NodeService's
+	// SnapshotTemplate RPC.
+	NodeServiceSnapshotTemplateProcedure = "/warren.node.v1.NodeService/SnapshotTemplate"
+	// NodeServiceDeleteSnapshotProcedure is the fully-qualified name of the NodeService's
+	// DeleteSnapshot RPC.
+	NodeServiceDeleteSnapshotProcedure = "/warren.node.v1.NodeService/DeleteSnapshot"
 )
 
 // NodeServiceClient is a client for the warren.node.v1.NodeService service.
@@ -92,6 +112,19 @@ type NodeServiceClient interface {
 	// first message is an empty Event that confirms the watch is in place.
 	Watch(context.Context, *connect.Request[node.WatchRequest]) (*connect.ServerStreamForClient[node.Event], error)
 	Capabilities(context.Context, *connect.Request[node.CapabilitiesRequest]) (*connect.Response[node.CapabilitiesResponse], error)
+	// Warm pools (nodeapi.Pooler). Reserve answers found = false on a miss.
+	SetPool(context.Context, *connect.Request[node.SetPoolRequest]) (*connect.Response[node.SetPoolResponse], error)
+	Reserve(context.Context, *connect.Request[node.ReserveRequest]) (*connect.Response[node.ReserveResponse], error)
+	Unreserve(context.Context, *connect.Request[node.UnreserveRequest]) (*connect.Response[node.UnreserveResponse], error)
+	Pools(context.Context, *connect.Request[node.PoolsRequest]) (*connect.Response[node.PoolsResponse], error)
+	// TemplatesInUse lists the template builds the node's sandboxes and
+	// pools use (nodeapi.TemplateHolder).
+	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
+	// Snapshots (nodeapi.SandboxSnapshotter, nodeapi.TemplateSnapshotter);
+	// dir is a directory on the node.
+	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
+	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
+	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the warren.node.v1.NodeService service. By default,
@@ -183,24 +216,80 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("Capabilities")),
 			connect.WithClientOptions(opts...),
 		),
+		setPool: connect.NewClient[node.SetPoolRequest, node.SetPoolResponse](
+			httpClient,
+			baseURL+NodeServiceSetPoolProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SetPool")),
+			connect.WithClientOptions(opts...),
+		),
+		reserve: connect.NewClient[node.ReserveRequest, node.ReserveResponse](
+			httpClient,
+			baseURL+NodeServiceReserveProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Reserve")),
+			connect.WithClientOptions(opts...),
+		),
+		unreserve: connect.NewClient[node.UnreserveRequest, node.UnreserveResponse](
+			httpClient,
+			baseURL+NodeServiceUnreserveProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Unreserve")),
+			connect.WithClientOptions(opts...),
+		),
+		pools: connect.NewClient[node.PoolsRequest, node.PoolsResponse](
+			httpClient,
+			baseURL+NodeServicePoolsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Pools")),
+			connect.WithClientOptions(opts...),
+		),
+		templatesInUse: connect.NewClient[node.TemplatesInUseRequest, node.TemplatesInUseResponse](
+			httpClient,
+			baseURL+NodeServiceTemplatesInUseProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("TemplatesInUse")),
+			connect.WithClientOptions(opts...),
+		),
+		snapshotSandbox: connect.NewClient[node.SnapshotSandboxRequest, node.SnapshotSandboxResponse](
+			httpClient,
+			baseURL+NodeServiceSnapshotSandboxProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SnapshotSandbox")),
+			connect.WithClientOptions(opts...),
+		),
+		snapshotTemplate: connect.NewClient[node.SnapshotTemplateRequest, node.SnapshotTemplateResponse](
+			httpClient,
+			baseURL+NodeServiceSnapshotTemplateProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SnapshotTemplate")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSnapshot: connect.NewClient[node.DeleteSnapshotRequest, node.DeleteSnapshotResponse](
+			httpClient,
+			baseURL+NodeServiceDeleteSnapshotProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("DeleteSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	create        *connect.Client[node.CreateRequest, node.SandboxResponse]
-	get           *connect.Client[node.GetRequest, node.SandboxResponse]
-	list          *connect.Client[node.ListRequest, node.ListResponse]
-	setEndTime    *connect.Client[node.SetEndTimeRequest, node.SetEndTimeResponse]
-	updateNetwork *connect.Client[node.UpdateNetworkRequest, node.UpdateNetworkResponse]
-	pause         *connect.Client[node.PauseRequest, node.SandboxResponse]
-	resume        *connect.Client[node.ResumeRequest, node.SandboxResponse]
-	fork          *connect.Client[node.ForkRequest, node.ForkResponse]
-	kill          *connect.Client[node.KillRequest, node.KillResponse]
-	stats         *connect.Client[node.StatsRequest, node.StatsResponse]
-	metrics       *connect.Client[node.MetricsRequest, node.MetricsResponse]
-	watch         *connect.Client[node.WatchRequest, node.Event]
-	capabilities  *connect.Client[node.CapabilitiesRequest, node.CapabilitiesResponse]
+	create           *connect.Client[node.CreateRequest, node.SandboxResponse]
+	get              *connect.Client[node.GetRequest, node.SandboxResponse]
+	list             *connect.Client[node.ListRequest, node.ListResponse]
+	setEndTime       *connect.Client[node.SetEndTimeRequest, node.SetEndTimeResponse]
+	updateNetwork    *connect.Client[node.UpdateNetworkRequest, node.UpdateNetworkResponse]
+	pause            *connect.Client[node.PauseRequest, node.SandboxResponse]
+	resume           *connect.Client[node.ResumeRequest, node.SandboxResponse]
+	fork             *connect.Client[node.ForkRequest, node.ForkResponse]
+	kill             *connect.Client[node.KillRequest, node.KillResponse]
+	stats            *connect.Client[node.StatsRequest, node.StatsResponse]
+	metrics          *connect.Client[node.MetricsRequest, node.MetricsResponse]
+	watch            *connect.Client[node.WatchRequest, node.Event]
+	capabilities     *connect.Client[node.CapabilitiesRequest, node.CapabilitiesResponse]
+	setPool          *connect.Client[node.SetPoolRequest, node.SetPoolResponse]
+	reserve          *connect.Client[node.ReserveRequest, node.ReserveResponse]
+	unreserve        *connect.Client[node.UnreserveRequest, node.UnreserveResponse]
+	pools            *connect.Client[node.PoolsRequest, node.PoolsResponse]
+	templatesInUse   *connect.Client[node.TemplatesInUseRequest, node.TemplatesInUseResponse]
+	snapshotSandbox  *connect.Client[node.SnapshotSandboxRequest, node.SnapshotSandboxResponse]
+	snapshotTemplate *connect.Client[node.SnapshotTemplateRequest, node.SnapshotTemplateResponse]
+	deleteSnapshot   *connect.Client[node.DeleteSnapshotRequest, node.DeleteSnapshotResponse]
 }
 
 // Create calls warren.node.v1.NodeService.Create.
@@ -268,6 +357,46 @@ func (c *nodeServiceClient) Capabilities(ctx context.Context, req *connect.Reque
 	return c.capabilities.CallUnary(ctx, req)
 }
 
+// SetPool calls warren.node.v1.NodeService.SetPool.
+func (c *nodeServiceClient) SetPool(ctx context.Context, req *connect.Request[node.SetPoolRequest]) (*connect.Response[node.SetPoolResponse], error) {
+	return c.setPool.CallUnary(ctx, req)
+}
+
+// Reserve calls warren.node.v1.NodeService.Reserve.
+func (c *nodeServiceClient) Reserve(ctx context.Context, req *connect.Request[node.ReserveRequest]) (*connect.Response[node.ReserveResponse], error) {
+	return c.reserve.CallUnary(ctx, req)
+}
+
+// Unreserve calls warren.node.v1.NodeService.Unreserve.
+func (c *nodeServiceClient) Unreserve(ctx context.Context, req *connect.Request[node.UnreserveRequest]) (*connect.Response[node.UnreserveResponse], error) {
+	return c.unreserve.CallUnary(ctx, req)
+}
+
+// Pools calls warren.node.v1.NodeService.Pools.
+func (c *nodeServiceClient) Pools(ctx context.Context, req *connect.Request[node.PoolsRequest]) (*connect.Response[node.PoolsResponse], error) {
+	return c.pools.CallUnary(ctx, req)
+}
+
+// TemplatesInUse calls warren.node.v1.NodeService.TemplatesInUse.
+func (c *nodeServiceClient) TemplatesInUse(ctx context.Context, req *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error) {
+	return c.templatesInUse.CallUnary(ctx, req)
+}
+
+// SnapshotSandbox calls warren.node.v1.NodeService.SnapshotSandbox.
+func (c *nodeServiceClient) SnapshotSandbox(ctx context.Context, req *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error) {
+	return c.snapshotSandbox.CallUnary(ctx, req)
+}
+
+// SnapshotTemplate calls warren.node.v1.NodeService.SnapshotTemplate.
+func (c *nodeServiceClient) SnapshotTemplate(ctx context.Context, req *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error) {
+	return c.snapshotTemplate.CallUnary(ctx, req)
+}
+
+// DeleteSnapshot calls warren.node.v1.NodeService.DeleteSnapshot.
+func (c *nodeServiceClient) DeleteSnapshot(ctx context.Context, req *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error) {
+	return c.deleteSnapshot.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the warren.node.v1.NodeService service.
 type NodeServiceHandler interface {
 	Create(context.Context, *connect.Request[node.CreateRequest]) (*connect.Response[node.SandboxResponse], error)
@@ -288,6 +417,19 @@ type NodeServiceHandler interface {
 	// first message is an empty Event that confirms the watch is in place.
 	Watch(context.Context, *connect.Request[node.WatchRequest], *connect.ServerStream[node.Event]) error
 	Capabilities(context.Context, *connect.Request[node.CapabilitiesRequest]) (*connect.Response[node.CapabilitiesResponse], error)
+	// Warm pools (nodeapi.Pooler). Reserve answers found = false on a miss.
+	SetPool(context.Context, *connect.Request[node.SetPoolRequest]) (*connect.Response[node.SetPoolResponse], error)
+	Reserve(context.Context, *connect.Request[node.ReserveRequest]) (*connect.Response[node.ReserveResponse], error)
+	Unreserve(context.Context, *connect.Request[node.UnreserveRequest]) (*connect.Response[node.UnreserveResponse], error)
+	Pools(context.Context, *connect.Request[node.PoolsRequest]) (*connect.Response[node.PoolsResponse], error)
+	// TemplatesInUse lists the template builds the node's sandboxes and
+	// pools use (nodeapi.TemplateHolder).
+	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
+	// Snapshots (nodeapi.SandboxSnapshotter, nodeapi.TemplateSnapshotter);
+	// dir is a directory on the node.
+	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
+	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
+	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -375,6 +517,54 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("Capabilities")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceSetPoolHandler := connect.NewUnaryHandler(
+		NodeServiceSetPoolProcedure,
+		svc.SetPool,
+		connect.WithSchema(nodeServiceMethods.ByName("SetPool")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceReserveHandler := connect.NewUnaryHandler(
+		NodeServiceReserveProcedure,
+		svc.Reserve,
+		connect.WithSchema(nodeServiceMethods.ByName("Reserve")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceUnreserveHandler := connect.NewUnaryHandler(
+		NodeServiceUnreserveProcedure,
+		svc.Unreserve,
+		connect.WithSchema(nodeServiceMethods.ByName("Unreserve")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServicePoolsHandler := connect.NewUnaryHandler(
+		NodeServicePoolsProcedure,
+		svc.Pools,
+		connect.WithSchema(nodeServiceMethods.ByName("Pools")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceTemplatesInUseHandler := connect.NewUnaryHandler(
+		NodeServiceTemplatesInUseProcedure,
+		svc.TemplatesInUse,
+		connect.WithSchema(nodeServiceMethods.ByName("TemplatesInUse")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceSnapshotSandboxHandler := connect.NewUnaryHandler(
+		NodeServiceSnapshotSandboxProcedure,
+		svc.SnapshotSandbox,
+		connect.WithSchema(nodeServiceMethods.ByName("SnapshotSandbox")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceSnapshotTemplateHandler := connect.NewUnaryHandler(
+		NodeServiceSnapshotTemplateProcedure,
+		svc.SnapshotTemplate,
+		connect.WithSchema(nodeServiceMethods.ByName("SnapshotTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceDeleteSnapshotHandler := connect.NewUnaryHandler(
+		NodeServiceDeleteSnapshotProcedure,
+		svc.DeleteSnapshot,
+		connect.WithSchema(nodeServiceMethods.ByName("DeleteSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/warren.node.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceCreateProcedure:
@@ -403,6 +593,22 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceWatchHandler.ServeHTTP(w, r)
 		case NodeServiceCapabilitiesProcedure:
 			nodeServiceCapabilitiesHandler.ServeHTTP(w, r)
+		case NodeServiceSetPoolProcedure:
+			nodeServiceSetPoolHandler.ServeHTTP(w, r)
+		case NodeServiceReserveProcedure:
+			nodeServiceReserveHandler.ServeHTTP(w, r)
+		case NodeServiceUnreserveProcedure:
+			nodeServiceUnreserveHandler.ServeHTTP(w, r)
+		case NodeServicePoolsProcedure:
+			nodeServicePoolsHandler.ServeHTTP(w, r)
+		case NodeServiceTemplatesInUseProcedure:
+			nodeServiceTemplatesInUseHandler.ServeHTTP(w, r)
+		case NodeServiceSnapshotSandboxProcedure:
+			nodeServiceSnapshotSandboxHandler.ServeHTTP(w, r)
+		case NodeServiceSnapshotTemplateProcedure:
+			nodeServiceSnapshotTemplateHandler.ServeHTTP(w, r)
+		case NodeServiceDeleteSnapshotProcedure:
+			nodeServiceDeleteSnapshotHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -462,4 +668,36 @@ func (UnimplementedNodeServiceHandler) Watch(context.Context, *connect.Request[n
 
 func (UnimplementedNodeServiceHandler) Capabilities(context.Context, *connect.Request[node.CapabilitiesRequest]) (*connect.Response[node.CapabilitiesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.Capabilities is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SetPool(context.Context, *connect.Request[node.SetPoolRequest]) (*connect.Response[node.SetPoolResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.SetPool is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Reserve(context.Context, *connect.Request[node.ReserveRequest]) (*connect.Response[node.ReserveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.Reserve is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Unreserve(context.Context, *connect.Request[node.UnreserveRequest]) (*connect.Response[node.UnreserveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.Unreserve is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Pools(context.Context, *connect.Request[node.PoolsRequest]) (*connect.Response[node.PoolsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.Pools is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.TemplatesInUse is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.SnapshotSandbox is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.SnapshotTemplate is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.DeleteSnapshot is not implemented"))
 }

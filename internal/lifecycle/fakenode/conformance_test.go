@@ -18,6 +18,8 @@ func TestConformance(t *testing.T) {
 			Service:  n,
 			Template: nodeapi.Template{ID: "tmpl", BuildID: "build1", RootFS: "/templates/tmpl/rootfs"},
 			Exit:     func(t *testing.T, id string) { n.Exit(id, sandbox.KillExited) },
+			// The fake has no pools, samples or snapshots.
+			Partial: true,
 		}
 	}})
 }

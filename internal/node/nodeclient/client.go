@@ -7,6 +7,7 @@ package nodeclient
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -27,11 +28,22 @@ type Options struct {
 	HTTPClient *http.Client
 	// Token is sent as "Authorization: Bearer <token>" when set.
 	Token string
+	// Logger receives the failures of the calls whose Go signature has no
+	// error (Reserve, Unreserve, Pools of nodeapi.Pooler).
+	Logger *slog.Logger
+	// CallTimeout bounds those calls, which have no context either
+	// (default 10 s).
+	CallTimeout time.Duration
 }
 
-// Client is a nodeapi.Service over RPC.
+// Client is a nodeapi.Service over RPC, with every optional part
+// (nodeapi.Pooler, MetricsSource, ExecutionKiller, TemplateHolder,
+// SandboxSnapshotter, TemplateSnapshotter): a node that lacks one answers
+// ErrUnsupported.
 type Client struct {
-	rpc nodepbconnect.NodeServiceClient
+	rpc     nodepbconnect.NodeServiceClient
+	log     *slog.Logger
+	timeout time.Duration
 }
 
 var _ nodeapi.Service = (*Client)(nil)
@@ -47,7 +59,14 @@ func New(baseURL string, opts Options) *Client {
 	if opts.Token != "" {
 		copts = append(copts, connect.WithInterceptors(bearer(opts.Token)))
 	}
-	return &Client{rpc: nodepbconnect.NewNodeServiceClient(hc, baseURL, copts...)}
+	c := &Client{rpc: nodepbconnect.NewNodeServiceClient(hc, baseURL, copts...), log: opts.Logger, timeout: opts.CallTimeout}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.timeout <= 0 {
+		c.timeout = 10 * time.Second
+	}
+	return c
 }
 
 // Create implements nodeapi.Service.

@@ -2,8 +2,12 @@ package nodeinteg
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/node/nodeclient"
+	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodeapi/nodeapitest"
 )
@@ -13,19 +17,42 @@ import (
 // data dir of its own) per case, the cases one at a time.
 func TestConformanceRunsc(t *testing.T) {
 	nodeapitest.Run(t, nodeapitest.Harness{Serial: true, New: func(t *testing.T) nodeapitest.Node {
-		h := newHost(t)
-		a, drv := h.agent()
-		t.Cleanup(func() { a.Close() })
-		return nodeapitest.Node{
-			Service:  a,
-			Template: nodeapi.Template{ID: "base", BuildID: "b", RootFS: h.tmpl, User: "user", Workdir: "/home/user"},
-			// The sandbox's init ends as if it had exited by itself:
-			// the runtime kills it behind the agent's back.
-			Exit: func(t *testing.T, id string) {
-				if err := drv.Kill(context.Background(), id); err != nil {
-					t.Fatalf("kill %q behind the agent: %v", id, err)
-				}
-			},
-		}
+		return runscNode(t, false)
 	}})
+}
+
+// TestConformanceRunscRPC runs the suite against the RPC client, through
+// the noderpc server (with a token and a snapshot root, as `warren node`
+// serves it), to the agent over real gVisor sandboxes.
+func TestConformanceRunscRPC(t *testing.T) {
+	nodeapitest.Run(t, nodeapitest.Harness{Serial: true, New: func(t *testing.T) nodeapitest.Node {
+		return runscNode(t, true)
+	}})
+}
+
+func runscNode(t *testing.T, rpc bool) nodeapitest.Node {
+	h := newHost(t)
+	a, drv := h.agent()
+	t.Cleanup(func() { a.Close() })
+	n := nodeapitest.Node{
+		Service:  a,
+		Template: nodeapi.Template{ID: "base", BuildID: "b", RootFS: h.tmpl, User: "user", Workdir: "/home/user"},
+		// The sandbox's init ends as if it had exited by itself: the
+		// runtime kills it behind the agent's back.
+		Exit: func(t *testing.T, id string) {
+			if err := drv.Kill(context.Background(), id); err != nil {
+				t.Fatalf("kill %q behind the agent: %v", id, err)
+			}
+		},
+	}
+	if rpc {
+		const token = "conformance-runsc-token"
+		n.SnapshotRoot = t.TempDir()
+		mux := http.NewServeMux()
+		mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: token, SnapshotRoot: n.SnapshotRoot}))
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		n.Service = nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token})
+	}
+	return n
 }

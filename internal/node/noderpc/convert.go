@@ -84,7 +84,7 @@ func PolicyFromProto(p *nodepb.Policy) (netslot.Policy, error) {
 func TemplateToProto(t nodeapi.Template) *nodepb.Template {
 	return &nodepb.Template{
 		Id: t.ID, BuildId: t.BuildID, Rootfs: t.RootFS, Env: t.Env, User: t.User,
-		Workdir: t.Workdir, StartCmd: t.StartCmd, SnapshotDir: t.SnapshotDir,
+		Workdir: t.Workdir, StartCmd: t.StartCmd, SnapshotDir: t.SnapshotDir, Resources: ResourcesToProto(t.Resources),
 	}
 }
 
@@ -92,7 +92,7 @@ func TemplateToProto(t nodeapi.Template) *nodepb.Template {
 func TemplateFromProto(t *nodepb.Template) nodeapi.Template {
 	return nodeapi.Template{
 		ID: t.GetId(), BuildID: t.GetBuildId(), RootFS: t.GetRootfs(), Env: t.GetEnv(), User: t.GetUser(),
-		Workdir: t.GetWorkdir(), StartCmd: t.GetStartCmd(), SnapshotDir: t.GetSnapshotDir(),
+		Workdir: t.GetWorkdir(), StartCmd: t.GetStartCmd(), SnapshotDir: t.GetSnapshotDir(), Resources: ResourcesFromProto(t.GetResources()),
 	}
 }
 
@@ -128,7 +128,7 @@ func SandboxToProto(s *nodeapi.Sandbox) *nodepb.Sandbox {
 		State: string(s.State), Epoch: s.Epoch, StartedAt: Timestamp(s.StartedAt), EndAt: Timestamp(s.EndAt),
 		Resources: ResourcesToProto(s.Resources), Network: PolicyToProto(s.Network), Address: s.Address, Host: s.Host,
 		EnvdVersion: s.EnvdVersion, Metadata: s.Metadata, PausedWithMemory: s.PausedWithMemory,
-		Health: string(s.Health),
+		Health: string(s.Health), NodeProxy: s.NodeProxy,
 	}
 }
 
@@ -150,8 +150,28 @@ func SandboxFromProto(s *nodepb.Sandbox) (*nodeapi.Sandbox, error) {
 		State: st, Epoch: s.GetEpoch(), StartedAt: Time(s.GetStartedAt()), EndAt: Time(s.GetEndAt()),
 		Resources: ResourcesFromProto(s.GetResources()), Network: pol, Address: s.GetAddress(), Host: s.GetHost(),
 		EnvdVersion: s.GetEnvdVersion(), Metadata: s.GetMetadata(), PausedWithMemory: s.GetPausedWithMemory(),
-		Health: healthFromProto(s.GetHealth()),
+		Health: healthFromProto(s.GetHealth()), NodeProxy: s.GetNodeProxy(),
 	}, nil
+}
+
+// PoolStatusToProto converts p.
+func PoolStatusToProto(p nodeapi.PoolStatus) *nodepb.PoolStatus {
+	return &nodepb.PoolStatus{BuildId: p.BuildID, Size: int32(p.Size), Ready: int32(p.Ready), Making: int32(p.Making), Hits: p.Hits, Misses: p.Misses}
+}
+
+// PoolStatusFromProto converts p.
+func PoolStatusFromProto(p *nodepb.PoolStatus) nodeapi.PoolStatus {
+	return nodeapi.PoolStatus{BuildID: p.GetBuildId(), Size: int(p.GetSize()), Ready: int(p.GetReady()), Making: int(p.GetMaking()), Hits: p.GetHits(), Misses: p.GetMisses()}
+}
+
+// TemplateUseToProto converts u.
+func TemplateUseToProto(u nodeapi.TemplateUse) *nodepb.TemplateUse {
+	return &nodepb.TemplateUse{TemplateId: u.TemplateID, BuildId: u.BuildID, Rootfs: u.RootFS, SnapshotDir: u.SnapshotDir, SandboxId: u.SandboxID}
+}
+
+// TemplateUseFromProto converts u.
+func TemplateUseFromProto(u *nodepb.TemplateUse) nodeapi.TemplateUse {
+	return nodeapi.TemplateUse{TemplateID: u.GetTemplateId(), BuildID: u.GetBuildId(), RootFS: u.GetRootfs(), SnapshotDir: u.GetSnapshotDir(), SandboxID: u.GetSandboxId()}
 }
 
 // StatsToProto converts s.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -23,6 +24,14 @@ type Options struct {
 	// every call (the control plane and its nodes share it).
 	Token  string
 	Logger *slog.Logger
+	// NodeProxy, when set, is the address (host:port) of this node's proxy
+	// listener as the edge proxy reaches it; every sandbox the server
+	// returns carries it (nodeapi.Sandbox.NodeProxy).
+	NodeProxy string
+	// SnapshotRoot, when set, is the directory every snapshot directory
+	// named by a call must lie under (the node's data directory): the
+	// control plane cannot have the node write or delete elsewhere.
+	SnapshotRoot string
 }
 
 // NewHandler returns the path prefix and the HTTP handler that serve svc
@@ -32,7 +41,10 @@ func NewHandler(svc nodeapi.Service, opts Options) (string, http.Handler) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{svc: svc, log: log}
+	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, snapshotRoot: filepath.Clean(opts.SnapshotRoot)}
+	if opts.SnapshotRoot == "" {
+		s.snapshotRoot = ""
+	}
 	var hopts []connect.HandlerOption
 	if opts.Token != "" {
 		hopts = append(hopts, connect.WithInterceptors(tokenInterceptor(opts.Token)))
@@ -41,8 +53,19 @@ func NewHandler(svc nodeapi.Service, opts Options) (string, http.Handler) {
 }
 
 type server struct {
-	svc nodeapi.Service
-	log *slog.Logger
+	svc          nodeapi.Service
+	log          *slog.Logger
+	nodeProxy    string
+	snapshotRoot string
+}
+
+// sandbox converts sb for the wire, naming this node's proxy listener.
+func (s *server) sandbox(sb *nodeapi.Sandbox) *nodepb.Sandbox {
+	p := SandboxToProto(sb)
+	if p != nil && s.nodeProxy != "" {
+		p.NodeProxy = s.nodeProxy
+	}
+	return p
 }
 
 var _ nodepbconnect.NodeServiceHandler = (*server)(nil)
@@ -66,7 +89,7 @@ func (s *server) Create(ctx context.Context, req *connect.Request[nodepb.CreateR
 	if err != nil {
 		return nil, s.fail("Create", err)
 	}
-	return connect.NewResponse(&nodepb.SandboxResponse{Sandbox: SandboxToProto(sb)}), nil
+	return connect.NewResponse(&nodepb.SandboxResponse{Sandbox: s.sandbox(sb)}), nil
 }
 
 func (s *server) Get(ctx context.Context, req *connect.Request[nodepb.GetRequest]) (*connect.Response[nodepb.SandboxResponse], error) {
@@ -74,7 +97,7 @@ func (s *server) Get(ctx context.Context, req *connect.Request[nodepb.GetRequest
 	if err != nil {
 		return nil, s.fail("Get", err)
 	}
-	return connect.NewResponse(&nodepb.SandboxResponse{Sandbox: SandboxToProto(sb)}), nil
+	return connect.NewResponse(&nodepb.SandboxResponse{Sandbox: s.sandbox(sb)}), nil
 }
 
 func (s *server) List(ctx context.Context, req *connect.Request[nodepb.ListRequest]) (*connect.Response[nodepb.ListResponse], error) {
@@ -84,7 +107,7 @@ func (s *server) List(ctx context.Context, req *connect.Request[nodepb.ListReque
 	}
 	out := &nodepb.ListResponse{}
 	for _, sb := range list {
-		out.Sandboxes = append(out.Sandboxes, SandboxToProto(sb))
+		out.Sandboxes = append(out.Sandboxes, s.sandbox(sb))
 	}
 	return connect.NewResponse(out), nil
 }
@@ -112,7 +135,7 @@ func (s *server) Pause(ctx context.Context, req *connect.Request[nodepb.PauseReq
 	if err != nil {
 		return nil, s.fail("Pause", err)
 	}
-	return connect.NewResponse(&nodepb.SandboxResponse{Sandbox: SandboxToProto(sb)}), nil
+	return connect.NewResponse(&nodepb.SandboxResponse{Sandbox: s.sandbox(sb)}), nil
 }
 
 func (s *server) Resume(ctx context.Context, req *connect.Request[nodepb.ResumeRequest]) (*connect.Response[nodepb.SandboxResponse], error) {
@@ -120,7 +143,7 @@ func (s *server) Resume(ctx context.Context, req *connect.Request[nodepb.ResumeR
 	if err != nil {
 		return nil, s.fail("Resume", err)
 	}
-	return connect.NewResponse(&nodepb.SandboxResponse{Sandbox: SandboxToProto(sb)}), nil
+	return connect.NewResponse(&nodepb.SandboxResponse{Sandbox: s.sandbox(sb)}), nil
 }
 
 func (s *server) Fork(ctx context.Context, req *connect.Request[nodepb.ForkRequest]) (*connect.Response[nodepb.ForkResponse], error) {
@@ -132,7 +155,7 @@ func (s *server) Fork(ctx context.Context, req *connect.Request[nodepb.ForkReque
 	}
 	out := &nodepb.ForkResponse{}
 	for _, sb := range list {
-		out.Sandboxes = append(out.Sandboxes, SandboxToProto(sb))
+		out.Sandboxes = append(out.Sandboxes, s.sandbox(sb))
 	}
 	return connect.NewResponse(out), nil
 }

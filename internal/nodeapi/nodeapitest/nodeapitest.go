@@ -36,6 +36,15 @@ type Node struct {
 	// report it; the node then drops the sandbox and Watch delivers an
 	// EventExited.
 	Exit func(t *testing.T, id string)
+	// Partial lets the node lack optional parts of the contract (the
+	// control plane's fake); their cases are skipped. Otherwise a missing
+	// part (nodeapi.Pooler, MetricsSource, ExecutionKiller,
+	// TemplateHolder, SandboxSnapshotter, TemplateSnapshotter) fails.
+	Partial bool
+	// SnapshotRoot, when set, is where the node accepts snapshot
+	// directories (noderpc.Options.SnapshotRoot); default: the case's
+	// temporary directory.
+	SnapshotRoot string
 }
 
 // Harness makes nodes for the suite.
@@ -67,6 +76,10 @@ func Run(t *testing.T, h Harness) {
 		{"Metrics", testMetrics},
 		{"WatchExit", testWatchExit},
 		{"Capabilities", testCapabilities},
+		{"Pools", testPools},
+		{"TemplatesInUse", testTemplatesInUse},
+		{"SnapshotSandbox", testSnapshotSandbox},
+		{"SnapshotTemplate", testSnapshotTemplate},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -361,10 +374,7 @@ func testKill(t *testing.T, n Node) {
 }
 
 func testKillExecution(t *testing.T, n Node) {
-	k, ok := n.Service.(nodeapi.ExecutionKiller)
-	if !ok {
-		t.Skip("not an ExecutionKiller")
-	}
+	k := part[nodeapi.ExecutionKiller](t, n, "ExecutionKiller")
 	ctx := t.Context()
 	sb := create(t, n, "sb-ke")
 	wantClass(t, "KillExecution of another execution", k.KillExecution(ctx, "sb-ke", "exec-other", sandbox.KillTimeout), errdefs.ErrConflict)
@@ -388,10 +398,7 @@ func testStats(t *testing.T, n Node) {
 }
 
 func testMetrics(t *testing.T, n Node) {
-	src, ok := n.Service.(nodeapi.MetricsSource)
-	if !ok {
-		t.Skip("not a MetricsSource")
-	}
+	src := part[nodeapi.MetricsSource](t, n, "MetricsSource")
 	create(t, n, "sb-mx")
 	if _, err := src.Metrics(t.Context(), "sb-mx", time.Time{}, time.Time{}); err != nil {
 		t.Errorf("Metrics of a running sandbox: %v", err)

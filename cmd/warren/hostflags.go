@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+
+	"github.com/warren-sandbox/warren/internal/app"
+	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// hostFlags are the flags of the roles that run a node agent (`warren
+// serve`, `warren node`): the data directory, the runtime and its
+// binaries, the host objects sandboxes are made of (cgroup root, network
+// slots), templates and the agent's tuning, and the log level.
+func hostFlags(f *pflag.FlagSet, cfg *app.Config, rebuildBase *bool, logLevel *string) {
+	f.StringVar(&cfg.DataDir, "data-dir", filepath.Join("var", "data"), "directory for the database, node state and templates")
+	f.StringVar(&cfg.Driver, "driver", "runsc", "runtime driver: runsc, runc or fake")
+	f.StringVar(&cfg.RunscPath, "runsc", defaultPath("runsc"), "runsc binary")
+	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary")
+	f.StringVar(&cfg.CgroupRoot, "cgroup-root", "warren", "cgroup under which sandbox cgroups are made")
+	f.Func("net-cidr", "address range of sandbox network slots (default 100.65.0.0/16)", func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		cfg.Net.CIDR = p
+		return err
+	})
+	f.StringVar(&cfg.Net.Table, "nft-table", "", "nftables table (family inet) of the sandbox firewall (default warren)")
+	f.StringVar(&cfg.Net.IfPrefix, "veth-prefix", "", "1-3 letters starting host-side veth names (default wr)")
+	f.StringVar(&cfg.Net.NetNSDir, "netns-dir", "", "directory where sandboxes' network namespaces are mounted (default /run/warren/<nft-table>/netns)")
+	f.StringVar(&cfg.EnvdPath, "envd", defaultPath("envd"), "envd binary mounted into sandboxes")
+	f.StringVar(&cfg.BaseRootFSTar, "base-rootfs", filepath.Join("var", "base-rootfs.tar"), "pre-built root filesystem tar of the base template")
+	f.StringVar(&cfg.CodeInterpreterRootFSTar, "code-interpreter-rootfs", filepath.Join("var", "code-interpreter-rootfs.tar"), "root filesystem tar of the code-interpreter-v1 template (scripts/build-code-interpreter-rootfs.sh); the template is offered when it exists")
+	f.BoolVar(rebuildBase, "rebuild-base", false, "make a new build of the base template at this start, even if its tar is unchanged (from --base-rootfs, else a new mmdebstrap run)")
+	f.StringArrayVar(&cfg.EgressAllow, "egress-allow", nil, "let image pulls and webhook deliveries reach this non-public destination: CIDR, IP, IP:PORT or HOST:PORT (repeatable; by default only public addresses are reached)")
+	f.DurationVar(&cfg.Node.WatchdogInterval, "watchdog-interval", 0, "mean interval between health probes of a running sandbox, jittered ±25% (default 32s; negative disables)")
+	f.IntVar(&cfg.Node.PoolConcurrency, "pool-concurrency", 0, "warm pool members made at once (default 2)")
+	f.DurationVar(&cfg.Node.MetricsRetention, "metrics-retention", 0, "how long per-sandbox metric samples are kept (default 1h)")
+	f.DurationVar(&cfg.TemplateGCGrace, "template-gc-grace", 0, "how long the template garbage collector keeps a build nothing needs any more before freeing it (default 15m)")
+	f.DurationVar(&cfg.TemplateGCInterval, "template-gc-interval", 0, "time between runs of the template garbage collector, which frees the files of deleted and superseded template builds once no sandbox uses them (default 1h; negative disables)")
+	f.Int64Var(&cfg.MaxTemplateDiskMB, "max-template-disk-mb", 0, "largest disk size in MiB a template build may ask for with minFreeDiskMb (default 65536)")
+	f.StringVar(logLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+// prepareHost applies what hostFlags read: the logger and a requested
+// rebuild of the base template.
+func prepareHost(cfg *app.Config, rebuildBase bool, logLevel string, stdout, stderr io.Writer) error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	cfg.Out = stdout
+	if rebuildBase {
+		if cfg.Driver == "fake" {
+			return fmt.Errorf("--rebuild-base: the fake driver has no base template: %w", errdefs.ErrInvalid)
+		}
+		// A request on the data directory, honoured (and removed) once the
+		// new base build is ready.
+		if err := builder.RequestBaseRebuild(cfg.DataDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,202 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/hostlock"
+	"github.com/warren-sandbox/warren/internal/node/noderpc"
+	"github.com/warren-sandbox/warren/internal/proxy"
+)
+
+// Defaults of `warren node`.
+const (
+	DefaultNodeRPCListen   = "127.0.0.1:3100"
+	DefaultNodeProxyListen = "127.0.0.1:3101"
+	// MinNodeTokenLen is the shortest node token accepted.
+	MinNodeTokenLen = 16
+)
+
+// NodeConfig is the configuration of `warren node`: one machine's node
+// agent, serving the node RPC (internal/node/noderpc) and a node proxy
+// listener (proxy.NodeProxy) for the control plane of `warren api`.
+type NodeConfig struct {
+	// Config holds the host-object settings `warren serve` has too (data
+	// dir, driver and binaries, cgroup root, network slots, templates,
+	// node tuning, logger); its API settings are not used.
+	Config
+	// RPCListen is the node RPC's address (default DefaultNodeRPCListen);
+	// it also serves GET /metrics (with the token) and GET /healthz.
+	RPCListen string
+	// ProxyListen is the node proxy's address (default
+	// DefaultNodeProxyListen).
+	ProxyListen string
+	// NodeToken is required on every RPC (Authorization: Bearer) and
+	// proxy request (proxy.HeaderNodeToken). It may be empty only when
+	// both listeners are on loopback.
+	NodeToken string
+	// NodeID names the node (default: the host name).
+	NodeID string
+	// Advertise is the host (name or IP) other machines reach this node
+	// at; default: the RPC listener's host, or the host name when that is
+	// unspecified. Sandboxes name NodeProxyAddr's proxy listener.
+	Advertise string
+	// APIURL is the control plane's URL, kept for the node's registration
+	// (not made by this package yet).
+	APIURL string
+	// Listening, when set, is called with the bound addresses once both
+	// listeners serve.
+	Listening func(rpc, proxy string)
+}
+
+// setNodeDefaults fills the defaults and refuses what cannot work.
+func (c *NodeConfig) setNodeDefaults() error {
+	if c.RPCListen == "" {
+		c.RPCListen = DefaultNodeRPCListen
+	}
+	if c.ProxyListen == "" {
+		c.ProxyListen = DefaultNodeProxyListen
+	}
+	if c.NodeID == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("node id: no --node-id and no host name: %w", err)
+		}
+		c.NodeID = h
+	}
+	switch {
+	case c.NodeToken == "" && !(loopback(c.RPCListen) && loopback(c.ProxyListen)):
+		return fmt.Errorf("node token: --node-token (or WARREN_NODE_TOKEN) is required unless --rpc-listen and --proxy-listen are on loopback: %w", errdefs.ErrInvalid)
+	case c.NodeToken != "" && len(c.NodeToken) < MinNodeTokenLen:
+		return fmt.Errorf("node token: at least %d characters: %w", MinNodeTokenLen, errdefs.ErrInvalid)
+	}
+	return c.setDefaults()
+}
+
+// loopback reports whether addr (HOST:PORT) listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// advertised is the host:port others reach the listener ln at.
+func (c *NodeConfig) advertised(ln net.Listener) (string, error) {
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	host := c.Advertise
+	if host == "" {
+		h, _, _ := net.SplitHostPort(c.RPCListen)
+		if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
+			host = h
+		} else if host, _ = os.Hostname(); host == "" {
+			return "", fmt.Errorf("advertise: no --advertise and no host name: %w", errdefs.ErrInvalid)
+		}
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// RunNode runs `warren node` until ctx ends, then stops the listeners and
+// the agent (sandboxes keep running and are recovered by the next start;
+// warm pool members are destroyed).
+func RunNode(ctx context.Context, cfg NodeConfig) error {
+	if err := cfg.setNodeDefaults(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	eg, err := egress.Parse(cfg.EgressAllow)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	locks, err := hostlock.Acquire(hostlock.DefaultDir, hostNames(cfg.Config))
+	if err != nil {
+		return err
+	}
+	defer locks.Release()
+	rpcLn, err := net.Listen("tcp", cfg.RPCListen)
+	if err != nil {
+		return fmt.Errorf("rpc listen %s: %w", cfg.RPCListen, err)
+	}
+	defer rpcLn.Close()
+	proxyLn, err := net.Listen("tcp", cfg.ProxyListen)
+	if err != nil {
+		return fmt.Errorf("proxy listen %s: %w", cfg.ProxyListen, err)
+	}
+	defer proxyLn.Close()
+	nodeProxy, err := cfg.advertised(proxyLn)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	parts, err := buildNode(ctx, cfg.Config, eg, reg)
+	if err != nil {
+		return err
+	}
+	defer parts.close()
+
+	rpcMux := noderpc.NewMux(parts.node, noderpc.Options{
+		Token: cfg.NodeToken, Logger: log.With("component", "noderpc"), NodeProxy: nodeProxy, SnapshotRoot: cfg.DataDir,
+	}, reg)
+	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	np, err := proxy.NewNode(proxy.NodeConfig{Node: parts.node, Token: cfg.NodeToken, Logger: log.With("component", "nodeproxy")})
+	if err != nil {
+		return err
+	}
+	servers := []*http.Server{nodeServer(rpcMux, log), nodeServer(np, log)}
+	errc := make(chan error, 2)
+	for i, ln := range []net.Listener{rpcLn, proxyLn} {
+		go func() { errc <- servers[i].Serve(ln) }()
+	}
+	log.Info("warren node serving", "node_id", cfg.NodeID, "rpc", rpcLn.Addr().String(), "proxy", proxyLn.Addr().String(),
+		"node_proxy", nodeProxy, "api_url", cfg.APIURL, "driver", cfg.Driver, "data_dir", cfg.DataDir, "node_token", cfg.NodeToken != "")
+	fmt.Fprintf(cfg.Out, "# warren node %s: rpc %s, proxy %s (advertised as %s)\n", cfg.NodeID, rpcLn.Addr(), proxyLn.Addr(), nodeProxy)
+	if cfg.Listening != nil {
+		cfg.Listening(rpcLn.Addr().String(), proxyLn.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("node serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("node shutting down")
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		if err := s.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("node shutdown: %w", err)
+		}
+	}
+	return nil
+}
+
+func nodeServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+}

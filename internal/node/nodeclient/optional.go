@@ -1,0 +1,106 @@
+package nodeclient
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
+	"github.com/warren-sandbox/warren/internal/node/noderpc"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// The optional parts of nodeapi.Service, over the wire.
+var (
+	_ nodeapi.Pooler              = (*Client)(nil)
+	_ nodeapi.TemplateHolder      = (*Client)(nil)
+	_ nodeapi.SandboxSnapshotter  = (*Client)(nil)
+	_ nodeapi.TemplateSnapshotter = (*Client)(nil)
+)
+
+// SetPool implements nodeapi.Pooler.
+func (c *Client) SetPool(ctx context.Context, tmpl nodeapi.Template, res sandbox.Resources, size int) error {
+	_, err := c.rpc.SetPool(ctx, connect.NewRequest(&nodepb.SetPoolRequest{
+		Template: noderpc.TemplateToProto(tmpl), Resources: noderpc.ResourcesToProto(res), Size: int32(min(size, 1<<30)),
+	}))
+	return noderpc.FromConnectError(err)
+}
+
+// Reserve implements nodeapi.Pooler. A failed call (the node cannot be
+// reached) is a miss, logged.
+func (c *Client) Reserve(tmpl nodeapi.Template, res sandbox.Resources) (string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	resp, err := c.rpc.Reserve(ctx, connect.NewRequest(&nodepb.ReserveRequest{
+		Template: noderpc.TemplateToProto(tmpl), Resources: noderpc.ResourcesToProto(res),
+	}))
+	if err != nil {
+		c.log.Warn("node pool reserve failed", "template_id", tmpl.ID, "error", noderpc.FromConnectError(err))
+		return "", false
+	}
+	return resp.Msg.GetId(), resp.Msg.GetFound()
+}
+
+// Unreserve implements nodeapi.Pooler. A failed call is logged; the node
+// destroys a reserved member nobody claims when it restarts.
+func (c *Client) Unreserve(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	if _, err := c.rpc.Unreserve(ctx, connect.NewRequest(&nodepb.UnreserveRequest{Id: id})); err != nil {
+		c.log.Warn("node pool unreserve failed", "sandbox_id", id, "error", noderpc.FromConnectError(err))
+	}
+}
+
+// Pools implements nodeapi.Pooler. A failed call gives no pools, logged.
+func (c *Client) Pools() map[string]nodeapi.PoolStatus {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	resp, err := c.rpc.Pools(ctx, connect.NewRequest(&nodepb.PoolsRequest{}))
+	if err != nil {
+		c.log.Warn("node pools failed", "error", noderpc.FromConnectError(err))
+		return map[string]nodeapi.PoolStatus{}
+	}
+	out := make(map[string]nodeapi.PoolStatus, len(resp.Msg.GetPools()))
+	for id, st := range resp.Msg.GetPools() {
+		out[id] = noderpc.PoolStatusFromProto(st)
+	}
+	return out
+}
+
+// TemplatesInUse implements nodeapi.TemplateHolder.
+func (c *Client) TemplatesInUse(ctx context.Context) ([]nodeapi.TemplateUse, error) {
+	resp, err := c.rpc.TemplatesInUse(ctx, connect.NewRequest(&nodepb.TemplatesInUseRequest{}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	out := make([]nodeapi.TemplateUse, 0, len(resp.Msg.GetTemplates()))
+	for _, u := range resp.Msg.GetTemplates() {
+		out = append(out, noderpc.TemplateUseFromProto(u))
+	}
+	return out, nil
+}
+
+// SnapshotSandbox implements nodeapi.SandboxSnapshotter.
+func (c *Client) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error) {
+	resp, err := c.rpc.SnapshotSandbox(ctx, connect.NewRequest(&nodepb.SnapshotSandboxRequest{Id: id, Dir: dir}))
+	if err != nil {
+		return nodeapi.Template{}, noderpc.FromConnectError(err)
+	}
+	return noderpc.TemplateFromProto(resp.Msg.GetTemplate()), nil
+}
+
+// Snapshot implements nodeapi.TemplateSnapshotter.
+func (c *Client) Snapshot(ctx context.Context, t nodeapi.Template, readyCmd, dir string) error {
+	_, err := c.rpc.SnapshotTemplate(ctx, connect.NewRequest(&nodepb.SnapshotTemplateRequest{
+		Template: noderpc.TemplateToProto(t), ReadyCmd: readyCmd, Dir: dir,
+	}))
+	return noderpc.FromConnectError(err)
+}
+
+// DeleteSnapshot implements nodeapi.SandboxSnapshotter and
+// nodeapi.TemplateSnapshotter.
+func (c *Client) DeleteSnapshot(ctx context.Context, dir string) error {
+	_, err := c.rpc.DeleteSnapshot(ctx, connect.NewRequest(&nodepb.DeleteSnapshotRequest{Dir: dir}))
+	return noderpc.FromConnectError(err)
+}
