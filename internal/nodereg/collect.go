@@ -3,6 +3,7 @@ package nodereg
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"sort"
 
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -39,4 +40,20 @@ func Collect(ctx context.Context, svc nodeapi.Service, base Status) (Status, err
 		sort.Slice(st.Pools, func(i, j int) bool { return st.Pools[i].TemplateID < st.Pools[j].TemplateID })
 	}
 	return st, nil
+}
+
+// BinaryVersion is the running binary's module version and VCS revision,
+// as a node reports it.
+func BinaryVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += "+" + s.Value[:12]
+		}
+	}
+	return v
 }

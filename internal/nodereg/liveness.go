@@ -31,6 +31,12 @@ type LivenessConfig struct {
 	Interval time.Duration
 }
 
+// WithDefaults returns c with its zero fields set to the defaults.
+func (c LivenessConfig) WithDefaults() LivenessConfig {
+	c.setDefaults()
+	return c
+}
+
 func (c *LivenessConfig) setDefaults() {
 	if c.UnreachableAfter <= 0 {
 		c.UnreachableAfter = DefaultUnreachableAfter

@@ -133,7 +133,7 @@ func newCluster(t *testing.T, st *store.SQL, ids ...string) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.lc, err = lifecycle.New(lifecycle.Config{Store: st, Node: p})
+	c.lc, err = lifecycle.New(lifecycle.Config{Store: st, Node: p, AllNodes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
