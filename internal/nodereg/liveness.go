@@ -2,10 +2,8 @@ package nodereg
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -77,11 +75,14 @@ func (r *Registry) RunLiveness(ctx context.Context, cfg LivenessConfig) {
 }
 
 // CheckLiveness applies the liveness rules once, as of now: ready nodes
-// silent for UnreachableAfter become unreachable, unreachable ones silent
-// for LostAfter become lost (their running sandboxes killed with
-// node_lost), and the paused sandboxes of lost nodes silent for
-// PausedLostAfter are killed too. Each change of a node is made by one
-// statement, so of several API replicas one acts on it.
+// silent for UnreachableAfter become unreachable, those silent for
+// LostAfter lost. The running sandboxes of every lost node are killed with
+// node_lost and its reservations dropped, and its paused sandboxes too
+// once it has been silent for PausedLostAfter. A node's change of state is
+// made by one statement and logged by the replica that made it; the kills
+// are repeated at every check while any remain (a replica that stopped
+// half-way leaves them to the next check), each recorded once since a
+// killed sandbox is not killed again.
 func (r *Registry) CheckLiveness(ctx context.Context, now time.Time, cfg LivenessConfig) error {
 	cfg.setDefaults()
 	ids, err := r.nodes.MarkStaleNodes(ctx, now.Add(-cfg.UnreachableAfter), store.NodeUnreachable, store.NodeReady)
@@ -97,23 +98,26 @@ func (r *Registry) CheckLiveness(ctx context.Context, now time.Time, cfg Livenes
 	}
 	for _, id := range ids {
 		r.log.Warn("node lost: its running sandboxes are killed", "node_id", id, "silent_for", cfg.LostAfter.String())
-		if err := r.KillLost(ctx, id, store.ActiveStates); err != nil {
-			return err
-		}
-		if err := r.nodes.ClearNodeReservations(ctx, id); err != nil {
-			return err
-		}
 	}
 	nodes, err := r.nodes.ListNodes(ctx)
 	if err != nil {
 		return err
 	}
 	for _, n := range nodes {
-		if n.Liveness != store.NodeLost || n.LastHeartbeat.After(now.Add(-cfg.PausedLostAfter)) {
+		if n.Liveness != store.NodeLost {
 			continue
 		}
-		if err := r.KillLost(ctx, n.ID, []sandbox.State{sandbox.StatePaused}); err != nil {
-			return fmt.Errorf("paused sandboxes: %w", err)
+		states := store.ActiveStates
+		if !n.LastHeartbeat.After(now.Add(-cfg.PausedLostAfter)) {
+			states = store.LiveStates // the paused ones too
+		}
+		if err := r.KillLost(ctx, n.ID, states); err != nil {
+			return err
+		}
+		if n.Allocated != (store.NodeResources{}) {
+			if err := r.nodes.ClearNodeReservations(ctx, n.ID); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

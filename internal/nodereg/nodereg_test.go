@@ -335,3 +335,36 @@ func TestAdminNodes(t *testing.T) {
 	call("POST", "/admin/nodes/nope/drain", 404)
 	call("GET", "/admin/nodes/nope", 404)
 }
+
+// TestLostNodeTwoReplicas: two API replicas over one Postgres database
+// check liveness at once, twice: each of the lost node's running
+// sandboxes is killed with exactly one killed event.
+func TestLostNodeTwoReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := storetest.PostgresSchema(t)
+	a := newCluster(t, storetest.OpenPostgres(t, dsn), "n")
+	b := newCluster(t, storetest.OpenPostgres(t, dsn))
+	b.nodes["n"] = a.nodes["n"]
+	var ids []string
+	for range 6 {
+		ids = append(ids, a.create(t).ID)
+	}
+	n, err := a.st.GetNode(ctx, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := n.LastHeartbeat.Add(10 * time.Minute)
+	errs := make(chan error, 4)
+	for _, c := range []*cluster{a, b, a, b} {
+		go func() { errs <- c.reg.CheckLiveness(ctx, at, nodereg.LivenessConfig{}) }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		a.wantState(t, id, sandbox.StateKilled, sandbox.KillNodeLost)
+	}
+}
