@@ -3,14 +3,11 @@ package app
 import (
 	"context"
 	"log/slog"
-	"runtime"
 	"sync"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodereg"
-	"github.com/warren-sandbox/warren/internal/sandbox"
-	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // LocalNodeID is the node ID of warren serve's in-process node agent (the
@@ -22,12 +19,11 @@ const LocalNodeID = "local"
 // heartbeat interval until ctx ends. It has no RPC or proxy address; its
 // boot ID is new at every start. wait waits for the loop to end.
 func startLocalNode(ctx context.Context, reg *nodereg.Registry, svc nodeapi.Service, log *slog.Logger) (wait func()) {
-	mem, err := hostMemoryMiB()
+	capacity, err := nodereg.HostCapacity()
 	if err != nil {
 		log.Warn("local node capacity: memory unknown", "error", err)
 	}
-	base := nodereg.Status{ID: LocalNodeID, BootID: sandbox.RandomToken(16), Version: nodereg.BinaryVersion(),
-		Capacity: store.NodeResources{VCPUs: int64(runtime.NumCPU()), MemoryMB: mem}}
+	base := nodereg.Status{ID: LocalNodeID, BootID: nodereg.NewBootID(), Version: nodereg.BinaryVersion(), Capacity: capacity}
 	beat := func() {
 		st, err := nodereg.Collect(ctx, svc, base)
 		if err == nil {

@@ -3,9 +3,14 @@ package nodereg
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
 	"runtime/debug"
 	"sort"
+	"strconv"
+	"strings"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -56,4 +61,31 @@ func BinaryVersion() string {
 		}
 	}
 	return v
+}
+
+// NewBootID returns a boot ID for a node process start (a node keeps it
+// until it exits).
+func NewBootID() string { return sandbox.RandomToken(16) }
+
+// HostCapacity is this host's CPUs and memory (MemTotal), what a node
+// offers by default.
+func HostCapacity() (store.NodeResources, error) {
+	c := store.NodeResources{VCPUs: int64(runtime.NumCPU())}
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return c, fmt.Errorf("host memory: %w", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		v, ok := strings.CutPrefix(line, "MemTotal:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return c, fmt.Errorf("host memory: MemTotal %q: %w", strings.TrimSpace(v), err)
+		}
+		c.MemoryMB = kb / 1024
+		return c, nil
+	}
+	return c, fmt.Errorf("host memory: no MemTotal in /proc/meminfo: %w", errdefs.ErrUnavailable)
 }

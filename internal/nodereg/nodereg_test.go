@@ -368,3 +368,30 @@ func TestLostNodeTwoReplicas(t *testing.T) {
 		a.wantState(t, id, sandbox.StateKilled, sandbox.KillNodeLost)
 	}
 }
+
+// TestCollect: a node's status counts its sandboxes and the resources of
+// those not paused; the host capacity is read from the host.
+func TestCollect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fn := fakenode.New()
+	for _, id := range []string{"s1", "s2"} {
+		if _, err := fn.Create(ctx, nodeapi.CreateRequest{ID: id, Resources: sandbox.Resources{VCPUs: 2, MemoryMB: 1024}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fn.Pause(ctx, "s2", nodeapi.PauseRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	capacity, err := nodereg.HostCapacity()
+	if err != nil || capacity.VCPUs < 1 || capacity.MemoryMB < 1 {
+		t.Fatalf("host capacity %+v, %v", capacity, err)
+	}
+	st, err := nodereg.Collect(ctx, fn, nodereg.Status{ID: "n", BootID: nodereg.NewBootID(), Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sandboxes != 2 || st.Allocated != (store.NodeResources{VCPUs: 2, MemoryMB: 1024}) || st.Capacity != capacity || st.BootID == "" {
+		t.Fatalf("collected %+v", st)
+	}
+}
