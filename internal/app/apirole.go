@@ -121,7 +121,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	places, err := placement.New(placement.Config{Store: st, NodeToken: cfg.NodeToken, Logger: log.With("component", "placement")})
+	places, err := placement.New(placement.Config{Store: st, NodeToken: cfg.NodeToken, Logger: log.With("component", "placement"), Registry: reg})
 	if err != nil {
 		return err
 	}
@@ -149,6 +149,9 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return err
 	}
 	nodes := nodereg.NewRegistry(st, lc, log.With("component", "nodereg"))
+	if err := nodes.RegisterMetrics(reg); err != nil {
+		return err
+	}
 	nodes.AdminRoutes(api.HandleAdmin)
 	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, Logger: log.With("component", "proxy")})
 	if err != nil {

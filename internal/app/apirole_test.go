@@ -107,6 +107,20 @@ func TestAPIRole(t *testing.T) {
 	if nodes := adminNodes(t, base); nodes[0].Sandboxes != 0 || nodes[0].Allocated != (store.NodeResources{}) {
 		t.Fatalf("/admin/nodes after the kill: %+v", nodes)
 	}
+	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	req.Header.Set("X-Admin-Token", "adm")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`nodes{status="ready"} 1`, `nodes{status="lost"} 0`, `node_heartbeats_total{result="accepted"} 1`,
+		`node_heartbeats_total{result="unauthorized"} 1`, `placement_creates_total{result="placed"} 1`, `placement_creates_total{result="no_node"} 1`} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 func adminNodes(t *testing.T, base string) []nodereg.NodeInfo {

@@ -29,6 +29,8 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -111,6 +113,8 @@ type Registry struct {
 	nodes  store.NodeRegistry
 	killer Killer
 	log    *slog.Logger
+	// heartbeats is node_heartbeats_total (nil until RegisterMetrics).
+	heartbeats *prometheus.CounterVec
 }
 
 // NewRegistry returns a registry over st; killer may be nil until
@@ -192,25 +196,30 @@ func (r *Registry) Handler(token string) http.Handler {
 			return
 		}
 		if !authorized(req, token) {
+			r.countHeartbeat("unauthorized")
 			writeError(w, http.StatusUnauthorized, "invalid node token")
 			return
 		}
 		var st Status
 		dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, 1<<20))
 		if err := dec.Decode(&st); err != nil {
+			r.countHeartbeat("invalid")
 			writeError(w, http.StatusBadRequest, "invalid heartbeat body: "+bodyError(err))
 			return
 		}
 		status, err := r.Record(req.Context(), st)
 		switch {
 		case errdefs.IsInvalid(err):
+			r.countHeartbeat("invalid")
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		case err != nil:
+			r.countHeartbeat("error")
 			r.log.Error("node heartbeat", "node_id", st.ID, "error", err)
 			writeError(w, http.StatusInternalServerError, "internal error")
 			return
 		}
+		r.countHeartbeat("accepted")
 		writeJSON(w, http.StatusOK, Reply{Status: status})
 	})
 }

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
@@ -52,6 +54,9 @@ type Config struct {
 	// CallTimeout bounds List and Capabilities on one node (default 10 s).
 	CallTimeout time.Duration
 	Logger      *slog.Logger
+	// Registry receives placement_creates_total{result} and
+	// placement_node_refusals_total; nil registers nothing.
+	Registry prometheus.Registerer
 }
 
 // Service places sandboxes on the registered nodes.
@@ -59,6 +64,7 @@ type Service struct {
 	cfg Config
 	st  Store
 	log *slog.Logger
+	m   *metrics
 
 	mu      sync.Mutex
 	clients map[string]dialed // node ID → its client
@@ -99,7 +105,11 @@ func New(cfg Config) (*Service, error) {
 			return nodeclient.New(n.RPCAddress, nodeclient.Options{Token: token})
 		}
 	}
-	return &Service{cfg: cfg, st: cfg.Store, log: cfg.Logger, clients: map[string]dialed{}, holders: map[string]string{}}, nil
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("placement metrics: %w", err)
+	}
+	return &Service{cfg: cfg, st: cfg.Store, log: cfg.Logger, m: m, clients: map[string]dialed{}, holders: map[string]string{}}, nil
 }
 
 // client returns node n's Service, dialing it again when its address
@@ -210,12 +220,14 @@ func (s *Service) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodea
 				return nil, fmt.Errorf("place sandbox %q: %w", req.ID, err)
 			}
 			refusals = append(refusals, err)
+			s.m.refusals.Inc()
 			continue // taken by another create since the listing
 		}
 		s.remember(req.ID, n.ID)
 		sb, err := s.client(n).Create(ctx, req)
 		if err == nil {
 			log.Info("sandbox placed")
+			s.m.creates.WithLabelValues("placed").Inc()
 			return sb, nil
 		}
 		s.release(context.WithoutCancel(ctx), req.ID)
@@ -224,8 +236,10 @@ func (s *Service) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodea
 			return nil, err
 		}
 		log.Warn("node refused a create, trying the next", "error", err)
+		s.m.refusals.Inc()
 		refusals = append(refusals, fmt.Errorf("node %q: %w", n.ID, err))
 	}
+	s.m.creates.WithLabelValues("no_node").Inc()
 	if len(refusals) == 0 {
 		return nil, fmt.Errorf("place sandbox %q: no ready node has %d vCPUs and %d MiB free: %w", req.ID, want.VCPUs, want.MemoryMB, errdefs.ErrExhausted)
 	}
