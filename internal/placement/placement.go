@@ -68,7 +68,6 @@ type Service struct {
 
 	mu      sync.Mutex
 	clients map[string]dialed // node ID → its client
-	holders map[string]string // sandbox ID → node ID, as learnt
 }
 
 type dialed struct {
@@ -109,7 +108,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("placement metrics: %w", err)
 	}
-	return &Service{cfg: cfg, st: cfg.Store, log: cfg.Logger, m: m, clients: map[string]dialed{}, holders: map[string]string{}}, nil
+	return &Service{cfg: cfg, st: cfg.Store, log: cfg.Logger, m: m, clients: map[string]dialed{}}, nil
 }
 
 // client returns node n's Service, dialing it again when its address
@@ -125,30 +124,15 @@ func (s *Service) client(n *store.Node) nodeapi.Service {
 	return d.svc
 }
 
-func (s *Service) remember(sandboxID, nodeID string) {
-	s.mu.Lock()
-	s.holders[sandboxID] = nodeID
-	s.mu.Unlock()
-}
-
-func (s *Service) forget(sandboxID string) {
-	s.mu.Lock()
-	delete(s.holders, sandboxID)
-	s.mu.Unlock()
-}
-
-// holder returns the node that holds sandbox id and its Service.
+// holder returns the node that holds sandbox id and its Service, from the
+// sandbox's store row (its node ID is written with the reservation, so
+// every replica finds it).
 func (s *Service) holder(ctx context.Context, id string) (*store.Node, nodeapi.Service, error) {
-	s.mu.Lock()
-	nodeID, ok := s.holders[id]
-	s.mu.Unlock()
-	if !ok {
-		sb, err := s.st.GetSandbox(ctx, id)
-		if err != nil {
-			return nil, nil, err
-		}
-		nodeID = sb.Spec.NodeID
+	sb, err := s.st.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, nil, err
 	}
+	nodeID := sb.Spec.NodeID
 	n, err := s.st.GetNode(ctx, nodeID)
 	if errdefs.IsNotFound(err) {
 		return nil, nil, fmt.Errorf("sandbox %q: on no registered node (%q): %w", id, nodeID, errdefs.ErrNotFound)
@@ -156,7 +140,6 @@ func (s *Service) holder(ctx context.Context, id string) (*store.Node, nodeapi.S
 	if err != nil {
 		return nil, nil, err
 	}
-	s.remember(id, n.ID)
 	return n, s.client(n), nil
 }
 
@@ -223,7 +206,6 @@ func (s *Service) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodea
 			s.m.refusals.Inc()
 			continue // taken by another create since the listing
 		}
-		s.remember(req.ID, n.ID)
 		sb, err := s.client(n).Create(ctx, req)
 		if err == nil {
 			log.Info("sandbox placed")
@@ -231,7 +213,6 @@ func (s *Service) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodea
 			return sb, nil
 		}
 		s.release(context.WithoutCancel(ctx), req.ID)
-		s.forget(req.ID)
 		if errdefs.IsInvalid(err) || errdefs.IsAlreadyExists(err) || ctx.Err() != nil {
 			return nil, err
 		}
@@ -338,7 +319,6 @@ func (s *Service) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) 
 			}
 			continue
 		}
-		s.remember(fid, n.ID)
 		keep.IDs = append(keep.IDs, fid)
 		if i < len(req.ExecutionIDs) {
 			keep.ExecutionIDs = append(keep.ExecutionIDs, req.ExecutionIDs[i])
@@ -355,7 +335,6 @@ func (s *Service) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) 
 	for _, fid := range keep.IDs {
 		if !made[fid] {
 			s.release(context.WithoutCancel(ctx), fid)
-			s.forget(fid)
 		}
 	}
 	return out, ferr
@@ -390,7 +369,6 @@ func (s *Service) kill(ctx context.Context, id string, call func(nodeapi.Service
 	}
 	if err == nil || errdefs.IsNotFound(err) {
 		s.release(context.WithoutCancel(ctx), id)
-		s.forget(id)
 	}
 	return err
 }
@@ -449,9 +427,6 @@ func (s *Service) List(ctx context.Context) ([]*nodeapi.Sandbox, error) {
 		if err != nil {
 			s.log.Warn("list node", "node_id", n.ID, "error", err)
 			continue
-		}
-		for _, sb := range sbs {
-			s.remember(sb.ID, n.ID)
 		}
 		out = append(out, sbs...)
 	}

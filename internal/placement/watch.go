@@ -90,7 +90,6 @@ func (s *Service) watchNode(ctx context.Context, n *store.Node, out chan<- nodea
 	for ev := range events {
 		if ev.Type == nodeapi.EventExited || ev.Type == nodeapi.EventKilled {
 			s.release(context.WithoutCancel(ctx), ev.SandboxID)
-			s.forget(ev.SandboxID)
 		}
 		select {
 		case out <- ev:
