@@ -297,3 +297,95 @@ func nodeIDOf(f fleet, n *fakenode.Node) string {
 	}
 	return ""
 }
+
+// TestForkStaysOnSourceNode: a fork's copies go to the source's node,
+// each reserved there; the copies it has no room for are not asked for.
+func TestForkStaysOnSourceNode(t *testing.T) {
+	t.Parallel()
+	st, f := storetest.SQLite(t), fleet{}
+	ctx := context.Background()
+	a := register(t, st, f, "a", 3, 65536)
+	p := newPlacement(t, st, f)
+	if _, err := p.Create(ctx, createReq("src")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateSandbox(ctx, &store.Sandbox{ID: "src", TeamID: "t", TemplateID: "base", State: sandbox.StateRunning, Spec: store.Spec{NodeID: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	register(t, st, f, "b", 64, 65536) // roomier, but not the source's
+	forks, err := p.Fork(ctx, "src", nodeapi.ForkRequest{IDs: []string{"f1", "f2", "f3"}, EndAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(forks) != 2 || !onNode(t, a)["f1"] || !onNode(t, a)["f2"] || onNode(t, a)["f3"] {
+		t.Fatalf("forks %d; node a runs %v", len(forks), onNode(t, a))
+	}
+	if n, _ := st.GetNode(ctx, "a"); n.Allocated.VCPUs != 3 {
+		t.Fatalf("node a allocated %+v, want 3 vCPUs", n.Allocated)
+	}
+	if len(f["b"].Calls()) != 0 {
+		t.Fatalf("node b was called: %v", f["b"].Calls())
+	}
+}
+
+// watched is a node whose Watch calls are announced on started.
+type watched struct {
+	*fakenode.Node
+	started chan struct{}
+}
+
+func (w watched) Watch(ctx context.Context) (<-chan nodeapi.Event, error) {
+	ch, err := w.Node.Watch(ctx)
+	w.started <- struct{}{}
+	return ch, err
+}
+
+// TestWatchMergesNodes: Watch delivers the events of every node, of one
+// registered after it started too; an exit gives the sandbox's
+// reservation back.
+func TestWatchMergesNodes(t *testing.T) {
+	t.Parallel()
+	st, f := storetest.SQLite(t), fleet{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	nodes := map[string]watched{}
+	dial := func(n *store.Node) nodeapi.Service {
+		mu.Lock()
+		defer mu.Unlock()
+		return nodes[n.ID]
+	}
+	add := func(id string) watched {
+		mu.Lock()
+		defer mu.Unlock()
+		w := watched{Node: register(t, st, f, id, 4, 4096), started: make(chan struct{}, 4)}
+		nodes[id] = w
+		return w
+	}
+	a := add("a")
+	p, err := placement.New(placement.Config{Store: st, Dial: dial, WatchRefresh: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Create(ctx, createReq("s1")); err != nil {
+		t.Fatal(err)
+	}
+	events, err := p.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-a.started
+	a.Exit("s1", sandbox.KillOOM)
+	if ev := <-events; ev.SandboxID != "s1" || ev.Type != nodeapi.EventExited {
+		t.Fatalf("event %+v", ev)
+	}
+	if n, _ := st.GetNode(ctx, "a"); n.Allocated != (store.NodeResources{}) {
+		t.Fatalf("an exited sandbox's node allocated %+v", n.Allocated)
+	}
+	b := add("b")
+	<-b.started
+	b.Emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: "x", At: time.Now()})
+	if ev := <-events; ev.SandboxID != "x" {
+		t.Fatalf("event of the later node %+v", ev)
+	}
+}
