@@ -143,6 +143,20 @@ func (s *Service) holder(ctx context.Context, id string) (*store.Node, nodeapi.S
 	return n, s.client(n), nil
 }
 
+// reachable is holder for calls that need the node to answer: a sandbox
+// on an unreachable or lost node is ErrUnavailable at once (its routes
+// fail fast instead of waiting on a silent node).
+func (s *Service) reachable(ctx context.Context, id string) (*store.Node, nodeapi.Service, error) {
+	n, svc, err := s.holder(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n.Liveness != store.NodeReady {
+		return nil, nil, fmt.Errorf("sandbox %q: its node %q is %s: %w", id, n.ID, n.Liveness, errdefs.ErrUnavailable)
+	}
+	return n, svc, nil
+}
+
 func need(r sandbox.Resources) store.NodeResources {
 	return store.NodeResources{VCPUs: int64(r.VCPUs), MemoryMB: r.MemoryMB}
 }
@@ -236,7 +250,7 @@ func (s *Service) release(ctx context.Context, id string) {
 
 // Get implements nodeapi.Service.
 func (s *Service) Get(ctx context.Context, id string) (*nodeapi.Sandbox, error) {
-	_, svc, err := s.holder(ctx, id)
+	_, svc, err := s.reachable(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +259,7 @@ func (s *Service) Get(ctx context.Context, id string) (*nodeapi.Sandbox, error) 
 
 // SetEndTime implements nodeapi.Service.
 func (s *Service) SetEndTime(ctx context.Context, id string, endAt time.Time) error {
-	_, svc, err := s.holder(ctx, id)
+	_, svc, err := s.reachable(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -254,7 +268,7 @@ func (s *Service) SetEndTime(ctx context.Context, id string, endAt time.Time) er
 
 // UpdateNetwork implements nodeapi.Service.
 func (s *Service) UpdateNetwork(ctx context.Context, id string, policy netslot.Policy) error {
-	_, svc, err := s.holder(ctx, id)
+	_, svc, err := s.reachable(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -264,7 +278,7 @@ func (s *Service) UpdateNetwork(ctx context.Context, id string, policy netslot.P
 // Pause implements nodeapi.Service; a paused sandbox holds no CPU or
 // memory, so its reservation is given back.
 func (s *Service) Pause(ctx context.Context, id string, req nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {
-	_, svc, err := s.holder(ctx, id)
+	_, svc, err := s.reachable(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +293,7 @@ func (s *Service) Pause(ctx context.Context, id string, req nodeapi.PauseRequest
 // reserving the sandbox's resources there again (ErrExhausted when that
 // node has no room or takes no placements).
 func (s *Service) Resume(ctx context.Context, id string, req nodeapi.ResumeRequest) (*nodeapi.Sandbox, error) {
-	n, svc, err := s.holder(ctx, id)
+	n, svc, err := s.reachable(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +315,7 @@ func (s *Service) Resume(ctx context.Context, id string, req nodeapi.ResumeReque
 // copy's resources there first; the copies the node could not hold are
 // not asked for.
 func (s *Service) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
-	n, svc, err := s.holder(ctx, id)
+	n, svc, err := s.reachable(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +389,7 @@ func (s *Service) kill(ctx context.Context, id string, call func(nodeapi.Service
 
 // Stats implements nodeapi.Service.
 func (s *Service) Stats(ctx context.Context, id string) (*nodeapi.Stats, error) {
-	_, svc, err := s.holder(ctx, id)
+	_, svc, err := s.reachable(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -384,7 +398,7 @@ func (s *Service) Stats(ctx context.Context, id string) (*nodeapi.Stats, error) 
 
 // Metrics implements nodeapi.MetricsSource on the sandbox's node.
 func (s *Service) Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.Stats, error) {
-	_, svc, err := s.holder(ctx, id)
+	_, svc, err := s.reachable(ctx, id)
 	if err != nil {
 		return nil, err
 	}

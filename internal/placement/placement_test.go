@@ -389,3 +389,42 @@ func TestWatchMergesNodes(t *testing.T) {
 		t.Fatalf("event of the later node %+v", ev)
 	}
 }
+
+// TestUnreachableNodeFailsFast: calls on a sandbox of an unreachable node
+// are ErrUnavailable without asking it (its routes fail at once); a kill
+// is still tried there.
+func TestUnreachableNodeFailsFast(t *testing.T) {
+	t.Parallel()
+	st, f := storetest.SQLite(t), fleet{}
+	ctx := context.Background()
+	a := register(t, st, f, "a", 4, 4096)
+	p := newPlacement(t, st, f)
+	if err := st.CreateSandbox(ctx, &store.Sandbox{ID: "s1", TeamID: "t", TemplateID: "base", State: sandbox.StateStarting}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Create(ctx, createReq("s1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.MarkStaleNodes(ctx, time.Now().Add(time.Second), store.NodeUnreachable, store.NodeReady); err != nil {
+		t.Fatal(err)
+	}
+	before := len(a.Calls())
+	if _, err := p.Get(ctx, "s1"); !errdefs.IsUnavailable(err) {
+		t.Fatalf("get on an unreachable node: %v", err)
+	}
+	if _, err := p.Pause(ctx, "s1", nodeapi.PauseRequest{}); !errdefs.IsUnavailable(err) {
+		t.Fatalf("pause on an unreachable node: %v", err)
+	}
+	if got := a.Calls()[before:]; len(got) != 0 {
+		t.Fatalf("the unreachable node was asked: %v", got)
+	}
+	if err := p.Kill(ctx, "s1", sandbox.KillRequest); err != nil {
+		t.Fatalf("kill on an unreachable node that still answers: %v", err)
+	}
+	if onNode(t, a)["s1"] {
+		t.Fatal("s1 still runs after the kill")
+	}
+}
