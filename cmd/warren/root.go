@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -34,9 +35,10 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(sandboxCommand(stdout, stderr))
+	root.AddCommand(newAPI(stdout, stderr))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServe(stdout, stderr), newAPI(stdout, stderr), newKeys(stdout), newTeam(stdout), templateCommand(), newDoctor(stdout), newBench(stdout, stderr))
+	root.AddCommand(newServe(stdout, stderr), newKeys(stdout), newTeam(stdout), templateCommand(), newDoctor(stdout), newBench(stdout, stderr))
 	return root
 }
 
@@ -55,10 +57,8 @@ func defaultPath(name string) string {
 
 func newServe(stdout, stderr io.Writer) *cobra.Command {
 	var cfg app.Config
+	var logLevel string
 	var rebuildBase bool
-	cp := &controlPlane{APIKey: &cfg.APIKey, AdminToken: &cfg.AdminToken, DatabaseURL: &cfg.DatabaseURL, MetricsListen: &cfg.MetricsListen,
-		Domain: &cfg.Domain, PublicURL: &cfg.PublicURL, TLSCert: &cfg.TLSCert, TLSKey: &cfg.TLSKey, Events: &cfg.Events,
-		EgressAllow: &cfg.EgressAllow, Limits: &cfg.Limits}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the API, the node agent and the edge proxy in one process",
@@ -68,11 +68,21 @@ One listener serves the API and sandbox traffic (routed by the E2b-Sandbox-Id
 header or by <port>-<sandboxID>.<domain> hosts).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := cp.fromEnv(stderr)
-			if err != nil {
+			if cfg.APIKey == "" {
+				cfg.APIKey = os.Getenv("WARREN_API_KEY")
+			}
+			if cfg.AdminToken == "" {
+				cfg.AdminToken = os.Getenv("WARREN_ADMIN_TOKEN")
+			}
+			if cfg.DatabaseURL == "" {
+				cfg.DatabaseURL = os.Getenv("WARREN_DATABASE_URL")
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return err
 			}
-			cfg.Logger, cfg.Out = log, stdout
+			cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+			cfg.Out = stdout
 			cfg.MetricsListenBestEffort = !cmd.Flags().Changed("metrics-listen")
 			if rebuildBase {
 				if cfg.Driver == "fake" {
@@ -91,7 +101,11 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:3000", "address of the API and sandbox traffic listener (HOST:PORT)")
 	f.StringVar(&cfg.DataDir, "data-dir", filepath.Join("var", "data"), "directory for the database, node state and templates")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "postgres:// URL of a Postgres database instead of SQLite (env WARREN_DATABASE_URL)")
+	f.StringVar(&cfg.APIKey, "api-key", "", "API key (e2b_ + 40 hex) to accept for the default team (env WARREN_API_KEY)")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token (env WARREN_ADMIN_TOKEN)")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", app.DefaultMetricsListen, "address serving Prometheus GET /metrics without a token (empty disables; the API's /metrics still needs the admin token)")
 	f.StringVar(&cfg.Driver, "driver", "runsc", "runtime driver: runsc, runc or fake")
+	f.StringVar(&cfg.Domain, "domain", "", "sandbox domain for <port>-<sandboxID>.<domain> hosts (default localhost:<port>)")
 	f.StringVar(&cfg.RunscPath, "runsc", defaultPath("runsc"), "runsc binary")
 	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary")
 	f.StringVar(&cfg.CgroupRoot, "cgroup-root", "warren", "cgroup under which sandbox cgroups are made")
@@ -106,9 +120,20 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.StringVar(&cfg.BaseRootFSTar, "base-rootfs", filepath.Join("var", "base-rootfs.tar"), "pre-built root filesystem tar of the base template")
 	f.StringVar(&cfg.CodeInterpreterRootFSTar, "code-interpreter-rootfs", filepath.Join("var", "code-interpreter-rootfs.tar"), "root filesystem tar of the code-interpreter-v1 template (scripts/build-code-interpreter-rootfs.sh); the template is offered when it exists")
 	f.BoolVar(&rebuildBase, "rebuild-base", false, "make a new build of the base template at this start, even if its tar is unchanged (from --base-rootfs, else a new mmdebstrap run)")
+	f.StringVar(&cfg.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS with HTTP/2)")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file")
+	f.DurationVar(&cfg.Events.Retention, "event-retention", 0, "how long lifecycle events, webhook deliveries and records of killed sandboxes are kept (default 720h)")
+	f.IntVar(&cfg.Events.WebhookMaxAttempts, "webhook-max-attempts", 0, "attempts per webhook delivery before it is marked failed (default 10)")
+	f.DurationVar(&cfg.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
+	f.StringArrayVar(&cfg.EgressAllow, "egress-allow", nil, "let image pulls and webhook deliveries reach this non-public destination: CIDR, IP, IP:PORT or HOST:PORT (repeatable; by default only public addresses are reached)")
 	var denyPrivate bool
 	f.BoolVar(&denyPrivate, "webhook-deny-private", true, "no effect: private webhook destinations are always refused unless allowed with --egress-allow")
 	f.MarkDeprecated("webhook-deny-private", "private destinations are refused by default; allow exceptions with --egress-allow") //nolint:errcheck
+	f.IntVar(&cfg.Limits.MaxConcurrent, "max-concurrent", 0, "default limit of a team's running sandboxes (default 20; a team's own limit wins)")
+	f.DurationVar(&cfg.Limits.MaxTimeout, "max-timeout", 0, "default longest sandbox timeout a team may ask for (default 24h)")
+	f.IntVar(&cfg.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")
+	f.Int64Var(&cfg.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
 	f.DurationVar(&cfg.Node.WatchdogInterval, "watchdog-interval", 0, "mean interval between health probes of a running sandbox, jittered ±25% (default 32s; negative disables)")
 	cfg.BasePool = app.PoolSizeAuto
 	f.Func("pool-size", "ready sandboxes kept in the base template's warm pool: auto (from the host's CPUs and memory, at most 4) or 0 to 100; 0 turns it off (default auto)", func(v string) error {
@@ -116,12 +141,12 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 		cfg.BasePool = n
 		return err
 	})
-	addControlPlaneFlags(cmd, cp)
 	f.IntVar(&cfg.Node.PoolConcurrency, "pool-concurrency", 0, "warm pool members made at once (default 2)")
 	f.DurationVar(&cfg.Node.MetricsRetention, "metrics-retention", 0, "how long per-sandbox metric samples are kept (default 1h)")
 	f.DurationVar(&cfg.TemplateGCGrace, "template-gc-grace", 0, "how long the template garbage collector keeps a build nothing needs any more before freeing it (default 15m)")
 	f.DurationVar(&cfg.TemplateGCInterval, "template-gc-interval", 0, "time between runs of the template garbage collector, which frees the files of deleted and superseded template builds once no sandbox uses them (default 1h; negative disables)")
 	f.Int64Var(&cfg.MaxTemplateDiskMB, "max-template-disk-mb", 0, "largest disk size in MiB a template build may ask for with minFreeDiskMb (default 65536)")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd
 }
 
