@@ -67,13 +67,14 @@ type Reply struct {
 	Status string `json:"status"`
 }
 
-// idPattern is what a node ID may be.
-var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+// idPattern is what a node ID may be: a host name (warren node's
+// default ID) fits.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
 
 // ValidID checks a node ID.
 func ValidID(id string) error {
 	if !idPattern.MatchString(id) {
-		return fmt.Errorf("node id %q: 1 to 63 lowercase letters, digits, '.', '-' and '_', starting with a letter or digit: %w", id, errdefs.ErrInvalid)
+		return fmt.Errorf("node id %q: 1 to 253 letters, digits, '.', '-' and '_', starting with a letter or digit: %w", id, errdefs.ErrInvalid)
 	}
 	return nil
 }
