@@ -189,6 +189,10 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	if key != "" {
 		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)
 	}
+	if cfg.Liveness.UnreachableAfter < 2*nodereg.DefaultHeartbeatInterval {
+		log.Warn("--node-unreachable-after is under two heartbeat intervals: nodes will flap between ready and unreachable",
+			"unreachable_after", cfg.Liveness.UnreachableAfter.String(), "heartbeat_interval", nodereg.DefaultHeartbeatInterval.String())
+	}
 	log.Info("warren api serving", "addr", addr.String(), "domain", cfg.Domain, "admin_token", cfg.AdminToken != "",
 		"unreachable_after", cfg.Liveness.UnreachableAfter.String(), "lost_after", cfg.Liveness.LostAfter.String())
 

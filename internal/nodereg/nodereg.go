@@ -148,7 +148,7 @@ func (r *Registry) Record(ctx context.Context, st Status) (string, error) {
 	case prev == nil:
 		r.log.Info("node registered", "node_id", st.ID, "rpc_address", st.RPCAddress, "boot_id", st.BootID, "version", st.Version)
 	case prev.BootID != st.BootID:
-		r.log.Warn("node restarted: its running sandboxes are lost", "node_id", st.ID, "boot_id", st.BootID, "previous_boot_id", prev.BootID)
+		r.log.Warn("node restarted (new boot ID): sandboxes that ran there are lost", "node_id", st.ID, "boot_id", st.BootID, "previous_boot_id", prev.BootID)
 		if err := r.KillLost(ctx, st.ID, store.ActiveStates); err != nil {
 			return "", err
 		}
