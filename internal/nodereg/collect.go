@@ -16,10 +16,18 @@ import (
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
+// templateHolder is the optional part of a node's Service that names the
+// template builds its sandboxes and pools use (the agent's
+// TemplatesInUse; nodeapi.TemplateHolder where the contract has it).
+type templateHolder interface {
+	TemplatesInUse(ctx context.Context) ([]nodeapi.TemplateUse, error)
+}
+
 // Collect fills what a node's Service knows into base (its ID, addresses,
-// boot ID, version, capacity and templates are the caller's): the
-// resources of its running sandboxes, their count, and its pools when it
-// is a nodeapi.Pooler. A node's status func for Client.Run is
+// boot ID, version and capacity are the caller's): the resources of its
+// running sandboxes, their count, its pools when it is a nodeapi.Pooler,
+// and the template builds it holds (base.Templates, plus the builds its
+// sandboxes and pools use when it tells them), which placement prefers. A node's status func for Client.Run is
 //
 //	func(ctx context.Context) (nodereg.Status, error) { return nodereg.Collect(ctx, agent, base) }
 func Collect(ctx context.Context, svc nodeapi.Service, base Status) (Status, error) {
@@ -44,6 +52,28 @@ func Collect(ctx context.Context, svc nodeapi.Service, base Status) (Status, err
 		}
 		sort.Slice(st.Pools, func(i, j int) bool { return st.Pools[i].TemplateID < st.Pools[j].TemplateID })
 	}
+	held := map[string]bool{}
+	for _, b := range base.Templates {
+		held[b] = true
+	}
+	if th, ok := svc.(templateHolder); ok {
+		uses, err := th.TemplatesInUse(ctx)
+		if err != nil {
+			return Status{}, fmt.Errorf("node %q templates: %w", base.ID, err)
+		}
+		for _, u := range uses {
+			held[u.BuildID] = true
+		}
+	}
+	for _, p := range st.Pools {
+		held[p.BuildID] = true
+	}
+	delete(held, "")
+	st.Templates = make([]string, 0, len(held))
+	for b := range held {
+		st.Templates = append(st.Templates, b)
+	}
+	sort.Strings(st.Templates)
 	return st, nil
 }
 

@@ -394,4 +394,18 @@ func TestCollect(t *testing.T) {
 	if st.Sandboxes != 2 || st.Allocated != (store.NodeResources{VCPUs: 2, MemoryMB: 1024}) || st.Capacity != capacity || st.BootID == "" {
 		t.Fatalf("collected %+v", st)
 	}
+	st, err = nodereg.Collect(ctx, holder{fn}, nodereg.Status{ID: "n", Templates: []string{"build-b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(st.Templates, ",") != "build-a,build-b" {
+		t.Fatalf("templates held %v, want build-a and build-b", st.Templates)
+	}
+}
+
+// holder is a node that says its sandboxes use build-a.
+type holder struct{ *fakenode.Node }
+
+func (holder) TemplatesInUse(context.Context) ([]nodeapi.TemplateUse, error) {
+	return []nodeapi.TemplateUse{{TemplateID: "a", BuildID: "build-a", SandboxID: "s1"}, {TemplateID: "a", BuildID: "build-a"}}, nil
 }
