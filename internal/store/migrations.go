@@ -133,12 +133,13 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		// the control plane reserved on each per sandbox, and the node
 		// that holds each sandbox.
 		version:  4,
-		sqlite:   migration4,
-		postgres: migration4,
+		sqlite:   migration4 + `UPDATE sandboxes SET node_id = COALESCE(json_extract(spec, '$.nodeId'), '');`,
+		postgres: migration4 + `UPDATE sandboxes SET node_id = COALESCE(spec->>'nodeId', '');`,
 	},
 }
 
-// migration4 is plain SQL both dialects accept. A node's allocated_*
+// migration4 is plain SQL both dialects accept (each then copies the node
+// of existing sandboxes from their spec to the new column). A node's allocated_*
 // columns are the sum of its node_reservations rows, kept beside them so
 // that one conditional UPDATE reserves capacity without overcommitting.
 const migration4 = `
