@@ -30,6 +30,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(sandboxCommand(stdout, stderr))
+	root.AddCommand(newAPI(stdout, stderr))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServe(stdout, stderr), newNode(stdout, stderr), newKeys(stdout), newTeam(stdout), templateCommand(), newDoctor(stdout), newBench(stdout, stderr))

@@ -186,6 +186,14 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 	}, false))
 }
 
+// HandleAdmin adds a route served to admins only (X-Admin-Token), e.g.
+// the node registry's /admin/nodes.
+func (s *Server) HandleAdmin(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+	}, true))
+}
+
 // TeamFrom returns the authenticated team of a request served through
 // Handle ("" for an admin acting on no team).
 func TeamFrom(ctx context.Context) string {

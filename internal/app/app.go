@@ -34,6 +34,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -282,6 +283,8 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("no warm pool of base", "error", err)
 		}
 	}
+	nodes := nodereg.NewRegistry(st, lc, log.With("component", "nodereg"))
+	nodes.AdminRoutes(api.HandleAdmin)
 	var apiHandler http.Handler = api
 	if parts.local != nil {
 		apiHandler = withUploads(api, parts.local.Service.UploadHandler())
@@ -297,6 +300,8 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() { stopRun(); <-lcDone }()
 	waitEvents := startEvents(runCtx, cfg.Events, eg, st, disp, api, log)
 	defer func() { stopRun(); waitEvents() }()
+	waitLocalNode := startLocalNode(runCtx, nodes, parts.node, log.With("component", "nodereg"))
+	defer func() { stopRun(); waitLocalNode() }()
 
 	srv := &http.Server{
 		Handler:           Dispatch(apiHandler, px),

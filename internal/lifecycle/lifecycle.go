@@ -42,7 +42,11 @@ type Config struct {
 	Store  store.Store
 	Node   nodeapi.Service
 	NodeID string // recorded on each sandbox; default "local"
-	Logger *slog.Logger
+	// AllNodes says Node serves the sandboxes of every node (a placement
+	// over many, which records each sandbox's node itself): no NodeID is
+	// recorded and reconcile considers every sandbox.
+	AllNodes bool
+	Logger   *slog.Logger
 	// PauseRetry is how often a refused auto-pause is retried (default
 	// 10 s); PauseOverstay is how long after the first refusal the pause
 	// degrades to filesystem-only (default 120 s). LIFECYCLE-RULES §3.
@@ -91,7 +95,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Store == nil || cfg.Node == nil {
 		return nil, fmt.Errorf("lifecycle: store and node are required: %w", errdefs.ErrInvalid)
 	}
-	if cfg.NodeID == "" {
+	if cfg.NodeID == "" && !cfg.AllNodes {
 		cfg.NodeID = "local"
 	}
 	if cfg.Logger == nil {

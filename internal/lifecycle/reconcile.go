@@ -67,7 +67,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	}
 	known := map[string]bool{}
 	for _, sb := range live {
-		if sb.Spec.NodeID != "" && sb.Spec.NodeID != m.cfg.NodeID {
+		if !m.cfg.AllNodes && sb.Spec.NodeID != "" && sb.Spec.NodeID != m.cfg.NodeID {
 			continue
 		}
 		known[sb.ID] = true

@@ -42,6 +42,7 @@ func TestControlPlaneLinksNoNode(t *testing.T) {
 	for pkg, allowed := range map[string][]string{
 		"internal/lifecycle": nil, "internal/apiserver": nil, "internal/proxy": nil,
 		"internal/nodeapi": nil, "internal/node/nodeclient": rpc,
+		"internal/placement": rpc, "internal/nodereg": nil,
 	} {
 		t.Run(pkg, func(t *testing.T) {
 			t.Parallel()

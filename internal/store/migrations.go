@@ -128,7 +128,52 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		sqlite:   migration3,
 		postgres: migration3,
 	},
+	{
+		// Version 4: the node registry (scale-out): nodes, the capacity
+		// the control plane reserved on each per sandbox, and the node
+		// that holds each sandbox.
+		version:  4,
+		sqlite:   migration4 + `UPDATE sandboxes SET node_id = COALESCE(json_extract(spec, '$.nodeId'), '');`,
+		postgres: migration4 + `UPDATE sandboxes SET node_id = COALESCE(spec->>'nodeId', '');`,
+	},
 }
+
+// migration4 is plain SQL both dialects accept (each then copies the node
+// of existing sandboxes from their spec to the new column). A node's allocated_*
+// columns are the sum of its node_reservations rows, kept beside them so
+// that one conditional UPDATE reserves capacity without overcommitting.
+const migration4 = `
+ALTER TABLE sandboxes ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+CREATE INDEX sandboxes_node ON sandboxes(node_id, state);
+CREATE TABLE nodes (
+  id TEXT PRIMARY KEY,
+  rpc_address TEXT NOT NULL,
+  proxy_address TEXT NOT NULL,
+  boot_id TEXT NOT NULL,
+  version TEXT NOT NULL,
+  capacity_vcpus BIGINT NOT NULL,
+  capacity_memory_mb BIGINT NOT NULL,
+  allocated_vcpus BIGINT NOT NULL DEFAULT 0,
+  allocated_memory_mb BIGINT NOT NULL DEFAULT 0,
+  reported_vcpus BIGINT NOT NULL DEFAULT 0,
+  reported_memory_mb BIGINT NOT NULL DEFAULT 0,
+  reported_sandboxes INTEGER NOT NULL DEFAULT 0,
+  templates TEXT NOT NULL DEFAULT '[]',
+  pools TEXT NOT NULL DEFAULT '[]',
+  admin_status TEXT NOT NULL DEFAULT '',
+  liveness TEXT NOT NULL DEFAULT 'ready',
+  registered_at BIGINT NOT NULL,
+  last_heartbeat BIGINT NOT NULL
+);
+CREATE TABLE node_reservations (
+  sandbox_id TEXT PRIMARY KEY,
+  node_id TEXT NOT NULL,
+  vcpus BIGINT NOT NULL,
+  memory_mb BIGINT NOT NULL,
+  created_at BIGINT NOT NULL
+);
+CREATE INDEX node_reservations_node ON node_reservations(node_id);
+`
 
 // migration3 is plain SQL both dialects accept.
 const migration3 = `

@@ -214,14 +214,15 @@ func (s *SQL) DeleteAPIKey(ctx context.Context, id string) error {
 	return nil
 }
 
-const sandboxCols = `id, team_id, template_id, state, epoch, started_at, end_at, created_at, updated_at, killed_at, kill_reason, spec`
+const sandboxCols = `id, team_id, template_id, state, epoch, started_at, end_at, created_at, updated_at, killed_at, kill_reason, spec, node_id`
 
 func scanSandbox(sc interface{ Scan(...any) error }) (*Sandbox, error) {
 	var sb Sandbox
 	var started, end, created, updated, killed int64
 	var state, reason string
 	var spec []byte
-	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.TemplateID, &state, &sb.Epoch, &started, &end, &created, &updated, &killed, &reason, &spec); err != nil {
+	var nodeID string
+	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.TemplateID, &state, &sb.Epoch, &started, &end, &created, &updated, &killed, &reason, &spec, &nodeID); err != nil {
 		return nil, err
 	}
 	sb.State, sb.KillReason = sandbox.State(state), sandbox.KillReason(reason)
@@ -229,6 +230,11 @@ func scanSandbox(sc interface{ Scan(...any) error }) (*Sandbox, error) {
 	sb.UpdatedAt, sb.KilledAt = fromNanos(updated), fromNanos(killed)
 	if err := json.Unmarshal(spec, &sb.Spec); err != nil {
 		return nil, fmt.Errorf("sandbox %q: decode spec: %w", sb.ID, err)
+	}
+	if nodeID != "" {
+		// The column is the truth (a placement sets it); rows of version
+		// 3 have the node only in their spec.
+		sb.Spec.NodeID = nodeID
 	}
 	return &sb, nil
 }
@@ -262,9 +268,9 @@ func (s *SQL) insertSandbox(ctx context.Context, db execer, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %q: encode spec: %w", sb.ID, err)
 	}
-	_, err = db.ExecContext(ctx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = db.ExecContext(ctx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		sb.ID, sb.TeamID, sb.TemplateID, string(sb.State), sb.Epoch, toNanos(sb.StartedAt), toNanos(sb.EndAt),
-		toNanos(sb.CreatedAt), toNanos(sb.UpdatedAt), toNanos(sb.KilledAt), string(sb.KillReason), string(spec))
+		toNanos(sb.CreatedAt), toNanos(sb.UpdatedAt), toNanos(sb.KilledAt), string(sb.KillReason), string(spec), sb.Spec.NodeID)
 	return classify(err, fmt.Sprintf("sandbox %q", sb.ID))
 }
 
@@ -306,9 +312,9 @@ func (s *SQL) TransitionSandbox(ctx context.Context, id string, fn func(*Sandbox
 	if err != nil {
 		return nil, fmt.Errorf("%s: encode spec: %w", what, err)
 	}
-	_, err = tx.ExecContext(ctx, s.d.rebind(`UPDATE sandboxes SET team_id = ?, template_id = ?, state = ?, epoch = ?, started_at = ?, end_at = ?, updated_at = ?, killed_at = ?, kill_reason = ?, spec = ? WHERE id = ?`),
+	_, err = tx.ExecContext(ctx, s.d.rebind(`UPDATE sandboxes SET team_id = ?, template_id = ?, state = ?, epoch = ?, started_at = ?, end_at = ?, updated_at = ?, killed_at = ?, kill_reason = ?, spec = ?, node_id = ? WHERE id = ?`),
 		sb.TeamID, sb.TemplateID, string(sb.State), sb.Epoch, toNanos(sb.StartedAt), toNanos(sb.EndAt),
-		toNanos(sb.UpdatedAt), toNanos(sb.KilledAt), string(sb.KillReason), string(spec), id)
+		toNanos(sb.UpdatedAt), toNanos(sb.KilledAt), string(sb.KillReason), string(spec), sb.Spec.NodeID, id)
 	if err != nil {
 		return nil, classify(err, what)
 	}
@@ -342,6 +348,9 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, e
 	where = append(where, "state IN ("+strings.Join(ph, ", ")+")")
 	if f.TemplateID != "" {
 		where, args = append(where, "template_id = ?"), append(args, f.TemplateID)
+	}
+	if f.NodeID != "" {
+		where, args = append(where, "node_id = ?"), append(args, f.NodeID)
 	}
 	if !f.StartedAfter.IsZero() {
 		where, args = append(where, "started_at > ?"), append(args, toNanos(f.StartedAfter))

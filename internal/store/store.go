@@ -207,6 +207,8 @@ type SandboxFilter struct {
 	States       []sandbox.State
 	TemplateID   string
 	StartedAfter time.Time
+	// NodeID selects the sandboxes held by one node.
+	NodeID string
 }
 
 // Event is one lifecycle transition of a sandbox.

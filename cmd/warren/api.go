@@ -1,0 +1,97 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/warren-sandbox/warren/internal/app"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// controlPlane are the flags warren serve and warren api share: what the
+// REST API, the edge proxy and event delivery take.
+type controlPlane struct {
+	APIKey, AdminToken, DatabaseURL *string
+	MetricsListen, Domain           *string
+	PublicURL, TLSCert, TLSKey      *string
+	Events                          *app.EventsConfig
+	EgressAllow                     *[]string
+	Limits                          *store.Limits
+	LogLevel                        string
+}
+
+// addControlPlaneFlags defines c's flags on cmd (--listen and
+// --database-url are each command's own).
+func addControlPlaneFlags(cmd *cobra.Command, c *controlPlane) {
+	f := cmd.Flags()
+	f.StringVar(c.APIKey, "api-key", "", "API key (e2b_ + 40 hex) to accept for the default team (env WARREN_API_KEY)")
+	f.StringVar(c.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token (env WARREN_ADMIN_TOKEN)")
+	f.StringVar(c.MetricsListen, "metrics-listen", app.DefaultMetricsListen, "address serving Prometheus GET /metrics without a token (empty disables; the API's /metrics still needs the admin token)")
+	f.StringVar(c.Domain, "domain", "", "sandbox domain for <port>-<sandboxID>.<domain> hosts (default localhost:<port>)")
+	f.StringVar(c.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
+	f.StringVar(c.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS with HTTP/2)")
+	f.StringVar(c.TLSKey, "tls-key", "", "TLS key file")
+	f.DurationVar(&c.Events.Retention, "event-retention", 0, "how long lifecycle events, webhook deliveries and records of killed sandboxes are kept (default 720h)")
+	f.IntVar(&c.Events.WebhookMaxAttempts, "webhook-max-attempts", 0, "attempts per webhook delivery before it is marked failed (default 10)")
+	f.DurationVar(&c.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
+	f.StringArrayVar(c.EgressAllow, "egress-allow", nil, "let image pulls and webhook deliveries reach this non-public destination: CIDR, IP, IP:PORT or HOST:PORT (repeatable; by default only public addresses are reached)")
+	f.IntVar(&c.Limits.MaxConcurrent, "max-concurrent", 0, "default limit of a team's running sandboxes (default 20; a team's own limit wins)")
+	f.DurationVar(&c.Limits.MaxTimeout, "max-timeout", 0, "default longest sandbox timeout a team may ask for (default 24h)")
+	f.IntVar(&c.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")
+	f.Int64Var(&c.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
+	f.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+// fromEnv fills the flags left empty from the environment, and returns
+// the logger of --log-level.
+func (c *controlPlane) fromEnv(stderr io.Writer) (*slog.Logger, error) {
+	for p, env := range map[*string]string{c.APIKey: "WARREN_API_KEY", c.AdminToken: "WARREN_ADMIN_TOKEN", c.DatabaseURL: "WARREN_DATABASE_URL"} {
+		if *p == "" {
+			*p = os.Getenv(env)
+		}
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return nil, err
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+func newAPI(stdout, stderr io.Writer) *cobra.Command {
+	var cfg app.APIConfig
+	cp := &controlPlane{APIKey: &cfg.APIKey, AdminToken: &cfg.AdminToken, DatabaseURL: &cfg.DatabaseURL, MetricsListen: &cfg.MetricsListen,
+		Domain: &cfg.Domain, PublicURL: &cfg.PublicURL, TLSCert: &cfg.TLSCert, TLSKey: &cfg.TLSKey, Events: &cfg.Events,
+		EgressAllow: &cfg.EgressAllow, Limits: &cfg.Limits}
+	cmd := &cobra.Command{
+		Use:   "api",
+		Short: "Run the API and the edge proxy over registered nodes (no local node; Postgres)",
+		Long: `Run the E2B-compatible API, the edge proxy and the lifecycle over the nodes
+that register with it (warren node), with no node of its own. Several may share
+one Postgres database. Nodes register and heartbeat with the node token.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := cp.fromEnv(stderr)
+			if err != nil {
+				return err
+			}
+			if cfg.NodeToken == "" {
+				cfg.NodeToken = os.Getenv("WARREN_NODE_TOKEN")
+			}
+			cfg.Logger, cfg.Out = log, stdout
+			cfg.MetricsListenBestEffort = !cmd.Flags().Changed("metrics-listen")
+			return app.RunAPI(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:3000", "address of the API, node registration and sandbox traffic listener (HOST:PORT)")
+	f.StringVar(&cfg.DatabaseURL, "database-url", "", "postgres:// URL of the database the API replicas share (required; env WARREN_DATABASE_URL)")
+	f.StringVar(&cfg.NodeToken, "node-token", "", "token nodes register with and the API calls them with (required; env WARREN_NODE_TOKEN)")
+	f.DurationVar(&cfg.Liveness.UnreachableAfter, "node-unreachable-after", 0, "a node silent this long gets no new sandboxes (default 15s)")
+	f.DurationVar(&cfg.Liveness.LostAfter, "node-lost-after", 0, "a node silent this long is lost: its running sandboxes are killed with node_lost (default 5m)")
+	f.DurationVar(&cfg.Liveness.PausedLostAfter, "node-paused-lost-after", 0, "a node silent this long loses its paused sandboxes too (default 1h)")
+	addControlPlaneFlags(cmd, cp)
+	return cmd
+}

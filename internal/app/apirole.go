@@ -1,0 +1,244 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodereg"
+	"github.com/warren-sandbox/warren/internal/placement"
+	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// APIConfig is the configuration of `warren api`: the REST API, the edge
+// proxy and the lifecycle over the registered nodes (internal/placement),
+// with no node of its own. Several may share one Postgres database.
+type APIConfig struct {
+	// Listen is the address of the one listener (default 127.0.0.1:3000).
+	Listen string
+	// DatabaseURL is the postgres:// URL of the shared database (required).
+	DatabaseURL string
+	// APIKey seeds a key of the default team, as for serve; with none and
+	// no key yet, one is generated and printed once.
+	APIKey string
+	// AdminToken enables the admin endpoints (X-Admin-Token).
+	AdminToken string
+	// NodeToken is what nodes present to register and heartbeat, and what
+	// the API presents on node RPC calls (required).
+	NodeToken string
+	// Domain, PublicURL, TLSCert/TLSKey, Events, EgressAllow, Limits,
+	// MetricsListen: as for serve.
+	Domain                  string
+	PublicURL               string
+	TLSCert, TLSKey         string
+	Events                  EventsConfig
+	EgressAllow             []string
+	Limits                  store.Limits
+	MetricsListen           string
+	MetricsListenBestEffort bool
+	// Liveness tunes when silent nodes become unreachable and lost.
+	Liveness nodereg.LivenessConfig
+	Logger   *slog.Logger
+	// Out receives the export lines (default os.Stdout).
+	Out io.Writer
+	// Ready, when set, is called with the bound address once serving.
+	Ready func(addr string)
+}
+
+func (c *APIConfig) setDefaults() error {
+	if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+		return fmt.Errorf("warren api needs Postgres, shared by its replicas and nodes' registry: set --database-url (or WARREN_DATABASE_URL) to a postgres:// URL: %w", errdefs.ErrInvalid)
+	}
+	if c.NodeToken == "" {
+		return fmt.Errorf("warren api needs a node token for its nodes: set --node-token (or WARREN_NODE_TOKEN): %w", errdefs.ErrInvalid)
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:3000"
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("tls: give both a certificate and a key: %w", errdefs.ErrInvalid)
+	}
+	if c.APIKey != "" && !apiserver.ValidKey(c.APIKey) {
+		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if c.Out == nil {
+		c.Out = os.Stdout
+	}
+	c.Liveness = c.Liveness.WithDefaults()
+	return nil
+}
+
+// RunAPI serves the `warren api` role until ctx ends, then shuts down
+// gracefully (sandboxes keep running on their nodes).
+func RunAPI(ctx context.Context, cfg APIConfig) error {
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	eg, err := egress.Parse(cfg.EgressAllow)
+	if err != nil {
+		return err
+	}
+	st, err := store.OpenPostgres(ctx, cfg.DatabaseURL, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	key, err := ensureKey(ctx, st, Config{APIKey: cfg.APIKey})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().(*net.TCPAddr)
+	if cfg.Domain == "" {
+		cfg.Domain = fmt.Sprintf("localhost:%d", addr.Port)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	places, err := placement.New(placement.Config{Store: st, NodeToken: cfg.NodeToken, Logger: log.With("component", "placement"), Registry: reg})
+	if err != nil {
+		return err
+	}
+	disp, err := newDispatcher(cfg.Events, eg, st, log, reg)
+	if err != nil {
+		return err
+	}
+	lc, err := lifecycle.New(lifecycle.Config{Store: pokingStore{Store: st, poke: disp.Poke}, Node: places, AllNodes: true, Logger: log.With("component", "lifecycle"),
+		Registry: reg, TeamLimits: apiserver.LifecycleLimits(st, cfg.Limits)})
+	if err != nil {
+		return err
+	}
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	stopMetrics, err := serveMetrics(ctx, cfg.MetricsListen, cfg.MetricsListenBestEffort, metricsHandler, log.With("component", "metrics"))
+	if err != nil {
+		return fmt.Errorf("metrics listen %s: %w", cfg.MetricsListen, err)
+	}
+	defer stopMetrics()
+	api, err := apiserver.New(apiserver.Config{
+		Store: st, Lifecycle: lc, Templates: apiTemplates, Logger: log.With("component", "api"),
+		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
+		Metrics: metricsHandler, Registry: reg,
+	})
+	if err != nil {
+		return err
+	}
+	nodes := nodereg.NewRegistry(st, lc, log.With("component", "nodereg"))
+	if err := nodes.RegisterMetrics(reg); err != nil {
+		return err
+	}
+	nodes.AdminRoutes(api.HandleAdmin)
+	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, Logger: log.With("component", "proxy")})
+	if err != nil {
+		return err
+	}
+
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	lcDone := make(chan error, 1)
+	go func() { lcDone <- lc.Run(runCtx) }()
+	defer func() { stopRun(); <-lcDone }()
+	waitEvents := startEvents(runCtx, cfg.Events, eg, st, disp, api, log)
+	defer func() { stopRun(); waitEvents() }()
+	livenessDone := make(chan struct{})
+	go func() { defer close(livenessDone); nodes.RunLiveness(runCtx, cfg.Liveness) }()
+	defer func() { stopRun(); <-livenessDone }()
+
+	srv := &http.Server{
+		Handler:           Dispatch(withNodeRegistration(api, nodes.Handler(cfg.NodeToken)), px),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	}
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	base := fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, fmt.Sprint(addr.Port)))
+	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
+	if key != "" {
+		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)
+	}
+	if cfg.Liveness.UnreachableAfter < 2*nodereg.DefaultHeartbeatInterval {
+		log.Warn("--node-unreachable-after is under two heartbeat intervals: nodes will flap between ready and unreachable",
+			"unreachable_after", cfg.Liveness.UnreachableAfter.String(), "heartbeat_interval", nodereg.DefaultHeartbeatInterval.String())
+	}
+	log.Info("warren api serving", "addr", addr.String(), "domain", cfg.Domain, "admin_token", cfg.AdminToken != "",
+		"unreachable_after", cfg.Liveness.UnreachableAfter.String(), "lost_after", cfg.Liveness.LostAfter.String())
+
+	errc := make(chan error, 1)
+	go func() {
+		if cfg.TLSCert != "" {
+			errc <- srv.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	if cfg.Ready != nil {
+		cfg.Ready(addr.String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case err := <-lcDone:
+		lcDone <- err
+		if err != nil {
+			return fmt.Errorf("lifecycle: %w", err)
+		}
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// apiTemplates resolves the base template for the nodes: each node finds
+// the build's files itself. Templates across nodes (builds, catalogs,
+// artifacts pulled on demand) are not part of the api role yet.
+var apiTemplates = StaticTemplates{"base": node.Template{ID: "base", BuildID: "base", User: "user", Workdir: "/home/user"}}
+
+// withNodeRegistration serves nodes' heartbeats (nodereg.HeartbeatPath,
+// authenticated with the node token) beside the API.
+func withNodeRegistration(api, heartbeats http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == nodereg.HeartbeatPath {
+			heartbeats.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,140 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
+	"github.com/warren-sandbox/warren/internal/node/noderpc"
+	"github.com/warren-sandbox/warren/internal/nodereg"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/pkg/client"
+)
+
+// TestAPIRoleNeedsPostgresAndNodeToken: warren api refuses SQLite (or no
+// database) and a missing node token with a clear error.
+func TestAPIRoleNeedsPostgresAndNodeToken(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cfg  APIConfig
+		want string
+	}{
+		{APIConfig{NodeToken: "n"}, "needs Postgres"},
+		{APIConfig{DatabaseURL: "/tmp/warren.db", NodeToken: "n"}, "needs Postgres"},
+		{APIConfig{DatabaseURL: "postgres://127.0.0.1:1/x"}, "node token"},
+	} {
+		err := RunAPI(context.Background(), c.cfg)
+		if !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+// TestAPIRole runs warren api over Postgres with one node: a fake node
+// behind the real node RPC server. The node registers with the node
+// token, a create through the REST API is placed on it, /admin/nodes
+// shows it holding the sandbox, and a kill reaches it.
+func TestAPIRole(t *testing.T) {
+	t.Parallel()
+	dsn := storetest.PostgresSchema(t)
+	const key, nodeToken = "e2b_00112233445566778899aabbccddeeff00112233", "node-secret"
+	fn := fakenode.New()
+	mux := http.NewServeMux()
+	mux.Handle(noderpc.NewHandler(fn, noderpc.Options{Token: nodeToken}))
+	nodeSrv := httptest.NewServer(mux)
+	defer nodeSrv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: key, AdminToken: "adm", NodeToken: nodeToken,
+			Logger: slog.New(slog.DiscardHandler), Out: io.Discard, Ready: func(a string) { addr <- a }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("warren api: %v", err)
+		}
+	})
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case err := <-done:
+		t.Fatalf("warren api ended: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("warren api did not start")
+	}
+	c := client.New(base, key)
+	if _, err := c.Create(ctx, client.NewSandbox{TemplateID: "base"}); err == nil {
+		t.Fatal("a create with no node registered succeeded")
+	}
+	beat := nodereg.Status{ID: "node-1", RPCAddress: nodeSrv.URL, BootID: "boot-1", Capacity: store.NodeResources{VCPUs: 4, MemoryMB: 4096}}
+	if _, err := (&nodereg.Client{APIURL: base, Token: "wrong"}).Heartbeat(ctx, beat); !errors.Is(err, errdefs.ErrUnauthorized) {
+		t.Fatalf("heartbeat with a wrong token: %v", err)
+	}
+	if _, err := (&nodereg.Client{APIURL: base, Token: nodeToken}).Heartbeat(ctx, beat); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Create(ctx, client.NewSandbox{TemplateID: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fn.Get(ctx, sb.SandboxID); err != nil {
+		t.Fatalf("the node does not run the created sandbox: %v", err)
+	}
+	nodes := adminNodes(t, base)
+	if len(nodes) != 1 || nodes[0].ID != "node-1" || nodes[0].Sandboxes != 1 || nodes[0].Allocated.VCPUs == 0 || nodes[0].Status != "ready" {
+		t.Fatalf("/admin/nodes: %+v", nodes)
+	}
+	if ok, err := c.Kill(ctx, sb.SandboxID); err != nil || !ok {
+		t.Fatal(err)
+	}
+	if _, err := fn.Get(ctx, sb.SandboxID); !errdefs.IsNotFound(err) {
+		t.Fatalf("the killed sandbox is still on the node: %v", err)
+	}
+	if nodes := adminNodes(t, base); nodes[0].Sandboxes != 0 || nodes[0].Allocated != (store.NodeResources{}) {
+		t.Fatalf("/admin/nodes after the kill: %+v", nodes)
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	req.Header.Set("X-Admin-Token", "adm")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`nodes{status="ready"} 1`, `nodes{status="lost"} 0`, `node_heartbeats_total{result="accepted"} 1`,
+		`node_heartbeats_total{result="unauthorized"} 1`, `placement_creates_total{result="placed"} 1`, `placement_creates_total{result="no_node"} 1`} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func adminNodes(t *testing.T, base string) []nodereg.NodeInfo {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/admin/nodes", nil)
+	req.Header.Set("X-Admin-Token", "adm")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []nodereg.NodeInfo
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /admin/nodes: %d, %v", resp.StatusCode, err)
+	}
+	return out
+}

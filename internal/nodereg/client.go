@@ -1,0 +1,117 @@
+package nodereg
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// DefaultHeartbeatInterval is the time between two heartbeats of a node.
+const DefaultHeartbeatInterval = 5 * time.Second
+
+// Client is a node's side of registration: it sends heartbeats to the API
+// at APIURL with the node token.
+type Client struct {
+	// APIURL is the API's base URL (e.g. "http://warren-api:3000").
+	APIURL string
+	// Token is the node token (WARREN_NODE_TOKEN).
+	Token string
+	// HTTPClient carries the calls; nil means one with a 10 s timeout.
+	HTTPClient *http.Client
+	// Logger receives failed heartbeats; nil discards them.
+	Logger *slog.Logger
+}
+
+// Heartbeat sends one heartbeat and returns the API's reply. A refused
+// token is errdefs.ErrUnauthorized, a refused status ErrInvalid, anything
+// else ErrUnavailable.
+func (c *Client) Heartbeat(ctx context.Context, st Status) (*Reply, error) {
+	body, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat of node %q: %w", st.ID, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.APIURL, "/")+HeartbeatPath, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat of node %q: %w: %w", st.ID, errdefs.ErrInvalid, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	hc := c.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 10 * time.Second}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat of node %q: %w: %w", st.ID, errdefs.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Message string }
+		json.Unmarshal(data, &e) //nolint:errcheck // the status says enough
+		class := errdefs.ErrUnavailable
+		switch resp.StatusCode {
+		case http.StatusUnauthorized:
+			class = errdefs.ErrUnauthorized
+		case http.StatusBadRequest:
+			class = errdefs.ErrInvalid
+		}
+		return nil, fmt.Errorf("heartbeat of node %q: API answered %d %s: %w", st.ID, resp.StatusCode, e.Message, class)
+	}
+	var r Reply
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("heartbeat of node %q: reply: %w", st.ID, err)
+	}
+	return &r, nil
+}
+
+// Run sends a heartbeat with what status returns every interval
+// (DefaultHeartbeatInterval when zero) until ctx ends; onReply, when set,
+// gets each reply (e.g. to stop refilling pools while draining). Failed
+// heartbeats are logged and retried at the next tick: the node keeps
+// serving its sandboxes while the API is away.
+func (c *Client) Run(ctx context.Context, interval time.Duration, status func(context.Context) (Status, error), onReply func(*Reply)) {
+	if interval <= 0 {
+		interval = DefaultHeartbeatInterval
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	failing := false
+	for {
+		st, err := status(ctx)
+		if err == nil {
+			var r *Reply
+			r, err = c.Heartbeat(ctx, st)
+			if err == nil {
+				if failing {
+					log.Info("heartbeat accepted again", "node_id", st.ID)
+				}
+				failing = false
+				if onReply != nil {
+					onReply(r)
+				}
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			failing = true
+			log.Warn("node heartbeat failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
