@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 
@@ -44,6 +45,9 @@ only when both listen on loopback.`,
 	f.StringVar(&cfg.NodeID, "node-id", "", "name of this node (default: the host name)")
 	f.StringVar(&cfg.Advertise, "advertise", "", "host name or IP other machines reach this node at (default: the --rpc-listen host, or the host name when that is unspecified)")
 	f.StringVar(&cfg.APIURL, "api-url", "", "URL of the control plane (warren api) to register with (env WARREN_API_URL)")
+	f.Int64Var(&cfg.CapacityVCPUs, "capacity-vcpus", 0, fmt.Sprintf("sandbox vCPUs this node offers to placement (default %d per host CPU)", app.DefaultVCPUOvercommit))
+	f.Int64Var(&cfg.CapacityMemoryMB, "capacity-memory-mb", 0, "sandbox memory in MiB this node offers to placement (default the host's memory)")
 	hostFlags(f, &cfg.Config, &rebuildBase, &logLevel)
+	addNodeAdminCommands(cmd)
 	return cmd
 }

@@ -153,7 +153,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return err
 	}
 	nodes.AdminRoutes(api.HandleAdmin)
-	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, Logger: log.With("component", "proxy")})
+	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, NodeToken: cfg.NodeToken, Logger: log.With("component", "proxy")})
 	if err != nil {
 		return err
 	}
@@ -167,6 +167,9 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	livenessDone := make(chan struct{})
 	go func() { defer close(livenessDone); nodes.RunLiveness(runCtx, cfg.Liveness) }()
 	defer func() { stopRun(); <-livenessDone }()
+	reconcileDone := make(chan struct{})
+	nodes.SetOnNodeBack(reconcileOnNodeBack(runCtx, reconcileDone, lc, log))
+	defer func() { stopRun(); <-reconcileDone }()
 
 	srv := &http.Server{
 		Handler:           Dispatch(withNodeRegistration(api, nodes.Handler(cfg.NodeToken)), px),
@@ -224,6 +227,34 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// reconcileOnNodeBack returns the registry's node-back hook: each node
+// that registers, restarts or comes back makes the lifecycle reconcile
+// with the nodes (one run at a time; the calls during a run make one
+// more). It runs until ctx ends, then closes done.
+func reconcileOnNodeBack(ctx context.Context, done chan<- struct{}, lc *lifecycle.Manager, log *slog.Logger) func(string) {
+	wake := make(chan struct{}, 1)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-wake:
+			}
+			if err := lc.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("reconcile after a node came back", "error", err)
+			}
+		}
+	}()
+	return func(nodeID string) {
+		log.Info("node came back: reconciling", "node_id", nodeID)
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // apiTemplates resolves the base template for the nodes: each node finds

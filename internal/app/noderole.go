@@ -18,6 +18,8 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/hostlock"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/proxy"
 )
 
@@ -27,6 +29,9 @@ const (
 	DefaultNodeProxyListen = "127.0.0.1:3101"
 	// MinNodeTokenLen is the shortest node token accepted.
 	MinNodeTokenLen = 16
+	// DefaultVCPUOvercommit is how many sandbox vCPUs a node offers per
+	// host CPU by default.
+	DefaultVCPUOvercommit = 8
 )
 
 // NodeConfig is the configuration of `warren node`: one machine's node
@@ -53,9 +58,17 @@ type NodeConfig struct {
 	// at; default: the RPC listener's host, or the host name when that is
 	// unspecified. Sandboxes name NodeProxyAddr's proxy listener.
 	Advertise string
-	// APIURL is the control plane's URL, kept for the node's registration
-	// (not made by this package yet).
+	// APIURL is the control plane's URL: the node registers there and
+	// sends a heartbeat every nodereg.DefaultHeartbeatInterval (package
+	// nodereg). Empty: no registration (a control plane that calls the
+	// node's RPC without a registry, as tests do).
 	APIURL string
+	// CapacityVCPUs and CapacityMemoryMB are what the node offers to
+	// placement; defaults: DefaultVCPUOvercommit vCPUs per host CPU (a
+	// sandbox's vCPUs are a share, not a reservation: most sandboxes idle)
+	// and the host's memory.
+	CapacityVCPUs    int64
+	CapacityMemoryMB int64
 	// Listening, when set, is called with the bound addresses once both
 	// listeners serve.
 	Listening func(rpc, proxy string)
@@ -158,6 +171,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 
 	rpcMux := noderpc.NewMux(parts.node, noderpc.Options{
 		Token: cfg.NodeToken, Logger: log.With("component", "noderpc"), NodeProxy: nodeProxy, SnapshotRoot: cfg.DataDir,
+		ResolveTemplate: func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error) {
+			return parts.templates.Resolve(ctx, teamID, t.ID)
+		},
 	}, reg)
 	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	np, err := proxy.NewNode(proxy.NodeConfig{Node: parts.node, Token: cfg.NodeToken, Logger: log.With("component", "nodeproxy")})
@@ -174,6 +190,12 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	fmt.Fprintf(cfg.Out, "# warren node %s: rpc %s, proxy %s (advertised as %s)\n", cfg.NodeID, rpcLn.Addr(), proxyLn.Addr(), nodeProxy)
 	if cfg.Listening != nil {
 		cfg.Listening(rpcLn.Addr().String(), proxyLn.Addr().String())
+	}
+	hbCtx, stopHeartbeats := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
+	defer func() { stopHeartbeats(); <-hbDone }()
+	if err := cfg.startHeartbeats(hbCtx, hbDone, parts.node, rpcLn, nodeProxy); err != nil {
+		return err
 	}
 	select {
 	case err := <-errc:
@@ -199,4 +221,43 @@ func nodeServer(h http.Handler, log *slog.Logger) *http.Server {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+}
+
+// startHeartbeats registers the node with the API at APIURL and keeps
+// sending heartbeats (its capacity, allocation, templates and pools) until
+// ctx ends, closing done then; without an APIURL it closes done at once.
+func (c *NodeConfig) startHeartbeats(ctx context.Context, done chan<- struct{}, svc nodeapi.Service, rpcLn net.Listener, nodeProxy string) error {
+	if c.APIURL == "" {
+		close(done)
+		return nil
+	}
+	rpcAddr, err := c.advertised(rpcLn)
+	if err != nil {
+		close(done)
+		return err
+	}
+	capacity, err := nodereg.HostCapacity()
+	if err != nil {
+		close(done)
+		return fmt.Errorf("node capacity: %w", err)
+	}
+	capacity.VCPUs *= DefaultVCPUOvercommit
+	if c.CapacityVCPUs > 0 {
+		capacity.VCPUs = c.CapacityVCPUs
+	}
+	if c.CapacityMemoryMB > 0 {
+		capacity.MemoryMB = c.CapacityMemoryMB
+	}
+	base := nodereg.Status{
+		ID: c.NodeID, RPCAddress: "http://" + rpcAddr, ProxyAddress: nodeProxy,
+		BootID: nodereg.NewBootID(), Version: nodereg.BinaryVersion(), Capacity: capacity,
+	}
+	client := &nodereg.Client{APIURL: c.APIURL, Token: c.NodeToken, Logger: c.Logger.With("component", "nodereg")}
+	c.Logger.Info("registering with the control plane", "api_url", c.APIURL, "node_id", c.NodeID, "rpc_address", base.RPCAddress,
+		"boot_id", base.BootID, "capacity_vcpus", capacity.VCPUs, "capacity_memory_mb", capacity.MemoryMB)
+	go func() {
+		defer close(done)
+		client.Run(ctx, 0, func(ctx context.Context) (nodereg.Status, error) { return nodereg.Collect(ctx, svc, base) }, nil)
+	}()
+	return nil
 }

@@ -93,9 +93,19 @@ func BinaryVersion() string {
 	return v
 }
 
-// NewBootID returns a boot ID for a node process start (a node keeps it
-// until it exits).
-func NewBootID() string { return sandbox.RandomToken(16) }
+// NewBootID returns a boot ID for a node: the host's boot ID (the
+// kernel's, new at every boot of the machine), so that a node process
+// that restarts on a machine that did not reboot keeps it, with the
+// sandboxes it recovers; only a reboot (nothing survived) changes it. A
+// host without one gets a random ID per process start.
+func NewBootID() string {
+	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" && len(id) <= 128 {
+			return id
+		}
+	}
+	return sandbox.RandomToken(16)
+}
 
 // HostCapacity is this host's CPUs and memory (MemTotal), what a node
 // offers by default.

@@ -116,7 +116,16 @@ type Registry struct {
 	log    *slog.Logger
 	// heartbeats is node_heartbeats_total (nil until RegisterMetrics).
 	heartbeats *prometheus.CounterVec
+	// onBack (SetOnNodeBack) hears of a node that registered, restarted
+	// or came back after missed heartbeats.
+	onBack func(nodeID string)
 }
+
+// SetOnNodeBack sets what hears of a node that registered, restarted or
+// came back after missed heartbeats: the control plane reconciles with it
+// (the store is the truth; what the node runs that the store has killed
+// is killed there). fn must not block.
+func (r *Registry) SetOnNodeBack(fn func(nodeID string)) { r.onBack = fn }
 
 // NewRegistry returns a registry over st; killer may be nil until
 // SetKiller.
@@ -157,6 +166,9 @@ func (r *Registry) Record(ctx context.Context, st Status) (string, error) {
 		}
 	case prev.Liveness != store.NodeReady:
 		r.log.Info("node back", "node_id", st.ID, "was", prev.Liveness)
+	}
+	if r.onBack != nil && (prev == nil || prev.BootID != st.BootID || prev.Liveness != store.NodeReady) {
+		r.onBack(st.ID)
 	}
 	n, err := r.nodes.GetNode(ctx, st.ID)
 	if err != nil {

@@ -32,6 +32,11 @@ type Options struct {
 	// named by a call must lie under (the node's data directory): the
 	// control plane cannot have the node write or delete elsewhere.
 	SnapshotRoot string
+	// ResolveTemplate, when set, fills the template of a create that names
+	// it only (no root filesystem): the node resolves it from its own
+	// catalog (warren api sends its system templates so, each node having
+	// prepared them itself).
+	ResolveTemplate func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
 }
 
 // NewHandler returns the path prefix and the HTTP handler that serve svc
@@ -41,7 +46,7 @@ func NewHandler(svc nodeapi.Service, opts Options) (string, http.Handler) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, snapshotRoot: filepath.Clean(opts.SnapshotRoot)}
+	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, snapshotRoot: filepath.Clean(opts.SnapshotRoot), resolve: opts.ResolveTemplate}
 	if opts.SnapshotRoot == "" {
 		s.snapshotRoot = ""
 	}
@@ -57,6 +62,7 @@ type server struct {
 	log          *slog.Logger
 	nodeProxy    string
 	snapshotRoot string
+	resolve      func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
 }
 
 // sandbox converts sb for the wire, naming this node's proxy listener.
@@ -84,6 +90,11 @@ func (s *server) Create(ctx context.Context, req *connect.Request[nodepb.CreateR
 	cr, err := CreateFromProto(req.Msg)
 	if err != nil {
 		return nil, s.fail("Create", err)
+	}
+	if cr.Template.RootFS == "" && s.resolve != nil {
+		if cr.Template, err = s.resolve(ctx, cr.TeamID, cr.Template); err != nil {
+			return nil, s.fail("Create", err)
+		}
 	}
 	sb, err := s.svc.Create(ctx, cr)
 	if err != nil {
