@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/events"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -46,7 +47,7 @@ func (s *Server) MountEvents(cfg EventsConfig) {
 	team := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler {
 		return s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
 			if c.teamID == "" {
-				writeError(w, http.StatusBadRequest, "X-Team-ID is required: events and webhooks belong to a team")
+				s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalid, "X-Team-ID is required: events and webhooks belong to a team"))
 				return
 			}
 			h(w, r, c)
@@ -96,7 +97,7 @@ func (s *eventsAPI) listEvents(w http.ResponseWriter, r *http.Request, c *caller
 		// Another team's sandbox is not found, as everywhere else (an
 		// empty list would say it exists).
 		if sb, err := s.st.GetSandbox(r.Context(), f.SandboxID); err != nil || sb.TeamID != c.teamID {
-			notFound(w, f.SandboxID)
+			s.fail(w, r, errSandboxNotFound(f.SandboxID))
 			return
 		}
 	}

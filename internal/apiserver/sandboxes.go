@@ -36,7 +36,7 @@ func (s *Server) createV2(w http.ResponseWriter, r *http.Request, c *caller) {
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, c *caller, v2 bool) {
 	if c.teamID == "" {
-		writeError(w, http.StatusBadRequest, "an admin creating a sandbox must name the team in X-Team-ID")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalid, "an admin creating a sandbox must name the team in X-Team-ID"))
 		return
 	}
 	var req client.NewSandbox
@@ -361,7 +361,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, c *caller) {
 	memory := req.Memory == nil || *req.Memory
 	if err := s.lc.Pause(r.Context(), c.teamID, id, memory); err != nil {
 		if errdefs.IsConflict(err) {
-			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", id))
+			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is already paused", id)))
 			return
 		}
 		s.sandboxErr(w, r, id, err)
@@ -389,7 +389,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *caller) {
 	sb, err := s.lc.Resume(r.Context(), c.teamID, id, d, req.AutoPause)
 	if err != nil {
 		if errdefs.IsConflict(err) {
-			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already running", id))
+			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is already running", id)))
 			return
 		}
 		s.sandboxErr(w, r, id, err)
@@ -479,7 +479,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	raw, _ := json.Marshal(doc)
 	if err := s.lc.UpdateNetwork(r.Context(), c.teamID, id, p, raw, req.AllowInternetAccess); err != nil {
 		if errdefs.IsConflict(err) {
-			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
+			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id)))
 			return
 		}
 		s.sandboxErr(w, r, id, err)
@@ -511,12 +511,12 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 	results, err := s.lc.Fork(r.Context(), c.teamID, id, count, d, s.limits(c).MaxConcurrent)
 	if err != nil {
 		if errdefs.IsConflict(err) {
-			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
+			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id)))
 			return
 		}
 		if errdefs.IsUnsupported(err) {
 			// 501, not 503: the SDK retries 503 as "busy".
-			writeError(w, http.StatusNotImplemented, "fork is not supported by this node's runtime driver")
+			s.fail(w, r, errdefs.WithMessage(err, "fork is not supported by this node's runtime driver"))
 			return
 		}
 		s.sandboxErr(w, r, id, err)
@@ -525,11 +525,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 	out := make([]client.ForkResult, len(results))
 	for i, res := range results {
 		if res.Err != nil {
-			status := errdefs.HTTPStatus(res.Err)
-			msg := clientMessage(res.Err)
-			if status == http.StatusInternalServerError {
-				s.log.Error("fork", "sandbox_id", id, "error", res.Err)
-				msg = "internal error"
+			status, msg := s.answer(res.Err)
+			if errdefs.Internal(res.Err) {
+				s.log.Warn("fork", "sandbox_id", id, "status", status, "error", res.Err)
 			}
 			out[i].Error = &client.Error{Code: status, Message: msg}
 			continue

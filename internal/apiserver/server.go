@@ -173,7 +173,7 @@ func (s *Server) routes() {
 	}
 	s.poolRoutes(admin)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		s.fail(w, r, errNoRoute(r))
 	})
 }
 
@@ -209,8 +209,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.log.Error("api handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
-			writeError(w, http.StatusInternalServerError, "internal error")
+			s.fail(w, r, fmt.Errorf("api handler panic: %v", v))
 		}
 	}()
 	if cors.IsPreflight(r) { // browsers: answered without a key
@@ -230,19 +229,19 @@ type caller struct {
 
 func (s *Server) auth(h func(http.ResponseWriter, *http.Request, *caller), adminOnly bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, status, msg := s.authenticate(r)
-		if status == 0 && adminOnly && !c.admin {
-			status, msg = http.StatusForbidden, "this endpoint needs the admin token (X-Admin-Token)"
+		c, err := s.authenticate(r)
+		if err == nil && adminOnly && !c.admin {
+			err = errdefs.Publicf(errdefs.ErrForbidden, "this endpoint needs the admin token (X-Admin-Token)")
 		}
-		if status != 0 {
-			writeError(w, status, msg)
+		if err != nil {
+			s.fail(w, r, err)
 			return
 		}
 		h(w, r, c)
 	})
 }
 
-func (s *Server) authenticate(r *http.Request) (*caller, int, string) {
+func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	ctx := r.Context()
 	tok := r.Header.Get("X-Admin-Token")
 	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok == "" && !strings.HasPrefix(b, KeyPrefix) {
@@ -250,17 +249,20 @@ func (s *Server) authenticate(r *http.Request) (*caller, int, string) {
 	}
 	if tok != "" {
 		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) != 1 {
-			return nil, http.StatusUnauthorized, "invalid admin token"
+			return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid admin token")
 		}
 		c := &caller{admin: true, teamID: r.Header.Get("X-Team-ID")}
 		if c.teamID != "" {
 			t, err := s.st.GetTeam(ctx, c.teamID)
+			if errdefs.IsNotFound(err) {
+				return nil, errdefs.Publicf(errdefs.ErrInvalid, "X-Team-ID: team %q does not exist", c.teamID)
+			}
 			if err != nil {
-				return nil, http.StatusBadRequest, fmt.Sprintf("X-Team-ID: team %q does not exist", c.teamID)
+				return nil, fmt.Errorf("X-Team-ID: %w", err)
 			}
 			c.team = t
 		}
-		return c, 0, ""
+		return c, nil
 	}
 	key := r.Header.Get("X-API-Key")
 	if key == "" {
@@ -269,21 +271,23 @@ func (s *Server) authenticate(r *http.Request) (*caller, int, string) {
 		}
 	}
 	if key == "" {
-		return nil, http.StatusUnauthorized, "missing API key: set the X-API-Key header"
+		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "missing API key: set the X-API-Key header")
 	}
 	k, err := s.st.APIKeyByHash(ctx, HashKey(key))
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			return nil, http.StatusUnauthorized, "invalid API key"
+			return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key")
 		}
-		s.log.Error("api key lookup", "error", err)
-		return nil, http.StatusInternalServerError, "internal error"
+		return nil, fmt.Errorf("api key lookup: %w", err)
 	}
 	t, err := s.st.GetTeam(ctx, k.TeamID)
-	if err != nil {
-		return nil, http.StatusUnauthorized, "invalid API key: its team no longer exists"
+	if errdefs.IsNotFound(err) {
+		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key: its team no longer exists")
 	}
-	return &caller{teamID: t.ID, team: t}, 0, ""
+	if err != nil {
+		return nil, fmt.Errorf("team of api key %q: %w", k.ID, err)
+	}
+	return &caller{teamID: t.ID, team: t}, nil
 }
 
 // limits returns the caller's effective limits.
@@ -347,7 +351,7 @@ func LifecycleLimits(st store.Store, defaults store.Limits) func(ctx context.Con
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "internal error")
+		writeErrorBody(w, http.StatusInternalServerError, "internal error")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -355,58 +359,66 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(b) //nolint:errcheck
 }
 
-// writeError writes the E2B error body: code equals the HTTP status.
-func writeError(w http.ResponseWriter, status int, msg string) {
+// fail is the REST API's one error boundary: err's class (errdefs) chooses
+// the status, errdefs.ClientMessage the message of the E2B error body, and
+// what the client is not told is logged (5xx at Error or Warn, a hidden
+// detail of a 4xx at Debug). A 429 carries Retry-After. Handlers wrap a
+// class (errdefs.Publicf, errdefs.WithMessage) and call fail; nothing else
+// writes an error.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, msg := s.answer(err)
+	if errdefs.Internal(err) {
+		lvl := slog.LevelDebug
+		switch {
+		case status == http.StatusInternalServerError:
+			lvl = slog.LevelError
+		case status >= 500:
+			lvl = slog.LevelWarn
+		}
+		s.log.Log(r.Context(), lvl, "api request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
+	}
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
+	}
+	writeErrorBody(w, status, msg)
+}
+
+// answer is the status and client message of err (also the error entries
+// of a fork's answer).
+func (s *Server) answer(err error) (int, string) {
+	var le *lifecycle.LimitError
+	if errors.As(err, &le) {
+		return http.StatusTooManyRequests, le.Error()
+	}
+	return errdefs.HTTPStatus(err), errdefs.ClientMessage(err)
+}
+
+// writeErrorBody writes the E2B error body, whose code equals the HTTP
+// status. Only fail (and writeJSON, whose values always encode) call it.
+func writeErrorBody(w http.ResponseWriter, status int, msg string) {
 	b, _ := json.Marshal(client.Error{Code: status, Message: msg})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(b) //nolint:errcheck
 }
 
-// fail maps err onto a status and a client-facing message. Errors of no
-// class are logged and answered with a generic 500.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var le *lifecycle.LimitError
-	if errors.As(err, &le) {
-		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
-		writeError(w, http.StatusTooManyRequests, le.Error())
-		return
-	}
-	status := errdefs.HTTPStatus(err)
-	if status == http.StatusInternalServerError {
-		s.log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		writeError(w, status, "internal error")
-		return
-	}
-	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
-	}
-	writeError(w, status, clientMessage(err))
+// errNoRoute answers a request no route serves.
+func errNoRoute(r *http.Request) error {
+	return errdefs.Publicf(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path)
 }
 
-// clientMessage is err's text without the trailing error-class words
-// ("...: not found"), which the status already says.
-func clientMessage(err error) string {
-	msg := err.Error()
-	for _, class := range []error{errdefs.ErrNotFound, errdefs.ErrAlreadyExists, errdefs.ErrInvalid, errdefs.ErrConflict,
-		errdefs.ErrExhausted, errdefs.ErrUnavailable, errdefs.ErrUnsupported, errdefs.ErrUnauthorized, errdefs.ErrForbidden} {
-		if m, ok := strings.CutSuffix(msg, ": "+class.Error()); ok {
-			return m
-		}
-	}
-	return msg
-}
+// sandboxNotFound is E2B's not-found message for a sandbox.
+const sandboxNotFound = "sandbox %q doesn't exist or you don't have access to it"
 
-// notFound answers the E2B not-found error for sandbox id.
-func notFound(w http.ResponseWriter, id string) {
-	writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q doesn't exist or you don't have access to it", id))
+// errSandboxNotFound is the not-found error for sandbox id.
+func errSandboxNotFound(id string) error {
+	return errdefs.Publicf(errdefs.ErrNotFound, sandboxNotFound, id)
 }
 
 // sandboxErr answers err of an operation on sandbox id.
 func (s *Server) sandboxErr(w http.ResponseWriter, r *http.Request, id string, err error) {
 	if errdefs.IsNotFound(err) {
-		notFound(w, id)
-		return
+		err = errdefs.WithMessage(err, fmt.Sprintf(sandboxNotFound, id))
 	}
 	s.fail(w, r, err)
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -50,7 +51,7 @@ func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Reques
 		case b == "tags":
 			s.listTags(w, r, c, a)
 		default:
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+			s.fail(w, r, errNoRoute(r))
 		}
 	}))
 }
@@ -64,9 +65,9 @@ func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Reques
 func (s *Server) templateErr(w http.ResponseWriter, r *http.Request, id string, err error) {
 	switch {
 	case errdefs.IsNotFound(err):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", id))
-	case errdefs.HTTPStatus(err) == http.StatusForbidden:
-		writeError(w, http.StatusForbidden, fmt.Sprintf("you don't have access to template '%s'", id))
+		s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("template '%s' not found", id)))
+	case errors.Is(err, errdefs.ErrForbidden):
+		s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("you don't have access to template '%s'", id)))
 	default:
 		s.fail(w, r, err)
 	}
@@ -261,7 +262,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
 	_, err := s.cfg.Builds.StartBuild(r.Context(), builder.StartRequest{TeamID: c.teamID, TemplateID: id, BuildID: buildID, Spec: spec})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' or its build '%s' not found", id, buildID))
+			s.fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "template '%s' or its build '%s' not found", id, buildID))
 			return
 		}
 		s.templateErr(w, r, id, err)
@@ -341,7 +342,7 @@ func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request, c *caller) 
 
 func (s *Server) buildErr(w http.ResponseWriter, r *http.Request, id, buildID string, err error) {
 	if errdefs.IsNotFound(err) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("build '%s' of template '%s' not found", buildID, id))
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "build '%s' of template '%s' not found", buildID, id))
 		return
 	}
 	s.templateErr(w, r, id, err)
@@ -706,7 +707,7 @@ func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	if err := s.cfg.Catalog.DeleteTags(r.Context(), c.teamID, req.Name, req.Tags); err != nil {
 		if errdefs.IsNotFound(err) {
-			writeError(w, http.StatusNotFound, clientMessage(err))
+			s.fail(w, r, err)
 			return
 		}
 		s.templateErr(w, r, req.Name, err)
