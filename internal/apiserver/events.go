@@ -53,15 +53,15 @@ func (s *Server) MountEvents(cfg EventsConfig) {
 			h(w, r, c)
 		}, false)
 	}
-	s.mux.Handle("GET /events/sandboxes", team(a.listEvents))
-	s.mux.Handle("GET /events/sandboxes/{sandboxID}", team(a.listEvents))
-	s.mux.Handle("POST /events/webhooks", team(a.createWebhook))
-	s.mux.Handle("GET /events/webhooks", team(a.listWebhooks))
-	s.mux.Handle("GET /events/webhooks/{webhookID}", team(a.getWebhook))
-	s.mux.Handle("PATCH /events/webhooks/{webhookID}", team(a.updateWebhook))
-	s.mux.Handle("DELETE /events/webhooks/{webhookID}", team(a.deleteWebhook))
-	s.mux.Handle("GET /events/webhooks/{webhookID}/deliveries", team(a.listDeliveries))
-	s.mux.Handle("POST /events/webhooks/{webhookID}/deliveries/{deliveryID}/redeliver", team(a.redeliver))
+	s.handle("GET /events/sandboxes", team(a.listEvents))
+	s.handle("GET /events/sandboxes/{sandboxID}", team(a.listEvents))
+	s.handle("POST /events/webhooks", team(a.createWebhook))
+	s.handle("GET /events/webhooks", team(a.listWebhooks))
+	s.handle("GET /events/webhooks/{webhookID}", team(a.getWebhook))
+	s.handle("PATCH /events/webhooks/{webhookID}", team(a.updateWebhook))
+	s.handle("DELETE /events/webhooks/{webhookID}", team(a.deleteWebhook))
+	s.handle("GET /events/webhooks/{webhookID}/deliveries", team(a.listDeliveries))
+	s.handle("POST /events/webhooks/{webhookID}/deliveries/{deliveryID}/redeliver", team(a.redeliver))
 }
 
 // eventToken is an events page cursor: the last event ID and the order.

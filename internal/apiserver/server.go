@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,7 +96,9 @@ type Server struct {
 	envd *http.Client
 	log  *slog.Logger
 	mux  *http.ServeMux
-	hm   *httpMetrics
+	// routes are the patterns served, in the order handle added them.
+	routes []string
+	hm     *httpMetrics
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -127,49 +130,61 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initHTTPMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
-	s.routes()
+	s.addRoutes()
 	return s, nil
 }
 
-func (s *Server) routes() {
+// handle serves h at pattern and records the pattern (Routes).
+func (s *Server) handle(pattern string, h http.Handler) {
+	s.routes = append(s.routes, pattern)
+	s.mux.Handle(pattern, h)
+}
+
+// Routes returns the patterns the server serves ("GET /sandboxes/{id}",
+// ...) in the order they were added, MountEvents' and Handle's included;
+// api/warren-openapi.json documents each (openapi_test.go checks it). The
+// catch-all that answers 404 is not a route.
+func (s *Server) Routes() []string { return slices.Clone(s.routes) }
+
+func (s *Server) addRoutes() {
 	team := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, false) }
 	admin := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, true) }
-	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }) // the spec's 204
-	s.mux.Handle("GET /teams", team(s.listTeams))
+	s.handle("GET /health", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })) // the spec's 204
+	s.handle("GET /teams", team(s.listTeams))
 
-	s.mux.Handle("POST /sandboxes", team(s.createV1))
-	s.mux.Handle("POST /v2/sandboxes", team(s.createV2))
-	s.mux.Handle("GET /sandboxes", team(s.listV1))
-	s.mux.Handle("GET /v2/sandboxes", team(s.listV2))
-	s.mux.Handle("GET /sandboxes/metrics", team(s.batchMetrics))
-	s.mux.Handle("GET /sandboxes/{id}", team(s.getSandbox))
-	s.mux.Handle("DELETE /sandboxes/{id}", team(s.kill))
-	s.mux.Handle("POST /sandboxes/{id}/timeout", team(s.setTimeout))
-	s.mux.Handle("POST /sandboxes/{id}/refreshes", team(s.refresh))
-	s.mux.Handle("POST /sandboxes/{id}/pause", team(s.pause))
-	s.mux.Handle("POST /sandboxes/{id}/resume", team(s.resume))
-	s.mux.Handle("POST /sandboxes/{id}/connect", team(s.connectV1))
-	s.mux.Handle("POST /v2/sandboxes/{id}/connect", team(s.connectV2))
-	s.mux.Handle("GET /sandboxes/{id}/metrics", team(s.metrics))
-	s.mux.Handle("GET /sandboxes/{id}/logs", team(s.logsV1))
-	s.mux.Handle("GET /v2/sandboxes/{id}/logs", team(s.logsV2))
-	s.mux.Handle("POST /sandboxes/{id}/fork", team(s.fork))
-	s.mux.Handle("PUT /sandboxes/{id}/network", team(s.updateNetwork))
-	s.mux.Handle("POST /sandboxes/{id}/snapshots", team(s.createSnapshot))
-	s.mux.Handle("GET /snapshots", team(s.listSnapshots))
+	s.handle("POST /sandboxes", team(s.createV1))
+	s.handle("POST /v2/sandboxes", team(s.createV2))
+	s.handle("GET /sandboxes", team(s.listV1))
+	s.handle("GET /v2/sandboxes", team(s.listV2))
+	s.handle("GET /sandboxes/metrics", team(s.batchMetrics))
+	s.handle("GET /sandboxes/{id}", team(s.getSandbox))
+	s.handle("DELETE /sandboxes/{id}", team(s.kill))
+	s.handle("POST /sandboxes/{id}/timeout", team(s.setTimeout))
+	s.handle("POST /sandboxes/{id}/refreshes", team(s.refresh))
+	s.handle("POST /sandboxes/{id}/pause", team(s.pause))
+	s.handle("POST /sandboxes/{id}/resume", team(s.resume))
+	s.handle("POST /sandboxes/{id}/connect", team(s.connectV1))
+	s.handle("POST /v2/sandboxes/{id}/connect", team(s.connectV2))
+	s.handle("GET /sandboxes/{id}/metrics", team(s.metrics))
+	s.handle("GET /sandboxes/{id}/logs", team(s.logsV1))
+	s.handle("GET /v2/sandboxes/{id}/logs", team(s.logsV2))
+	s.handle("POST /sandboxes/{id}/fork", team(s.fork))
+	s.handle("PUT /sandboxes/{id}/network", team(s.updateNetwork))
+	s.handle("POST /sandboxes/{id}/snapshots", team(s.createSnapshot))
+	s.handle("GET /snapshots", team(s.listSnapshots))
 	s.templateRoutes(team)
 
-	s.mux.Handle("POST /admin/teams", admin(s.adminCreateTeam))
-	s.mux.Handle("GET /admin/teams", admin(s.adminListTeams))
-	s.mux.Handle("GET /admin/teams/{teamID}", admin(s.adminGetTeam))
-	s.mux.Handle("PATCH /admin/teams/{teamID}", admin(s.adminUpdateTeam))
-	s.mux.Handle("DELETE /admin/teams/{teamID}", admin(s.adminDeleteTeam))
-	s.mux.Handle("POST /admin/teams/{teamID}/sandboxes/kill", admin(s.adminKillTeam))
-	s.mux.Handle("GET /admin/sandboxes/running-counts", admin(s.adminRunningCounts))
-	s.mux.Handle("POST /admin/teams/{teamID}/api-keys", admin(s.adminCreateKey))
-	s.mux.Handle("DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}", admin(s.adminDeleteKey))
+	s.handle("POST /admin/teams", admin(s.adminCreateTeam))
+	s.handle("GET /admin/teams", admin(s.adminListTeams))
+	s.handle("GET /admin/teams/{teamID}", admin(s.adminGetTeam))
+	s.handle("PATCH /admin/teams/{teamID}", admin(s.adminUpdateTeam))
+	s.handle("DELETE /admin/teams/{teamID}", admin(s.adminDeleteTeam))
+	s.handle("POST /admin/teams/{teamID}/sandboxes/kill", admin(s.adminKillTeam))
+	s.handle("GET /admin/sandboxes/running-counts", admin(s.adminRunningCounts))
+	s.handle("POST /admin/teams/{teamID}/api-keys", admin(s.adminCreateKey))
+	s.handle("DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}", admin(s.adminDeleteKey))
 	if s.cfg.Metrics != nil {
-		s.mux.Handle("GET /metrics", admin(func(w http.ResponseWriter, r *http.Request, _ *caller) { s.cfg.Metrics.ServeHTTP(w, r) }))
+		s.handle("GET /metrics", admin(func(w http.ResponseWriter, r *http.Request, _ *caller) { s.cfg.Metrics.ServeHTTP(w, r) }))
 	}
 	s.poolRoutes(admin)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -181,7 +196,7 @@ func (s *Server) routes() {
 // packages' endpoints, e.g. templates). The handler finds the team with
 // TeamFrom.
 func (s *Server) Handle(pattern string, h http.Handler) {
-	s.mux.Handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 	}, false))
 }

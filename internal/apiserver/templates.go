@@ -29,22 +29,22 @@ func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Reques
 	if s.cfg.Builds == nil || s.cfg.Catalog == nil {
 		return
 	}
-	s.mux.Handle("POST /v3/templates", team(s.createTemplate))
-	s.mux.Handle("GET /templates/{id}/files/{hash}", team(s.templateFiles))
-	s.mux.Handle("POST /v2/templates/{id}/builds/{buildID}", team(s.startBuild))
-	s.mux.Handle("GET /templates/{id}/builds/{buildID}/status", team(s.buildStatus))
-	s.mux.Handle("GET /templates/{id}/builds/{buildID}/logs", team(s.buildLogs))
-	s.mux.Handle("GET /templates", team(s.listTemplates))
-	s.mux.Handle("GET /v2/templates", team(s.listTemplatesV2))
-	s.mux.Handle("GET /templates/{id}", team(s.getTemplate))
-	s.mux.Handle("DELETE /templates/{id}", team(s.deleteTemplate))
-	s.mux.Handle("PATCH /templates/{id}", team(s.patchTemplate))
-	s.mux.Handle("PATCH /v2/templates/{id}", team(s.patchTemplate))
-	s.mux.Handle("POST /templates/tags", team(s.assignTags))
-	s.mux.Handle("DELETE /templates/tags", team(s.deleteTags))
+	s.handle("POST /v3/templates", team(s.createTemplate))
+	s.handle("GET /templates/{id}/files/{hash}", team(s.templateFiles))
+	s.handle("POST /v2/templates/{id}/builds/{buildID}", team(s.startBuild))
+	s.handle("GET /templates/{id}/builds/{buildID}/status", team(s.buildStatus))
+	s.handle("GET /templates/{id}/builds/{buildID}/logs", team(s.buildLogs))
+	s.handle("GET /templates", team(s.listTemplates))
+	s.handle("GET /v2/templates", team(s.listTemplatesV2))
+	s.handle("GET /templates/{id}", team(s.getTemplate))
+	s.handle("DELETE /templates/{id}", team(s.deleteTemplate))
+	s.handle("PATCH /templates/{id}", team(s.patchTemplate))
+	s.handle("PATCH /v2/templates/{id}", team(s.patchTemplate))
+	s.handle("POST /templates/tags", team(s.assignTags))
+	s.handle("DELETE /templates/tags", team(s.deleteTags))
 	// GET /templates/aliases/{alias} and GET /templates/{id}/tags overlap
 	// for the mux: one route tells them apart.
-	s.mux.Handle("GET /templates/{a}/{b}", team(func(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.handle("GET /templates/{a}/{b}", team(func(w http.ResponseWriter, r *http.Request, c *caller) {
 		switch a, b := r.PathValue("a"), r.PathValue("b"); {
 		case a == "aliases":
 			s.templateAlias(w, r, c, b)

@@ -135,7 +135,7 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	mux := http.NewServeMux()
 	mux.Handle(builder.UploadPathPrefix, local.Service.UploadHandler())
 	mux.Handle("/", api)
-	e.srv = httptest.NewServer(mux)
+	e.srv = httptest.NewServer(conformTo(t, mux))
 	t.Cleanup(e.srv.Close)
 	return &tplEnv{env: e, api: api, local: local, snaps: snaps, recNode: rn}
 }
