@@ -21,6 +21,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -772,13 +773,7 @@ func TestTemplateListGetDeleteTagsPublic(t *testing.T) {
 // mounts overlays.
 func needRootForBuild(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("template builds need root for overlay mounts (CI=true)")
-	}
-	t.Skip("template builds need root for overlay mounts")
+	testenv.NeedRoot(t, "template builds (overlay mounts)")
 }
 
 func TestTemplatesUnconfigured(t *testing.T) {
