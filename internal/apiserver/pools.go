@@ -5,7 +5,7 @@ import (
 	"sort"
 )
 
-// Warm pools (LIFECYCLE-RULES §6), admin routes: how many ready sandboxes
+// Warm pools (docs/lifecycle.md §6), admin routes: how many ready sandboxes
 // of a template the node keeps for creates to claim.
 //
 //	PUT /admin/templates/{templateID}/pool {"size": N}   (0 removes it)

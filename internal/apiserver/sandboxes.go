@@ -17,7 +17,9 @@ import (
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
-// Default TTLs (E2B-COMPAT §3).
+// Default TTLs, E2B's: 15 s for the v1 create and resume, 300 s for the
+// v2 create and connect; a refresh of 60 s by default, an hour at most
+// (docs/api.md, "Sandboxes").
 const (
 	defaultTimeoutV1      = 15 * time.Second
 	defaultTimeoutV2      = 300 * time.Second

@@ -4,7 +4,7 @@
 // per-team limits; E2B's template build API and sandbox snapshots when a
 // build service and catalog are configured.
 //
-// Wire conventions (E2B-COMPAT §2): every error body is
+// Wire conventions (docs/api.md, "Conventions"): every error body is
 // {"code": <HTTP status>, "message": "..."}; empty successes are 204;
 // unknown JSON fields are accepted and invalid values are rejected with a
 // message naming the field. Lifecycle work is delegated to

@@ -20,7 +20,7 @@ import (
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
-// E2B's template build API (E2B-COMPAT §3 "Templates"), served when
+// E2B's template build API (docs/api.md, "Templates"), served when
 // Config.Builds and Config.Catalog are set. Builds run in the background in
 // builder.Service; COPY contexts are PUT to the service's upload handler,
 // whose signed URL GET /templates/{id}/files/{hash} hands out.

@@ -45,7 +45,7 @@ type Config struct {
 	Logger *slog.Logger
 	// PauseRetry is how often a refused auto-pause is retried (default
 	// 10 s); PauseOverstay is how long after the first refusal the pause
-	// degrades to filesystem-only (default 120 s). LIFECYCLE-RULES §3.
+	// degrades to filesystem-only (default 120 s). docs/lifecycle.md §3.
 	PauseRetry    time.Duration
 	PauseOverstay time.Duration
 	// AutoResumeTimeout is the TTL given to a sandbox woken by traffic

@@ -73,7 +73,8 @@ import (
 // Config configures the runsc driver.
 type Config struct {
 	// Path is the runsc binary (default "runsc" from $PATH). It must be a
-	// static build (CGO_ENABLED=0); see RUNTIME-NOTES.md §3.6.
+	// static build (CGO_ENABLED=0, as make build makes it): runsc re-executes
+	// itself inside its sandbox, where the host's shared libraries are not.
 	Path string
 	// StateDir holds runsc's state (--root) and the driver's records
 	// (default /run/warren/runsc). Use one per node agent.
