@@ -652,7 +652,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 			m.st.DeleteSandbox(context.WithoutCancel(ctx), fid) //nolint:errcheck
 			results[i].Err = ferr
 			if results[i].Err == nil {
-				results[i].Err = fmt.Errorf("fork %q: node did not start it: %w", fid, errdefs.ErrUnavailable)
+				results[i].Err = errdefs.Publicf(errdefs.ErrUnavailable, "fork %q: the node did not start it", fid)
 			}
 			continue
 		}
