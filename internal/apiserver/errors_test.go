@@ -100,6 +100,15 @@ func TestInternalDetailStaysInTheLog(t *testing.T) {
 			"POST", "/sandboxes", `{"templateID":"base"}`, http.StatusInternalServerError, "internal error"},
 		{"create joined unavailable", func() { n.CreateErr = fmt.Errorf("unpack: %w", errors.Join(errdefs.ErrUnavailable, host)) },
 			"POST", "/v2/sandboxes", `{"templateID":"base"}`, http.StatusServiceUnavailable, "service unavailable"},
+		{"create: the node's not-found is its host's", func() {
+			n.CreateErr = fmt.Errorf("layer %s: image: %w", "/var/lib/wstr-secret/layers/b1", errors.Join(errdefs.ErrNotFound, host))
+		}, "POST", "/v2/sandboxes", `{"templateID":"base"}`, http.StatusInternalServerError, "internal error"},
+		{"pause refused, the runtime's error joined", func() {
+			n.PauseErr = func(id string) error {
+				return fmt.Errorf("sandbox %q: pause failed, the sandbox keeps running: %w", id, errors.Join(host, errdefs.ErrExhausted))
+			}
+		}, "POST", "/sandboxes/" + running.SandboxID + "/pause", ``, http.StatusTooManyRequests,
+			fmt.Sprintf("sandbox %q cannot be paused now (its node is busy or short of disk); try again later", running.SandboxID)},
 		{"pause conflict", func() { n.PauseErr = func(string) error { return fmt.Errorf("%w: %w", host, errdefs.ErrConflict) } },
 			"POST", "/sandboxes/" + running.SandboxID + "/pause", ``, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", running.SandboxID)},
 	}

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -362,9 +363,13 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	memory := req.Memory == nil || *req.Memory
 	if err := s.lc.Pause(r.Context(), c.teamID, id, memory); err != nil {
-		if errdefs.IsConflict(err) {
-			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is already paused", id)))
-			return
+		var le *lifecycle.LimitError
+		switch {
+		case errdefs.IsConflict(err):
+			err = errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is already paused", id))
+		case errdefs.IsExhausted(err) && !errors.As(err, &le):
+			// A node's refusal joins the runtime's error to the class.
+			err = errdefs.WithMessage(err, fmt.Sprintf("sandbox %q cannot be paused now (its node is busy or short of disk); try again later", id))
 		}
 		s.sandboxErr(w, r, id, err)
 		return

@@ -194,7 +194,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, e
 		if derr := m.st.DeleteSandbox(context.WithoutCancel(ctx), sb.ID); derr != nil {
 			log.Warn("forget failed sandbox", "error", derr)
 		}
-		return nil, fmt.Errorf("create sandbox %q: %w", sb.ID, err)
+		return nil, fmt.Errorf("create sandbox %q: %w", sb.ID, nodeFailure(err))
 	}
 	sb, err = m.st.TransitionSandbox(context.WithoutCancel(ctx), sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StateStarting {
@@ -650,7 +650,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		f, ok := got[fid]
 		if !ok {
 			m.st.DeleteSandbox(context.WithoutCancel(ctx), fid) //nolint:errcheck
-			results[i].Err = ferr
+			results[i].Err = nodeFailure(ferr)
 			if results[i].Err == nil {
 				results[i].Err = errdefs.Publicf(errdefs.ErrUnavailable, "fork %q: the node did not start it", fid)
 			}
