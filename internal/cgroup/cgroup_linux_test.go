@@ -140,7 +140,7 @@ func startHelper(t *testing.T, c Cgroup, kind string, argv ...string) *started {
 	}
 	t.Cleanup(func() { pr.Close() })
 	cmd.Stdout = pw
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = testenv.Output(t)
 	err = cmd.Start()
 	pw.Close()
 	if err != nil {

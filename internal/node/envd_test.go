@@ -44,7 +44,7 @@ func TestHTTPEnvd(t *testing.T) {
 	port := freePort(t)
 	cmd := exec.Command(bin, "--listen", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--init-token-sha256", hex.EncodeToString(sum[:]), "--no-port-forward")
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = testenv.Output(t)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -101,9 +101,7 @@ func newHost(t testing.TB) *host {
 	h.tmpl = tmplDir
 	h.dir = t.TempDir()
 	h.cgRoot = testenv.Name("warren-nodeinteg-")
-	if testing.Verbose() {
-		h.logs = os.Stderr
-	}
+	h.logs = testenv.Output(t) // shown when the test fails or runs with -v
 	t.Cleanup(h.cleanup)
 	return h
 }
