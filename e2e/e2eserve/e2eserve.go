@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -31,13 +32,7 @@ import (
 // the environment has CI=true (CI must run every test).
 func Require(t testing.TB, ok bool, reason string) {
 	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("prerequisite missing under CI: %s", reason)
-	}
-	t.Skipf("skipping: %s", reason)
+	testenv.Require(t, ok, reason)
 }
 
 // Exists reports whether the path p is non-empty and exists.

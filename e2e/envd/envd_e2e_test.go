@@ -17,18 +17,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-func require(t *testing.T, ok bool, reason string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("prerequisite missing under CI: %s", reason)
-	}
-	t.Skipf("skipping: %s", reason)
-}
+	"github.com/warren-sandbox/warren/internal/testenv"
+)
 
 // netns creates a network namespace with loopback up and deletes it at
 // cleanup.
@@ -123,19 +114,19 @@ func userXattrs(dir string) bool {
 }
 
 func TestSDK(t *testing.T) {
-	require(t, os.Geteuid() == 0, "needs root for a network namespace")
+	testenv.Require(t, os.Geteuid() == 0, "needs root for a network namespace")
 	envd := os.Getenv("WARREN_ENVD")
-	require(t, envd != "", "WARREN_ENVD is not set (make build)")
+	testenv.Require(t, envd != "", "WARREN_ENVD is not set (make build)")
 	_, err := os.Stat(envd)
-	require(t, err == nil, "envd binary "+envd+" missing (make build)")
+	testenv.Require(t, err == nil, "envd binary "+envd+" missing (make build)")
 	node, err := exec.LookPath("node")
-	require(t, err == nil, "needs node")
+	testenv.Require(t, err == nil, "needs node")
 	_, err = os.Stat("../node_modules/e2b")
-	require(t, err == nil, "e2e/node_modules/e2b missing (npm ci in e2e/)")
+	testenv.Require(t, err == nil, "e2e/node_modules/e2b missing (npm ci in e2e/)")
 	_, err = exec.LookPath("ip")
-	require(t, err == nil, "needs iproute2")
+	testenv.Require(t, err == nil, "needs iproute2")
 	_, err = exec.LookPath("unshare")
-	require(t, err == nil, "needs unshare (util-linux)")
+	testenv.Require(t, err == nil, "needs unshare (util-linux)")
 
 	ns := netns(t)
 	startEnvd(t, envd, ns)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // TestSDKInGVisor runs the same SDK scripts against envd as the init of a
@@ -16,18 +18,18 @@ import (
 // `user`), in a network namespace of the test's own (host networking of
 // runsc inside that namespace).
 func TestSDKInGVisor(t *testing.T) {
-	require(t, os.Geteuid() == 0, "needs root")
+	testenv.Require(t, os.Geteuid() == 0, "needs root")
 	envd := os.Getenv("WARREN_ENVD")
 	runsc := os.Getenv("WARREN_RUNSC")
 	rootfsTar := os.Getenv("WARREN_TEST_ROOTFS_TAR")
 	for _, p := range []string{envd, runsc, rootfsTar} {
 		_, err := os.Stat(p)
-		require(t, p != "" && err == nil, "needs $WARREN_ENVD, $WARREN_RUNSC and $WARREN_TEST_ROOTFS_TAR (make build base-rootfs)")
+		testenv.Require(t, p != "" && err == nil, "needs $WARREN_ENVD, $WARREN_RUNSC and $WARREN_TEST_ROOTFS_TAR (make build base-rootfs)")
 	}
 	node, err := exec.LookPath("node")
-	require(t, err == nil, "needs node")
+	testenv.Require(t, err == nil, "needs node")
 	_, err = os.Stat("../node_modules/e2b")
-	require(t, err == nil, "e2e/node_modules/e2b missing (npm ci in e2e/)")
+	testenv.Require(t, err == nil, "e2e/node_modules/e2b missing (npm ci in e2e/)")
 
 	base := t.TempDir()
 	rootfs := filepath.Join(base, "rootfs")

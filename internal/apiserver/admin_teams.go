@@ -197,7 +197,7 @@ func (s *Server) adminUpdateTeam(w http.ResponseWriter, r *http.Request, _ *call
 func (s *Server) adminDeleteTeam(w http.ResponseWriter, r *http.Request, _ *caller) {
 	id := r.PathValue("teamID")
 	if id == DefaultTeamID {
-		writeError(w, http.StatusConflict, "the default team cannot be deleted")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrConflict, "the default team cannot be deleted"))
 		return
 	}
 	var cat TemplateDeleter

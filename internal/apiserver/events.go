@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/events"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -46,21 +47,21 @@ func (s *Server) MountEvents(cfg EventsConfig) {
 	team := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler {
 		return s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
 			if c.teamID == "" {
-				writeError(w, http.StatusBadRequest, "X-Team-ID is required: events and webhooks belong to a team")
+				s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalid, "X-Team-ID is required: events and webhooks belong to a team"))
 				return
 			}
 			h(w, r, c)
 		}, false)
 	}
-	s.mux.Handle("GET /events/sandboxes", team(a.listEvents))
-	s.mux.Handle("GET /events/sandboxes/{sandboxID}", team(a.listEvents))
-	s.mux.Handle("POST /events/webhooks", team(a.createWebhook))
-	s.mux.Handle("GET /events/webhooks", team(a.listWebhooks))
-	s.mux.Handle("GET /events/webhooks/{webhookID}", team(a.getWebhook))
-	s.mux.Handle("PATCH /events/webhooks/{webhookID}", team(a.updateWebhook))
-	s.mux.Handle("DELETE /events/webhooks/{webhookID}", team(a.deleteWebhook))
-	s.mux.Handle("GET /events/webhooks/{webhookID}/deliveries", team(a.listDeliveries))
-	s.mux.Handle("POST /events/webhooks/{webhookID}/deliveries/{deliveryID}/redeliver", team(a.redeliver))
+	s.handle("GET /events/sandboxes", team(a.listEvents))
+	s.handle("GET /events/sandboxes/{sandboxID}", team(a.listEvents))
+	s.handle("POST /events/webhooks", team(a.createWebhook))
+	s.handle("GET /events/webhooks", team(a.listWebhooks))
+	s.handle("GET /events/webhooks/{webhookID}", team(a.getWebhook))
+	s.handle("PATCH /events/webhooks/{webhookID}", team(a.updateWebhook))
+	s.handle("DELETE /events/webhooks/{webhookID}", team(a.deleteWebhook))
+	s.handle("GET /events/webhooks/{webhookID}/deliveries", team(a.listDeliveries))
+	s.handle("POST /events/webhooks/{webhookID}/deliveries/{deliveryID}/redeliver", team(a.redeliver))
 }
 
 // eventToken is an events page cursor: the last event ID and the order.
@@ -96,7 +97,7 @@ func (s *eventsAPI) listEvents(w http.ResponseWriter, r *http.Request, c *caller
 		// Another team's sandbox is not found, as everywhere else (an
 		// empty list would say it exists).
 		if sb, err := s.st.GetSandbox(r.Context(), f.SandboxID); err != nil || sb.TeamID != c.teamID {
-			notFound(w, f.SandboxID)
+			s.fail(w, r, errSandboxNotFound(f.SandboxID))
 			return
 		}
 	}

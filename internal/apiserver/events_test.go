@@ -51,7 +51,7 @@ func newEventsEnv(t *testing.T) (*env, *int) {
 	}
 	pokes := new(int)
 	api.MountEvents(apiserver.EventsConfig{Poke: func() { *pokes++ }})
-	e.srv = httptest.NewServer(api)
+	e.srv = httptest.NewServer(conformTo(t, api))
 	t.Cleanup(e.srv.Close)
 	return e, pokes
 }

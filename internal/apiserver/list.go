@@ -21,7 +21,7 @@ import (
 // The SDK encodes each key and value, joins the pairs as a query string and
 // the whole is encoded once more by the query serializer; r.URL.Query()
 // has undone the last layer, so what is left is "k=v&k2=v2" with each key
-// and value still query-escaped (E2B-COMPAT §3).
+// and value still query-escaped (docs/api.md, "Metadata filter").
 func ParseMetadataFilter(raw string) (map[string]string, error) {
 	if raw == "" {
 		return nil, nil

@@ -5,7 +5,7 @@ import (
 	"sort"
 )
 
-// Warm pools (LIFECYCLE-RULES §6), admin routes: how many ready sandboxes
+// Warm pools (docs/lifecycle.md §6), admin routes: how many ready sandboxes
 // of a template the node keeps for creates to claim.
 //
 //	PUT /admin/templates/{templateID}/pool {"size": N}   (0 removes it)
@@ -31,8 +31,8 @@ func (s *Server) poolRoutes(admin func(func(http.ResponseWriter, *http.Request, 
 	if s.cfg.Pools == nil {
 		return
 	}
-	s.mux.Handle("PUT /admin/templates/{templateID}/pool", admin(s.setPool))
-	s.mux.Handle("GET /admin/pools", admin(s.listPools))
+	s.handle("PUT /admin/templates/{templateID}/pool", admin(s.setPool))
+	s.handle("GET /admin/pools", admin(s.listPools))
 }
 
 func (s *Server) setPool(w http.ResponseWriter, r *http.Request, c *caller) {

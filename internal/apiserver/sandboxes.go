@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -17,7 +18,9 @@ import (
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
-// Default TTLs (E2B-COMPAT §3).
+// Default TTLs, E2B's: 15 s for the v1 create and resume, 300 s for the
+// v2 create and connect; a refresh of 60 s by default, an hour at most
+// (docs/api.md, "Sandboxes").
 const (
 	defaultTimeoutV1      = 15 * time.Second
 	defaultTimeoutV2      = 300 * time.Second
@@ -36,7 +39,7 @@ func (s *Server) createV2(w http.ResponseWriter, r *http.Request, c *caller) {
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, c *caller, v2 bool) {
 	if c.teamID == "" {
-		writeError(w, http.StatusBadRequest, "an admin creating a sandbox must name the team in X-Team-ID")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalid, "an admin creating a sandbox must name the team in X-Team-ID"))
 		return
 	}
 	var req client.NewSandbox
@@ -360,9 +363,13 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	memory := req.Memory == nil || *req.Memory
 	if err := s.lc.Pause(r.Context(), c.teamID, id, memory); err != nil {
-		if errdefs.IsConflict(err) {
-			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", id))
-			return
+		var le *lifecycle.LimitError
+		switch {
+		case errdefs.IsConflict(err):
+			err = errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is already paused", id))
+		case errdefs.IsExhausted(err) && !errors.As(err, &le):
+			// A node's refusal joins the runtime's error to the class.
+			err = errdefs.WithMessage(err, fmt.Sprintf("sandbox %q cannot be paused now (its node is busy or short of disk); try again later", id))
 		}
 		s.sandboxErr(w, r, id, err)
 		return
@@ -389,7 +396,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *caller) {
 	sb, err := s.lc.Resume(r.Context(), c.teamID, id, d, req.AutoPause)
 	if err != nil {
 		if errdefs.IsConflict(err) {
-			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already running", id))
+			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is already running", id)))
 			return
 		}
 		s.sandboxErr(w, r, id, err)
@@ -479,7 +486,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	raw, _ := json.Marshal(doc)
 	if err := s.lc.UpdateNetwork(r.Context(), c.teamID, id, p, raw, req.AllowInternetAccess); err != nil {
 		if errdefs.IsConflict(err) {
-			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
+			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id)))
 			return
 		}
 		s.sandboxErr(w, r, id, err)
@@ -511,12 +518,12 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 	results, err := s.lc.Fork(r.Context(), c.teamID, id, count, d, s.limits(c).MaxConcurrent)
 	if err != nil {
 		if errdefs.IsConflict(err) {
-			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
+			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id)))
 			return
 		}
 		if errdefs.IsUnsupported(err) {
 			// 501, not 503: the SDK retries 503 as "busy".
-			writeError(w, http.StatusNotImplemented, "fork is not supported by this node's runtime driver")
+			s.fail(w, r, errdefs.WithMessage(err, "fork is not supported by this node's runtime driver"))
 			return
 		}
 		s.sandboxErr(w, r, id, err)
@@ -525,11 +532,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 	out := make([]client.ForkResult, len(results))
 	for i, res := range results {
 		if res.Err != nil {
-			status := errdefs.HTTPStatus(res.Err)
-			msg := clientMessage(res.Err)
-			if status == http.StatusInternalServerError {
-				s.log.Error("fork", "sandbox_id", id, "error", res.Err)
-				msg = "internal error"
+			status, msg := s.answer(res.Err)
+			if errdefs.Internal(res.Err) {
+				s.log.Warn("fork", "sandbox_id", id, "status", status, "error", res.Err)
 			}
 			out[i].Error = &client.Error{Code: status, Message: msg}
 			continue

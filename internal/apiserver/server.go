@@ -4,7 +4,7 @@
 // per-team limits; E2B's template build API and sandbox snapshots when a
 // build service and catalog are configured.
 //
-// Wire conventions (E2B-COMPAT §2): every error body is
+// Wire conventions (docs/api.md, "Conventions"): every error body is
 // {"code": <HTTP status>, "message": "..."}; empty successes are 204;
 // unknown JSON fields are accepted and invalid values are rejected with a
 // message naming the field. Lifecycle work is delegated to
@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,7 +96,9 @@ type Server struct {
 	envd *http.Client
 	log  *slog.Logger
 	mux  *http.ServeMux
-	hm   *httpMetrics
+	// routes are the patterns served, in the order handle added them.
+	routes []string
+	hm     *httpMetrics
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -127,53 +130,65 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initHTTPMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
-	s.routes()
+	s.addRoutes()
 	return s, nil
 }
 
-func (s *Server) routes() {
+// handle serves h at pattern and records the pattern (Routes).
+func (s *Server) handle(pattern string, h http.Handler) {
+	s.routes = append(s.routes, pattern)
+	s.mux.Handle(pattern, h)
+}
+
+// Routes returns the patterns the server serves ("GET /sandboxes/{id}",
+// ...) in the order they were added, MountEvents' and Handle's included;
+// api/warren-openapi.json documents each (openapi_test.go checks it). The
+// catch-all that answers 404 is not a route.
+func (s *Server) Routes() []string { return slices.Clone(s.routes) }
+
+func (s *Server) addRoutes() {
 	team := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, false) }
 	admin := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, true) }
-	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }) // the spec's 204
-	s.mux.Handle("GET /teams", team(s.listTeams))
+	s.handle("GET /health", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })) // the spec's 204
+	s.handle("GET /teams", team(s.listTeams))
 
-	s.mux.Handle("POST /sandboxes", team(s.createV1))
-	s.mux.Handle("POST /v2/sandboxes", team(s.createV2))
-	s.mux.Handle("GET /sandboxes", team(s.listV1))
-	s.mux.Handle("GET /v2/sandboxes", team(s.listV2))
-	s.mux.Handle("GET /sandboxes/metrics", team(s.batchMetrics))
-	s.mux.Handle("GET /sandboxes/{id}", team(s.getSandbox))
-	s.mux.Handle("DELETE /sandboxes/{id}", team(s.kill))
-	s.mux.Handle("POST /sandboxes/{id}/timeout", team(s.setTimeout))
-	s.mux.Handle("POST /sandboxes/{id}/refreshes", team(s.refresh))
-	s.mux.Handle("POST /sandboxes/{id}/pause", team(s.pause))
-	s.mux.Handle("POST /sandboxes/{id}/resume", team(s.resume))
-	s.mux.Handle("POST /sandboxes/{id}/connect", team(s.connectV1))
-	s.mux.Handle("POST /v2/sandboxes/{id}/connect", team(s.connectV2))
-	s.mux.Handle("GET /sandboxes/{id}/metrics", team(s.metrics))
-	s.mux.Handle("GET /sandboxes/{id}/logs", team(s.logsV1))
-	s.mux.Handle("GET /v2/sandboxes/{id}/logs", team(s.logsV2))
-	s.mux.Handle("POST /sandboxes/{id}/fork", team(s.fork))
-	s.mux.Handle("PUT /sandboxes/{id}/network", team(s.updateNetwork))
-	s.mux.Handle("POST /sandboxes/{id}/snapshots", team(s.createSnapshot))
-	s.mux.Handle("GET /snapshots", team(s.listSnapshots))
+	s.handle("POST /sandboxes", team(s.createV1))
+	s.handle("POST /v2/sandboxes", team(s.createV2))
+	s.handle("GET /sandboxes", team(s.listV1))
+	s.handle("GET /v2/sandboxes", team(s.listV2))
+	s.handle("GET /sandboxes/metrics", team(s.batchMetrics))
+	s.handle("GET /sandboxes/{id}", team(s.getSandbox))
+	s.handle("DELETE /sandboxes/{id}", team(s.kill))
+	s.handle("POST /sandboxes/{id}/timeout", team(s.setTimeout))
+	s.handle("POST /sandboxes/{id}/refreshes", team(s.refresh))
+	s.handle("POST /sandboxes/{id}/pause", team(s.pause))
+	s.handle("POST /sandboxes/{id}/resume", team(s.resume))
+	s.handle("POST /sandboxes/{id}/connect", team(s.connectV1))
+	s.handle("POST /v2/sandboxes/{id}/connect", team(s.connectV2))
+	s.handle("GET /sandboxes/{id}/metrics", team(s.metrics))
+	s.handle("GET /sandboxes/{id}/logs", team(s.logsV1))
+	s.handle("GET /v2/sandboxes/{id}/logs", team(s.logsV2))
+	s.handle("POST /sandboxes/{id}/fork", team(s.fork))
+	s.handle("PUT /sandboxes/{id}/network", team(s.updateNetwork))
+	s.handle("POST /sandboxes/{id}/snapshots", team(s.createSnapshot))
+	s.handle("GET /snapshots", team(s.listSnapshots))
 	s.templateRoutes(team)
 
-	s.mux.Handle("POST /admin/teams", admin(s.adminCreateTeam))
-	s.mux.Handle("GET /admin/teams", admin(s.adminListTeams))
-	s.mux.Handle("GET /admin/teams/{teamID}", admin(s.adminGetTeam))
-	s.mux.Handle("PATCH /admin/teams/{teamID}", admin(s.adminUpdateTeam))
-	s.mux.Handle("DELETE /admin/teams/{teamID}", admin(s.adminDeleteTeam))
-	s.mux.Handle("POST /admin/teams/{teamID}/sandboxes/kill", admin(s.adminKillTeam))
-	s.mux.Handle("GET /admin/sandboxes/running-counts", admin(s.adminRunningCounts))
-	s.mux.Handle("POST /admin/teams/{teamID}/api-keys", admin(s.adminCreateKey))
-	s.mux.Handle("DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}", admin(s.adminDeleteKey))
+	s.handle("POST /admin/teams", admin(s.adminCreateTeam))
+	s.handle("GET /admin/teams", admin(s.adminListTeams))
+	s.handle("GET /admin/teams/{teamID}", admin(s.adminGetTeam))
+	s.handle("PATCH /admin/teams/{teamID}", admin(s.adminUpdateTeam))
+	s.handle("DELETE /admin/teams/{teamID}", admin(s.adminDeleteTeam))
+	s.handle("POST /admin/teams/{teamID}/sandboxes/kill", admin(s.adminKillTeam))
+	s.handle("GET /admin/sandboxes/running-counts", admin(s.adminRunningCounts))
+	s.handle("POST /admin/teams/{teamID}/api-keys", admin(s.adminCreateKey))
+	s.handle("DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}", admin(s.adminDeleteKey))
 	if s.cfg.Metrics != nil {
-		s.mux.Handle("GET /metrics", admin(func(w http.ResponseWriter, r *http.Request, _ *caller) { s.cfg.Metrics.ServeHTTP(w, r) }))
+		s.handle("GET /metrics", admin(func(w http.ResponseWriter, r *http.Request, _ *caller) { s.cfg.Metrics.ServeHTTP(w, r) }))
 	}
 	s.poolRoutes(admin)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		s.fail(w, r, errNoRoute(r))
 	})
 }
 
@@ -181,7 +196,7 @@ func (s *Server) routes() {
 // packages' endpoints, e.g. templates). The handler finds the team with
 // TeamFrom.
 func (s *Server) Handle(pattern string, h http.Handler) {
-	s.mux.Handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 	}, false))
 }
@@ -217,8 +232,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.log.Error("api handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
-			writeError(w, http.StatusInternalServerError, "internal error")
+			s.fail(w, r, fmt.Errorf("api handler panic: %v", v))
 		}
 	}()
 	if cors.IsPreflight(r) { // browsers: answered without a key
@@ -238,19 +252,19 @@ type caller struct {
 
 func (s *Server) auth(h func(http.ResponseWriter, *http.Request, *caller), adminOnly bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, status, msg := s.authenticate(r)
-		if status == 0 && adminOnly && !c.admin {
-			status, msg = http.StatusForbidden, "this endpoint needs the admin token (X-Admin-Token)"
+		c, err := s.authenticate(r)
+		if err == nil && adminOnly && !c.admin {
+			err = errdefs.Publicf(errdefs.ErrForbidden, "this endpoint needs the admin token (X-Admin-Token)")
 		}
-		if status != 0 {
-			writeError(w, status, msg)
+		if err != nil {
+			s.fail(w, r, err)
 			return
 		}
 		h(w, r, c)
 	})
 }
 
-func (s *Server) authenticate(r *http.Request) (*caller, int, string) {
+func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	ctx := r.Context()
 	tok := r.Header.Get("X-Admin-Token")
 	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok == "" && !strings.HasPrefix(b, KeyPrefix) {
@@ -258,17 +272,20 @@ func (s *Server) authenticate(r *http.Request) (*caller, int, string) {
 	}
 	if tok != "" {
 		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) != 1 {
-			return nil, http.StatusUnauthorized, "invalid admin token"
+			return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid admin token")
 		}
 		c := &caller{admin: true, teamID: r.Header.Get("X-Team-ID")}
 		if c.teamID != "" {
 			t, err := s.st.GetTeam(ctx, c.teamID)
+			if errdefs.IsNotFound(err) {
+				return nil, errdefs.Publicf(errdefs.ErrInvalid, "X-Team-ID: team %q does not exist", c.teamID)
+			}
 			if err != nil {
-				return nil, http.StatusBadRequest, fmt.Sprintf("X-Team-ID: team %q does not exist", c.teamID)
+				return nil, fmt.Errorf("X-Team-ID: %w", err)
 			}
 			c.team = t
 		}
-		return c, 0, ""
+		return c, nil
 	}
 	key := r.Header.Get("X-API-Key")
 	if key == "" {
@@ -277,21 +294,23 @@ func (s *Server) authenticate(r *http.Request) (*caller, int, string) {
 		}
 	}
 	if key == "" {
-		return nil, http.StatusUnauthorized, "missing API key: set the X-API-Key header"
+		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "missing API key: set the X-API-Key header")
 	}
 	k, err := s.st.APIKeyByHash(ctx, HashKey(key))
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			return nil, http.StatusUnauthorized, "invalid API key"
+			return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key")
 		}
-		s.log.Error("api key lookup", "error", err)
-		return nil, http.StatusInternalServerError, "internal error"
+		return nil, fmt.Errorf("api key lookup: %w", err)
 	}
 	t, err := s.st.GetTeam(ctx, k.TeamID)
-	if err != nil {
-		return nil, http.StatusUnauthorized, "invalid API key: its team no longer exists"
+	if errdefs.IsNotFound(err) {
+		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key: its team no longer exists")
 	}
-	return &caller{teamID: t.ID, team: t}, 0, ""
+	if err != nil {
+		return nil, fmt.Errorf("team of api key %q: %w", k.ID, err)
+	}
+	return &caller{teamID: t.ID, team: t}, nil
 }
 
 // limits returns the caller's effective limits.
@@ -355,7 +374,7 @@ func LifecycleLimits(st store.Store, defaults store.Limits) func(ctx context.Con
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "internal error")
+		writeErrorBody(w, http.StatusInternalServerError, "internal error")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -363,58 +382,66 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(b) //nolint:errcheck
 }
 
-// writeError writes the E2B error body: code equals the HTTP status.
-func writeError(w http.ResponseWriter, status int, msg string) {
+// fail is the REST API's one error boundary: err's class (errdefs) chooses
+// the status, errdefs.ClientMessage the message of the E2B error body, and
+// what the client is not told is logged (5xx at Error or Warn, a hidden
+// detail of a 4xx at Debug). A 429 carries Retry-After. Handlers wrap a
+// class (errdefs.Publicf, errdefs.WithMessage) and call fail; nothing else
+// writes an error.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, msg := s.answer(err)
+	if errdefs.Internal(err) {
+		lvl := slog.LevelDebug
+		switch {
+		case status == http.StatusInternalServerError:
+			lvl = slog.LevelError
+		case status >= 500:
+			lvl = slog.LevelWarn
+		}
+		s.log.Log(r.Context(), lvl, "api request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
+	}
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
+	}
+	writeErrorBody(w, status, msg)
+}
+
+// answer is the status and client message of err (also the error entries
+// of a fork's answer).
+func (s *Server) answer(err error) (int, string) {
+	var le *lifecycle.LimitError
+	if errors.As(err, &le) {
+		return http.StatusTooManyRequests, le.Error()
+	}
+	return errdefs.HTTPStatus(err), errdefs.ClientMessage(err)
+}
+
+// writeErrorBody writes the E2B error body, whose code equals the HTTP
+// status. Only fail (and writeJSON, whose values always encode) call it.
+func writeErrorBody(w http.ResponseWriter, status int, msg string) {
 	b, _ := json.Marshal(client.Error{Code: status, Message: msg})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(b) //nolint:errcheck
 }
 
-// fail maps err onto a status and a client-facing message. Errors of no
-// class are logged and answered with a generic 500.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var le *lifecycle.LimitError
-	if errors.As(err, &le) {
-		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
-		writeError(w, http.StatusTooManyRequests, le.Error())
-		return
-	}
-	status := errdefs.HTTPStatus(err)
-	if status == http.StatusInternalServerError {
-		s.log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		writeError(w, status, "internal error")
-		return
-	}
-	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
-	}
-	writeError(w, status, clientMessage(err))
+// errNoRoute answers a request no route serves.
+func errNoRoute(r *http.Request) error {
+	return errdefs.Publicf(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path)
 }
 
-// clientMessage is err's text without the trailing error-class words
-// ("...: not found"), which the status already says.
-func clientMessage(err error) string {
-	msg := err.Error()
-	for _, class := range []error{errdefs.ErrNotFound, errdefs.ErrAlreadyExists, errdefs.ErrInvalid, errdefs.ErrConflict,
-		errdefs.ErrExhausted, errdefs.ErrUnavailable, errdefs.ErrUnsupported, errdefs.ErrUnauthorized, errdefs.ErrForbidden} {
-		if m, ok := strings.CutSuffix(msg, ": "+class.Error()); ok {
-			return m
-		}
-	}
-	return msg
-}
+// sandboxNotFound is E2B's not-found message for a sandbox.
+const sandboxNotFound = "sandbox %q doesn't exist or you don't have access to it"
 
-// notFound answers the E2B not-found error for sandbox id.
-func notFound(w http.ResponseWriter, id string) {
-	writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q doesn't exist or you don't have access to it", id))
+// errSandboxNotFound is the not-found error for sandbox id.
+func errSandboxNotFound(id string) error {
+	return errdefs.Publicf(errdefs.ErrNotFound, sandboxNotFound, id)
 }
 
 // sandboxErr answers err of an operation on sandbox id.
 func (s *Server) sandboxErr(w http.ResponseWriter, r *http.Request, id string, err error) {
 	if errdefs.IsNotFound(err) {
-		notFound(w, id)
-		return
+		err = errdefs.WithMessage(err, fmt.Sprintf(sandboxNotFound, id))
 	}
 	s.fail(w, r, err)
 }

@@ -93,12 +93,18 @@ func newEnv(t testing.TB, opts ...func(*lifecycle.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv = httptest.NewServer(api)
+	e.srv = httptest.NewServer(conformTo(t, api))
 	t.Cleanup(e.srv.Close)
 	return e
 }
 
-func (e *env) client(key string) *client.Client { return client.New(e.srv.URL, key) }
+// client is pkg/client for key; conformTo holds its requests to the
+// document.
+func (e *env) client(key string) *client.Client {
+	c := client.New(e.srv.URL, key)
+	c.Header.Set(clientHeader, "1")
+	return c
+}
 
 func (e *env) create(key string, body client.NewSandbox) *client.Sandbox {
 	e.t.Helper()

@@ -52,7 +52,7 @@ type snapshotJSON struct {
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) {
 	if c.teamID == "" {
-		writeError(w, http.StatusBadRequest, "an admin taking a snapshot must name the sandbox's team in X-Team-ID")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalid, "an admin taking a snapshot must name the sandbox's team in X-Team-ID"))
 		return
 	}
 	id := r.PathValue("id")
@@ -70,11 +70,11 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		return
 	}
 	if s.cfg.Snapshots == nil || s.cfg.Catalog == nil {
-		writeError(w, http.StatusNotImplemented, "snapshots are not supported by this server (they need the runsc driver)")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrUnsupported, "snapshots are not supported by this server (they need the runsc driver)"))
 		return
 	}
 	if sb.State != sandbox.StateRunning {
-		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is not running", id))
 		return
 	}
 	if lim := s.limits(c).MaxSnapshots; lim > 0 {
@@ -84,8 +84,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 			return
 		}
 		if n >= lim {
-			w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("you have reached the maximum number of snapshots (%d); delete a snapshot or ask for a higher limit", lim))
+			s.fail(w, r, errdefs.Publicf(errdefs.ErrExhausted, "you have reached the maximum number of snapshots (%d); delete a snapshot or ask for a higher limit", lim))
 			return
 		}
 	}
@@ -144,7 +143,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 			}
 			return
 		}
-		cat.FinishBuild(cctx, b.ID, &templates.Reason{Message: clientMessage(cause), Step: "snapshot"}) //nolint:errcheck
+		cat.FinishBuild(cctx, b.ID, &templates.Reason{Message: errdefs.ClientMessage(cause), Step: "snapshot"}) //nolint:errcheck
 	}
 	if err := st.CreateBuild(ctx, b); err != nil {
 		undo(err)
@@ -157,9 +156,9 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		undo(err)
 		switch {
 		case errdefs.IsUnsupported(err):
-			writeError(w, http.StatusNotImplemented, "snapshots need a runtime driver with memory checkpoint (runsc); this node's driver has none")
+			s.fail(w, r, errdefs.WithMessage(err, "snapshots need a runtime driver with memory checkpoint (runsc); this node's driver has none"))
 		case errdefs.IsConflict(err):
-			writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not running", id))
+			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id)))
 		default:
 			s.sandboxErr(w, r, id, err)
 		}

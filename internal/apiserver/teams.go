@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -122,7 +123,7 @@ func (s *Server) adminDeleteKey(w http.ResponseWriter, r *http.Request, _ *calle
 			return
 		}
 	}
-	writeError(w, http.StatusNotFound, "api key not found")
+	s.fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "api key not found"))
 }
 
 // identifierMask is the spec's IdentifierMaskingDetails of a key: its

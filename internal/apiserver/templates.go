@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -19,7 +20,7 @@ import (
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
-// E2B's template build API (E2B-COMPAT §3 "Templates"), served when
+// E2B's template build API (docs/api.md, "Templates"), served when
 // Config.Builds and Config.Catalog are set. Builds run in the background in
 // builder.Service; COPY contexts are PUT to the service's upload handler,
 // whose signed URL GET /templates/{id}/files/{hash} hands out.
@@ -28,29 +29,29 @@ func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Reques
 	if s.cfg.Builds == nil || s.cfg.Catalog == nil {
 		return
 	}
-	s.mux.Handle("POST /v3/templates", team(s.createTemplate))
-	s.mux.Handle("GET /templates/{id}/files/{hash}", team(s.templateFiles))
-	s.mux.Handle("POST /v2/templates/{id}/builds/{buildID}", team(s.startBuild))
-	s.mux.Handle("GET /templates/{id}/builds/{buildID}/status", team(s.buildStatus))
-	s.mux.Handle("GET /templates/{id}/builds/{buildID}/logs", team(s.buildLogs))
-	s.mux.Handle("GET /templates", team(s.listTemplates))
-	s.mux.Handle("GET /v2/templates", team(s.listTemplatesV2))
-	s.mux.Handle("GET /templates/{id}", team(s.getTemplate))
-	s.mux.Handle("DELETE /templates/{id}", team(s.deleteTemplate))
-	s.mux.Handle("PATCH /templates/{id}", team(s.patchTemplate))
-	s.mux.Handle("PATCH /v2/templates/{id}", team(s.patchTemplate))
-	s.mux.Handle("POST /templates/tags", team(s.assignTags))
-	s.mux.Handle("DELETE /templates/tags", team(s.deleteTags))
+	s.handle("POST /v3/templates", team(s.createTemplate))
+	s.handle("GET /templates/{id}/files/{hash}", team(s.templateFiles))
+	s.handle("POST /v2/templates/{id}/builds/{buildID}", team(s.startBuild))
+	s.handle("GET /templates/{id}/builds/{buildID}/status", team(s.buildStatus))
+	s.handle("GET /templates/{id}/builds/{buildID}/logs", team(s.buildLogs))
+	s.handle("GET /templates", team(s.listTemplates))
+	s.handle("GET /v2/templates", team(s.listTemplatesV2))
+	s.handle("GET /templates/{id}", team(s.getTemplate))
+	s.handle("DELETE /templates/{id}", team(s.deleteTemplate))
+	s.handle("PATCH /templates/{id}", team(s.patchTemplate))
+	s.handle("PATCH /v2/templates/{id}", team(s.patchTemplate))
+	s.handle("POST /templates/tags", team(s.assignTags))
+	s.handle("DELETE /templates/tags", team(s.deleteTags))
 	// GET /templates/aliases/{alias} and GET /templates/{id}/tags overlap
 	// for the mux: one route tells them apart.
-	s.mux.Handle("GET /templates/{a}/{b}", team(func(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.handle("GET /templates/{a}/{b}", team(func(w http.ResponseWriter, r *http.Request, c *caller) {
 		switch a, b := r.PathValue("a"), r.PathValue("b"); {
 		case a == "aliases":
 			s.templateAlias(w, r, c, b)
 		case b == "tags":
 			s.listTags(w, r, c, a)
 		default:
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+			s.fail(w, r, errNoRoute(r))
 		}
 	}))
 }
@@ -64,9 +65,9 @@ func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Reques
 func (s *Server) templateErr(w http.ResponseWriter, r *http.Request, id string, err error) {
 	switch {
 	case errdefs.IsNotFound(err):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", id))
-	case errdefs.HTTPStatus(err) == http.StatusForbidden:
-		writeError(w, http.StatusForbidden, fmt.Sprintf("you don't have access to template '%s'", id))
+		s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("template '%s' not found", id)))
+	case errors.Is(err, errdefs.ErrForbidden):
+		s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("you don't have access to template '%s'", id)))
 	default:
 		s.fail(w, r, err)
 	}
@@ -261,7 +262,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
 	_, err := s.cfg.Builds.StartBuild(r.Context(), builder.StartRequest{TeamID: c.teamID, TemplateID: id, BuildID: buildID, Spec: spec})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' or its build '%s' not found", id, buildID))
+			s.fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "template '%s' or its build '%s' not found", id, buildID))
 			return
 		}
 		s.templateErr(w, r, id, err)
@@ -341,7 +342,7 @@ func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request, c *caller) 
 
 func (s *Server) buildErr(w http.ResponseWriter, r *http.Request, id, buildID string, err error) {
 	if errdefs.IsNotFound(err) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("build '%s' of template '%s' not found", buildID, id))
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "build '%s' of template '%s' not found", buildID, id))
 		return
 	}
 	s.templateErr(w, r, id, err)
@@ -706,7 +707,7 @@ func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	if err := s.cfg.Catalog.DeleteTags(r.Context(), c.teamID, req.Name, req.Tags); err != nil {
 		if errdefs.IsNotFound(err) {
-			writeError(w, http.StatusNotFound, clientMessage(err))
+			s.fail(w, r, err)
 			return
 		}
 		s.templateErr(w, r, req.Name, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -135,7 +136,7 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	mux := http.NewServeMux()
 	mux.Handle(builder.UploadPathPrefix, local.Service.UploadHandler())
 	mux.Handle("/", api)
-	e.srv = httptest.NewServer(mux)
+	e.srv = httptest.NewServer(conformTo(t, mux))
 	t.Cleanup(e.srv.Close)
 	return &tplEnv{env: e, api: api, local: local, snaps: snaps, recNode: rn}
 }
@@ -772,13 +773,7 @@ func TestTemplateListGetDeleteTagsPublic(t *testing.T) {
 // mounts overlays.
 func needRootForBuild(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("template builds need root for overlay mounts (CI=true)")
-	}
-	t.Skip("template builds need root for overlay mounts")
+	testenv.NeedRoot(t, "template builds (overlay mounts)")
 }
 
 func TestTemplatesUnconfigured(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func TestAutoPoolSize(t *testing.T) {
@@ -59,7 +60,7 @@ func TestSetBasePool(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	n, tmpl, closeNode, err := fakeNode(ctx, Config{DataDir: dir, Logger: slog.New(slog.DiscardHandler)}, prometheus.NewRegistry())
+	n, tmpl, closeNode, err := fakeNode(ctx, Config{DataDir: dir, Logger: testenv.Logger(t)}, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestSetBasePool(t *testing.T) {
 	closeNode()
 
 	// The next start with the pool off removes the pool it restored.
-	n2, _, closeNode2, err := fakeNode(ctx, Config{DataDir: dir, Logger: slog.New(slog.DiscardHandler)}, prometheus.NewRegistry())
+	n2, _, closeNode2, err := fakeNode(ctx, Config{DataDir: dir, Logger: testenv.Logger(t)}, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

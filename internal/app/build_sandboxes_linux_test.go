@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -25,7 +23,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/rootfslayers"
 	"github.com/warren-sandbox/warren/internal/rootfs"
-	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // TestBuildSandboxes runs a build sandbox as warren serve makes it (its
@@ -43,10 +41,10 @@ func testBuildSandboxes(t *testing.T, kind string) {
 	runscBin, envd, tarPath := realRuntime(t)
 	pool, netCfg := netslottest.New(t)
 	data := t.TempDir()
-	cgRoot := "warren-test-" + sandbox.NewExecutionID()[:8]
+	cgRoot := testenv.Name("warren-test-")
 	t.Cleanup(func() { removeCgroupRoots(cgRoot, buildCgroupRoot(cgRoot)) })
 	cfg := Config{DataDir: data, Driver: kind, RunscPath: runscBin, RuncPath: "runc", EnvdPath: envd, Net: netCfg}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testenv.Logger(t)
 	bs, err := newBuildSandboxes(cfg, cgRoot, pool, log)
 	if err != nil {
 		t.Fatal(err)
@@ -181,22 +179,8 @@ func sum(m map[string]int) int {
 // skips (fails under CI=true) without them or without root.
 func realRuntime(t *testing.T) (runscBin, envd, tarPath string) {
 	t.Helper()
-	fail := t.Skipf
-	if os.Getenv("CI") == "true" {
-		fail = t.Fatalf
-	}
-	if os.Geteuid() != 0 {
-		fail("needs root")
-	}
-	for _, v := range []struct{ env, what string }{
-		{"WARREN_RUNSC", "runsc (make build)"}, {"WARREN_ENVD", "envd (make build)"}, {"WARREN_TEST_ROOTFS_TAR", "the base rootfs (make base-rootfs)"},
-	} {
-		p := os.Getenv(v.env)
-		if _, err := os.Stat(p); p == "" || err != nil {
-			fail("%s=%q: %s is needed: %v", v.env, p, v.what, err)
-		}
-	}
-	return os.Getenv("WARREN_RUNSC"), os.Getenv("WARREN_ENVD"), os.Getenv("WARREN_TEST_ROOTFS_TAR")
+	testenv.NeedRoot(t, "build sandboxes")
+	return testenv.Runsc(t), testenv.Envd(t), testenv.RootFSTar(t)
 }
 
 // removeCgroupRoots removes the (empty) cgroup roots a test's runtimes made

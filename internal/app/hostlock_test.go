@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -13,13 +12,14 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/hostlock"
 	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // A second server on names the first holds refuses to start, before it
 // touches anything of the first one's (its data dir, or for a real
 // driver its cgroup root, table, interface prefix and address range).
 func TestSecondInstanceRefused(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := testenv.Logger(t)
 	t.Run("same data dir", func(t *testing.T) {
 		dir := t.TempDir()
 		ctx, cancel := context.WithCancel(context.Background())

@@ -3,11 +3,12 @@ package app
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // TestMetricsListen runs serve with the fake driver and scrapes the
@@ -17,7 +18,7 @@ func TestMetricsListen(t *testing.T) {
 	const addr = "127.0.0.1:3450" // this worktree's port range
 	run := func(ctx context.Context, metrics string, bestEffort bool) (<-chan error, <-chan string) {
 		errc, ready := make(chan error, 1), make(chan string, 1)
-		cfg := Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Driver: "fake", Logger: slog.New(slog.DiscardHandler), Out: io.Discard,
+		cfg := Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Driver: "fake", Logger: testenv.Logger(t), Out: io.Discard,
 			MetricsListen: metrics, MetricsListenBestEffort: bestEffort, Ready: func(a string) { ready <- a }}
 		go func() { errc <- Run(ctx, cfg) }()
 		return errc, ready

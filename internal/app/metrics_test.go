@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -29,7 +29,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.SQLite(t)
 	reg := prometheus.NewRegistry()
-	cfg := Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
+	cfg := Config{DataDir: t.TempDir(), Logger: testenv.Logger(t)}
 	n, tmpl, closeNode, err := fakeNode(ctx, cfg, reg)
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -28,7 +28,7 @@ func TestWarmPoolThroughAPI(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.SQLite(t)
 	reg := prometheus.NewRegistry()
-	n, tmpl, closeNode, err := fakeNode(ctx, Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}, reg)
+	n, tmpl, closeNode, err := fakeNode(ctx, Config{DataDir: t.TempDir(), Logger: testenv.Logger(t)}, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

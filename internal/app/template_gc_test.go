@@ -2,8 +2,6 @@ package app
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // TestTemplateGCWiring: serve's collector registers its counters beside
@@ -28,7 +27,7 @@ func TestTemplateGCWiring(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			log := testenv.Logger(t)
 			local, err := builder.OpenLocal(builder.LocalConfig{DataDir: dir, Logger: log, NoNetwork: true})
 			if err != nil {
 				t.Fatal(err)

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -50,7 +50,7 @@ func TestServeDefaultLimits(t *testing.T) {
 			Listen: "127.0.0.1:0", DataDir: t.TempDir(), Driver: "fake", APIKey: key,
 			Limits: store.Limits{MaxConcurrent: 1, MaxTimeout: 10 * time.Minute},
 			Node:   NodeTuning{WatchdogInterval: -1},
-			Logger: slog.New(slog.DiscardHandler), Out: io.Discard,
+			Logger: testenv.Logger(t), Out: io.Discard,
 			Ready: func(a string) { addr <- a },
 		})
 	}()

@@ -11,15 +11,13 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/bench"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // prerequisite skips the test with reason, or fails it under CI=true.
 func prerequisite(t *testing.T, reason string) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("prerequisite missing under CI=true: %s", reason)
-	}
-	t.Skipf("skipping: %s", reason)
+	testenv.Require(t, false, reason)
 }
 
 // pathFrom returns $env, else the repository path rel if it exists.

@@ -11,6 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/netslot/netslottest"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // BenchmarkBuild measures a five-step build from the base template, with
@@ -65,7 +66,7 @@ func BenchmarkBuildRunners(b *testing.B) {
 			if runscBin == "" || envd == "" {
 				b.Skip("WARREN_RUNSC and WARREN_ENVD are needed (make build)")
 			}
-			cgRoot := "warren-test-bench-" + strconv.Itoa(os.Getpid())
+			cgRoot := testenv.Name("warren-test-bench-")
 			b.Cleanup(func() {
 				dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgRoot)
 				for _, d := range dirs {

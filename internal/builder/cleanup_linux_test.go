@@ -22,6 +22,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // crashHelperEnv names the data directory the crash helper builds in.
@@ -90,7 +91,7 @@ func startCrashedBuild(t *testing.T, dir string) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashHelperEnv+"="+dir)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = testenv.Output(t)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

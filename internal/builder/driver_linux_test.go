@@ -3,42 +3,23 @@ package builder
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/builder/driverrun"
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // TestDriverRunnerRunsc builds with RUN steps and the ready check inside
 // gVisor sandboxes (the runsc driver at $WARREN_RUNSC).
 func TestDriverRunnerRunsc(t *testing.T) {
 	needRoot(t)
-	bin := os.Getenv("WARREN_RUNSC")
-	if bin == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("WARREN_RUNSC is not set (CI=true)")
-		}
-		t.Skip("WARREN_RUNSC is not set (make build)")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("WARREN_RUNSC: %v", err)
-		}
-		t.Skipf("WARREN_RUNSC: %v", err)
-	}
-	envd := os.Getenv("WARREN_ENVD")
-	if _, err := os.Stat(envd); envd == "" || err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("WARREN_ENVD %q: %v (CI=true)", envd, err)
-		}
-		t.Skipf("WARREN_ENVD %q: %v (make build)", envd, err)
-	}
+	bin, envd := testenv.Runsc(t), testenv.Envd(t)
 	t.Parallel()
 	// A cgroup root of its own (runsc's default is the node's "/warren"),
 	// removed at the end in every hierarchy.
-	cgRoot := "warren-test-bld-" + strconv.Itoa(os.Getpid())
+	cgRoot := testenv.Name("warren-test-bld-")
 	t.Cleanup(func() {
 		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgRoot)
 		for _, d := range dirs {

@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +21,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // overlayLayers are the fake node layers with a real overlay mount of the
@@ -126,7 +125,7 @@ func newGCFixture(t *testing.T, runner Runner) *gcFixture {
 	f.agent = a
 	f.gc, err = NewCollector(CollectorConfig{
 		Builder: f.b, Node: a, Grace: testGrace, Registry: f.reg, Now: f.clock,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: testenv.Logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -27,19 +27,14 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // needRoot skips (or fails under CI=true) a test that mounts overlays and
 // chroots.
 func needRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("builder tests need root for overlay mounts and chroot (CI=true)")
-	}
-	t.Skip("builder tests need root for overlay mounts and chroot")
+	testenv.NeedRoot(t, "builder tests (overlay mounts, chroot)")
 }
 
 // tinyRootFS is a tar of a minimal root filesystem made from the host's

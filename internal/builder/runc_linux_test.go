@@ -7,17 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func needRunc(t *testing.T) RuncRunner {
 	t.Helper()
 	needRoot(t)
-	if _, err := exec.LookPath("runc"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("runc is not installed (CI=true)")
-		}
-		t.Skip("runc is not installed")
-	}
+	_, err := exec.LookPath("runc")
+	testenv.Require(t, err == nil, "runc is not installed")
 	return RuncRunner{StateDir: filepath.Join(t.TempDir(), "runc")}
 }
 
@@ -71,13 +69,7 @@ func TestRuncRunner(t *testing.T) {
 // ($WARREN_TEST_ROOTFS_TAR): python, sudo as the default user.
 func TestRuncRunnerRealBase(t *testing.T) {
 	r := needRunc(t)
-	tarPath := os.Getenv("WARREN_TEST_ROOTFS_TAR")
-	if tarPath == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("WARREN_TEST_ROOTFS_TAR is not set (CI=true)")
-		}
-		t.Skip("WARREN_TEST_ROOTFS_TAR is not set (make base-rootfs)")
-	}
+	tarPath := testenv.RootFSTar(t)
 	base, err := os.ReadFile(tarPath)
 	if err != nil {
 		t.Fatal(err)

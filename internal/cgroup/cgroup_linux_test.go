@@ -17,6 +17,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // The test binary doubles as the workload: with WARREN_CGROUP_HELPER set it
@@ -59,22 +60,16 @@ func runHelper(kind string) {
 // requireRoot skips without root, and fails instead under CI=true.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("cgroup tests need root (CI=true)")
-	}
-	t.Skip("cgroup tests need root")
+	testenv.NeedRoot(t, "cgroup tests")
 }
 
 func testLog(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return testenv.Logger(t)
 }
 
 // testRoot returns a unique root and removes it from every hierarchy at the end.
 func testRoot(t *testing.T) string {
-	root := "warren-test-" + sandbox.NewExecutionID()[:8]
+	root := testenv.Name("warren-test-")
 	t.Cleanup(func() {
 		l, err := readLayout("/proc/self/mountinfo")
 		if err != nil {
@@ -145,7 +140,7 @@ func startHelper(t *testing.T, c Cgroup, kind string, argv ...string) *started {
 	}
 	t.Cleanup(func() { pr.Close() })
 	cmd.Stdout = pw
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = testenv.Output(t)
 	err = cmd.Start()
 	pw.Close()
 	if err != nil {
@@ -354,12 +349,8 @@ func TestLimits(t *testing.T) {
 			res:  sandbox.Resources{Pids: 16},
 			run: func(t *testing.T, c Cgroup) {
 				const python = "/usr/bin/python3"
-				if _, err := os.Stat(python); err != nil {
-					if os.Getenv("CI") == "true" {
-						t.Fatalf("fork bomb needs %s", python)
-					}
-					t.Skipf("fork bomb needs %s", python)
-				}
+				_, err := os.Stat(python)
+				testenv.Require(t, err == nil, "the fork bomb needs "+python)
 				// Forks 60 sleepers; the ones past the limit fail with EAGAIN.
 				h := startHelper(t, c, "", python, "-c", `
 import os, sys, time

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func write(t *testing.T, path, content string) {
@@ -118,12 +120,7 @@ func TestCgroupMounts(t *testing.T) {
 // This host, as root: the checks that depend only on the kernel pass.
 func TestThisHost(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root")
-		}
-		t.Skip("needs root")
-	}
+	testenv.NeedRoot(t, "host checks")
 	cfg := Config{DataDir: t.TempDir(), MinFreeDiskBytes: 1 << 20}
 	if p := os.Getenv("WARREN_RUNSC"); p != "" {
 		cfg.RunscPath = p

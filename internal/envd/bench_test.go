@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +23,7 @@ import (
 
 	pb "github.com/warren-sandbox/warren/api/envd/process"
 	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func benchServer(b *testing.B) *httptest.Server {
@@ -31,7 +31,7 @@ func benchServer(b *testing.B) *httptest.Server {
 	cfg := DefaultConfig()
 	cfg.PortForward = false
 	cfg.Init = false
-	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	s, err := New(cfg, testenv.Logger(b))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +21,7 @@ import (
 	pb "github.com/warren-sandbox/warren/api/envd/process"
 	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
 	"github.com/warren-sandbox/warren/internal/envd/metrics"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func newTestServer(t *testing.T, initToken string) *httptest.Server {
@@ -34,7 +34,7 @@ func newTestServer(t *testing.T, initToken string) *httptest.Server {
 		sum := sha256.Sum256([]byte(initToken))
 		cfg.InitTokenSHA256 = hex.EncodeToString(sum[:])
 	}
-	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	s, err := New(cfg, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Config{Port: 1, InitTokenSHA256: "zz"}, slog.New(slog.DiscardHandler)); err == nil {
+	if _, err := New(Config{Port: 1, InitTokenSHA256: "zz"}, testenv.Logger(t)); err == nil {
 		t.Fatal("bad init token hash accepted")
 	}
 }
@@ -223,7 +223,7 @@ func TestInitInstallsCABundle(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.PortForward, cfg.Init, cfg.TrustStore = false, false, store
-	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	s, err := New(cfg, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestServeH2CAndGRPC(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.PortForward, cfg.Init = false, false
-	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	s, err := New(cfg, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

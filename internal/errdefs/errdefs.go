@@ -7,13 +7,23 @@
 //	return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 //
 // and the boundary (API server, RPC handler) asks which class an error belongs
-// to with errors.Is, or with the helpers below, to choose a status code. What
-// a client sees is the message; internal detail is logged, not sent.
+// to with errors.Is, or with the helpers below, to choose a status code.
+//
+// What a client sees is apart from what the log gets (tailscale's
+// HTTPError{Msg, Err}): ClientMessage is the one-line text a client may be
+// told, the error's whole text is for the log. Errors of the client-side
+// classes (not found, invalid, conflict, ...) are written by Warren's own code
+// to name what the caller asked for, so their first line is the message; an
+// unavailable or unclassified error may carry host paths and a runtime's
+// stderr, so a client is told only its class unless the code that made it
+// gave a message with WithMessage or Publicf.
 package errdefs
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 )
 
 // The error classes. Wrap these; never compare error strings.
@@ -75,4 +85,96 @@ func HTTPStatus(err error) int {
 	default:
 		return http.StatusInternalServerError
 	}
+}
+
+// classes are the error classes, in the order the helpers test them.
+var classes = []error{
+	ErrNotFound, ErrAlreadyExists, ErrInvalid, ErrConflict, ErrExhausted,
+	ErrUnavailable, ErrUnsupported, ErrUnauthorized, ErrForbidden,
+}
+
+// publicError is an error with a message for clients apart from its detail.
+type publicError struct {
+	msg string
+	err error
+}
+
+func (e *publicError) Error() string { return e.msg + ": " + e.err.Error() }
+func (e *publicError) Unwrap() error { return e.err }
+
+// WithMessage returns err with msg as what a client is told of it; err keeps
+// its class, and its text goes to the log only. A nil err stays nil.
+func WithMessage(err error, msg string) error {
+	if err == nil {
+		return nil
+	}
+	return &publicError{msg: msg, err: err}
+}
+
+// Publicf returns an error of class whose formatted text is fit for a client
+// as it is (it names only what the caller may see), e.g.
+//
+//	errdefs.Publicf(errdefs.ErrUnavailable, "sandbox %q is pausing", id)
+func Publicf(class error, format string, args ...any) error {
+	return &publicError{msg: fmt.Sprintf(format, args...), err: class}
+}
+
+// ClientMessage is what a client may be told of err, one line:
+//   - the message given with WithMessage or Publicf, if any;
+//   - for an error of a client-side class (not found, already exists,
+//     invalid, conflict, exhausted, not supported, unauthorized, forbidden):
+//     its first line without the trailing class words (StripClass);
+//   - otherwise (unavailable, no class) the class alone: "service
+//     unavailable" or "internal error". The caller logs err.
+func ClientMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	var pe *publicError
+	if errors.As(err, &pe) {
+		return firstLine(pe.msg)
+	}
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		return "service unavailable"
+	case Class(err) == nil:
+		return "internal error"
+	}
+	return firstLine(StripClass(err))
+}
+
+// Internal reports whether a client is told less of err than its text
+// says (ClientMessage hides some detail), so that the boundary logs err.
+func Internal(err error) bool {
+	return err != nil && ClientMessage(err) != strings.TrimSpace(StripClass(err))
+}
+
+// Class returns the class err belongs to, or nil.
+func Class(err error) error {
+	for _, c := range classes {
+		if errors.Is(err, c) {
+			return c
+		}
+	}
+	return nil
+}
+
+// StripClass returns err's text without the trailing ": <class>" that
+// wrapping a class adds, e.g. `sandbox "x"` for
+// fmt.Errorf("sandbox %q: %w", "x", ErrNotFound): the status code already
+// says the class.
+func StripClass(err error) string {
+	msg := err.Error()
+	for _, c := range classes {
+		if t, ok := strings.CutSuffix(msg, ": "+c.Error()); ok {
+			return t
+		}
+	}
+	return msg
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(s)
 }

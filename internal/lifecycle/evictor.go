@@ -129,7 +129,7 @@ func (m *Manager) expire(ctx context.Context, id, exec string) {
 	}
 	memory := sb.Spec.AutoPauseMemory
 	if !sb.Spec.PauseRefusedAt.IsZero() && now.Sub(sb.Spec.PauseRefusedAt) >= m.cfg.PauseOverstay {
-		memory = false // LIFECYCLE-RULES §3: degrade to a filesystem-only pause
+		memory = false // docs/lifecycle.md §3: degrade to a filesystem-only pause
 	}
 	err = m.pauseLocked(ctx, sb, memory)
 	var full *PausedLimitError

@@ -9,7 +9,7 @@ import (
 )
 
 // Health asks the sandbox's node for the watchdog's view of sb
-// (LIFECYCLE-RULES §5). A sandbox that is not running, or a node that
+// (docs/lifecycle.md §5). A sandbox that is not running, or a node that
 // does not answer, is unknown: health is an observation, never an error of
 // the caller's request.
 func (m *Manager) Health(ctx context.Context, sb *store.Sandbox) nodeapi.Health {

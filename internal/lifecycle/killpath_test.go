@@ -59,7 +59,7 @@ func (b *logBuf) lines(t *testing.T, id string) []map[string]any {
 	return out
 }
 
-// TestKillPaths checks LIFECYCLE-RULES §1 for every kill path of the
+// TestKillPaths checks docs/lifecycle.md §1 for every kill path of the
 // control plane: the reason is on the killed event (with execution data),
 // on sandbox_killed_total{kill_reason} and on every log line naming the
 // sandbox from the moment the kill starts.

@@ -49,7 +49,7 @@ type Config struct {
 	Logger   *slog.Logger
 	// PauseRetry is how often a refused auto-pause is retried (default
 	// 10 s); PauseOverstay is how long after the first refusal the pause
-	// degrades to filesystem-only (default 120 s). LIFECYCLE-RULES §3.
+	// degrades to filesystem-only (default 120 s). docs/lifecycle.md §3.
 	PauseRetry    time.Duration
 	PauseOverstay time.Duration
 	// AutoResumeTimeout is the TTL given to a sandbox woken by traffic
@@ -198,7 +198,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, e
 		if derr := m.st.DeleteSandbox(context.WithoutCancel(ctx), sb.ID); derr != nil {
 			log.Warn("forget failed sandbox", "error", derr)
 		}
-		return nil, fmt.Errorf("create sandbox %q: %w", sb.ID, err)
+		return nil, fmt.Errorf("create sandbox %q: %w", sb.ID, nodeFailure(err))
 	}
 	sb, err = m.st.TransitionSandbox(context.WithoutCancel(ctx), sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StateStarting {
@@ -654,9 +654,9 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		f, ok := got[fid]
 		if !ok {
 			m.st.DeleteSandbox(context.WithoutCancel(ctx), fid) //nolint:errcheck
-			results[i].Err = ferr
+			results[i].Err = nodeFailure(ferr)
 			if results[i].Err == nil {
-				results[i].Err = fmt.Errorf("fork %q: node did not start it: %w", fid, errdefs.ErrUnavailable)
+				results[i].Err = errdefs.Publicf(errdefs.ErrUnavailable, "fork %q: the node did not start it", fid)
 			}
 			continue
 		}

@@ -199,7 +199,7 @@ func TestEvictor(t *testing.T) {
 	}
 }
 
-// TestRefusedPauseRetriesThenDegrades checks LIFECYCLE-RULES §3: a refused
+// TestRefusedPauseRetriesThenDegrades checks docs/lifecycle.md §3: a refused
 // auto-pause leaves the sandbox running, is retried every PauseRetry, and
 // after PauseOverstay becomes a filesystem-only pause.
 func TestRefusedPauseRetriesThenDegrades(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 // poolID chooses a new sandbox's ID: a ready member of the template's warm
 // pool on the node when there is one (the node's Create then claims it,
-// LIFECYCLE-RULES §6), a fresh ID otherwise.
+// docs/lifecycle.md §6), a fresh ID otherwise.
 func (m *Manager) poolID(p CreateParams) (string, bool) {
 	if pl, ok := m.node.(nodeapi.Pooler); ok {
 		if id, ok := pl.Reserve(p.Template, p.Resources); ok {

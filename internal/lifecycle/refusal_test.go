@@ -16,7 +16,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 )
 
-// TestRefusedPauseNoBackstopKill runs LIFECYCLE-RULES §2 and §3 together:
+// TestRefusedPauseNoBackstopKill runs docs/lifecycle.md §2 and §3 together:
 // the control plane over the real node agent (fake runtime driver). The
 // node refuses memory pauses (disk low); the control plane retries every
 // 10 s and degrades to a filesystem-only pause after the overstay budget;

@@ -96,7 +96,7 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*Admission) e
 		}
 	}
 	if sb.State != sandbox.StateRunning {
-		return nil, fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrUnavailable)
+		return nil, errdefs.Publicf(errdefs.ErrUnavailable, "sandbox %q is %s", id, sb.State)
 	}
 	ns, err := m.node.Get(ctx, id)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func run(t testing.TB, name string, args ...string) {
@@ -44,7 +45,7 @@ func TestIPNetnsAddHidesNothing(t *testing.T) {
 	ctx := context.Background()
 	p, cfg := newTestPool(t)
 	before := []*Slot{acquire(t, p, cfg, Policy{}), acquire(t, p, cfg, Policy{})}
-	name := "warren-test-" + sandbox.NewExecutionID()[:8]
+	name := testenv.Name("warren-test-")
 	run(t, "ip", "netns", "add", name)
 	t.Cleanup(func() { run(t, "ip", "netns", "del", name) })
 	after := acquire(t, p, cfg, Policy{})
@@ -156,7 +157,7 @@ func TestAdoptLegacySlot(t *testing.T) {
 	}
 	rec := *s
 	rec.NetNSPath = old
-	p2i, err := NewPool(cfg, testLog())
+	p2i, err := NewPool(cfg, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

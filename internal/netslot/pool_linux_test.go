@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -23,20 +22,15 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("network slot tests need root (CI=true)")
-	}
-	t.Skip("network slot tests need root")
+	testenv.NeedRoot(t, "network slot tests")
 }
 
-func testLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func testLog(t testing.TB) *slog.Logger { return testenv.Logger(t) }
 
 // testPoolConfig is a pool of its own: a random /24 inside 100.80.0.0/12,
 // its own table and interface prefix, so that tests never touch another
@@ -46,7 +40,7 @@ func testPoolConfig() Config {
 	letters := "abcdefghijklmnopqrstuvwxyz"
 	return Config{
 		CIDR:     netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(80 + rand.IntN(16)), byte(rand.IntN(256)), 0}), 24),
-		Table:    "warren-test-" + sandbox.NewExecutionID()[:8],
+		Table:    testenv.Name("warren-test-"),
 		IfPrefix: "t" + string(letters[rand.IntN(26)]) + string(letters[rand.IntN(26)]),
 	}
 }
@@ -57,7 +51,7 @@ func newTestPool(t testing.TB) (*pool, Config) {
 	t.Helper()
 	requireRoot(t)
 	cfg := testPoolConfig()
-	pl, err := NewPool(cfg, testLog())
+	pl, err := NewPool(cfg, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +62,7 @@ func newTestPool(t testing.TB) (*pool, Config) {
 
 func cleanupPool(t testing.TB, cfg Config) {
 	t.Helper()
-	p, err := NewPool(cfg, testLog())
+	p, err := NewPool(cfg, testLog(t))
 	if err != nil {
 		t.Errorf("cleanup pool: %v", err)
 		return
@@ -311,7 +305,7 @@ func newOutside(t testing.TB, cfg Config) *outside {
 	t.Helper()
 	x := byte(rand.IntN(250) + 1)
 	o := &outside{
-		ns:       "wtest-ext-" + sandbox.NewExecutionID()[:8],
+		ns:       testenv.Name("wtest-ext-"),
 		public:   netip.AddrFrom4([4]byte{198, 18, x, 2}),
 		hostSide: netip.AddrFrom4([4]byte{198, 18, x, 1}),
 		private:  netip.AddrFrom4([4]byte{192, 168, x, 2}),
@@ -436,7 +430,7 @@ func TestAdoptAndReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The agent restarts: a new pool on the same table knows nothing.
-	p2i, err := NewPool(cfg, testLog())
+	p2i, err := NewPool(cfg, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,7 +589,7 @@ func TestHostAllowed(t *testing.T) {
 	if haveLAN {
 		cfg.HostAllowed = append(cfg.HostAllowed, netip.PrefixFrom(lan, 32))
 	}
-	pl, err := NewPool(cfg, testLog())
+	pl, err := NewPool(cfg, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

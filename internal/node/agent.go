@@ -61,7 +61,7 @@ type Config struct {
 	// Envd talks to the envds; nil means HTTP (NewHTTPEnvd).
 	Envd Envd
 	// BackstopGrace is how long after a sandbox's end time the node stops
-	// it by itself (LIFECYCLE-RULES §2); default 2 minutes.
+	// it by itself (docs/lifecycle.md §2); default 2 minutes.
 	BackstopGrace time.Duration
 	// DefaultResources fill the zero fields of a create's resources.
 	DefaultResources sandbox.Resources
@@ -83,7 +83,7 @@ type Config struct {
 	Hostname   string
 	ResolvConf string
 	// WatchdogMin and WatchdogMax bound the jittered interval between two
-	// health probes of a running sandbox (LIFECYCLE-RULES §5); defaults
+	// health probes of a running sandbox (docs/lifecycle.md §5); defaults
 	// 25 s and 40 s. A negative WatchdogMin disables the watchdog.
 	WatchdogMin, WatchdogMax time.Duration
 	// ProbeTimeout bounds one health probe; default 5 s.

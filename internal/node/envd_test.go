@@ -17,19 +17,8 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
-
-// require skips with reason, or fails under CI=true.
-func require(t *testing.T, ok bool, reason string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("prerequisite missing under CI: %s", reason)
-	}
-	t.Skipf("skipping: %s", reason)
-}
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -48,14 +37,14 @@ func TestHTTPEnvd(t *testing.T) {
 	t.Parallel()
 	bin := os.Getenv("WARREN_ENVD")
 	_, err := os.Stat(bin)
-	require(t, bin != "" && err == nil, "envd binary at $WARREN_ENVD (make bin/envd)")
+	testenv.Require(t, bin != "" && err == nil, "envd binary at $WARREN_ENVD (make bin/envd)")
 
 	token := "init-token-123"
 	sum := sha256.Sum256([]byte(token))
 	port := freePort(t)
 	cmd := exec.Command(bin, "--listen", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--init-token-sha256", hex.EncodeToString(sum[:]), "--no-port-forward")
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = testenv.Output(t)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // exitSettle is how long a firing backstop waits for an exit that is ready
-// at the same moment: the exit wins (LIFECYCLE-RULES §2).
+// at the same moment: the exit wins (docs/lifecycle.md §2).
 const exitSettle = 100 * time.Millisecond
 
 // Kill implements Service. The reason is on every log line of the kill path
@@ -146,7 +146,7 @@ func (a *Agent) armBackstopLocked(s *sbx) {
 }
 
 // pushBackstopLocked moves s's backstop to at least now plus the grace:
-// the control plane is still trying to pause it (LIFECYCLE-RULES §3).
+// the control plane is still trying to pause it (docs/lifecycle.md §3).
 func (a *Agent) pushBackstopLocked(s *sbx) {
 	floor := a.clock.Now().Add(a.cfg.BackstopGrace)
 	if floor.After(s.backstopFloor) {

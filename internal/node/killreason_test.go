@@ -12,7 +12,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// TestKillPathReasons checks LIFECYCLE-RULES §1 on the node: for every way
+// TestKillPathReasons checks docs/lifecycle.md §1 on the node: for every way
 // a sandbox ends, the event carries the reason and every log line naming
 // the sandbox from the moment it starts ending carries kill_reason.
 func TestKillPathReasons(t *testing.T) {
@@ -120,7 +120,7 @@ func TestKillExecution(t *testing.T) {
 	})
 }
 
-// TestBackstopExitRace pins LIFECYCLE-RULES §2's tie rule from both sides:
+// TestBackstopExitRace pins docs/lifecycle.md §2's tie rule from both sides:
 // an exit that becomes ready while the firing backstop settles (50 ms after
 // it) is recorded as the exit, never as ttl_backstop; an exit well after
 // the backstop (1 s) is too late, and the backstop's kill stands.

@@ -17,7 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// The watchdog (LIFECYCLE-RULES §5) probes the envd of every running
+// The watchdog (docs/lifecycle.md §5) probes the envd of every running
 // sandbox on a jittered schedule and marks it healthy or unhealthy. Each
 // probe carries the sandbox's lifecycle epoch: a result that comes back
 // after a pause, resume or kill changed the epoch, or for a sandbox no

@@ -29,8 +29,9 @@ func under(pkg, dir string) bool {
 	return pkg == module+dir || strings.HasPrefix(pkg, module+dir+"/")
 }
 
-// TestControlPlaneLinksNoNode holds the control plane (which will run
-// apart from the nodes: SCALE-OUT.md) to the node contract: it links none
+// TestControlPlaneLinksNoNode holds the control plane (which is to run
+// apart from the nodes, on machines of its own, talking to them over the
+// node RPC) to the node contract: it links none
 // of the agent, the runtime drivers, cgroups or envd, in the spirit of
 // tailscale's depaware.
 func TestControlPlaneLinksNoNode(t *testing.T) {
@@ -64,8 +65,8 @@ func TestControlPlaneLinksNoNode(t *testing.T) {
 }
 
 // TestBinaryLinksNoTestDoubles holds the warren binary to its production
-// packages: no test-only package (nodetest, fakenode, drivertest, any
-// *test package of the module). The fake driver and memhost are linked on
+// packages: no test-only package (nodetest, fakenode, drivertest,
+// testenv, any *test package of the module). The fake driver and memhost are linked on
 // purpose: together they are the named fake driver mode (driver: fake).
 func TestBinaryLinksNoTestDoubles(t *testing.T) {
 	t.Parallel()
@@ -78,7 +79,7 @@ func TestBinaryLinksNoTestDoubles(t *testing.T) {
 			continue
 		}
 		last := d[strings.LastIndex(d, "/")+1:]
-		if strings.HasSuffix(last, "test") || last == "fakenode" {
+		if strings.HasSuffix(last, "test") || last == "fakenode" || last == "testenv" {
 			t.Errorf("cmd/warren links the test double %s", d)
 		}
 	}

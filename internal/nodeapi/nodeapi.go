@@ -75,7 +75,7 @@ type Template struct {
 	// RootFS is the unpacked root filesystem on this node (read-only).
 	RootFS string
 	// Env is the template's environment (image ENV and build steps), applied
-	// to every process (LIFECYCLE-RULES §7).
+	// to every process (docs/lifecycle.md §7).
 	Env map[string]string
 	// User and Workdir are the default user and working directory of
 	// processes started through envd.
@@ -155,7 +155,7 @@ type Sandbox struct {
 	Metadata         map[string]string
 	PausedWithMemory bool
 	// Health is what the watchdog last saw of the sandbox's envd in its
-	// current epoch (LIFECYCLE-RULES §5); unknown until the first probe,
+	// current epoch (docs/lifecycle.md §5); unknown until the first probe,
 	// and for a sandbox that is not running.
 	Health Health
 	// NodeProxy is the host:port of the proxy listener of the node that

@@ -1,7 +1,7 @@
 // Package proxy is Warren's edge proxy: it carries sandbox traffic (the
 // SDK's envd calls and the user's own ports) from outside to the sandbox.
 //
-// A request is routed (E2B-COMPAT §4)
+// A request is routed (docs/api.md, "Sandbox traffic (edge proxy)")
 //   - by its E2b-Sandbox-Id and E2b-Sandbox-Port headers when its Host is
 //     localhost, an IP literal or sandbox.<domain>;
 //   - otherwise by a Host of the form <port>-<sandboxID>.<domain>.

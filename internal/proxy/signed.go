@@ -13,7 +13,7 @@ import (
 // tokens of running sandboxes (lifecycle.Manager). With it the proxy
 // serves the SDK's signed /files URLs (uploadUrl, downloadUrl), which in
 // plain-http mode name no sandbox: the sandbox is the one whose token makes
-// the signature valid (E2B-COMPAT §1, §5.3).
+// the signature valid (docs/api.md, "Sandbox traffic (edge proxy)").
 type TokenLister interface {
 	EnvdTokens(ctx context.Context) (map[string]string, error)
 }

@@ -32,7 +32,7 @@ func newLayerEnv(t testing.TB) *layerEnv {
 	requireRoot(t)
 	base := t.TempDir()
 	root := filepath.Join(base, "data")
-	m, err := New(Config{DataRoot: root}, testLog())
+	m, err := New(Config{DataRoot: root}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,20 +19,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("needs root (CI=true)")
-	}
-	t.Skip("needs root")
+	testenv.NeedRoot(t, "root filesystem tests")
 }
 
-func testLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func testLog(t testing.TB) *slog.Logger { return testenv.Logger(t) }
 
 type entry struct {
 	hdr  tar.Header
@@ -295,13 +290,7 @@ func TestUnpackConcurrentOnce(t *testing.T) {
 func TestUnpackBaseRootfs(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
-	tarPath := os.Getenv("WARREN_TEST_ROOTFS_TAR")
-	if _, err := os.Stat(tarPath); tarPath == "" || err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("WARREN_TEST_ROOTFS_TAR=%q missing", tarPath)
-		}
-		t.Skipf("WARREN_TEST_ROOTFS_TAR=%q missing", tarPath)
-	}
+	tarPath := testenv.RootFSTar(t)
 	dest := filepath.Join(t.TempDir(), "base")
 	start := time.Now()
 	if err := Unpack(context.Background(), tarPath, dest); err != nil {

@@ -13,8 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" driver
+	"modernc.org/sqlite"               // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -141,12 +143,43 @@ func classify(err error, what string) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
 	}
-	msg := err.Error()
-	if strings.Contains(msg, "UNIQUE constraint") || strings.Contains(msg, "duplicate key") ||
-		strings.Contains(msg, "PRIMARY KEY constraint") {
+	if violated(err) == uniqueViolation {
 		return fmt.Errorf("%s: %w", what, errdefs.ErrAlreadyExists)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// violation is a constraint a statement broke.
+type violation int
+
+const (
+	noViolation violation = iota
+	uniqueViolation
+	foreignKeyViolation
+)
+
+// violated reads the constraint err broke from the SQL driver's typed
+// error: SQLite's extended result code, Postgres's SQLSTATE.
+func violated(err error) violation {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return uniqueViolation
+		case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+			return foreignKeyViolation
+		}
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "23505": // unique_violation
+			return uniqueViolation
+		case "23503": // foreign_key_violation
+			return foreignKeyViolation
+		}
+	}
+	return noViolation
 }
 
 // CreateAPIKey implements Store.
@@ -156,7 +189,7 @@ func (s *SQL) CreateAPIKey(ctx context.Context, k *APIKey) error {
 	}
 	_, err := s.db.ExecContext(ctx, s.d.rebind(`INSERT INTO api_keys (id, team_id, name, hash, mask, created_at) VALUES (?, ?, ?, ?, ?, ?)`),
 		k.ID, k.TeamID, k.Name, k.Hash, k.Mask, toNanos(k.CreatedAt))
-	if err != nil && strings.Contains(err.Error(), "FOREIGN KEY") || err != nil && strings.Contains(err.Error(), "foreign key") {
+	if violated(err) == foreignKeyViolation {
 		return fmt.Errorf("api key %q: team %q: %w", k.ID, k.TeamID, errdefs.ErrNotFound)
 	}
 	return classify(err, fmt.Sprintf("api key %q", k.ID))

@@ -194,7 +194,7 @@ type Spec struct {
 	VolumeMounts       json.RawMessage   `json:"volumeMounts,omitempty"`
 	PausedWithMemory   bool              `json:"pausedWithMemory,omitempty"`
 	// PauseRefusedAt is when a node first refused to pause the sandbox in
-	// its current overstay (LIFECYCLE-RULES §3); zero when none.
+	// its current overstay (docs/lifecycle.md §3); zero when none.
 	PauseRefusedAt time.Time `json:"pauseRefusedAt,omitzero"`
 	// Extra keeps fields added by later versions readable by older ones.
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`

@@ -73,8 +73,11 @@ func testTeamsAndKeys(t *testing.T, s store.Store) {
 	if err := s.CreateAPIKey(ctx, &store.APIKey{ID: "k2", TeamID: "team-a", Hash: "abc"}); !errdefs.IsAlreadyExists(err) {
 		t.Fatalf("duplicate hash: got %v", err)
 	}
-	if err := s.CreateAPIKey(ctx, &store.APIKey{ID: "k3", TeamID: "no-team", Hash: "def"}); err == nil {
-		t.Fatal("key of a missing team accepted")
+	if err := s.CreateAPIKey(ctx, &store.APIKey{ID: "k3", TeamID: "no-team", Hash: "def"}); !errdefs.IsNotFound(err) {
+		t.Fatalf("key of a missing team: got %v, want not found", err)
+	}
+	if err := s.CreateAPIKey(ctx, &store.APIKey{ID: "k1", TeamID: "team-a", Hash: "ghi"}); !errdefs.IsAlreadyExists(err) {
+		t.Fatalf("duplicate id: got %v", err)
 	}
 	byHash, err := s.APIKeyByHash(ctx, "abc")
 	if err != nil || byHash.ID != "k1" || byHash.TeamID != "team-a" {

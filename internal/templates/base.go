@@ -336,7 +336,7 @@ func MmdebstrapArgs(out, mirror string) []string {
 // resolver of the build machine, and an /etc/profile that keeps the PATH
 // a login shell was started with, so that a template's ENV PATH reaches
 // `bash -l` processes (the SDK's commands, start and ready commands;
-// LIFECYCLE-RULES §7) instead of Debian's fixed default.
+// docs/lifecycle.md §7) instead of Debian's fixed default.
 var BaseHooks = []string{
 	`chroot "$1" useradd --create-home --shell /bin/bash --uid 1000 user`,
 	`echo "user ALL=(ALL:ALL) NOPASSWD: ALL" > "$1/etc/sudoers.d/user" && chmod 0440 "$1/etc/sudoers.d/user"`,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func newCatalog(t *testing.T, cfg Config) *Catalog {
@@ -368,25 +369,8 @@ func TestBaseScriptMatches(t *testing.T) {
 // `make base-rootfs` (the same command line, see TestBaseScriptMatches),
 // so this test does not repeat it.
 func TestEnsureBaseRealRootFS(t *testing.T) {
-	tarPath := os.Getenv("WARREN_TEST_ROOTFS_TAR")
-	if tarPath == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("WARREN_TEST_ROOTFS_TAR is not set (CI=true)")
-		}
-		t.Skip("WARREN_TEST_ROOTFS_TAR is not set (make base-rootfs)")
-	}
-	if _, err := os.Stat(tarPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("WARREN_TEST_ROOTFS_TAR: %v", err)
-		}
-		t.Skipf("WARREN_TEST_ROOTFS_TAR: %v", err)
-	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("unpacking the base root filesystem needs root (CI=true)")
-		}
-		t.Skip("unpacking the base root filesystem needs root")
-	}
+	tarPath := testenv.RootFSTar(t)
+	testenv.NeedRoot(t, "unpacking the base root filesystem")
 	t.Parallel()
 	ctx := context.Background()
 	c := newCatalog(t, Config{BaseRootFSTar: tarPath, Mmdebstrap: "/nonexistent/mmdebstrap"})

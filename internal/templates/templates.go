@@ -9,7 +9,7 @@
 // default `base` template from Debian's packages on first start. The build
 // engine (internal/builder) creates and finishes builds through the Catalog.
 //
-// Environment precedence (LIFECYCLE-RULES §7) lives in one function,
+// Environment precedence (docs/lifecycle.md §7) lives in one function,
 // MergeEnv, used by create, resume and build alike.
 package templates
 
@@ -184,7 +184,7 @@ type Store interface {
 }
 
 // MergeEnv is the one place where environment precedence is decided
-// (LIFECYCLE-RULES §7): the template's environment (image ENV and build
+// (docs/lifecycle.md §7): the template's environment (image ENV and build
 // ENV steps), overridden by the create-time envVars, overridden by a
 // command's own envs. Used by create, resume and build. Any argument may be
 // nil; the result is a new map.

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // TestUnpackStaysInRoot: tars as a tenant would craft them (an upload, an
@@ -130,12 +131,7 @@ func TestUnpackUploadWhiteouts(t *testing.T) {
 // bits and FIFOs not from a tenant's upload.
 func TestUnpackPolicies(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("device nodes need root (CI=true)")
-		}
-		t.Skip("device nodes need root")
-	}
+	testenv.NeedRoot(t, "device nodes")
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	tw.WriteHeader(&tar.Header{Name: "disk", Typeflag: tar.TypeBlock, Mode: 0o666, Devmajor: 7, Devminor: 0})

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 type entry struct {
@@ -175,12 +177,7 @@ func TestUnpackKeepsModeAndOwner(t *testing.T) {
 // TestOverlayFlatten writes through an overlay mount and flattens the
 // layers: deletions, opaque directories and new files all land.
 func TestOverlayFlatten(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("overlay mounts need root (CI=true)")
-		}
-		t.Skip("overlay mounts need root")
-	}
+	testenv.NeedRoot(t, "overlay mounts")
 	t.Parallel()
 	base := t.TempDir()
 	if err := Unpack(context.Background(), mkTar(t, []entry{

@@ -17,7 +17,6 @@ package drivertest
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // Harness connects the suite to one driver.
@@ -68,17 +68,11 @@ type SpecOptions struct {
 // NewID returns a unique sandbox ID for tests.
 func NewID() string { return "dt-" + sandbox.NewID()[:12] }
 
-// Require skips the test with reason when ok is false, or fails it when the
-// environment has CI=true (where every prerequisite must be present).
+// Require is testenv.Require, for the suite's callers: it skips the test
+// with reason when ok is false, or fails it under CI=true.
 func Require(t testing.TB, ok bool, reason string) {
 	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("prerequisite missing under CI: %s", reason)
-	}
-	t.Skipf("skipping: %s", reason)
+	testenv.Require(t, ok, reason)
 }
 
 // timeout bounds every driver call of the suite: generous, for a loaded

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,16 +64,17 @@ func (e *RunError) Error() string {
 
 func (e *RunError) Unwrap() error { return e.Err }
 
-// NotExist reports whether a runtime failure says the container does not
-// exist (both runc and runsc word it this way).
-func NotExist(err error) bool {
+// Absent reports whether err, a failed invocation on container id, failed
+// because the runtime knows no such container. It asks the runtime's own
+// list rather than reading its stderr, whose words differ between runc and
+// runsc and their versions; a list that fails too says nothing (false).
+func (c CLI) Absent(ctx context.Context, id string, err error) bool {
 	var re *RunError
 	if !errors.As(err, &re) {
 		return false
 	}
-	s := strings.ToLower(re.Stderr)
-	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found") ||
-		strings.Contains(s, "no such file or directory")
+	ids, lerr := c.List(ctx)
+	return lerr == nil && !slices.Contains(ids, id)
 }
 
 // RuntimeState is the JSON `state` prints.
@@ -88,7 +90,7 @@ type RuntimeState struct {
 func (c CLI) State(ctx context.Context, id string) (RuntimeState, error) {
 	out, err := c.Run(ctx, "state", id)
 	if err != nil {
-		if NotExist(err) {
+		if c.Absent(ctx, id, err) {
 			return RuntimeState{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 		}
 		return RuntimeState{}, fmt.Errorf("sandbox %q: %w", id, err)

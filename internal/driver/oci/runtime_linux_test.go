@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,13 +14,15 @@ import (
 )
 
 // fakeRuntime is an OCI runtime CLI in shell: `state ID` prints
-// <root>/ID.state or fails as runc does for an unknown container, `list`
-// lists the state files, pause and resume fail with $FAKE_FAIL's code.
+// <root>/ID.state or fails as runc does for an unknown container (and fails
+// alike, with the same words, for a container whose state is "broken"),
+// `list` lists the state files, pause and resume fail with $FAKE_FAIL's
+// code.
 const fakeRuntime = `#!/bin/sh
 root=$2
 shift 2
 case $1 in
-state) [ -f "$root/$2.state" ] || { echo "container \"$2\" does not exist" >&2; exit 1; }; cat "$root/$2.state" ;;
+state) [ -f "$root/$2.state" ] && [ "$(cat "$root/$2.state")" != broken ] || { echo "container \"$2\" does not exist" >&2; exit 1; }; cat "$root/$2.state" ;;
 list) for f in "$root"/*.state; do [ -f "$f" ] && basename "$f" .state; done; exit 0 ;;
 pause|resume) exit "$(cat "$root/fail" 2>/dev/null || echo 0)" ;;
 *) echo "unknown command $1" >&2; exit 2 ;;
@@ -279,5 +282,27 @@ func TestRuntimeLookupAdopts(t *testing.T) {
 	}
 	if _, err := env.rt.Lookup(ctx, "none"); !errdefs.IsNotFound(err) {
 		t.Errorf("Lookup of an unknown sandbox = %v", err)
+	}
+}
+
+// TestCLIStateAbsent: a container is not found when the runtime's list does
+// not name it, whatever its failure says: a failing state of a listed
+// container is no not-found.
+func TestCLIStateAbsent(t *testing.T) {
+	t.Parallel()
+	env := newFakeRuntime(t, false)
+	cli := CLI{Path: fakeRuntimeBin, Global: []string{"--root", env.rt.Root()}}
+	if _, err := cli.State(t.Context(), "gone"); !errdefs.IsNotFound(err) {
+		t.Fatalf("State of an unknown container = %v, want not found", err)
+	}
+	if err := os.WriteFile(filepath.Join(env.rt.Root(), "broken.state"), []byte("broken"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cli.State(t.Context(), "broken")
+	if err == nil || errdefs.IsNotFound(err) {
+		t.Fatalf("State of a listed container that fails = %v, want a failure that is not not-found", err)
+	}
+	if cli.Absent(t.Context(), "gone", errors.New("not a runtime failure")) {
+		t.Fatal("Absent of an error that is no RunError")
 	}
 }

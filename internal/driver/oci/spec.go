@@ -30,8 +30,9 @@ import (
 )
 
 // MaxRlimit is the highest rlimit a spec may ask for: root on the
-// development hosts lacks CAP_SYS_RESOURCE and cannot raise a hard limit
-// above 20000 (see RUNTIME-NOTES.md §1).
+// development hosts (containers themselves) lacks CAP_SYS_RESOURCE and
+// cannot raise a hard limit above 20000, so a spec asking more fails to
+// start.
 const MaxRlimit = 20000
 
 // DefaultPath is the PATH given to processes whose environment has none.

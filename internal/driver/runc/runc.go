@@ -185,7 +185,7 @@ func (d *Driver) cleanupFailed(id string, b *oci.Box) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b.MarkDeleting()
-	if _, err := d.cli.Run(ctx, "delete", "--force", id); err != nil && !oci.NotExist(err) {
+	if _, err := d.cli.Run(ctx, "delete", "--force", id); err != nil && !d.cli.Absent(ctx, id, err) {
 		d.log.Warn("delete after failed start", "sandbox_id", id, "err", err)
 	}
 	select {
@@ -273,7 +273,7 @@ func (d *Driver) deleteContainer(ctx context.Context, id string, b *oci.Box) err
 	if b != nil {
 		b.MarkDeleting()
 	}
-	if _, err := d.cli.Run(ctx, "delete", "--force", id); err != nil && !oci.NotExist(err) {
+	if _, err := d.cli.Run(ctx, "delete", "--force", id); err != nil && !d.cli.Absent(ctx, id, err) {
 		return fmt.Errorf("sandbox %q: delete: %w", id, err)
 	}
 	if b != nil {

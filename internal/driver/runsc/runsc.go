@@ -73,7 +73,8 @@ import (
 // Config configures the runsc driver.
 type Config struct {
 	// Path is the runsc binary (default "runsc" from $PATH). It must be a
-	// static build (CGO_ENABLED=0); see RUNTIME-NOTES.md §3.6.
+	// static build (CGO_ENABLED=0, as make build makes it): runsc re-executes
+	// itself inside its sandbox, where the host's shared libraries are not.
 	Path string
 	// StateDir holds runsc's state (--root) and the driver's records
 	// (default /run/warren/runsc). Use one per node agent.
@@ -280,7 +281,7 @@ func initExecutable(spec driver.Spec) string {
 func (d *Driver) cleanupFailed(id string, b *oci.Box) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := d.cli.Run(ctx, "delete", "-force", id); err != nil && !oci.NotExist(err) {
+	if _, err := d.cli.Run(ctx, "delete", "-force", id); err != nil && !d.cli.Absent(ctx, id, err) {
 		d.log.Warn("delete after failed start", "sandbox_id", id, "err", err)
 	}
 	b.Watch.Finish(driver.Exit{Code: -1}, fmt.Errorf("sandbox %q: start failed: %w", id, errdefs.ErrNotFound))
@@ -405,7 +406,7 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 // deleteContainer is Delete's runsc part: runsc forgets the sandbox, and
 // the exit of b (nil when the driver holds no box) is awaited.
 func (d *Driver) deleteContainer(ctx context.Context, id string, b *oci.Box) error {
-	if _, err := d.cli.Run(ctx, "delete", "-force", id); err != nil && !oci.NotExist(err) {
+	if _, err := d.cli.Run(ctx, "delete", "-force", id); err != nil && !d.cli.Absent(ctx, id, err) {
 		return fmt.Errorf("sandbox %q: delete: %w", id, err)
 	}
 	if b == nil {
@@ -498,7 +499,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id string, dir string, opts dri
 	if err := d.rt.Index().Put(oci.Record{ID: id, BundleDir: b.BundleDir, CgroupsPath: b.CgroupsPath, Stopped: true}); err != nil {
 		return err
 	}
-	if _, err := d.cli.Run(ctx, "delete", "-force", id); err != nil && !oci.NotExist(err) {
+	if _, err := d.cli.Run(ctx, "delete", "-force", id); err != nil && !d.cli.Absent(ctx, id, err) {
 		return fmt.Errorf("sandbox %q: delete after checkpoint: %w", id, err)
 	}
 	select {

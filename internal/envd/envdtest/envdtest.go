@@ -10,18 +10,13 @@ import (
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/envd/identity"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // Require skips the test with reason, or fails it when CI=true.
 func Require(t testing.TB, ok bool, reason string) {
 	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("prerequisite missing under CI: %s", reason)
-	}
-	t.Skipf("skipping: %s", reason)
+	testenv.Require(t, ok, reason)
 }
 
 // RequireRoot needs the test to run as root.

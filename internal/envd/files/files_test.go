@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +26,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/envd/envdtest"
 	"github.com/warren-sandbox/warren/internal/envd/filesystem"
 	"github.com/warren-sandbox/warren/internal/envd/state"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 const token = "secret-token"
@@ -46,7 +46,7 @@ func newServer(t testing.TB, withToken bool) *httptest.Server {
 	st.Apply(upd)
 	a := auth.New(st)
 	mux := http.NewServeMux()
-	mux.Handle("/files", New(slog.New(slog.DiscardHandler), a))
+	mux.Handle("/files", New(testenv.Logger(t), a))
 	srv := httptest.NewServer(a.Middleware(mux))
 	t.Cleanup(srv.Close)
 	return srv

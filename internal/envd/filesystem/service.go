@@ -21,9 +21,9 @@ import (
 	"github.com/warren-sandbox/warren/api/envd/filesystem/filesystemconnect"
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/identity"
-	"github.com/warren-sandbox/warren/internal/envd/rpcerr"
 	"github.com/warren-sandbox/warren/internal/envd/state"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
 )
 
 // Service is the filesystem.Filesystem handler.
@@ -62,14 +62,14 @@ func (s *Service) userPath(h http.Header, p string) (*identity.User, string, err
 func (s *Service) Stat(_ context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
 	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	if err := u.CheckAccess(filepath.Dir(path), identity.Execute); err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	e, err := Entry(path)
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	return connect.NewResponse(&pb.StatResponse{Entry: e}), nil
 }
@@ -79,14 +79,14 @@ func (s *Service) Stat(_ context.Context, req *connect.Request[pb.StatRequest]) 
 func (s *Service) MakeDir(_ context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
 	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	if err := u.Mkdir(path); err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	e, err := Entry(path)
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	return connect.NewResponse(&pb.MakeDirResponse{Entry: e}), nil
 }
@@ -96,21 +96,21 @@ func (s *Service) MakeDir(_ context.Context, req *connect.Request[pb.MakeDirRequ
 func (s *Service) Move(_ context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
 	u, src, err := s.userPath(req.Header(), req.Msg.GetSource())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	dst := u.ResolvePath(req.Msg.GetDestination(), "")
 	if _, err := os.Lstat(src); err != nil {
-		return nil, rpcerr.From(statErr(src, err))
+		return nil, errconnect.From(statErr(src, err))
 	}
 	if _, err := u.MkdirAll(filepath.Dir(dst)); err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	if err := os.Rename(src, dst); err != nil {
-		return nil, rpcerr.From(fmt.Errorf("move %s to %s: %w", src, dst, classify(err)))
+		return nil, errconnect.From(fmt.Errorf("move %s to %s: %w", src, dst, classify(err)))
 	}
 	e, err := Entry(dst)
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	return connect.NewResponse(&pb.MoveResponse{Entry: e}), nil
 }
@@ -120,10 +120,10 @@ func (s *Service) Move(_ context.Context, req *connect.Request[pb.MoveRequest]) 
 func (s *Service) Remove(_ context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
 	_, path, err := s.userPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	if err := os.RemoveAll(path); err != nil {
-		return nil, rpcerr.From(fmt.Errorf("remove %s: %w", path, classify(err)))
+		return nil, errconnect.From(fmt.Errorf("remove %s: %w", path, classify(err)))
 	}
 	return connect.NewResponse(&pb.RemoveResponse{}), nil
 }
@@ -133,14 +133,14 @@ func (s *Service) Remove(_ context.Context, req *connect.Request[pb.RemoveReques
 func (s *Service) ListDir(_ context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
 	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	dir, err := u.Open(path, unix.O_RDONLY|unix.O_DIRECTORY, identity.Read|identity.Execute)
 	if err != nil {
 		if errdefs.IsInvalid(err) {
-			return nil, rpcerr.From(fmt.Errorf("path is not a directory: %s: %w", path, errdefs.ErrInvalid))
+			return nil, errconnect.From(fmt.Errorf("path is not a directory: %s: %w", path, errdefs.ErrInvalid))
 		}
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	defer dir.Close()
 	depth := int(req.Msg.GetDepth())
@@ -149,7 +149,7 @@ func (s *Service) ListDir(_ context.Context, req *connect.Request[pb.ListDirRequ
 	}
 	resp := &pb.ListDirResponse{}
 	if err := list(u, dir, path, depth, &resp.Entries); err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -3,7 +3,6 @@ package filesystem
 import (
 	"context"
 	"encoding/base64"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/envdtest"
 	"github.com/warren-sandbox/warren/internal/envd/state"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func newClient(t *testing.T) filesystemconnect.FilesystemClient {
@@ -31,7 +31,7 @@ func newClient(t *testing.T) filesystemconnect.FilesystemClient {
 		cur := os.Getenv("USER")
 		st.Apply(state.Update{DefaultUser: &cur})
 	}
-	svc := NewService(slog.New(slog.DiscardHandler), auth.New(st), st)
+	svc := NewService(testenv.Logger(t), auth.New(st), st)
 	t.Cleanup(svc.Close)
 	mux := http.NewServeMux()
 	mux.Handle(svc.Handler())

@@ -19,8 +19,8 @@ import (
 
 	pb "github.com/warren-sandbox/warren/api/envd/filesystem"
 	"github.com/warren-sandbox/warren/internal/envd/identity"
-	"github.com/warren-sandbox/warren/internal/envd/rpcerr"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
 )
 
 // watch follows changes below one directory with inotify.
@@ -151,11 +151,11 @@ func (w *watch) handle(ev fsnotify.Event, emit func(*pb.FilesystemEvent)) {
 func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], stream *connect.ServerStream[pb.WatchDirResponse]) error {
 	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
-		return rpcerr.From(err)
+		return errconnect.From(err)
 	}
 	w, err := newWatch(u, path, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts())
 	if err != nil {
-		return rpcerr.From(err)
+		return errconnect.From(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -180,7 +180,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDir
 			return nil
 		case err := <-runErr:
 			if err != nil {
-				return rpcerr.From(err)
+				return errconnect.From(err)
 			}
 			return nil
 		case e := <-events:
@@ -234,11 +234,11 @@ func (ws *watcherSet) closeAll() {
 func (s *Service) CreateWatcher(_ context.Context, req *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
 	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	w, err := newWatch(u, path, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -278,14 +278,14 @@ func (s *Service) pollWatcher(id string) (*pollWatcher, error) {
 func (s *Service) GetWatcherEvents(_ context.Context, req *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
 	pw, err := s.pollWatcher(req.Msg.GetWatcherId())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	pw.mu.Lock()
 	events, werr := pw.events, pw.err
 	pw.events = nil
 	pw.mu.Unlock()
 	if werr != nil && len(events) == 0 && !errors.Is(werr, context.Canceled) {
-		return nil, rpcerr.From(werr)
+		return nil, errconnect.From(werr)
 	}
 	return connect.NewResponse(&pb.GetWatcherEventsResponse{Events: events}), nil
 }
@@ -297,7 +297,7 @@ func (s *Service) RemoveWatcher(_ context.Context, req *connect.Request[pb.Remov
 	delete(s.watchers.m, req.Msg.GetWatcherId())
 	s.watchers.mu.Unlock()
 	if !ok {
-		return nil, rpcerr.From(fmt.Errorf("watcher %q not found: %w", req.Msg.GetWatcherId(), errdefs.ErrNotFound))
+		return nil, errconnect.From(fmt.Errorf("watcher %q not found: %w", req.Msg.GetWatcherId(), errdefs.ErrNotFound))
 	}
 	pw.cancel()
 	return connect.NewResponse(&pb.RemoveWatcherResponse{}), nil

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func TestResolvePath(t *testing.T) {
@@ -28,12 +30,7 @@ func TestResolvePath(t *testing.T) {
 }
 
 func TestCheckAccess(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root under CI")
-		}
-		t.Skip("skipping: needs root")
-	}
+	testenv.NeedRoot(t, "user switching tests")
 	t.Parallel()
 	base, err := os.MkdirTemp("/tmp", "identity-")
 	if err != nil {

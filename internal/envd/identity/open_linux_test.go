@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // TestOpenDoesNotRaceSymlinkSwap reads through a link that another
@@ -15,12 +17,7 @@ import (
 // must never hand a normal user the private file, whatever the timing (a
 // check of the path followed by an open of the path can be fooled so).
 func TestOpenDoesNotRaceSymlinkSwap(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root under CI")
-		}
-		t.Skip("skipping: needs root")
-	}
+	testenv.NeedRoot(t, "user switching tests")
 	t.Parallel()
 	base, err := os.MkdirTemp("/tmp", "identity-swap-")
 	if err != nil {

@@ -3,12 +3,13 @@ package portfwd
 import (
 	"bufio"
 	"io"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func TestParseProcNetTCP(t *testing.T) {
@@ -62,7 +63,7 @@ func TestForwardsLoopbackService(t *testing.T) {
 			}()
 		}
 	}()
-	fw := New(slog.New(slog.DiscardHandler), Config{
+	fw := New(testenv.Logger(t), Config{
 		Addrs:   func() []net.IP { return []net.IP{net.IPv4(127, 0, 0, 2)} },
 		Include: func(p uint16) bool { return p == port },
 	})
@@ -98,7 +99,7 @@ func TestForwardsLoopbackService(t *testing.T) {
 
 func TestExcludedAndPublicPortsNotForwarded(t *testing.T) {
 	t.Parallel()
-	fw := New(slog.New(slog.DiscardHandler), Config{
+	fw := New(testenv.Logger(t), Config{
 		Exclude: []uint16{49983},
 		Addrs:   func() []net.IP { return []net.IP{net.IPv4(10, 0, 0, 2)} },
 	})

@@ -25,9 +25,9 @@ import (
 	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/identity"
-	"github.com/warren-sandbox/warren/internal/envd/rpcerr"
 	"github.com/warren-sandbox/warren/internal/envd/state"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
 )
 
 // Service is the process.Process handler.
@@ -159,10 +159,10 @@ func (s *Service) live(sel *pb.ProcessSelector) (*proc, error) {
 func (s *Service) SendInput(_ context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
 	p, err := s.live(req.Msg.GetProcess())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	if err := p.writeInput(req.Msg.GetInput()); err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	return connect.NewResponse(&pb.SendInputResponse{}), nil
 }
@@ -175,15 +175,15 @@ func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[
 		case *pb.StreamInputRequest_Start:
 			q, err := s.live(ev.Start.GetProcess())
 			if err != nil {
-				return nil, rpcerr.From(err)
+				return nil, errconnect.From(err)
 			}
 			p = q
 		case *pb.StreamInputRequest_Data:
 			if p == nil {
-				return nil, rpcerr.From(fmt.Errorf("stream input: start event must come first: %w", errdefs.ErrInvalid))
+				return nil, errconnect.From(fmt.Errorf("stream input: start event must come first: %w", errdefs.ErrInvalid))
 			}
 			if err := p.writeInput(ev.Data.GetInput()); err != nil {
-				return nil, rpcerr.From(err)
+				return nil, errconnect.From(err)
 			}
 		case *pb.StreamInputRequest_Keepalive:
 		}
@@ -203,14 +203,14 @@ func (s *Service) SendSignal(_ context.Context, req *connect.Request[pb.SendSign
 	case pb.Signal_SIGNAL_SIGTERM:
 		sig = unix.SIGTERM
 	default:
-		return nil, rpcerr.From(fmt.Errorf("signal %v: %w", req.Msg.GetSignal(), errdefs.ErrInvalid))
+		return nil, errconnect.From(fmt.Errorf("signal %v: %w", req.Msg.GetSignal(), errdefs.ErrInvalid))
 	}
 	p, err := s.live(req.Msg.GetProcess())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	if err := p.signal(sig); err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
 }
@@ -219,10 +219,10 @@ func (s *Service) SendSignal(_ context.Context, req *connect.Request[pb.SendSign
 func (s *Service) CloseStdin(_ context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
 	p, err := s.live(req.Msg.GetProcess())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	if p.pty != nil {
-		return nil, rpcerr.From(fmt.Errorf("process %d uses a pty; send Ctrl+D (0x04) instead: %w", p.pid, errdefs.ErrConflict))
+		return nil, errconnect.From(fmt.Errorf("process %d uses a pty; send Ctrl+D (0x04) instead: %w", p.pid, errdefs.ErrConflict))
 	}
 	p.closeStdin()
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
@@ -232,11 +232,11 @@ func (s *Service) CloseStdin(_ context.Context, req *connect.Request[pb.CloseStd
 func (s *Service) Update(_ context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
 	p, err := s.live(req.Msg.GetProcess())
 	if err != nil {
-		return nil, rpcerr.From(err)
+		return nil, errconnect.From(err)
 	}
 	if req.Msg.Pty != nil {
 		if err := p.resize(req.Msg.GetPty().GetSize()); err != nil {
-			return nil, rpcerr.From(err)
+			return nil, errconnect.From(err)
 		}
 	}
 	return connect.NewResponse(&pb.UpdateResponse{}), nil

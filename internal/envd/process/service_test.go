@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/envd/envdtest"
 	"github.com/warren-sandbox/warren/internal/envd/reaper"
 	"github.com/warren-sandbox/warren/internal/envd/state"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // testEnv is one process service behind an HTTP server.
@@ -43,7 +43,7 @@ func newTestEnv(t *testing.T) *testEnv {
 		root = cur
 	}
 	st.Apply(state.Update{DefaultUser: &root, EnvVars: map[string]string{"FROM_INIT": "i", "OVERRIDE": "init"}})
-	mgr := NewManager(slog.New(slog.DiscardHandler), reaper.Direct{}, time.Minute)
+	mgr := NewManager(testenv.Logger(t), reaper.Direct{}, time.Minute)
 	svc := NewService(mgr, auth.New(st), st)
 	mux := http.NewServeMux()
 	mux.Handle(svc.Handler())

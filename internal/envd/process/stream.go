@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	pb "github.com/warren-sandbox/warren/api/envd/process"
-	"github.com/warren-sandbox/warren/internal/envd/rpcerr"
+	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
 )
 
 // defaultKeepalive is the keepalive period when the client asks for none.
@@ -28,11 +28,11 @@ func keepaliveInterval(h interface{ Get(string) string }) time.Duration {
 func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
 	o, err := s.resolve(req.Header(), req.Msg)
 	if err != nil {
-		return rpcerr.From(err)
+		return errconnect.From(err)
 	}
 	p, sub, err := s.mgr.start(o)
 	if err != nil {
-		return rpcerr.From(err)
+		return errconnect.From(err)
 	}
 	send := func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) }
 	err = follow(ctx, p, sub, keepaliveInterval(req.Header()), send)
@@ -49,7 +49,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
 	p, err := s.mgr.selectProc(req.Msg.GetProcess())
 	if err != nil {
-		return rpcerr.From(err)
+		return errconnect.From(err)
 	}
 	send := func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) }
 	sub, end := p.subscribe()

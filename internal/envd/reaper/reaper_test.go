@@ -5,7 +5,6 @@ package reaper
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func startCmd(cmd *exec.Cmd) StartFunc {
@@ -46,7 +47,7 @@ func TestReaperReapsOrphans(t *testing.T) {
 		t.Skipf("no subreaper: %v", err)
 	}
 	defer func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) }()
-	r := New(slog.New(slog.DiscardHandler))
+	r := New(testenv.Logger(t))
 	var orphans atomic.Int32
 	r.reaped = func(int) { orphans.Add(1) }
 	ctx, cancel := context.WithCancel(context.Background())

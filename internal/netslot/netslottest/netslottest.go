@@ -6,17 +6,14 @@ package netslottest
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/netslot"
-	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // Config returns a pool configuration unique to this test run: a /24 not
@@ -32,7 +29,7 @@ func Config() netslot.Config {
 			break
 		}
 	}
-	table := "warren-test-" + sandbox.NewExecutionID()[:8]
+	table := testenv.Name("warren-test-")
 	return netslot.Config{
 		CIDR:     cidr,
 		Table:    table,
@@ -61,14 +58,9 @@ func onHost(p netip.Prefix) bool {
 // deletes its table.
 func New(t testing.TB) (netslot.Pool, netslot.Config) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("network slots need root (CI=true)")
-		}
-		t.Skip("network slots need root")
-	}
+	testenv.NeedRoot(t, "network slots")
 	cfg := Config()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testenv.Logger(t)
 	p, err := netslot.NewPool(cfg, log)
 	if err != nil {
 		t.Fatal(err)

@@ -34,28 +34,10 @@ import (
 	"github.com/warren-sandbox/warren/internal/node/rootfslayers"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 var http1Client = &http.Client{}
-
-func require(t testing.TB, ok bool, reason string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("prerequisite missing under CI: %s", reason)
-	}
-	t.Skipf("skipping: %s", reason)
-}
-
-func fileEnv(t testing.TB, name, what string) string {
-	t.Helper()
-	p := os.Getenv(name)
-	_, err := os.Stat(p)
-	require(t, p != "" && err == nil, fmt.Sprintf("%s at $%s", what, name))
-	return p
-}
 
 // The template's tree, unpacked once for the package.
 var (
@@ -95,17 +77,17 @@ type host struct {
 
 func newHost(t testing.TB) *host {
 	t.Helper()
-	require(t, os.Geteuid() == 0, "needs root")
+	testenv.Require(t, os.Geteuid() == 0, "needs root")
 	h := &host{
 		t:     t,
-		runsc: fileEnv(t, "WARREN_RUNSC", "runsc"),
-		envd:  fileEnv(t, "WARREN_ENVD", "envd"),
+		runsc: testenv.Runsc(t),
+		envd:  testenv.Envd(t),
 		logs:  io.Discard,
 	}
 	h.pool, h.netCfg = netslottest.New(t)
-	tar := fileEnv(t, "WARREN_TEST_ROOTFS_TAR", "base root filesystem tar")
+	tar := testenv.RootFSTar(t)
 	_, err := exec.LookPath("mkfs.ext4")
-	require(t, err == nil, "mkfs.ext4")
+	testenv.Require(t, err == nil, "mkfs.ext4")
 	tmplOnce.Do(func() {
 		tmplBase, tmplErr = os.MkdirTemp("", "warren-nodeinteg-")
 		if tmplErr == nil {
@@ -118,10 +100,8 @@ func newHost(t testing.TB) *host {
 	}
 	h.tmpl = tmplDir
 	h.dir = t.TempDir()
-	h.cgRoot = "warren-nodeinteg-" + sandbox.NewID()[:8]
-	if testing.Verbose() {
-		h.logs = os.Stderr
-	}
+	h.cgRoot = testenv.Name("warren-nodeinteg-")
+	h.logs = testenv.Output(t) // shown when the test fails or runs with -v
 	t.Cleanup(h.cleanup)
 	return h
 }
@@ -709,7 +689,7 @@ func TestTemplateSnapshot(t *testing.T) {
 func TestRunc(t *testing.T) {
 	h := newHost(t)
 	_, err := exec.LookPath("runc")
-	require(t, err == nil, "runc (apt-get install runc)")
+	testenv.Require(t, err == nil, "runc (apt-get install runc)")
 	drv, err := runc.New(runc.Config{StateDir: filepath.Join(h.dir, "runc"), CgroupRoot: "/" + h.cgRoot, Logger: h.log()})
 	if err != nil {
 		t.Fatal(err)

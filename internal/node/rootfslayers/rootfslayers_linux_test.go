@@ -2,8 +2,6 @@ package rootfslayers_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,23 +10,13 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/node/rootfslayers"
 	"github.com/warren-sandbox/warren/internal/rootfs"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
-func require(t *testing.T, ok bool, reason string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("prerequisite missing under CI: %s", reason)
-	}
-	t.Skipf("skipping: %s", reason)
-}
-
 func TestLayers(t *testing.T) {
-	require(t, os.Geteuid() == 0, "needs root (loop devices, mounts)")
+	testenv.Require(t, os.Geteuid() == 0, "needs root (loop devices, mounts)")
 	_, err := exec.LookPath("mkfs.ext4")
-	require(t, err == nil, "needs mkfs.ext4 (e2fsprogs)")
+	testenv.Require(t, err == nil, "needs mkfs.ext4 (e2fsprogs)")
 	ctx := context.Background()
 	base := t.TempDir()
 	lower := filepath.Join(base, "lower")
@@ -39,7 +27,7 @@ func TestLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := filepath.Join(base, "layers")
-	m, err := rootfs.New(rootfs.Config{DataRoot: root}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := rootfs.New(rootfs.Config{DataRoot: root}, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

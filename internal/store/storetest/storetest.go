@@ -14,6 +14,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // SQLite opens a new SQLite store in t's temporary directory.
@@ -32,12 +33,7 @@ func SQLite(t testing.TB) *store.SQL {
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
 	dsn := os.Getenv("WARREN_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("WARREN_TEST_POSTGRES_DSN is not set (scripts/test.sh starts a server)")
-		}
-		t.Skip("WARREN_TEST_POSTGRES_DSN is not set; run: eval \"$(scripts/start-postgres.sh var/pgdata 55432)\"")
-	}
+	testenv.Require(t, dsn != "", "WARREN_TEST_POSTGRES_DSN is not set; run: eval \"$(scripts/start-postgres.sh var/pgdata 55432)\" (scripts/test.sh starts a server)")
 	return dsn
 }
 

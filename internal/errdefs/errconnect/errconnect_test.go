@@ -1,4 +1,4 @@
-package rpcerr
+package errconnect
 
 import (
 	"context"
@@ -38,5 +38,19 @@ func TestFrom(t *testing.T) {
 	}
 	if From(nil) != nil {
 		t.Fatal("nil")
+	}
+}
+
+// Every class crosses a Connect wire and comes back as itself.
+func TestClassRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, c := range codes {
+		err := fmt.Errorf("sandbox %q: %w", "x", c.class)
+		if got := Class(Code(err)); got != c.class {
+			t.Errorf("Class(Code(%v)) = %v", err, got)
+		}
+	}
+	if Class(connect.CodeInternal) != nil || Class(connect.CodeUnknown) != nil {
+		t.Fatal("a code of no class has a class")
 	}
 }

@@ -1,0 +1,79 @@
+// Package errconnect maps Warren's error classes (internal/errdefs) to
+// Connect error codes and back, for every Connect boundary: envd's process
+// and filesystem services use it; the node RPC (internal/node/noderpc)
+// still keeps a copy of the same table, to be replaced by Code and Class.
+package errconnect
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// codes maps the classes to Connect codes, in the order Code tests them.
+var codes = []struct {
+	class error
+	code  connect.Code
+}{
+	{errdefs.ErrNotFound, connect.CodeNotFound},
+	{errdefs.ErrAlreadyExists, connect.CodeAlreadyExists},
+	{errdefs.ErrInvalid, connect.CodeInvalidArgument},
+	{errdefs.ErrConflict, connect.CodeFailedPrecondition},
+	{errdefs.ErrExhausted, connect.CodeResourceExhausted},
+	{errdefs.ErrUnavailable, connect.CodeUnavailable},
+	{errdefs.ErrUnsupported, connect.CodeUnimplemented},
+	{errdefs.ErrUnauthorized, connect.CodeUnauthenticated},
+	{errdefs.ErrForbidden, connect.CodePermissionDenied},
+}
+
+// Code returns the Connect code of err's class: a Connect error keeps its
+// own, a context's end is DeadlineExceeded or Canceled, no class is
+// Internal.
+func Code(err error) connect.Code {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code()
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.class) {
+			return c.code
+		}
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return connect.CodeCanceled
+	}
+	return connect.CodeInternal
+}
+
+// Class returns the error class of a Connect code, nil for a code of no
+// class (Internal, Unknown, Canceled, ...).
+func Class(code connect.Code) error {
+	for _, c := range codes {
+		if c.code == code {
+			return c.class
+		}
+	}
+	return nil
+}
+
+// From wraps err as a Connect error with the code of its class and its
+// text without the trailing class words (errdefs.StripClass) as the
+// message. envd uses it: what envd reports is about the tenant's own
+// sandbox (its files, its processes), so the whole text is theirs to see;
+// wrap errors so that they name the object.
+func From(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return connect.NewError(Code(err), errors.New(errdefs.StripClass(err)))
+}
