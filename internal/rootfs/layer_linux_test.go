@@ -478,7 +478,7 @@ func TestRemountWaitsForOutlivingFileSystem(t *testing.T) {
 	})
 
 	t.Run("refused_while_held", func(t *testing.T) {
-		m, err := New(Config{DataRoot: e.root, DetachWait: 200 * time.Millisecond}, testLog())
+		m, err := New(Config{DataRoot: e.root, DetachWait: 200 * time.Millisecond}, testLog(t))
 		if err != nil {
 			t.Fatal(err)
 		}
