@@ -31,6 +31,10 @@ type FileOptions struct {
 	// Metadata, on writes, is stored with each file (user xattrs, envd
 	// 0.6.2 or newer), replacing what it had; Stat and List return it.
 	Metadata map[string]string
+	// Gzip compresses the transfer: a read asks envd for a gzip-encoded
+	// body, a write sends one (envd 0.5.7 or newer; older ones get the
+	// plain multipart upload).
+	Gzip bool
 }
 
 // FileType is the kind of a filesystem entry.
@@ -113,19 +117,22 @@ func (f *Files) Read(ctx context.Context, path string, o FileOptions) ([]byte, e
 	defer rc.Close()
 	data, err := io.ReadAll(rc)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, err // named by namedBody
 	}
 	return data, nil
 }
 
 // ReadStream returns the content of the file at path as it arrives;
-// ctx bounds the whole transfer. The caller closes it.
+// ctx bounds the whole transfer. The caller closes it. A body that ends
+// before its announced length or its gzip trailer fails the read with
+// io.ErrUnexpectedEOF rather than ending as a short file.
 func (f *Files) ReadStream(ctx context.Context, path string, o FileOptions) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.e.filesURL(f.e.base, path, o.User, nil), nil)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	f.e.auth(req.Header, "")
+	req.Header.Set("Accept-Encoding", acceptEncoding(o.Gzip))
 	resp, err := f.e.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -134,7 +141,25 @@ func (f *Files) ReadStream(ctx context.Context, path string, o FileOptions) (io.
 		defer resp.Body.Close()
 		return nil, fmt.Errorf("read %s: %w", path, httpErr(resp))
 	}
-	return resp.Body, nil
+	body, err := fileBody(resp)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return namedBody{ReadCloser: body, path: path}, nil
+}
+
+// namedBody names the file in the errors of reading it.
+type namedBody struct {
+	io.ReadCloser
+	path string
+}
+
+func (b namedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("read %s: %w", b.path, err)
+	}
+	return n, err
 }
 
 // Write writes data to the file at path, creating its parents and
