@@ -165,7 +165,7 @@ func newSandbox(cfg Config, sb *client.Sandbox) *Sandbox {
 		s.Domain = *sb.Domain
 	}
 	s.Domain = cmp.Or(s.Domain, cfg.Domain)
-	s.envd = newEnvd(cfg, sb.SandboxID, s.Domain, sb.EnvdAccessToken)
+	s.envd = newEnvd(cfg, sb.SandboxID, s.Domain, sb.EnvdVersion, sb.EnvdAccessToken)
 	s.Commands = &Commands{e: s.envd}
 	s.Files = &Files{e: s.envd}
 	s.Pty = &Pty{e: s.envd}
@@ -179,6 +179,13 @@ type ListOptions struct {
 	Metadata map[string]string
 	// State keeps sandboxes in these states ("running", "paused"; both when empty).
 	State []string
+	// StartedAfter keeps sandboxes started after this time (none when zero).
+	StartedAfter time.Time
+	// Template keeps sandboxes of this template (ID or alias).
+	Template string
+	// Order is "asc" (oldest first) or "desc" (newest first, the
+	// server's default), across all pages.
+	Order string
 	// Limit is the page size (the server's default when zero).
 	Limit int
 	// NextToken is the token of the page to fetch (the first when empty).
@@ -194,7 +201,8 @@ func List(ctx context.Context, o ListOptions) ([]ListedSandbox, string, error) {
 	}
 	ctx, cancel := cfg.withTimeout(ctx)
 	defer cancel()
-	list, next, err := cfg.api().List(ctx, client.ListOptions{Metadata: o.Metadata, State: o.State, Limit: o.Limit, NextToken: o.NextToken})
+	list, next, err := cfg.api().List(ctx, client.ListOptions{Metadata: o.Metadata, State: o.State,
+		StartedAfter: o.StartedAfter, Template: o.Template, Order: o.Order, Limit: o.Limit, NextToken: o.NextToken})
 	if err != nil {
 		return nil, "", fmt.Errorf("list sandboxes: %w", err)
 	}
