@@ -22,13 +22,12 @@ import (
 // fakeBuilds plays the template build API: it keeps the uploads by hash
 // and the started build's steps, and ends every build ready.
 type fakeBuilds struct {
-	mu       sync.Mutex
-	url      string
-	creates  int
-	uploads  map[string][]byte // by hash
-	asked    []string          // hashes asked for
-	started  client.TemplateBuild
-	statuses int
+	mu      sync.Mutex
+	url     string
+	creates int
+	uploads map[string][]byte // by hash
+	asked   []string          // hashes asked for
+	started client.TemplateBuild
 }
 
 func newFakeBuilds(t *testing.T) (*fakeBuilds, Config) {
