@@ -98,6 +98,7 @@ func TestEnvdVersionGates(t *testing.T) {
 			return err
 		}, envdFileMetadata},
 		{"close stdin", func() error { return sb.Commands.CloseStdin(ctx, 1) }, envdCloseStdin},
+		{"metrics", func() error { _, err := sb.Metrics(ctx, MetricsOptions{}); return err }, envdMetrics},
 	}
 	for _, tc := range refused {
 		before := api.envdCount()
@@ -130,6 +131,24 @@ func TestEnvdVersionGates(t *testing.T) {
 	stats := api.requests("/filesystem.Filesystem/Stat")
 	if len(stats) != 2 || stats[0].Authorization != "Basic dXNlcjo=" || stats[1].Authorization != "Basic cm9vdDo=" {
 		t.Fatalf("stat on envd 0.1.0 sent %+v, want user then root", stats)
+	}
+}
+
+// TestCreateRefusesAncientEnvd: a sandbox whose envd predates the
+// protocol the SDK speaks is killed and Create fails, as in the other SDKs.
+func TestCreateRefusesAncientEnvd(t *testing.T) {
+	t.Parallel()
+	api, cfg := newServer(t)
+	api.envdVersion = "0.0.9"
+	_, err := Create(context.Background(), CreateOptions{Config: cfg})
+	var ve *EnvdVersionError
+	if !errors.As(err, &ve) || ve.Required != envdSDK {
+		t.Fatalf("create with envd 0.0.9: %v", err)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if len(api.creates) != 1 || len(api.sandboxes) != 0 {
+		t.Fatalf("%d creates, %d sandboxes left; want the one created killed", len(api.creates), len(api.sandboxes))
 	}
 }
 

@@ -123,7 +123,15 @@ func Create(ctx context.Context, o CreateOptions) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox from template %s: %w", req.TemplateID, err)
 	}
-	return newSandbox(cfg, sb), nil
+	s := newSandbox(cfg, sb)
+	if err := s.envd.require(envdSDK, "this SDK"); err != nil {
+		// As the other SDKs: a sandbox it cannot talk to is not left running.
+		if _, kerr := kill(context.WithoutCancel(ctx), cfg, s.ID); kerr != nil {
+			err = errors.Join(err, kerr)
+		}
+		return nil, fmt.Errorf("create sandbox from template %s: %w", req.TemplateID, err)
+	}
+	return s, nil
 }
 
 // Connect returns a handle to the sandbox id, resuming it if paused.

@@ -11,7 +11,9 @@ import (
 // gets a *EnvdVersionError (or, where the other SDKs fall back, the
 // older behaviour) instead of a request its envd would misread.
 const (
+	envdSDK            = "0.1.0" // the oldest envd this SDK's protocol reaches
 	envdRecursiveWatch = "0.1.4"
+	envdMetrics        = "0.1.5"
 	envdCommandsStdin  = "0.3.0" // the stdin flag of Start; always open before
 	envdDefaultUser    = "0.4.0" // envd picks the user; before, the SDK sends "user"
 	envdCloseStdin     = "0.5.2"
