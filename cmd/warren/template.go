@@ -92,8 +92,10 @@ func templateBuildCommand() *cobra.Command {
 		Long: `Build a template from a Dockerfile on a running warren serve, through E2B's
 template build API: the Dockerfile is read here (FROM, RUN, COPY/ADD, ENV,
 ARG, WORKDIR, USER, CMD/ENTRYPOINT; anything else is refused by name), the
-files of each COPY are uploaded, and the server runs the build in its own
-sandboxes while this command prints the steps and their output.
+files of each COPY are uploaded (read from DIR only: a symlink is copied as
+a link, and a source through a symlink out of DIR is refused), and the
+server runs the build in its own sandboxes while this command prints the
+steps and their output.
 
 Variables in ENV, ARG defaults, WORKDIR, USER and COPY/ADD destinations are
 expanded by the server when the step runs, from the build's environment
