@@ -120,3 +120,20 @@ func TestReadRefusesShortBodies(t *testing.T) {
 		}
 	}
 }
+
+// TestReadFailingFileGzip reads, through the real envd, a file whose
+// first read fails after envd has sent its headers (/proc/self/mem at
+// offset 0 gives EIO): envd ends the gzip'd answer with no byte of the
+// stream, which Go's transport would decode as an empty file. Read must
+// fail instead.
+func TestReadFailingFileGzip(t *testing.T) {
+	t.Parallel()
+	_, sb := startSandbox(t)
+	data, err := sb.Files.Read(context.Background(), "/proc/self/mem", FileOptions{Gzip: true})
+	if err == nil {
+		t.Fatalf("read of a failing file: %d bytes and no error", len(data))
+	}
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("read of a failing file: %v, want io.ErrUnexpectedEOF", err)
+	}
+}
