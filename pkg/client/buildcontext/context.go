@@ -13,7 +13,7 @@
 //
 //	bc, err := buildcontext.Open(dir)
 //	defer bc.Close()
-//	up, err := bc.Prepare(steps)                  // sets each COPY step's FilesHash
+//	up, err := bc.Prepare(steps, nil)             // sets each COPY step's FilesHash
 //	created, err := c.CreateTemplate(ctx, ...)
 //	err = up.Upload(ctx, c, created.TemplateID, nil)
 //	err = c.StartTemplateBuild(ctx, created.TemplateID, created.BuildID, client.TemplateBuild{Steps: steps})
