@@ -114,19 +114,31 @@ func TestEnvdVersionGates(t *testing.T) {
 
 	// Fallbacks: a gzip write and a stream go as multipart, unencoded;
 	// the user is named "user" where envd has no default of its own.
-	p := filepath.Join(dir, "f")
-	_, _ = sb.Files.Write(ctx, p, []byte("x"), FileOptions{Gzip: true})
-	_, _ = sb.Files.WriteStream(ctx, p, strings.NewReader("y"), FileOptions{Gzip: true})
-	_, _ = sb.Files.Stat(ctx, p, FileOptions{})
+	p, q := filepath.Join(dir, "f"), filepath.Join(dir, "g")
+	root := FileOptions{Gzip: true, User: "root"}
+	if _, err := sb.Files.Write(ctx, p, []byte("x"), root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Files.WriteStream(ctx, q, strings.NewReader("streamed"), root); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := sb.Files.Read(ctx, q, root); err != nil || string(got) != "streamed" {
+		t.Fatalf("multipart stream fallback: %q %v", got, err)
+	}
+	_, _ = sb.Files.Stat(ctx, p, FileOptions{}) // as "user", who need not exist here
 	_, _ = sb.Files.Stat(ctx, p, FileOptions{User: "root"})
 	posts := slices.DeleteFunc(api.requests("/files"), func(r envdReq) bool { return r.Method != "POST" })
 	if len(posts) != 2 {
 		t.Fatalf("%d uploads reached envd, want 2", len(posts))
 	}
 	for _, r := range posts {
-		if r.ContentEncoding != "" || !strings.HasPrefix(r.ContentType, "multipart/form-data") || r.Username != "user" {
+		if r.ContentEncoding != "" || !strings.HasPrefix(r.ContentType, "multipart/form-data") || r.Username != "root" {
 			t.Errorf("upload to envd 0.1.0 sent %+v", r)
 		}
+	}
+	_, _ = sb.Files.Write(ctx, p, []byte("x"), FileOptions{}) // as "user", who need not exist here
+	if !slices.ContainsFunc(api.requests("/files"), func(r envdReq) bool { return r.Method == "POST" && r.Username == "user" }) {
+		t.Error(`a write without a user to envd 0.1.0 did not name "user"`)
 	}
 	stats := api.requests("/filesystem.Filesystem/Stat")
 	if len(stats) != 2 || stats[0].Authorization != "Basic dXNlcjo=" || stats[1].Authorization != "Basic cm9vdDo=" {
