@@ -18,6 +18,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/pkg/client"
+	"github.com/warren-sandbox/warren/pkg/client/buildcontext"
 )
 
 // defaultAPIURL is where `warren serve` listens unless told otherwise.
@@ -91,8 +92,10 @@ func templateBuildCommand() *cobra.Command {
 		Long: `Build a template from a Dockerfile on a running warren serve, through E2B's
 template build API: the Dockerfile is read here (FROM, RUN, COPY/ADD, ENV,
 ARG, WORKDIR, USER, CMD/ENTRYPOINT; anything else is refused by name), the
-files of each COPY are uploaded, and the server runs the build in its own
-sandboxes while this command prints the steps and their output.
+files of each COPY are uploaded (read from DIR only: a symlink is copied as
+a link, and a source through a symlink out of DIR is refused), and the
+server runs the build in its own sandboxes while this command prints the
+steps and their output.
 
 Variables in ENV, ARG defaults, WORKDIR, USER and COPY/ADD destinations are
 expanded by the server when the step runs, from the build's environment
@@ -173,13 +176,14 @@ func runTemplateBuild(cmd *cobra.Command, o buildOptions, dir string) error {
 	if err != nil {
 		return err
 	}
-	bc, err := openContext(abs)
+	bc, err := buildcontext.Open(abs)
 	if err != nil {
 		return err
 	}
+	defer bc.Close()
 	// Every COPY source is read before the server is asked for anything:
 	// a missing file leaves no waiting build behind.
-	ctxFiles, err := copyFiles(bc, steps, srcs)
+	uploads, err := bc.Prepare(steps, srcs)
 	if err != nil {
 		return err
 	}
@@ -211,7 +215,7 @@ func runTemplateBuild(cmd *cobra.Command, o buildOptions, dir string) error {
 		base = "FROM image " + fromImage
 	}
 	logf("template %s (id %s), build %s: %s, %d steps", name, created.TemplateID, created.BuildID, base, len(steps))
-	if err := uploadContexts(ctx, c, created.TemplateID, ctxFiles, steps, logf); err != nil {
+	if err := uploads.Upload(ctx, c, created.TemplateID, logf); err != nil {
 		return err
 	}
 	err = c.StartTemplateBuild(ctx, created.TemplateID, created.BuildID, client.TemplateBuild{

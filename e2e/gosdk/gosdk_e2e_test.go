@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
 	"github.com/warren-sandbox/warren/pkg/client"
+	"github.com/warren-sandbox/warren/pkg/client/buildcontext"
 	"github.com/warren-sandbox/warren/pkg/e2b"
 )
 
@@ -263,9 +264,17 @@ func TestForkSnapshotMetrics(t *testing.T) {
 func TestBuildTemplate(t *testing.T) {
 	cfg := serve(t)
 	ctx := context.Background()
+	contextDir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(contextDir, "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(contextDir, "app", "main.py"), []byte("print(6*7)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var logs []e2b.BuildLogEntry
-	info, err := e2b.BuildTemplate(ctx, e2b.TemplateOptions{Config: cfg, Name: "gosdk-tpl", FromTemplate: "base",
-		Steps: []e2b.TemplateStep{e2b.StepEnv("GREETING", "built"), e2b.StepRun(`echo "$GREETING" > /home/user/made`, "user"), e2b.StepWorkdir("/home/user")},
+	info, err := e2b.BuildTemplate(ctx, e2b.TemplateOptions{Config: cfg, Name: "gosdk-tpl", FromTemplate: "base", ContextDir: contextDir,
+		Steps: []e2b.TemplateStep{e2b.StepEnv("GREETING", "built"), e2b.StepRun(`echo "$GREETING" > /home/user/made`, "user"),
+			e2b.StepCopy("app", "/opt/app", "user"), e2b.StepWorkdir("/home/user")},
 		OnLog: func(e e2b.BuildLogEntry) { logs = append(logs, e) }})
 	if err != nil {
 		t.Fatalf("build: %v; log %+v", err, logs)
@@ -277,13 +286,125 @@ func TestBuildTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := sb.Commands.Run(ctx, `cat made; echo "$GREETING"; pwd`, e2b.RunOptions{})
-	if err != nil || r.Stdout != "built\nbuilt\n/home/user\n" {
+	r, err := sb.Commands.Run(ctx, `cat made; echo "$GREETING"; pwd; python3 /opt/app/main.py; stat -c %U /opt/app/main.py`, e2b.RunOptions{})
+	if err != nil || r.Stdout != "built\nbuilt\n/home/user\n42\nuser\n" {
 		t.Fatalf("in a sandbox of the template: %+v %v", r, err)
+	}
+	// A COPY through a symlink out of the context is refused here, before
+	// the server is asked for anything.
+	if err := os.Symlink("/etc", filepath.Join(contextDir, "etclink")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e2b.BuildTemplate(ctx, e2b.TemplateOptions{Config: cfg, Name: "gosdk-escape", ContextDir: contextDir,
+		Steps: []e2b.TemplateStep{e2b.StepCopy("etclink/passwd", "/x")}})
+	if !errors.Is(err, buildcontext.ErrInvalid) {
+		t.Fatalf("COPY etclink/passwd: %v, want buildcontext.ErrInvalid", err)
 	}
 	_, err = e2b.BuildTemplate(ctx, e2b.TemplateOptions{Config: cfg, Name: "gosdk-bad", Steps: []e2b.TemplateStep{e2b.StepRun("exit 9")}})
 	var failed *client.BuildFailedError
 	if !errors.As(err, &failed) {
 		t.Fatalf("failing build: %v, want *client.BuildFailedError", err)
+	}
+}
+
+// TestFilesSurface covers the transfer and watch options against a real
+// envd: gzip both ways (also after a pause), entry info on streamed and
+// polled watch events, and the startedAfter list filter.
+func TestFilesSurface(t *testing.T) {
+	cfg := serve(t)
+	ctx := context.Background()
+	first, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstInfo, err := first.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _, err := e2b.List(ctx, e2b.ListOptions{Config: cfg, StartedAfter: firstInfo.StartedAt})
+	if err != nil || len(list) != 1 || list[0].SandboxID != sb.ID {
+		t.Fatalf("started after the first sandbox: %+v %v, want only %s", list, err, sb.ID)
+	}
+	if all, _, err := e2b.List(ctx, e2b.ListOptions{Config: cfg, Order: "asc"}); err != nil || len(all) != 2 || all[0].SandboxID != first.ID {
+		t.Fatalf("list oldest first: %+v %v", all, err)
+	}
+
+	content := []byte(strings.Repeat("gzip me ", 50_000))
+	if _, err := sb.Files.Write(ctx, "/home/user/big.txt", content, e2b.FileOptions{Gzip: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Files.WriteStream(ctx, "/home/user/big2.txt", strings.NewReader(string(content)), e2b.FileOptions{Gzip: true}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := sb.Commands.Run(ctx, "cmp big.txt big2.txt && wc -c < big.txt", e2b.RunOptions{Cwd: "/home/user"})
+	if err != nil || strings.TrimSpace(r.Stdout) != "400000" {
+		t.Fatalf("gzip uploads in the sandbox: %+v %v", r, err)
+	}
+	for _, gz := range []bool{true, false} {
+		if data, err := sb.Files.Read(ctx, "/home/user/big.txt", e2b.FileOptions{Gzip: gz}); err != nil || string(data) != string(content) {
+			t.Fatalf("read (gzip %v): %d bytes, %v", gz, len(data), err)
+		}
+	}
+
+	if _, err := sb.Files.MakeDir(ctx, "/home/user/w", e2b.FileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := sb.Files.Watch(ctx, "/home/user/w", e2b.WatchOptions{IncludeEntry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll, err := sb.Files.WatchPolling(ctx, "/home/user/w", e2b.WatchOptions{IncludeEntry: true, Recursive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Commands.Run(ctx, "printf 12345 > /home/user/w/made", e2b.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ev, ok := <-w.Events
+	if !ok || ev.Name != "made" || ev.Entry == nil || ev.Entry.Path != "/home/user/w/made" || ev.Entry.Owner != "user" {
+		t.Fatalf("watch event %+v entry %+v open %v err %v", ev, ev.Entry, ok, w.Err())
+	}
+	w.Stop()
+	// The polled events are in envd once the streamed one arrived (both
+	// watches read the same inotify events), but poll a bounded while.
+	var polled []e2b.FilesystemEvent
+	for i := 0; i < 100 && !slices.ContainsFunc(polled, func(e e2b.FilesystemEvent) bool { return e.Name == "made" }); i++ {
+		evs, err := poll.NewEvents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		polled = append(polled, evs...)
+		time.Sleep(100 * time.Millisecond)
+	}
+	i := slices.IndexFunc(polled, func(e e2b.FilesystemEvent) bool { return e.Name == "made" })
+	if i < 0 || polled[i].Entry == nil || polled[i].Entry.Name != "made" {
+		t.Fatalf("polled events %+v", polled)
+	}
+	if err := poll.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reads after a pause and resume, plain and gzip'd: the whole file or
+	// an error, never a short body.
+	if ok, err := sb.Pause(ctx); !ok || err != nil {
+		t.Fatalf("pause: %v %v", ok, err)
+	}
+	again, err := e2b.Connect(ctx, sb.ID, e2b.ConnectOptions{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gz := range []bool{false, true} {
+		if data, err := again.Files.Read(ctx, "/home/user/big.txt", e2b.FileOptions{Gzip: gz}); err != nil || string(data) != string(content) {
+			t.Fatalf("read after resume (gzip %v): %d bytes, %v", gz, len(data), err)
+		}
+	}
+	for _, s := range []*e2b.Sandbox{first, again} {
+		if _, err := s.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Client talks to one API server.
@@ -119,8 +120,16 @@ func (c *Client) Get(ctx context.Context, id string) (*SandboxDetail, error) {
 
 // ListOptions filter List.
 type ListOptions struct {
-	Metadata  map[string]string
-	State     []string
+	Metadata map[string]string
+	State    []string
+	// StartedAfter keeps sandboxes started after this time (sent in RFC
+	// 3339 with nanoseconds; none when zero).
+	StartedAfter time.Time
+	// Template keeps sandboxes of a template (ID or alias).
+	Template string
+	// Order is "asc" or "desc" by start time (the server's default,
+	// desc, when empty), across all pages.
+	Order     string
 	Limit     int
 	NextToken string
 }
@@ -138,6 +147,15 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]ListedSandbox, stri
 	}
 	if len(o.State) > 0 {
 		q.Set("state", strings.Join(o.State, ","))
+	}
+	if !o.StartedAfter.IsZero() {
+		q.Set("startedAfter", o.StartedAfter.UTC().Format(time.RFC3339Nano))
+	}
+	if o.Template != "" {
+		q.Set("template", o.Template)
+	}
+	if o.Order != "" {
+		q.Set("order", o.Order)
 	}
 	if o.Limit > 0 {
 		q.Set("limit", fmt.Sprint(o.Limit))

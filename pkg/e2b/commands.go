@@ -81,7 +81,10 @@ func (c *Commands) Start(ctx context.Context, cmd string, o RunOptions) (*Comman
 	if o.Cwd != "" {
 		cfg.Cwd = &o.Cwd
 	}
-	req := &pb.StartRequest{Process: cfg, Stdin: &o.Stdin}
+	req := &pb.StartRequest{Process: cfg}
+	if c.e.supports(envdCommandsStdin) {
+		req.Stdin = &o.Stdin // before, stdin is always open
+	}
 	if o.Tag != "" {
 		req.Tag = &o.Tag
 	}
@@ -139,6 +142,9 @@ func (c *Commands) SendStdin(ctx context.Context, pid uint32, data []byte) error
 
 // CloseStdin closes the stdin of pid (end of input).
 func (c *Commands) CloseStdin(ctx context.Context, pid uint32) error {
+	if err := c.e.require(envdCloseStdin, "closing stdin"); err != nil {
+		return fmt.Errorf("close stdin of process %d: %w", pid, err)
+	}
 	ctx, cancel := c.e.unary(ctx)
 	defer cancel()
 	_, err := c.e.proc.CloseStdin(ctx, rpc(c.e, &pb.CloseStdinRequest{Process: pidSel(pid)}, ""))

@@ -42,6 +42,7 @@ func (e *EnvdError) Is(target error) bool {
 type envd struct {
 	cfg          Config
 	id           string
+	version      string // envd's, as the API reported it
 	base, direct string
 	token        atomic.Pointer[string] // replaced by Resume
 	hc           *http.Client
@@ -49,8 +50,8 @@ type envd struct {
 	fs           filesystemconnect.FilesystemClient
 }
 
-func newEnvd(cfg Config, id, domain, token string) *envd {
-	e := &envd{cfg: cfg, id: id, base: cfg.envdURL(id, domain), direct: cfg.directEnvdURL(id, domain)}
+func newEnvd(cfg Config, id, domain, version, token string) *envd {
+	e := &envd{cfg: cfg, id: id, version: version, base: cfg.envdURL(id, domain), direct: cfg.directEnvdURL(id, domain)}
 	e.token.Store(&token)
 	next := cfg.HTTPClient.Transport
 	if next == nil {
@@ -76,11 +77,12 @@ func (r routing) RoundTrip(req *http.Request) (*http.Response, error) {
 	return r.next.RoundTrip(req)
 }
 
-// rpc wraps msg with the access token and, when user is set, the user to
-// act as (Basic auth with an empty password, as the SDKs send it).
+// rpc wraps msg with the access token and the user to act as (Basic
+// auth with an empty password, as the SDKs send it; none when user is
+// empty and envd has a default user).
 func rpc[T any](e *envd, msg *T, user string) *connect.Request[T] {
 	r := connect.NewRequest(msg)
-	e.auth(r.Header(), user)
+	e.auth(r.Header(), e.user(user))
 	return r
 }
 

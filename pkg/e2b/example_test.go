@@ -60,12 +60,14 @@ func ExampleSandbox_Pause() {
 	fmt.Println(again.ID == sb.ID)
 }
 
-// Page through the running sandboxes that carry a metadata pair.
+// Page through the running sandboxes of the last hour that carry a
+// metadata pair.
 func ExampleList() {
 	ctx := context.Background()
 	token := ""
 	for {
-		page, next, err := e2b.List(ctx, e2b.ListOptions{Metadata: map[string]string{"job": "42"}, State: []string{"running"}, NextToken: token})
+		page, next, err := e2b.List(ctx, e2b.ListOptions{Metadata: map[string]string{"job": "42"}, State: []string{"running"},
+			StartedAfter: time.Now().Add(-time.Hour), NextToken: token})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -178,6 +180,58 @@ func ExampleFiles_Watch() {
 	fmt.Println(ev.Type, ev.Name) // create new
 }
 
+// Collect a directory's changes in envd and ask for them when convenient,
+// each with the changed entry's details.
+func ExampleFiles_WatchPolling() {
+	ctx := context.Background()
+	sb, err := e2b.Create(ctx, e2b.CreateOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Kill(context.Background())
+	w, err := sb.Files.WatchPolling(ctx, "/home/user", e2b.WatchOptions{IncludeEntry: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	if _, err := sb.Commands.Run(ctx, "echo hi > /home/user/new", e2b.RunOptions{}); err != nil {
+		log.Fatal(err)
+	}
+	events, err := w.NewEvents(ctx) // what happened since the watch started
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, ev := range events {
+		if ev.Entry != nil {
+			fmt.Println(ev.Type, ev.Name, ev.Entry.Size)
+		}
+	}
+}
+
+// Move a large file gzip'd both ways; a body cut short is an error, never
+// a short file.
+func ExampleFileOptions_gzip() {
+	ctx := context.Background()
+	sb, err := e2b.Create(ctx, e2b.CreateOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Kill(context.Background())
+	in, err := os.Open("dump.sql")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer in.Close()
+	if _, err := sb.Files.WriteStream(ctx, "/home/user/dump.sql", in, e2b.FileOptions{Gzip: true}); err != nil {
+		log.Fatal(err)
+	}
+	data, err := sb.Files.Read(ctx, "/home/user/dump.sql", e2b.FileOptions{Gzip: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(data))
+}
+
 // Drive an interactive shell on a terminal.
 func ExamplePty() {
 	ctx := context.Background()
@@ -208,8 +262,11 @@ func ExampleBuildTemplate() {
 	_, err := e2b.BuildTemplate(ctx, e2b.TemplateOptions{
 		Name:         "myapp:v1",
 		FromTemplate: "base",
-		Steps:        []e2b.TemplateStep{e2b.StepRun("pip install requests", "root"), e2b.StepWorkdir("/home/user")},
-		OnLog:        func(e e2b.BuildLogEntry) { fmt.Println(e.Step, e.Message) },
+		// The COPY step's files are read from ContextDir and uploaded.
+		ContextDir: "./myapp",
+		Steps: []e2b.TemplateStep{e2b.StepRun("pip install requests", "root"),
+			e2b.StepCopy("src", "/home/user/app", "user"), e2b.StepWorkdir("/home/user/app")},
+		OnLog: func(e e2b.BuildLogEntry) { fmt.Println(e.Step, e.Message) },
 	})
 	if err != nil {
 		log.Fatal(err)

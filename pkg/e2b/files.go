@@ -2,10 +2,12 @@ package e2b
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -31,6 +33,10 @@ type FileOptions struct {
 	// Metadata, on writes, is stored with each file (user xattrs, envd
 	// 0.6.2 or newer), replacing what it had; Stat and List return it.
 	Metadata map[string]string
+	// Gzip compresses the transfer: a read asks envd for a gzip-encoded
+	// body, a write sends one (envd 0.5.7 or newer; older ones get the
+	// plain multipart upload).
+	Gzip bool
 }
 
 // FileType is the kind of a filesystem entry.
@@ -93,7 +99,7 @@ func (e *envd) filesURL(base, path, user string, extra url.Values) string {
 	if path != "" {
 		q.Set("path", path)
 	}
-	if user != "" {
+	if user = e.user(user); user != "" {
 		q.Set("username", user)
 	}
 	for k, v := range extra {
@@ -113,19 +119,22 @@ func (f *Files) Read(ctx context.Context, path string, o FileOptions) ([]byte, e
 	defer rc.Close()
 	data, err := io.ReadAll(rc)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, err // named by namedBody
 	}
 	return data, nil
 }
 
 // ReadStream returns the content of the file at path as it arrives;
-// ctx bounds the whole transfer. The caller closes it.
+// ctx bounds the whole transfer. The caller closes it. A body that ends
+// before its announced length or its gzip trailer fails the read with
+// io.ErrUnexpectedEOF rather than ending as a short file.
 func (f *Files) ReadStream(ctx context.Context, path string, o FileOptions) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.e.filesURL(f.e.base, path, o.User, nil), nil)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	f.e.auth(req.Header, "")
+	req.Header.Set("Accept-Encoding", acceptEncoding(o.Gzip))
 	resp, err := f.e.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -134,7 +143,25 @@ func (f *Files) ReadStream(ctx context.Context, path string, o FileOptions) (io.
 		defer resp.Body.Close()
 		return nil, fmt.Errorf("read %s: %w", path, httpErr(resp))
 	}
-	return resp.Body, nil
+	body, err := fileBody(resp)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return namedBody{ReadCloser: body, path: path}, nil
+}
+
+// namedBody names the file in the errors of reading it.
+type namedBody struct {
+	io.ReadCloser
+	path string
+}
+
+func (b namedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("read %s: %w", b.path, err)
+	}
+	return n, err
 }
 
 // Write writes data to the file at path, creating its parents and
@@ -153,10 +180,25 @@ type WriteEntry struct {
 	Data []byte
 }
 
-// WriteMany writes several files in one request.
+// WriteMany writes several files in one multipart request; with
+// o.Gzip (and an envd of 0.5.7 or newer), one gzip'd request per file.
 func (f *Files) WriteMany(ctx context.Context, files []WriteEntry, o FileOptions) ([]WriteInfo, error) {
 	if len(files) == 0 {
 		return nil, nil
+	}
+	if err := f.e.checkWrite(o); err != nil {
+		return nil, fmt.Errorf("write %s: %w", describe(files), err)
+	}
+	if o.Gzip && f.e.supports(envdOctetStream) {
+		var infos []WriteInfo
+		for _, file := range files {
+			info, err := f.writeGzip(ctx, file, o)
+			if err != nil {
+				return nil, err
+			}
+			infos = append(infos, *info)
+		}
+		return infos, nil
 	}
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
@@ -174,7 +216,7 @@ func (f *Files) WriteMany(ctx context.Context, files []WriteEntry, o FileOptions
 	}
 	ctx, cancel := f.e.unary(ctx)
 	defer cancel()
-	infos, err := f.e.upload(ctx, path, o, &body, mw.FormDataContentType())
+	infos, err := f.e.upload(ctx, path, o, &body, mw.FormDataContentType(), false)
 	if err != nil {
 		return nil, fmt.Errorf("write %s: %w", describe(files), err)
 	}
@@ -184,6 +226,32 @@ func (f *Files) WriteMany(ctx context.Context, files []WriteEntry, o FileOptions
 	return infos, nil
 }
 
+// writeGzip uploads one file as a gzip'd octet-stream body.
+func (f *Files) writeGzip(ctx context.Context, file WriteEntry, o FileOptions) (*WriteInfo, error) {
+	var body bytes.Buffer
+	zw := gzip.NewWriter(&body)
+	zw.Write(file.Data) // a bytes.Buffer does not fail
+	zw.Close()
+	ctx, cancel := f.e.unary(ctx)
+	defer cancel()
+	infos, err := f.e.upload(ctx, file.Path, o, &body, "application/octet-stream", true)
+	if err == nil && len(infos) == 0 {
+		err = errors.New("envd reported no file")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", file.Path, err)
+	}
+	return &infos[0], nil
+}
+
+// checkWrite refuses metadata that envd cannot store.
+func (e *envd) checkWrite(o FileOptions) error {
+	if len(o.Metadata) > 0 {
+		return e.require(envdFileMetadata, "file metadata")
+	}
+	return nil
+}
+
 func describe(files []WriteEntry) string {
 	if len(files) == 1 {
 		return files[0].Path
@@ -191,10 +259,45 @@ func describe(files []WriteEntry) string {
 	return fmt.Sprintf("%d files", len(files))
 }
 
-// WriteStream writes what r yields to the file at path as one raw
-// upload (envd 0.5.7 or newer); ctx bounds the whole transfer.
+// WriteStream writes what r yields to the file at path as it comes, gzip'd
+// on the way with o.Gzip; ctx bounds the whole transfer. It is one raw
+// upload on envd 0.5.7 or newer, a streamed multipart one before.
 func (f *Files) WriteStream(ctx context.Context, path string, r io.Reader, o FileOptions) (*WriteInfo, error) {
-	infos, err := f.e.upload(ctx, path, o, r, "application/octet-stream")
+	if err := f.e.checkWrite(o); err != nil {
+		return nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	contentType, gz := "application/octet-stream", o.Gzip
+	body := r
+	if !f.e.supports(envdOctetStream) {
+		pr, pw := io.Pipe()
+		mw := multipart.NewWriter(pw)
+		contentType, gz, body = mw.FormDataContentType(), false, pr
+		go func() {
+			part, err := mw.CreateFormFile("file", path)
+			if err == nil {
+				_, err = io.Copy(part, r)
+			}
+			if err == nil {
+				err = mw.Close()
+			}
+			pw.CloseWithError(err)
+		}()
+	} else if gz {
+		pr, pw := io.Pipe()
+		body = pr
+		go func() {
+			zw := gzip.NewWriter(pw)
+			_, err := io.Copy(zw, r)
+			if err == nil {
+				err = zw.Close()
+			}
+			pw.CloseWithError(err)
+		}()
+	}
+	infos, err := f.e.upload(ctx, path, o, body, contentType, gz)
+	if pr, ok := body.(*io.PipeReader); ok {
+		pr.CloseWithError(errors.New("upload ended")) // ends the copying goroutine
+	}
 	if err != nil {
 		return nil, fmt.Errorf("write %s: %w", path, err)
 	}
@@ -204,7 +307,8 @@ func (f *Files) WriteStream(ctx context.Context, path string, r io.Reader, o Fil
 	return &infos[0], nil
 }
 
-func (e *envd) upload(ctx context.Context, path string, o FileOptions, body io.Reader, contentType string) ([]WriteInfo, error) {
+// upload POSTs body to /files; gz says it is gzip-encoded.
+func (e *envd) upload(ctx context.Context, path string, o FileOptions, body io.Reader, contentType string, gz bool) ([]WriteInfo, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.filesURL(e.base, path, o.User, nil), body)
 	if err != nil {
 		return nil, err
@@ -214,6 +318,9 @@ func (e *envd) upload(ctx context.Context, path string, o FileOptions, body io.R
 		req.Header.Set("X-Metadata-"+k, v)
 	}
 	req.Header.Set("Content-Type", contentType)
+	if gz {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
 	resp, err := e.hc.Do(req)
 	if err != nil {
 		return nil, err
@@ -334,7 +441,8 @@ func (e *envd) signedURL(path, op string, o URLOptions) string {
 	if tok == "" {
 		return e.filesURL(e.direct, path, o.User, nil)
 	}
-	raw := path + ":" + op + ":" + o.User + ":" + tok
+	user := e.user(o.User)
+	raw := path + ":" + op + ":" + user + ":" + tok
 	extra := url.Values{}
 	if !o.Expires.IsZero() {
 		exp := strconv.FormatInt(o.Expires.Unix(), 10)

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -43,6 +44,38 @@ type fakeAPI struct {
 	creates   []client.NewSandbox
 	timeouts  map[string]int
 	envdSeen  int // envd requests that passed the header checks
+	// envdVersion is the version created sandboxes report (0.6.13 when
+	// empty); envdReqs records the envd requests that reached envd.
+	envdVersion string
+	envdReqs    []envdReq
+}
+
+// envdReq is what the tests check of a request to envd.
+type envdReq struct {
+	Method, Path                  string
+	ContentType, ContentEncoding  string
+	AcceptEncoding, Authorization string
+	Username                      string
+}
+
+// envdCount is how many requests reached envd.
+func (f *fakeAPI) envdCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.envdReqs)
+}
+
+// requests returns the recorded envd requests to path.
+func (f *fakeAPI) requests(path string) []envdReq {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []envdReq
+	for _, r := range f.envdReqs {
+		if r.Path == path {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // newServer starts the fake API with a real envd behind it; envd's
@@ -166,7 +199,7 @@ func (f *fakeAPI) create(w http.ResponseWriter, r *http.Request) {
 	id := "sbx" + strconv.Itoa(f.next)
 	sb := &fakeSandbox{detail: client.SandboxDetail{ListedSandbox: client.ListedSandbox{
 		TemplateID: req.TemplateID, SandboxID: id, StartedAt: time.Now(), State: "running",
-		Metadata: req.Metadata, EnvdVersion: "0.6.13"}, EnvdAccessToken: testToken}}
+		Metadata: req.Metadata, EnvdVersion: cmp.Or(f.envdVersion, "0.6.13")}, EnvdAccessToken: testToken}}
 	f.sandboxes[id] = sb
 	f.order = append(f.order, id)
 	writeJSON(w, 201, f.answer(sb))
@@ -182,11 +215,20 @@ func (f *fakeAPI) answer(sb *fakeSandbox) client.Sandbox {
 func (f *fakeAPI) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, _ := strconv.Atoi(q.Get("limit"))
+	var after time.Time
+	if v := q.Get("startedAfter"); v != "" {
+		var err error
+		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			writeJSON(w, 400, client.Error{Code: 400, Message: "startedAfter: " + err.Error()})
+			return
+		}
+	}
 	start, _ := strconv.Atoi(q.Get("nextToken"))
 	var out []client.ListedSandbox
 	i := start
 	for ; i < len(f.order) && (limit == 0 || len(out) < limit); i++ {
-		if sb := f.sandboxes[f.order[i]]; sb != nil && (q.Get("state") == "" || q.Get("state") == sb.detail.State) {
+		if sb := f.sandboxes[f.order[i]]; sb != nil && (q.Get("state") == "" || q.Get("state") == sb.detail.State) &&
+			sb.detail.StartedAt.After(after) {
 			out = append(out, sb.detail.ListedSandbox)
 		}
 	}
@@ -210,6 +252,10 @@ func (f *fakeAPI) proxy(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	f.mu.Lock()
 	f.envdSeen++
+	f.envdReqs = append(f.envdReqs, envdReq{Method: r.Method, Path: r.URL.Path,
+		ContentType: r.Header.Get("Content-Type"), ContentEncoding: r.Header.Get("Content-Encoding"),
+		AcceptEncoding: r.Header.Get("Accept-Encoding"), Authorization: r.Header.Get("Authorization"),
+		Username: r.URL.Query().Get("username")})
 	f.mu.Unlock()
 	f.envd.ServeHTTP(w, r)
 }

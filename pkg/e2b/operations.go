@@ -25,6 +25,9 @@ func (s *Sandbox) Metrics(ctx context.Context, o MetricsOptions) ([]Metric, erro
 	if s.cfg.Debug {
 		return []Metric{}, nil
 	}
+	if err := s.envd.require(envdMetrics, "metrics"); err != nil {
+		return nil, fmt.Errorf("metrics of sandbox %s: %w", s.ID, err)
+	}
 	q := url.Values{}
 	if !o.Start.IsZero() {
 		q.Set("start", strconv.FormatInt(o.Start.Unix(), 10))

@@ -123,7 +123,15 @@ func Create(ctx context.Context, o CreateOptions) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox from template %s: %w", req.TemplateID, err)
 	}
-	return newSandbox(cfg, sb), nil
+	s := newSandbox(cfg, sb)
+	if err := s.envd.require(envdSDK, "this SDK"); err != nil {
+		// As the other SDKs: a sandbox it cannot talk to is not left running.
+		if _, kerr := kill(context.WithoutCancel(ctx), cfg, s.ID); kerr != nil {
+			err = errors.Join(err, kerr)
+		}
+		return nil, fmt.Errorf("create sandbox from template %s: %w", req.TemplateID, err)
+	}
+	return s, nil
 }
 
 // Connect returns a handle to the sandbox id, resuming it if paused.
@@ -165,7 +173,7 @@ func newSandbox(cfg Config, sb *client.Sandbox) *Sandbox {
 		s.Domain = *sb.Domain
 	}
 	s.Domain = cmp.Or(s.Domain, cfg.Domain)
-	s.envd = newEnvd(cfg, sb.SandboxID, s.Domain, sb.EnvdAccessToken)
+	s.envd = newEnvd(cfg, sb.SandboxID, s.Domain, sb.EnvdVersion, sb.EnvdAccessToken)
 	s.Commands = &Commands{e: s.envd}
 	s.Files = &Files{e: s.envd}
 	s.Pty = &Pty{e: s.envd}
@@ -179,6 +187,13 @@ type ListOptions struct {
 	Metadata map[string]string
 	// State keeps sandboxes in these states ("running", "paused"; both when empty).
 	State []string
+	// StartedAfter keeps sandboxes started after this time (none when zero).
+	StartedAfter time.Time
+	// Template keeps sandboxes of this template (ID or alias).
+	Template string
+	// Order is "asc" (oldest first) or "desc" (newest first, the
+	// server's default), across all pages.
+	Order string
 	// Limit is the page size (the server's default when zero).
 	Limit int
 	// NextToken is the token of the page to fetch (the first when empty).
@@ -194,7 +209,8 @@ func List(ctx context.Context, o ListOptions) ([]ListedSandbox, string, error) {
 	}
 	ctx, cancel := cfg.withTimeout(ctx)
 	defer cancel()
-	list, next, err := cfg.api().List(ctx, client.ListOptions{Metadata: o.Metadata, State: o.State, Limit: o.Limit, NextToken: o.NextToken})
+	list, next, err := cfg.api().List(ctx, client.ListOptions{Metadata: o.Metadata, State: o.State,
+		StartedAfter: o.StartedAfter, Template: o.Template, Order: o.Order, Limit: o.Limit, NextToken: o.NextToken})
 	if err != nil {
 		return nil, "", fmt.Errorf("list sandboxes: %w", err)
 	}

@@ -1,16 +1,19 @@
 package e2b
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/warren-sandbox/warren/pkg/client"
+	"github.com/warren-sandbox/warren/pkg/client/buildcontext"
 )
 
 // TemplateStep is one build step (see client.TemplateStep for the
-// argument layout); StepRun, StepEnv, StepWorkdir and StepUser make the
-// common ones.
+// argument layout); StepRun, StepCopy, StepEnv, StepWorkdir and StepUser
+// make the common ones.
 type TemplateStep = client.TemplateStep
 
 // BuildLogEntry is one line of a build's log.
@@ -22,6 +25,16 @@ type TemplateBuildInfo = client.TemplateBuildInfo
 // StepRun is a RUN step (as user when given).
 func StepRun(cmd string, user ...string) TemplateStep {
 	return TemplateStep{Type: "RUN", Args: append([]string{cmd}, user...)}
+}
+
+// StepCopy is a COPY step of src (a path or glob relative to the build
+// context, TemplateOptions.ContextDir) to dest in the template; user
+// owns the copied files and mode (octal, e.g. "0755") sets their
+// permissions when given. BuildTemplate uploads the files.
+func StepCopy(src, dest string, userMode ...string) TemplateStep {
+	args := []string{src, dest, "", ""}
+	copy(args[2:], userMode)
+	return TemplateStep{Type: "COPY", Args: args}
 }
 
 // StepEnv is an ENV step of key, value pairs.
@@ -45,9 +58,13 @@ type TemplateOptions struct {
 	// FromImage (an OCI image reference) or FromTemplate (an alias or ID)
 	// is the base; neither means the base template.
 	FromImage, FromTemplate string
-	// Steps run in order. COPY steps need their files uploaded first
-	// (pkg/client's TemplateFiles and UploadFiles); this call does not.
+	// Steps run in order.
 	Steps []TemplateStep
+	// ContextDir is the build context of the COPY and ADD steps (the
+	// current directory when empty): their files are read from it, never
+	// from outside it (see pkg/client/buildcontext), and uploaded unless
+	// the server has them already.
+	ContextDir string
 	// StartCmd runs when a sandbox starts; ReadyCmd says when it is ready.
 	StartCmd, ReadyCmd string
 	// OnLog is called with each log line as the build goes.
@@ -65,6 +82,23 @@ func BuildTemplate(ctx context.Context, o TemplateOptions) (*TemplateBuildInfo, 
 		return nil, err
 	}
 	api := cfg.api()
+	steps := slices.Clone(o.Steps)
+	if steps == nil {
+		steps = []TemplateStep{}
+	}
+	// The COPY sources are read before the server is asked for anything:
+	// a missing file leaves no waiting build behind.
+	var uploads *buildcontext.Uploads
+	if slices.ContainsFunc(steps, func(s TemplateStep) bool { return s.Type == "COPY" || s.Type == "ADD" }) {
+		bc, err := buildcontext.Open(cmp.Or(o.ContextDir, "."))
+		if err != nil {
+			return nil, fmt.Errorf("template %s: %w", o.Name, err)
+		}
+		defer bc.Close()
+		if uploads, err = bc.Prepare(steps, nil); err != nil {
+			return nil, fmt.Errorf("template %s: %w", o.Name, err)
+		}
+	}
 	nt := client.NewTemplate{Name: o.Name}
 	if o.CPUCount > 0 {
 		nt.CPUCount = &o.CPUCount
@@ -78,9 +112,11 @@ func BuildTemplate(ctx context.Context, o TemplateOptions) (*TemplateBuildInfo, 
 	if err != nil {
 		return nil, fmt.Errorf("create template %s: %w", o.Name, err)
 	}
-	steps := o.Steps
-	if steps == nil {
-		steps = []TemplateStep{}
+	if uploads != nil {
+		// Not bounded by the request timeout: a large context takes long.
+		if err := uploads.Upload(ctx, api, created.TemplateID, nil); err != nil {
+			return nil, fmt.Errorf("upload the files of template %s: %w", o.Name, err)
+		}
 	}
 	rctx, cancel = cfg.withTimeout(ctx)
 	err = api.StartTemplateBuild(rctx, created.TemplateID, created.BuildID, client.TemplateBuild{

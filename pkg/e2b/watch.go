@@ -33,13 +33,49 @@ type FilesystemEvent struct {
 	// Name is the changed entry's path relative to the watched directory.
 	Name string
 	Type EventType
+	// Entry describes the changed entry with WatchOptions.IncludeEntry,
+	// when envd could still read it (nil after a remove or a rename away).
+	Entry *EntryInfo
+}
+
+func eventOf(fe *fspb.FilesystemEvent) FilesystemEvent {
+	ev := FilesystemEvent{Name: fe.GetName(), Type: eventTypes[fe.GetType()]}
+	if fe.Entry != nil {
+		e := entryOf(fe.Entry)
+		ev.Entry = &e
+	}
+	return ev
 }
 
 // WatchOptions describe a watch.
 type WatchOptions struct {
 	FileOptions
-	// Recursive also watches the subdirectories.
+	// Recursive also watches the subdirectories (envd 0.1.4 or newer).
 	Recursive bool
+	// IncludeEntry attaches each event's EntryInfo (envd 0.6.3 or newer).
+	IncludeEntry bool
+	// AllowNetworkMounts permits watching a directory on a network
+	// filesystem (NFS, CIFS, FUSE), whose events may be unreliable
+	// (envd 0.6.4 or newer).
+	AllowNetworkMounts bool
+}
+
+// checkWatch refuses the options envd is too old for.
+func (e *envd) checkWatch(o WatchOptions) error {
+	if o.Recursive {
+		if err := e.require(envdRecursiveWatch, "recursive watch"); err != nil {
+			return err
+		}
+	}
+	if o.IncludeEntry {
+		if err := e.require(envdEntryInfo, "entry info in watch events"); err != nil {
+			return err
+		}
+	}
+	if o.AllowNetworkMounts {
+		return e.require(envdNetworkMounts, "watching network mounts")
+	}
+	return nil
 }
 
 // Watcher delivers the changes below a directory on Events until Stop,
@@ -57,8 +93,12 @@ type Watcher struct {
 // Watch starts watching the directory at path and returns once envd
 // watches it, so changes made after Watch returns are reported.
 func (f *Files) Watch(ctx context.Context, path string, o WatchOptions) (*Watcher, error) {
+	if err := f.e.checkWatch(o); err != nil {
+		return nil, fmt.Errorf("watch %s: %w", path, err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := f.e.fs.WatchDir(ctx, stream(rpc(f.e, &fspb.WatchDirRequest{Path: path, Recursive: o.Recursive}, o.User)))
+	req := &fspb.WatchDirRequest{Path: path, Recursive: o.Recursive, IncludeEntry: o.IncludeEntry, AllowNetworkMounts: o.AllowNetworkMounts}
+	s, err := f.e.fs.WatchDir(ctx, stream(rpc(f.e, req, o.User)))
 	if err != nil {
 		cancel()
 		return nil, rpcErr(err, "watch %s", path)
@@ -84,7 +124,7 @@ func (f *Files) Watch(ctx context.Context, path string, o WatchOptions) (*Watche
 				continue // keepalive
 			}
 			select {
-			case events <- FilesystemEvent{Name: fe.GetName(), Type: eventTypes[fe.GetType()]}:
+			case events <- eventOf(fe):
 			case <-ctx.Done():
 				return
 			}
