@@ -72,15 +72,30 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
+	// The first read comes before the headers: a file that cannot be read
+	// is an error answer, never an empty gzip stream that decodes as an
+	// empty file.
+	first := make([]byte, 32<<10)
+	n, err := f.Read(first)
+	if err != nil && !errors.Is(err, io.EOF) {
+		h.log.Warn("download: read failed", "path", path, "error", err)
+		httpError(w, classify(err), fmt.Sprintf("cannot read '%s'", path))
+		return
+	}
 	w.Header().Set("Content-Type", ct)
 	w.Header().Set("Content-Encoding", "gzip")
 	if r.Method == http.MethodHead {
 		return
 	}
 	gw := gzip.NewWriter(w)
-	if _, err := io.Copy(gw, f); err != nil {
-		h.log.Debug("download aborted", "path", path, "error", err)
-		return
+	if _, err := gw.Write(first[:n]); err == nil {
+		_, err = io.Copy(gw, f)
+	}
+	if err != nil {
+		// Headers are out: end the connection without the gzip trailer,
+		// so that the client sees a cut stream, not a shorter file.
+		h.log.Warn("download aborted", "path", path, "error", err)
+		panic(http.ErrAbortHandler)
 	}
 	_ = gw.Close()
 }

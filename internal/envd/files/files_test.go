@@ -116,6 +116,15 @@ func TestDownload(t *testing.T) {
 			}
 		})
 	}
+	t.Run("unreadable_gzip", func(t *testing.T) {
+		// A file whose first read fails (here /proc/self/mem at offset 0)
+		// is an error answer, not a 200 with an empty gzip stream that
+		// clients decode as an empty file.
+		status, body, h := get(t, q("/proc/self/mem", "", 0), map[string]string{"X-Access-Token": token, "Accept-Encoding": "gzip"})
+		if status < 400 || h.Get("Content-Encoding") == "gzip" {
+			t.Fatalf("unreadable file with gzip: %d %q %v", status, body, h)
+		}
+	})
 	t.Run("gzip", func(t *testing.T) {
 		status, body, h := get(t, q(f, "", 0), map[string]string{"X-Access-Token": token, "Accept-Encoding": "gzip"})
 		if status != 200 || h.Get("Content-Encoding") != "gzip" {
