@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -215,6 +216,14 @@ func TestTwoNodes(t *testing.T) {
 	}
 	base, _ = filepath.Abs(base)
 	t.Cleanup(func() { os.RemoveAll(base) })
+	t.Cleanup(func() { // last but the removal: nothing of the nodes' runs on
+		if left := runscUnder(base); len(left) > 0 {
+			t.Errorf("runsc processes left under the nodes' data dirs: %v", left)
+			for _, pid := range left {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
 
 	api := start(t, "warren api", []string{"WARREN_NODE_TOKEN=" + nodeToken},
 		"api", "--listen", apiAddr, "--database-url", dsn, "--api-key", apiKey, "--admin-token", adminToken,
@@ -370,4 +379,22 @@ func TestTwoNodes(t *testing.T) {
 	if m := nodes(t); m["mn-a"].Sandboxes != before+2 || m["mn-b"].Sandboxes != 0 || m["mn-b"].Status != "draining" {
 		t.Errorf("creates while B drains: %+v", m)
 	}
+}
+
+// runscUnder lists the PIDs of runsc processes whose --root lies under dir
+// (the sandboxes of the test's nodes).
+func runscUnder(dir string) []int {
+	var out []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte("--root="+dir)) {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscanf(p, "/proc/%d/cmdline", &pid); err == nil && pid != os.Getpid() {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
