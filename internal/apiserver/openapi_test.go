@@ -25,6 +25,7 @@ import (
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
+	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -288,6 +289,7 @@ func TestSpecRoutes(t *testing.T) {
 		c.Metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("up 1\n")) }) //nolint:errcheck
 	})
 	e.api.MountEvents(apiserver.EventsConfig{})
+	nodereg.NewRegistry(e.st.(nodereg.Store), nil, nil).AdminRoutes(e.api.HandleAdmin)
 
 	served := map[string]bool{}
 	for _, p := range e.api.Routes() {

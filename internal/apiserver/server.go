@@ -204,7 +204,7 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 // HandleAdmin adds a route served to admins only (X-Admin-Token), e.g.
 // the node registry's /admin/nodes.
 func (s *Server) HandleAdmin(pattern string, h http.Handler) {
-	s.mux.Handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 	}, true))
 }
