@@ -1,0 +1,374 @@
+package helm
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The host names of this package's cluster: loopback ports that no other
+// test uses, and work directories named whelm-* under the repository's var/.
+const (
+	apiserverPort = "36443"
+	etcdPort      = "23790"
+	etcdPeerPort  = "23800"
+	chartDir      = "warren"
+)
+
+// workDir holds helm's and kubectl's homes and the cluster's files; TestMain
+// makes it and removes it.
+var workDir string
+
+func TestMain(m *testing.M) {
+	code, err := runMain(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func runMain(m *testing.M) (int, error) {
+	varDir := filepath.Join("..", "..", "var")
+	if err := os.MkdirAll(varDir, 0o755); err != nil {
+		return 1, fmt.Errorf("make %s: %w", varDir, err)
+	}
+	dir, err := os.MkdirTemp(varDir, "whelm-")
+	if err != nil {
+		return 1, fmt.Errorf("make the work directory: %w", err)
+	}
+	if workDir, err = filepath.Abs(dir); err != nil {
+		return 1, err
+	}
+	code := m.Run()
+	if theCluster != nil {
+		theCluster.stop()
+	}
+	if err := os.RemoveAll(workDir); err != nil {
+		return code, fmt.Errorf("remove %s: %w", workDir, err)
+	}
+	return code, nil
+}
+
+// require skips the test when a prerequisite is missing, and fails it
+// under CI=true, where every tool must be there.
+func require(t testing.TB, ok bool, reason string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("prerequisite missing under CI: %s", reason)
+	}
+	t.Skipf("skipping: %s", reason)
+}
+
+// tool is the executable that the variable env names.
+func tool(t testing.TB, env string) string {
+	t.Helper()
+	path := os.Getenv(env)
+	require(t, path != "", env+` is not set: eval "$(scripts/k8s-tools.sh)"`)
+	st, err := os.Stat(path)
+	require(t, err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0, fmt.Sprintf("%s=%s is no executable (%v)", env, path, err))
+	return path
+}
+
+// run runs a tool with its home in the work directory and returns its
+// standard output and error.
+func run(stdin string, env []string, name string, args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	home := filepath.Join(workDir, "home")
+	cmd.Env = append(os.Environ(), "HOME="+home,
+		"HELM_CACHE_HOME="+filepath.Join(home, "helm-cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "helm-config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "helm-data"))
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, errOut.String())
+	}
+	return out.String(), errOut.String(), err
+}
+
+// helm runs helm without a cluster.
+func helm(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	out, _, err := run("", nil, tool(t, "WARREN_HELM"), args...)
+	return out, err
+}
+
+// cluster is a kube-apiserver over an etcd, both on loopback, with a token
+// of the system:masters group. No controller manager, scheduler or kubelet:
+// objects are stored, no pod runs.
+type cluster struct {
+	dir        string
+	kubeconfig string
+	procs      []*proc // in the order of starting
+	kubectlBin string
+	helmBin    string
+}
+
+var (
+	clusterOnce sync.Once
+	theCluster  *cluster
+	clusterErr  error
+)
+
+// kube starts the package's cluster at its first call; TestMain stops it.
+func kube(t *testing.T) *cluster {
+	t.Helper()
+	apiserver := tool(t, "WARREN_KUBE_APISERVER")
+	etcd := tool(t, "WARREN_ETCD")
+	kubectl := tool(t, "WARREN_KUBECTL")
+	helmBin := tool(t, "WARREN_HELM")
+	clusterOnce.Do(func() {
+		theCluster = &cluster{kubectlBin: kubectl, helmBin: helmBin}
+		clusterErr = theCluster.start(etcd, apiserver)
+	})
+	if clusterErr != nil {
+		t.Fatalf("start kube-apiserver and etcd: %v", clusterErr)
+	}
+	return theCluster
+}
+
+func (c *cluster) start(etcd, apiserver string) error {
+	for _, port := range []string{apiserverPort, etcdPort, etcdPeerPort} {
+		l, err := net.Listen("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			return fmt.Errorf("port %s, this test's own, is taken: %w", port, err)
+		}
+		_ = l.Close()
+	}
+	c.dir = filepath.Join(workDir, "cluster")
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return err
+	}
+	etcdURL := "http://127.0.0.1:" + etcdPort
+	peerURL := "http://127.0.0.1:" + etcdPeerPort
+	if err := c.spawn("etcd", etcd, "--name", "whelm", "--data-dir", filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "whelm="+peerURL); err != nil {
+		return err
+	}
+	if err := c.waitFor("etcd", etcdURL+"/health", nil, ""); err != nil {
+		return err
+	}
+
+	token, err := randomHex(20)
+	if err != nil {
+		return err
+	}
+	tokens := filepath.Join(c.dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(token+`,whelm-admin,whelm-admin,"system:masters"`+"\n"), 0o600); err != nil {
+		return err
+	}
+	saKey := filepath.Join(c.dir, "sa.key")
+	if err := writeRSAKey(saKey); err != nil {
+		return err
+	}
+	certDir := filepath.Join(c.dir, "certs")
+	if err := c.spawn("kube-apiserver", apiserver,
+		"--etcd-servers", etcdURL,
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", apiserverPort,
+		"--cert-dir", certDir,
+		"--token-auth-file", tokens, "--authorization-mode", "RBAC",
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", saKey, "--service-account-signing-key-file", saKey,
+		// Only a setting: no service is reached here.
+		"--service-cluster-ip-range", "10.96.0.0/16",
+		// The node DaemonSet is privileged.
+		"--allow-privileged=true",
+		// It would refuse the loopback address as the kubernetes Service's endpoint.
+		"--endpoint-reconciler-type", "none",
+		"--profiling=false"); err != nil {
+		return err
+	}
+	url := "https://127.0.0.1:" + apiserverPort
+	if err := c.waitFor("kube-apiserver", url+"/readyz", &tls.Config{InsecureSkipVerify: true}, token); err != nil { //nolint:gosec // loopback, before its certificate is read
+		return err
+	}
+	// The server made a self-signed certificate; the clients check it.
+	ca := filepath.Join(certDir, "apiserver.crt")
+	if _, err := os.Stat(ca); err != nil {
+		return fmt.Errorf("kube-apiserver's certificate: %w", err)
+	}
+	c.kubeconfig = filepath.Join(c.dir, "kubeconfig")
+	return os.WriteFile(c.kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: whelm
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: whelm-admin
+  user:
+    token: %s
+contexts:
+- name: whelm
+  context: {cluster: whelm, user: whelm-admin}
+current-context: whelm
+`, url, ca, token)), 0o600)
+}
+
+// proc is a server the cluster started; done is closed once it exited.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// spawn starts a server with its output in DIR/NAME.log.
+func (c *cluster) spawn(name, path string, args ...string) error {
+	log, err := os.Create(filepath.Join(c.dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	_ = log.Close()
+	if err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	c.procs = append(c.procs, p)
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	return nil
+}
+
+// waitFor polls url until it answers 200, the server exits, or two minutes
+// pass (a bound, not a measure: a loaded machine takes seconds).
+func (c *cluster) waitFor(name, url string, tlsConfig *tls.Config, token string) error {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	proc := c.procs[len(c.procs)-1]
+	var last error
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if proc.exited() {
+			return fmt.Errorf("%s exited: %s", name, c.logTail(name))
+		}
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err
+			continue
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return nil
+		}
+		last = fmt.Errorf("%s answered %s", url, resp.Status)
+	}
+	return fmt.Errorf("%s is not ready: %v: %s", name, last, c.logTail(name))
+}
+
+func (c *cluster) logTail(name string) string {
+	b, err := os.ReadFile(filepath.Join(c.dir, name+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// stop ends the servers it started, by PID, the API server first: SIGTERM,
+// then SIGKILL if one is still there after 30 seconds.
+func (c *cluster) stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			fmt.Fprintf(os.Stderr, "%s (pid %d) outlived SIGTERM by 30s; killing it\n", p.name, p.cmd.Process.Pid)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+// kubectl runs kubectl against the cluster.
+func (c *cluster) kubectl(stdin string, args ...string) (stdout, stderr string, err error) {
+	args = append([]string{"--kubeconfig", c.kubeconfig, "--cache-dir", filepath.Join(c.dir, "kubectl-cache")}, args...)
+	return run(stdin, nil, c.kubectlBin, args...)
+}
+
+// helm runs helm against the cluster.
+func (c *cluster) helm(args ...string) (string, error) {
+	out, _, err := run("", []string{"KUBECONFIG=" + c.kubeconfig}, c.helmBin, args...)
+	return out, err
+}
+
+// namespace makes a namespace with the given labels; it goes with the
+// cluster.
+func (c *cluster) namespace(t *testing.T, name string, labels ...string) {
+	t.Helper()
+	if _, _, err := c.kubectl("", "create", "namespace", name); err != nil {
+		t.Fatal(err)
+	}
+	if len(labels) > 0 {
+		if _, _, err := c.kubectl("", append([]string{"label", "namespace", name}, labels...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// writeRSAKey writes a new key that signs and checks service account tokens.
+func writeRSAKey(path string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	block := &pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}
+	return os.WriteFile(path, pem.EncodeToMemory(block), 0o600)
+}
