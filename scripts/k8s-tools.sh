@@ -12,8 +12,8 @@
 #
 # The binaries are kept in WARREN_K8S_CACHE (default ~/.cache/warren-k8s),
 # in a directory named by the version and a hash of the pins: a cold build
-# takes 21 CPU-minutes (about 11 minutes on two idle cores; helm is 2 of
-# them), a warm run a fraction of a second. Progress goes to
+# takes 21 CPU-minutes (about 11 minutes on two idle cores), a warm run a
+# fraction of a second. Progress goes to
 # stderr; stdout carries only the exports.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
