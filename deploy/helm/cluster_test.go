@@ -78,8 +78,26 @@ func TestHelmInstallUpgrade(t *testing.T) {
 	const ns = "whelm-release"
 	c.namespace(t, ns, "pod-security.kubernetes.io/enforce=privileged")
 	db := "--set=database.url=postgres://warren:pw@db.example.test:5432/warren"
-	if out, err := c.helm("install", "warren", chartDir, "--namespace", ns, db); err != nil {
+	out, err := c.helm("install", "warren", chartDir, "--namespace", ns, db)
+	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+	// The NOTES: the namespace's PodSecurity level, where the admin token is.
+	for _, note := range []string{
+		"kubectl label namespace " + ns + " pod-security.kubernetes.io/enforce=privileged",
+		"kubectl -n " + ns + " get secret warren-tokens -o jsonpath='{.data.admin-token}'",
+	} {
+		if !strings.Contains(out, note) {
+			t.Errorf("helm install does not say %q:\n%s", note, out)
+		}
+	}
+	if strings.Contains(out, "create secret generic") {
+		t.Errorf("helm install asks for a database Secret though database.url is set:\n%s", out)
+	}
+	// Without a database the NOTES say which Secret to make.
+	out, err = c.helm("install", "other", chartDir, "--namespace", ns, "--dry-run")
+	if err != nil || !strings.Contains(out, "kubectl -n "+ns+" create secret generic other-warren-database --from-literal=url=") {
+		t.Errorf("helm install without a database: %v, NOTES do not name the Secret to make:\n%s", err, out)
 	}
 	tokens := c.secret(t, ns, "warren-tokens")
 	if len(tokens["admin-token"]) != 40 || len(tokens["node-token"]) != 40 || tokens["admin-token"] == tokens["node-token"] {
