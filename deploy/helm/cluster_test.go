@@ -229,3 +229,24 @@ func podOf(t *testing.T, workload object, name string) string {
 	}
 	return string(b)
 }
+
+// kube-apiserver refuses privileged containers by default: the node
+// DaemonSet needs --allow-privileged=true, as values.yaml and
+// docs/deploy.md say; the API alone is admitted either way.
+func TestAllowPrivilegedNeeded(t *testing.T) {
+	c := kube(t)
+	strict := c.strict(t)
+	if _, _, err := c.kubectlAt(strict, "", "create", "namespace", "whelm-strict"); err != nil {
+		t.Fatal(err)
+	}
+	r := render(t, "whelm-strict")
+	_, _, err := c.kubectlAt(strict, r.yaml, "apply", "--dry-run=server", "--namespace", "whelm-strict", "-f", "-")
+	if err == nil || !strings.Contains(err.Error(), `The DaemonSet "warren-node" is invalid`) ||
+		!strings.Contains(err.Error(), "privileged: Forbidden: disallowed by cluster policy") {
+		t.Errorf("the chart on an API server without --allow-privileged: %v, want the DaemonSet refused", err)
+	}
+	r = render(t, "whelm-strict", "--set", "node.enabled=false")
+	if out, _, err := c.kubectlAt(strict, r.yaml, "apply", "--dry-run=server", "--namespace", "whelm-strict", "-f", "-"); err != nil {
+		t.Errorf("the chart without nodes on an API server without --allow-privileged: %v\n%s", err, out)
+	}
+}

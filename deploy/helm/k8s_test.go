@@ -26,9 +26,11 @@ import (
 // test uses, and work directories named whelm-* under the repository's var/.
 const (
 	apiserverPort = "36443"
-	etcdPort      = "23790"
-	etcdPeerPort  = "23800"
-	chartDir      = "warren"
+	// The second API server's, without --allow-privileged.
+	strictAPIServerPort = "3830"
+	etcdPort            = "23790"
+	etcdPeerPort        = "23800"
+	chartDir            = "warren"
 )
 
 // workDir holds helm's and kubectl's homes and the cluster's files; TestMain
@@ -124,11 +126,20 @@ func helm(t testing.TB, args ...string) (string, error) {
 // of the system:masters group. No controller manager, scheduler or kubelet:
 // objects are stored, no pod runs.
 type cluster struct {
-	dir        string
-	kubeconfig string
-	procs      []*proc // in the order of starting
-	kubectlBin string
-	helmBin    string
+	dir          string
+	kubeconfig   string
+	procs        []*proc // in the order of starting
+	kubectlBin   string
+	helmBin      string
+	apiserverBin string
+	token        string // of the system:masters group, in the file tokens
+	tokens       string
+	saKey        string
+
+	// A second API server that refuses privileged pods, started by strict.
+	strictOnce       sync.Once
+	strictKubeconfig string
+	strictErr        error
 }
 
 var (
@@ -145,8 +156,8 @@ func kube(t *testing.T) *cluster {
 	kubectl := tool(t, "WARREN_KUBECTL")
 	helmBin := tool(t, "WARREN_HELM")
 	clusterOnce.Do(func() {
-		theCluster = &cluster{kubectlBin: kubectl, helmBin: helmBin}
-		clusterErr = theCluster.start(etcd, apiserver)
+		theCluster = &cluster{kubectlBin: kubectl, helmBin: helmBin, apiserverBin: apiserver}
+		clusterErr = theCluster.start(etcd)
 	})
 	if clusterErr != nil {
 		t.Fatalf("start kube-apiserver and etcd: %v", clusterErr)
@@ -154,8 +165,8 @@ func kube(t *testing.T) *cluster {
 	return theCluster
 }
 
-func (c *cluster) start(etcd, apiserver string) error {
-	for _, port := range []string{apiserverPort, etcdPort, etcdPeerPort} {
+func (c *cluster) start(etcd string) error {
+	for _, port := range []string{apiserverPort, strictAPIServerPort, etcdPort, etcdPeerPort} {
 		l, err := net.Listen("tcp", "127.0.0.1:"+port)
 		if err != nil {
 			return fmt.Errorf("port %s, this test's own, is taken: %w", port, err)
@@ -168,7 +179,8 @@ func (c *cluster) start(etcd, apiserver string) error {
 	}
 	etcdURL := "http://127.0.0.1:" + etcdPort
 	peerURL := "http://127.0.0.1:" + etcdPeerPort
-	if err := c.spawn("etcd", etcd, "--name", "whelm", "--data-dir", filepath.Join(c.dir, "etcd"),
+	var err error
+	if err = c.spawn("etcd", etcd, "--name", "whelm", "--data-dir", filepath.Join(c.dir, "etcd"),
 		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "whelm="+peerURL); err != nil {
@@ -178,48 +190,55 @@ func (c *cluster) start(etcd, apiserver string) error {
 		return err
 	}
 
-	token, err := randomHex(20)
-	if err != nil {
+	if c.token, err = randomHex(20); err != nil {
 		return err
 	}
-	tokens := filepath.Join(c.dir, "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(token+`,whelm-admin,whelm-admin,"system:masters"`+"\n"), 0o600); err != nil {
+	c.tokens = filepath.Join(c.dir, "tokens.csv")
+	if err := os.WriteFile(c.tokens, []byte(c.token+`,whelm-admin,whelm-admin,"system:masters"`+"\n"), 0o600); err != nil {
 		return err
 	}
-	saKey := filepath.Join(c.dir, "sa.key")
-	if err := writeRSAKey(saKey); err != nil {
+	c.saKey = filepath.Join(c.dir, "sa.key")
+	if err := writeRSAKey(c.saKey); err != nil {
 		return err
 	}
-	certDir := filepath.Join(c.dir, "certs")
-	if err := c.spawn("kube-apiserver", apiserver,
-		"--etcd-servers", etcdURL,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", apiserverPort,
+	c.kubeconfig, err = c.startAPIServer("kube-apiserver", apiserverPort, "/registry",
+		// The node DaemonSet is privileged.
+		"--allow-privileged=true")
+	return err
+}
+
+// startAPIServer starts a kube-apiserver over the cluster's etcd, keeping
+// its objects under prefix, and returns the path of a kubeconfig for it.
+func (c *cluster) startAPIServer(name, port, prefix string, extra ...string) (string, error) {
+	certDir := filepath.Join(c.dir, name+"-certs")
+	args := append([]string{
+		"--etcd-servers", "http://127.0.0.1:" + etcdPort, "--etcd-prefix", prefix,
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", port,
 		"--cert-dir", certDir,
-		"--token-auth-file", tokens, "--authorization-mode", "RBAC",
+		"--token-auth-file", c.tokens, "--authorization-mode", "RBAC",
 		"--service-account-issuer", "https://kubernetes.default.svc",
-		"--service-account-key-file", saKey, "--service-account-signing-key-file", saKey,
+		"--service-account-key-file", c.saKey, "--service-account-signing-key-file", c.saKey,
 		// Only a setting: no service is reached here.
 		"--service-cluster-ip-range", "10.96.0.0/16",
-		// The node DaemonSet is privileged.
-		"--allow-privileged=true",
 		// It would refuse the loopback address as the kubernetes Service's endpoint.
 		"--endpoint-reconciler-type", "none",
-		"--profiling=false"); err != nil {
-		return err
+		"--profiling=false"}, extra...)
+	if err := c.spawn(name, c.apiserverBin, args...); err != nil {
+		return "", err
 	}
-	url := "https://127.0.0.1:" + apiserverPort
+	url := "https://127.0.0.1:" + port
 	// Loopback, and the certificate the clients check below is the one the
 	// server writes as it starts: the readiness poll does not check it.
-	if err := c.waitFor("kube-apiserver", url+"/readyz", &tls.Config{InsecureSkipVerify: true}, token); err != nil {
-		return err
+	if err := c.waitFor(name, url+"/readyz", &tls.Config{InsecureSkipVerify: true}, c.token); err != nil {
+		return "", err
 	}
 	// The server made a self-signed certificate; the clients check it.
 	ca := filepath.Join(certDir, "apiserver.crt")
 	if _, err := os.Stat(ca); err != nil {
-		return fmt.Errorf("kube-apiserver's certificate: %w", err)
+		return "", fmt.Errorf("%s's certificate: %w", name, err)
 	}
-	c.kubeconfig = filepath.Join(c.dir, "kubeconfig")
-	return os.WriteFile(c.kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+	kubeconfig := filepath.Join(c.dir, name+".kubeconfig")
+	return kubeconfig, os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: whelm
@@ -234,7 +253,7 @@ contexts:
 - name: whelm
   context: {cluster: whelm, user: whelm-admin}
 current-context: whelm
-`, url, ca, token)), 0o600)
+`, url, ca, c.token)), 0o600)
 }
 
 // proc is a server the cluster started; done is closed once it exited.
@@ -333,8 +352,26 @@ func (c *cluster) stop() {
 
 // kubectl runs kubectl against the cluster.
 func (c *cluster) kubectl(stdin string, args ...string) (stdout, stderr string, err error) {
-	args = append([]string{"--kubeconfig", c.kubeconfig, "--cache-dir", filepath.Join(c.dir, "kubectl-cache")}, args...)
+	return c.kubectlAt(c.kubeconfig, stdin, args...)
+}
+
+func (c *cluster) kubectlAt(kubeconfig, stdin string, args ...string) (stdout, stderr string, err error) {
+	args = append([]string{"--kubeconfig", kubeconfig, "--cache-dir", filepath.Join(c.dir, "kubectl-cache")}, args...)
 	return run(stdin, nil, c.kubectlBin, args...)
+}
+
+// strict is the kubeconfig of a second API server over the same etcd (its
+// own prefix) that runs with kube-apiserver's default, privileged
+// containers refused; started at the first call.
+func (c *cluster) strict(t *testing.T) string {
+	t.Helper()
+	c.strictOnce.Do(func() {
+		c.strictKubeconfig, c.strictErr = c.startAPIServer("kube-apiserver-strict", strictAPIServerPort, "/whelm-strict")
+	})
+	if c.strictErr != nil {
+		t.Fatalf("start the second kube-apiserver: %v", c.strictErr)
+	}
+	return c.strictKubeconfig
 }
 
 // helm runs helm against the cluster.
