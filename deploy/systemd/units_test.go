@@ -1,17 +1,27 @@
 // Package systemd tests the systemd units for plain machines in this
 // directory: systemd's own checker accepts them, their command lines carry
-// the fixed flags of each role, and every variable they use is set in
-// their environment file template.
+// the fixed flags of each role, every variable they use is set in their
+// environment file template, and those command lines start the real roles.
 package systemd
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store/storetest"
 )
 
 func require(t *testing.T, ok bool, reason string) {
@@ -137,4 +147,172 @@ func envKeys(env string) map[string]bool {
 		}
 	}
 	return keys
+}
+
+// Ports of TestUnitsRun's warren api and warren node.
+const (
+	runAPIPort     = 3831
+	runRPCPort     = 3832
+	runProxyPort   = 3833
+	runMetricsPort = 3839
+)
+
+// The units' command lines run: ExecStart, with the variables of the
+// environment file templates filled in as an operator would and expanded
+// as systemd does (${VAR} one word, $VAR split at spaces), starts the real
+// warren api over Postgres and a warren node (fake driver, through
+// WARREN_NODE_ARGS) that registers with it. The one change is the node's
+// /var/lib/warren, a directory of the test's instead of the host's.
+func TestUnitsRun(t *testing.T) {
+	warren := os.Getenv("WARREN_WARREN")
+	require(t, warren != "", "WARREN_WARREN is not set")
+	out, err := exec.Command(warren, "node", "--help").CombinedOutput()
+	require(t, err == nil && strings.Contains(string(out), "--advertise"), "WARREN_WARREN has no node role: "+string(out))
+	dsn := storetest.PostgresSchema(t)
+	adminToken, nodeToken := sandbox.RandomToken(20), sandbox.RandomToken(20)
+	// The node's data dir: one of this test's own under the repository's var/.
+	varDir := filepath.Join("..", "..", "var")
+	if err := os.MkdirAll(varDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dataDir, err := os.MkdirTemp(varDir, "whelm-systemd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dataDir, err = filepath.Abs(dataDir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dataDir) })
+
+	apiEnv := fill(t, read(t, "api.env"), map[string]string{
+		"WARREN_LISTEN":       fmt.Sprintf("127.0.0.1:%d", runAPIPort),
+		"WARREN_DATABASE_URL": dsn,
+		"WARREN_ADMIN_TOKEN":  adminToken,
+		"WARREN_NODE_TOKEN":   nodeToken,
+		"WARREN_API_ARGS":     fmt.Sprintf("--metrics-listen 127.0.0.1:%d", runMetricsPort),
+	})
+	start(t, warren, read(t, "warren-api.service"), apiEnv, "", "")
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", runAPIPort), "", func(code int, _ []byte) bool { return code == http.StatusNoContent })
+
+	nodeEnv := fill(t, read(t, "node.env"), map[string]string{
+		"WARREN_RPC_LISTEN":   fmt.Sprintf("127.0.0.1:%d", runRPCPort),
+		"WARREN_PROXY_LISTEN": fmt.Sprintf("127.0.0.1:%d", runProxyPort),
+		"WARREN_NODE_ID":      "whelm-plain-1",
+		"WARREN_ADVERTISE":    "127.0.0.1",
+		"WARREN_API_URL":      fmt.Sprintf("http://127.0.0.1:%d", runAPIPort),
+		"WARREN_NODE_TOKEN":   nodeToken,
+		"WARREN_NODE_ARGS":    "--driver fake",
+	})
+	start(t, warren, read(t, "warren-node.service"), nodeEnv, "/var/lib/warren", dataDir)
+	var nodes []struct{ ID, Status, RPCAddress string }
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/admin/nodes", runAPIPort), adminToken, func(code int, body []byte) bool {
+		return code == http.StatusOK && json.Unmarshal(body, &nodes) == nil && len(nodes) == 1 && nodes[0].Status == "ready"
+	})
+	if nodes[0].ID != "whelm-plain-1" || nodes[0].RPCAddress != fmt.Sprintf("http://127.0.0.1:%d", runRPCPort) {
+		t.Errorf("registered node %+v", nodes[0])
+	}
+}
+
+// fill sets the given variables of an environment file template, each of
+// which it must have, and returns the file's variables.
+func fill(t *testing.T, template string, values map[string]string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, l := range strings.Split(template, "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok && !strings.HasPrefix(l, "#") {
+			env[k] = v
+		}
+	}
+	for k, v := range values {
+		if _, ok := env[k]; !ok {
+			t.Fatalf("the template has no %s", k)
+		}
+		env[k] = v
+	}
+	return env
+}
+
+// start runs the unit's ExecStart with its variables expanded and the
+// warren binary under test, and stops it by PID when the test ends.
+func start(t *testing.T, warren, unit string, env map[string]string, from, to string) {
+	t.Helper()
+	words := execStart(unit)
+	var args []string
+	for _, w := range words[1:] {
+		if name, ok := strings.CutPrefix(w, "$"); ok && !strings.HasPrefix(name, "{") {
+			args = append(args, strings.Fields(env[name])...)
+			continue
+		}
+		w = regexp.MustCompile(`\$\{([A-Z_]+)\}`).ReplaceAllStringFunc(w, func(m string) string { return env[m[2:len(m)-1]] })
+		if from != "" && w == from {
+			w = to
+		}
+		args = append(args, w)
+	}
+	cmd := exec.Command(warren, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &syncWriter{w: &log}, &syncWriter{w: &log}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s:\n%s", strings.Join(args, " "), log.String())
+		}
+	})
+}
+
+// syncWriter lets a process's stdout and stderr share one buffer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// waitHTTP polls url until ok accepts the answer, within two minutes (a
+// bound, not a measure).
+func waitHTTP(t *testing.T, url, adminToken string, ok func(int, []byte) bool) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	var last string
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if adminToken != "" {
+			req.Header.Set("X-Admin-Token", adminToken)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err == nil && ok(resp.StatusCode, body) {
+			return
+		}
+		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+	}
+	t.Fatalf("GET %s: %s", url, last)
 }
