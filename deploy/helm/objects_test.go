@@ -101,9 +101,6 @@ type probe struct {
 		Path string `yaml:"path"`
 		Port any    `yaml:"port"`
 	} `yaml:"httpGet"`
-	TCPSocket *struct {
-		Port any `yaml:"port"`
-	} `yaml:"tcpSocket"`
 	Exec *struct {
 		Command []string `yaml:"command"`
 	} `yaml:"exec"`

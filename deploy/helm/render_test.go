@@ -260,8 +260,8 @@ func checkNode(t *testing.T, ds object, want nodeWant) container {
 		t.Errorf("node ports %v", c.Ports)
 	}
 	for name, p := range map[string]*probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		if p == nil || p.TCPSocket == nil || fmt.Sprint(p.TCPSocket.Port) != "rpc" {
-			t.Errorf("node %s probe %+v, want a TCP connect to rpc", name, p)
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || fmt.Sprint(p.HTTPGet.Port) != "rpc" {
+			t.Errorf("node %s probe %+v, want GET /healthz on rpc", name, p)
 		}
 	}
 	if c.Resources["requests"] == nil {

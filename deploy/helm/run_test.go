@@ -30,8 +30,8 @@ const (
 // The command lines the chart renders run: the API container's and the
 // node container's command, arguments and environment, resolved as the
 // kubelet would (Secrets, the downward API, $(VAR) in arguments), start
-// the real warren binary on loopback over Postgres; the API's readiness
-// probe answers, and the node registers with the API's Service URL and the
+// the real warren binary on loopback over Postgres; both readiness probes
+// answer, and the node registers with the API's Service URL and the
 // node token from the chart's Secret. The node runs the fake driver (the
 // only change to its flags, through node.extraArgs; the API's metrics
 // listener moves to a port of this test's) and both listen on 127.0.0.1
@@ -80,6 +80,10 @@ func TestRenderedCommandsRun(t *testing.T) {
 	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/admin/nodes", runAPIPort), adminToken, func(code int, body []byte) bool {
 		return code == http.StatusOK && json.Unmarshal(body, &nodes) == nil && len(nodes) == 1 && nodes[0].Status == "ready"
 	})
+	probe = node.ReadinessProbe.HTTPGet
+	if got := waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d%s", runRPCPort, probe.Path), "", func(code int, _ []byte) bool { return code/100 == 2 }); got != http.StatusOK {
+		t.Errorf("node readiness probe GET %s: %d", probe.Path, got)
+	}
 	n := nodes[0]
 	if n.ID != "whelm-node-1" || n.RPCAddress != fmt.Sprintf("http://127.0.0.1:%d", runRPCPort) || n.ProxyAddress != fmt.Sprintf("127.0.0.1:%d", runProxyPort) {
 		t.Errorf("registered node %+v, want whelm-node-1 at the host IP's RPC and proxy ports", n)
