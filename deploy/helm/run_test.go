@@ -30,7 +30,8 @@ const (
 // The command lines the chart renders run: the API container's and the
 // node container's command, arguments and environment, resolved as the
 // kubelet would (Secrets, the downward API, $(VAR) in arguments), start
-// the real warren binary on loopback over Postgres; both readiness probes
+// the real warren binary on loopback over Postgres (the API as the pod's
+// unprivileged user); both readiness probes
 // answer, and the node registers with the API's Service URL and the
 // node token from the chart's Secret. The node runs the fake driver (the
 // only change to its flags, through node.extraArgs; the API's metrics
@@ -65,8 +66,17 @@ func TestRenderedCommandsRun(t *testing.T) {
 	}
 	adminToken := r.get(t, "Secret", "warren-tokens").secretValue(t, "admin-token")
 
-	api := r.get(t, "Deployment", "warren-api").container(t, "api")
-	startContainer(t, warren, api, pod, filepath.Join(dir, "api.log"))
+	apiDeployment := r.get(t, "Deployment", "warren-api")
+	api := apiDeployment.container(t, "api")
+	// As the pod's user and group, not root.
+	psc := apiDeployment.raw["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["securityContext"].(map[string]any)
+	uid, gid := psc["runAsUser"].(int), psc["runAsGroup"].(int)
+	if uid == 0 || gid == 0 {
+		t.Fatalf("the API pod runs as %d:%d, want a user and group other than root", uid, gid)
+	}
+	pod.credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	startContainer(t, worldExecutable(t, warren), api, pod, filepath.Join(dir, "api.log"))
+	pod.credential = nil
 	probe := api.ReadinessProbe.HTTPGet
 	if got := waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d%s", runAPIPort, probe.Path), "", func(code int, _ []byte) bool { return code/100 == 2 }); got != http.StatusNoContent {
 		t.Fatalf("API readiness probe GET %s: %d", probe.Path, got)
@@ -90,10 +100,35 @@ func TestRenderedCommandsRun(t *testing.T) {
 	}
 }
 
+// worldExecutable is a copy of the binary that any user can run, in a
+// directory any user can reach (the checkout may be in root's home).
+func worldExecutable(t *testing.T, path string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "whelm-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
 // podEnv is what the kubelet resolves a container's environment from.
 type podEnv struct {
 	secrets map[string]object
 	fields  map[string]string
+	// credential is the container's user, nil for root.
+	credential *syscall.Credential
 }
 
 func (p podEnv) resolve(t *testing.T, c container) []string {
@@ -152,7 +187,7 @@ func startContainer(t *testing.T, warren string, c container, pod podEnv, logPat
 	// Only the container's environment, as in a pod (PATH for the tools).
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Dir(logPath)}, env...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: pod.credential}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
