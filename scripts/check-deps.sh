@@ -32,6 +32,13 @@ need python3 "Debian package python3"
 # The tests' database server.
 need '/usr/lib/postgresql/*/bin/initdb' "Debian package postgresql"
 need runuser "Debian package util-linux"
+# The Helm chart's test: etcd behind its kube-apiserver (which, with helm
+# and kubectl, scripts/k8s-tools.sh builds), flock for that script.
+need etcd "Debian package etcd-server"
+need flock "Debian package util-linux"
+need sha256sum "Debian package coreutils"
+# The systemd units' test (deploy/systemd).
+need systemd-analyze "Debian package systemd"
 if [ "$missing" -ne 0 ]; then
   echo "run scripts/install-deps.sh as root, or install the above" >&2
   exit 1

@@ -4,11 +4,14 @@
 # scripts/check-deps.sh then checks each tool and file the Makefile and the
 # tests use, naming the package of any that is still missing.
 set -euo pipefail
+# systemd's systemd-analyze checks the units in deploy/systemd.
+# etcd-server is the store of the kube-apiserver the Helm chart's test
+# starts (deploy/helm; scripts/k8s-tools.sh builds the rest).
 # libprotobuf-dev has the well-known types (google/protobuf/*.proto) that
 # the .proto files under api/ import; it is only a recommendation of
 # protobuf-compiler, so it is named here.
 packages=(runc mmdebstrap nftables iproute2 postgresql protobuf-compiler libprotobuf-dev
-  e2fsprogs util-linux mount passwd python3)
+  e2fsprogs util-linux mount passwd python3 systemd etcd-server)
 # Node.js for the e2e tests: Debian's, unless one is installed already
 # (another build of nodejs brings its own npm, which Debian's npm conflicts with).
 command -v node >/dev/null || packages+=(nodejs npm)

@@ -15,6 +15,12 @@ export WARREN_TEST_CYCLES=${WARREN_TEST_CYCLES:-100}
 echo "== npm ci (e2e/)"
 (cd e2e && npm ci --no-audit --no-fund --silent)
 
+# kube-apiserver, kubectl and helm for the chart's test (deploy/helm),
+# built once per pinned version and cached (21 CPU-minutes when cold);
+# the assignment stops the run if a build fails.
+k8s_tools=$(scripts/k8s-tools.sh)
+eval "$k8s_tools"
+
 echo "== go test"
 go test -count=1 -timeout 40m -p 2 ./...
 
