@@ -386,7 +386,7 @@ func (s *SQL) ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, e
 		where, args = append(where, "node_id = ?"), append(args, f.NodeID)
 	}
 	if !f.StartedAfter.IsZero() {
-		where, args = append(where, "started_at > ?"), append(args, toNanos(f.StartedAfter))
+		where, args = append(where, "started_at >= ?"), append(args, toNanos(f.StartedAfter))
 	}
 	q := `SELECT ` + sandboxCols + ` FROM sandboxes WHERE ` + strings.Join(where, " AND ") + ` ORDER BY started_at, id`
 	rows, err := s.db.QueryContext(ctx, s.d.rebind(q), args...)

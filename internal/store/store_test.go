@@ -141,7 +141,8 @@ func testSandboxes(t *testing.T, s store.Store) {
 		{"running", store.SandboxFilter{TeamID: "t1", States: []sandbox.State{sandbox.StateRunning}}, []string{"aaa"}},
 		{"killed", store.SandboxFilter{States: []sandbox.State{sandbox.StateKilled}}, []string{"ccc"}},
 		{"all teams", store.SandboxFilter{}, []string{"ddd", "bbb", "aaa"}},
-		{"started after", store.SandboxFilter{TeamID: "t1", StartedAfter: t0.Add(time.Second)}, []string{"aaa"}},
+		{"started at or after", store.SandboxFilter{TeamID: "t1", StartedAfter: t0.Add(2 * time.Second)}, []string{"aaa"}},
+		{"started after", store.SandboxFilter{TeamID: "t1", StartedAfter: t0.Add(2*time.Second + time.Nanosecond)}, nil},
 		{"template", store.SandboxFilter{TemplateID: "other"}, nil},
 	}
 	for _, tc := range tests {

@@ -122,7 +122,7 @@ func (c *Client) Get(ctx context.Context, id string) (*SandboxDetail, error) {
 type ListOptions struct {
 	Metadata map[string]string
 	State    []string
-	// StartedAfter keeps sandboxes started after this time (sent in RFC
+	// StartedAfter keeps sandboxes started at or after this time (sent in RFC
 	// 3339 with nanoseconds; none when zero).
 	StartedAfter time.Time
 	// Template keeps sandboxes of a template (ID or alias).

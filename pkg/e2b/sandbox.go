@@ -187,7 +187,7 @@ type ListOptions struct {
 	Metadata map[string]string
 	// State keeps sandboxes in these states ("running", "paused"; both when empty).
 	State []string
-	// StartedAfter keeps sandboxes started after this time (none when zero).
+	// StartedAfter keeps sandboxes started at or after this time (none when zero).
 	StartedAfter time.Time
 	// Template keeps sandboxes of this template (ID or alias).
 	Template string
