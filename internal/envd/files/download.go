@@ -88,7 +88,8 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	gw := gzip.NewWriter(w)
-	if _, err := gw.Write(first[:n]); err == nil {
+	_, err = gw.Write(first[:n])
+	if err == nil {
 		_, err = io.Copy(gw, f)
 	}
 	if err != nil {

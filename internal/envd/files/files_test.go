@@ -116,6 +116,23 @@ func TestDownload(t *testing.T) {
 			}
 		})
 	}
+	t.Run("empty_gzip", func(t *testing.T) {
+		empty := filepath.Join(dir, "empty")
+		if err := os.WriteFile(empty, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		status, body, h := get(t, q(empty, "", 0), map[string]string{"X-Access-Token": token, "Accept-Encoding": "gzip"})
+		if status != 200 || h.Get("Content-Encoding") != "gzip" {
+			t.Fatalf("empty file with gzip: %d %q %v", status, body, h)
+		}
+		zr, err := gzip.NewReader(strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("empty file: not a whole gzip stream: %v", err)
+		}
+		if b, err := io.ReadAll(zr); err != nil || len(b) != 0 {
+			t.Fatalf("empty file: %q %v", b, err)
+		}
+	})
 	t.Run("unreadable_gzip", func(t *testing.T) {
 		// A file whose first read fails (here /proc/self/mem at offset 0)
 		// is an error answer, not a 200 with an empty gzip stream that
