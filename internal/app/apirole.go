@@ -70,6 +70,9 @@ func (c *APIConfig) setDefaults() error {
 	if c.NodeToken == "" {
 		return fmt.Errorf("warren api needs a node token for its nodes: set --node-token (or WARREN_NODE_TOKEN): %w", errdefs.ErrInvalid)
 	}
+	if len(c.NodeToken) < MinNodeTokenLen {
+		return fmt.Errorf("node token: at least %d characters, as warren node requires: %w", MinNodeTokenLen, errdefs.ErrInvalid)
+	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:3000"
 	}

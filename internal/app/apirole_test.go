@@ -32,6 +32,7 @@ func TestAPIRoleNeedsPostgresAndNodeToken(t *testing.T) {
 		{APIConfig{NodeToken: "n"}, "needs Postgres"},
 		{APIConfig{DatabaseURL: "/tmp/warren.db", NodeToken: "n"}, "needs Postgres"},
 		{APIConfig{DatabaseURL: "postgres://127.0.0.1:1/x"}, "node token"},
+		{APIConfig{DatabaseURL: "postgres://127.0.0.1:1/x", NodeToken: "short"}, "at least 16"},
 	} {
 		err := RunAPI(context.Background(), c.cfg)
 		if !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), c.want) {
