@@ -70,6 +70,16 @@ type Freezer interface {
 	Thaw(ctx context.Context, id string) error
 }
 
+// Resizer is implemented by drivers that keep host limits of their own
+// above the sandbox's cgroup (runsc: the host wall above the guest's
+// limits). The node calls Resize after it changed the limits of running
+// sandbox id's cgroup to res, so that the driver sets its own again as a
+// Start with res would have. What the guest saw at boot (CPU count,
+// memory size, the size of /tmp) does not change.
+type Resizer interface {
+	Resize(ctx context.Context, id string, res sandbox.Resources) error
+}
+
 // Checkpointer is implemented by drivers that can save a sandbox's memory to
 // disk and restore it later, possibly as several new sandboxes (fork).
 type Checkpointer interface {

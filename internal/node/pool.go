@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -21,7 +22,11 @@ import (
 // the control plane calls Reserve, which takes a ready member out of the
 // pool and answers its ID, and then Create with that ID, which thaws the
 // member and re-initialises its envd (/init with the create's environment,
-// access token, user and workdir) instead of starting a sandbox. From then
+// access token, user, workdir and task limit) instead of starting a
+// sandbox. A member serves creates of its memory and disk size whatever
+// their CPUs and task limit: the claim resizes its cgroup and the driver's
+// limits (the guest's CPU count stays what it read at boot; see
+// docs/metrics.md, "What a create from the pool gets"). From then
 // on the member is an ordinary started sandbox, in a new epoch. If the
 // claim fails, the member is destroyed and Create starts a sandbox of that
 // ID the usual way. Pools refill in the background, at most
@@ -130,7 +135,7 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.pools[tmpl.ID]
-	if p == nil || p.tmpl.BuildID != tmpl.BuildID || p.res != res || len(p.ready) == 0 {
+	if p == nil || p.tmpl.BuildID != tmpl.BuildID || !p.serves(res) || len(p.ready) == 0 {
 		a.pm.claims.WithLabelValues(templateLabel(tmpl.ID), "miss").Inc()
 		if p != nil {
 			p.misses++
@@ -144,6 +149,16 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 	a.pm.claims.WithLabelValues(tmpl.ID, "hit").Inc()
 	a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
 	return s.rec.ID, true
+}
+
+// serves reports whether the pool's members can become a sandbox of res
+// (defaults applied): one of the same memory and disk size, whatever its
+// CPUs and task limit, which the claim sets (see claimLocked). The guest
+// reads its memory size at boot (and /tmp is sized from it, and a memory
+// snapshot restores only onto the mounts it was taken with); the
+// writable layer's size is set when it is made.
+func (p *pool) serves(res sandbox.Resources) bool {
+	return res.MemoryMB == p.res.MemoryMB && res.DiskMB == p.res.DiskMB
 }
 
 // Unreserve implements Pooler.
@@ -309,6 +324,7 @@ func (a *Agent) makeMember(tmpl Template, res sandbox.Resources) {
 // failed (the member is then destroyed and the ID free for a plain
 // create).
 func (a *Agent) claim(ctx context.Context, req CreateRequest) (*Sandbox, bool) {
+	ph := a.phases("claim")
 	a.mu.Lock()
 	s, ok := a.reserved[req.ID]
 	delete(a.reserved, req.ID)
@@ -316,18 +332,23 @@ func (a *Agent) claim(ctx context.Context, req CreateRequest) (*Sandbox, bool) {
 	if !ok {
 		return nil, false
 	}
+	ph.done("lookup")
 	log := a.log.With("sandbox_id", req.ID, "execution_id", req.ExecutionID, "template_id", req.Template.ID, "team_id", req.TeamID)
-	v, err := a.claimLocked(ctx, s, req)
+	v, err := a.claimLocked(ctx, s, req, ph)
 	if err != nil {
 		log.Warn("claim of a warm pool member failed; starting a sandbox instead", "error", err)
 		a.dropMember(context.WithoutCancel(ctx), s)
 		return nil, false
 	}
-	log.Info("sandbox created from the warm pool", "address", v.Address)
+	log.Info("sandbox created from the warm pool", append([]any{"address", v.Address}, ph.observe(a.phaseDur)...)...)
 	return v, true
 }
 
-func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sandbox, error) {
+// claimLocked does the claim under s.op. Its phases: lock (s.op), thaw,
+// network (the create's policy), resize (when the create's CPUs or task
+// limit differ from the member's), init (envd's /init with the create's
+// environment, token and task limit) and record (the state record).
+func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest, ph *phaseTimer) (*Sandbox, error) {
 	s.op.Lock()
 	defer s.op.Unlock()
 	a.mu.Lock()
@@ -336,8 +357,9 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sa
 		return nil, fmt.Errorf("pool member is gone: %w", errdefs.ErrNotFound)
 	}
 	r := s.rec
-	frozen := s.frozen
+	frozen, cg := s.frozen, s.cg
 	a.mu.Unlock()
+	ph.done("lock")
 	if frozen {
 		f, _ := a.drv.(driver.Freezer)
 		if err := f.Thaw(ctx, r.ID); err != nil {
@@ -347,8 +369,17 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sa
 		s.frozen = false
 		a.mu.Unlock()
 	}
+	ph.done("thaw")
 	if err := a.cfg.Net.Update(ctx, r.Slot, req.Network); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
+	}
+	ph.done("network")
+	res := a.resources(req.Resources)
+	if res != r.Resources {
+		if err := a.resize(ctx, r.ID, cg, res); err != nil {
+			return nil, err
+		}
+		ph.done("resize")
 	}
 	addr := a.envdAddr(r.Slot)
 	rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
@@ -359,10 +390,12 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sa
 		DefaultUser:    orDefault(req.Template.User, "user"),
 		DefaultWorkdir: orDefault(req.Template.Workdir, "/home/user"),
 		Timestamp:      a.clock.Now().UTC(),
+		TasksLimit:     res.TasksPerUser(),
 	}
 	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
 		return nil, fmt.Errorf("envd init at %s: %w", addr, err)
 	}
+	ph.done("init")
 	execID := req.ExecutionID
 	if execID == "" {
 		execID = sandbox.NewExecutionID()
@@ -371,6 +404,7 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sa
 	s.rec.ExecutionID = execID
 	s.rec.TeamID = req.TeamID
 	s.rec.Template = req.Template
+	s.rec.Resources = res
 	s.rec.EndAt = req.EndAt
 	s.rec.Network = clonePolicy(req.Network)
 	s.rec.EnvVars = maps.Clone(req.EnvVars)
@@ -387,5 +421,24 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sa
 	if err := a.persist(s); err != nil {
 		a.log.Warn("persist claimed pool member", "sandbox_id", r.ID, "error", err)
 	}
+	ph.done("record")
 	return v, nil
+}
+
+// resize sets the limits of running sandbox id, whose cgroup is cg, to
+// res: the cgroup's (as bringUp creates it), then the driver's own above
+// them (driver.Resizer). The guest keeps what it read at boot.
+func (a *Agent) resize(ctx context.Context, id string, cg cgroup.Cgroup, res sandbox.Resources) error {
+	if cg == nil {
+		return fmt.Errorf("resize: no cgroup: %w", errdefs.ErrNotFound)
+	}
+	if err := cg.Update(ctx, res); err != nil {
+		return fmt.Errorf("resize cgroup: %w", err)
+	}
+	if rz, ok := a.drv.(driver.Resizer); ok {
+		if err := rz.Resize(ctx, id, res); err != nil {
+			return fmt.Errorf("resize in %s: %w", a.drv.Name(), err)
+		}
+	}
+	return nil
 }

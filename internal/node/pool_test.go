@@ -252,3 +252,71 @@ func TestWarmPoolMembersGoAtClose(t *testing.T) {
 		}
 	})
 }
+
+// TestWarmPoolClaimResizes: a member serves a create of its template with
+// other CPUs and another task limit: the claim sets the cgroup's limits
+// and the driver's (Resize) to the create's, and sends the create's task
+// limit in /init. A create of another memory or disk size is a miss (the
+// guest read its memory size at boot; the layer's size is fixed).
+func TestWarmPoolClaimResizes(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		req := createReq("ignored")
+		req.Resources = sandbox.Resources{VCPUs: 1, MemoryMB: 256, DiskMB: 512, Pids: 1024}
+		if err := a.SetPool(ctx, req.Template, req.Resources, 2); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 2)
+
+		for _, other := range []sandbox.Resources{
+			{VCPUs: 1, MemoryMB: 512, DiskMB: 512, Pids: 1024},
+			{VCPUs: 1, MemoryMB: 256, DiskMB: 1024, Pids: 1024},
+		} {
+			if id, ok := a.Reserve(req.Template, other); ok {
+				t.Errorf("member %s reserved for %+v from a pool of %+v", id, other, req.Resources)
+			}
+		}
+
+		want := sandbox.Resources{VCPUs: 2, MemoryMB: 256, DiskMB: 512, Pids: 100}
+		id, ok := a.Reserve(req.Template, want)
+		if !ok {
+			t.Fatalf("no member reserved for %+v", want)
+		}
+		req.ID, req.Resources = id, want
+		sb, err := a.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Resources != want {
+			t.Errorf("claimed sandbox's resources %+v, want %+v", sb.Resources, want)
+		}
+		cg, ok := e.cg.Get(sandbox.HostName(id))
+		if !ok {
+			t.Fatal("claimed sandbox has no cgroup")
+		}
+		if got := cg.Resources(); got != want {
+			t.Errorf("cgroup limits %+v, want %+v", got, want)
+		}
+		if got, _ := e.fake.Limits(id); got != want {
+			t.Errorf("driver limits %+v, want %+v (Resize)", got, want)
+		}
+		inits := e.envd.Inits()
+		if last := inits[len(inits)-1]; last.Addr != sb.Address || last.Init.TasksLimit != 100 {
+			t.Errorf("claim's /init %+v, want tasks limit 100 at %s", last, sb.Address)
+		}
+		// The resources last: a pause and resume keeps them.
+		if _, err := a.Pause(ctx, id, node.PauseRequest{Memory: true}); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := a.Resume(ctx, id, node.ResumeRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := e.fake.Limits(id); rs.Resources != want || got != want {
+			t.Errorf("after resume: resources %+v, driver limits %+v, want %+v", rs.Resources, got, want)
+		}
+	})
+}

@@ -3,10 +3,14 @@ package nodeinteg
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/driver/runsc"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -78,6 +82,51 @@ func TestWarmPoolRunsc(t *testing.T) {
 	}
 	waitPoolReady(t, a, "base", 1)
 	if err := a.SetPool(ctx, req.Template, req.Resources, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWarmPoolClaimResizesRunsc: a member of a runsc pool made with one
+// CPU becomes a sandbox of two CPUs and a task limit of 64: the host
+// cgroup has the create's CPU quota and the wall above its limits (memory
+// + overhead, pids for 64 tasks a user), and the guest's user is held to
+// 64 tasks. The guest's CPU count stays what it read at boot.
+func TestWarmPoolClaimResizesRunsc(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	req := h.createReq("unused")
+	if err := a.SetPool(ctx, req.Template, req.Resources, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolReady(t, a, "base", 1)
+	req.Resources.VCPUs, req.Resources.Pids = 2, 64
+	sb := claim(t, a, req)
+	cg := sandbox.HostName(sb.ID)
+	read := func(ctrl, file string) string {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctrl, h.cgRoot, cg, file))
+		if err != nil {
+			t.Fatalf("claimed sandbox's cgroup: %v", err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if got := read("cpu", "cpu.cfs_quota_us"); got != "200000" {
+		t.Errorf("cpu.cfs_quota_us %s, want 200000 (2 CPUs)", got)
+	}
+	if got, want := read("pids", "pids.max"), strconv.FormatInt(runsc.HostPids(64), 10); got != want {
+		t.Errorf("pids.max %s, want %s (the wall for 64 tasks a user)", got, want)
+	}
+	if got, want := read("memory", "memory.limit_in_bytes"), strconv.FormatInt((512+runsc.MemoryOverheadMB)<<20, 10); got != want {
+		t.Errorf("memory.limit_in_bytes %s, want %s (guest memory + overhead)", got, want)
+	}
+	out, code := runAs(t, sb, "tok-"+sb.ID, "user", "ulimit -u; nproc")
+	f := strings.Fields(out)
+	if code != 0 || len(f) != 2 || f[0] != "64" {
+		t.Errorf("ulimit -u; nproc in the claimed sandbox: %q (exit %d), want 64 tasks", out, code)
+	}
+	t.Logf("guest nproc after a claim of 2 CPUs from a 1-CPU member: %v", f)
+	if err := a.Kill(ctx, sb.ID, sandbox.KillRequest); err != nil {
 		t.Fatal(err)
 	}
 }
