@@ -221,6 +221,7 @@ type Agent struct {
 	reserved       map[string]*sbx  // pool members handed out by Reserve
 	poolsMu        sync.Mutex       // serialises writes of pools.json
 	poolMaking     int
+	claiming       int // claims in flight (pool.go); guarded by mu
 	spawn          *spawner
 
 	ctx    context.Context // ends at Close
@@ -250,7 +251,6 @@ type sbx struct {
 	lastCPUAt     time.Time
 	watch         watchState
 	samples       sampleRing
-	frozen        bool // a warm pool member frozen by the agent
 }
 
 var _ Service = (*Agent)(nil)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -29,7 +30,16 @@ type startMode struct {
 	// savedLayer, when set, is the saved layer (of a template snapshot)
 	// that the new writable layer copies.
 	savedLayer string
+	// background makes the sandbox at refillCPUWeight, so that its start
+	// yields the CPUs to user sandboxes (the agent's internal ones: pool
+	// refills, template snapshots).
+	background bool
 }
+
+// refillCPUWeight is the CPU weight (cgroup.CPUWeighter) of a sandbox
+// made in the background: on a busy host its start gets about 1 % of
+// what a user sandbox's does (cgroup v1: cpu.shares 10 against 1024).
+const refillCPUWeight = 1
 
 // Create implements Service.
 func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
@@ -43,8 +53,9 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error)
 	return v, err
 }
 
-// create makes a sandbox; an internal one (a template snapshot's) is not
-// listed and reports no events.
+// create makes a sandbox; an internal one (a pool member, a template
+// snapshot's) is not listed, reports no events and is made in the
+// background (startMode.background).
 func (a *Agent) create(ctx context.Context, req CreateRequest, internal bool) (*Sandbox, error) {
 	if !sandbox.ValidID(req.ID) {
 		return nil, fmt.Errorf("sandbox id %q: %w", req.ID, errdefs.ErrInvalid)
@@ -127,6 +138,7 @@ func (a *Agent) create(ctx context.Context, req CreateRequest, internal bool) (*
 	if snap != nil {
 		m = startMode{restoreDir: req.Template.SnapshotDir, savedLayer: snap.Layer}
 	}
+	m.background = internal
 	if err := a.bringUp(ctx, s, m, log); err != nil {
 		return fail(err)
 	}
@@ -240,6 +252,13 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 			log.Warn("undo: remove cgroup", "error", err)
 		}
 	})
+	if m.background {
+		if w, ok := cg.(cgroup.CPUWeighter); ok {
+			if err := w.SetCPUWeight(ctx, refillCPUWeight); err != nil {
+				log.Debug("background sandbox keeps the default CPU weight", "error", err)
+			}
+		}
+	}
 
 	lower := r.Template.RootFS
 	var root string

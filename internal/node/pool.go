@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,16 +13,17 @@ import (
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // Warm pools (LIFECYCLE-RULES §6): per template, the node keeps a number of
-// ready sandboxes, started and then frozen (when the driver can freeze;
-// otherwise left idle), as the agent's own internal sandboxes: not listed,
-// no events, never probed or sampled. A create claims one in two steps:
+// ready sandboxes, started and left idle (see makeMember), as the agent's
+// own internal sandboxes: not listed, no events, never probed or sampled.
+// A create claims one in two steps:
 // the control plane calls Reserve, which takes a ready member out of the
-// pool and answers its ID, and then Create with that ID, which thaws the
-// member and re-initialises its envd (/init with the create's environment,
+// pool and answers its ID, and then Create with that ID, which
+// re-initialises the member's envd (/init with the create's environment,
 // access token, user, workdir and task limit) instead of starting a
 // sandbox. A member serves creates of its memory and disk size whatever
 // their CPUs and task limit: the claim resizes its cgroup and the driver's
@@ -151,6 +153,15 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 	return s.rec.ID, true
 }
 
+// memberPolicy is the network policy pool members are made with: the
+// API's default for a create (internet on, no lists).
+var memberPolicy = netslot.Policy{Internet: true}
+
+// samePolicy reports whether network policies a and b are the same.
+func samePolicy(a, b netslot.Policy) bool {
+	return a.Internet == b.Internet && slices.Equal(a.AllowOut, b.AllowOut) && slices.Equal(a.DenyOut, b.DenyOut)
+}
+
 // serves reports whether the pool's members can become a sandbox of res
 // (defaults applied): one of the same memory and disk size, whatever its
 // CPUs and task limit, which the claim sets (see claimLocked). The guest
@@ -252,11 +263,14 @@ func (a *Agent) poolLoop() {
 }
 
 // fillPools starts the members the pools lack, within the concurrency
-// limit.
+// limit, unless a claim is in flight (the next tick tries again). Members
+// are made in the background (startMode.background): a refill yields the
+// CPUs to the sandboxes just claimed.
 func (a *Agent) fillPools() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.closed || a.claiming > 0 {
+		// Claims first: no refill starts while one is in flight.
 		return
 	}
 	for _, p := range a.pools {
@@ -276,31 +290,28 @@ func (a *Agent) fillPools() {
 	}
 }
 
-// makeMember starts one pool member and freezes it.
+// makeMember starts one pool member. It is left running, idle: not
+// frozen, so that a claim has no thaw to wait for (an idle runsc member
+// uses about 0.4 % of a CPU; a runsc resume costs a claim 20-150 ms).
+// Its network policy is the API's default (internet on), which most
+// creates keep, so that their claims need no network update.
 func (a *Agent) makeMember(tmpl Template, res sandbox.Resources) {
 	ctx := a.ctx
 	id := sandbox.NewID()
 	log := a.log.With("sandbox_id", id, "template_id", tmpl.ID, "pool", true)
-	_, err := a.create(ctx, CreateRequest{ID: id, Template: tmpl, Resources: res}, true)
+	_, err := a.create(ctx, CreateRequest{ID: id, Template: tmpl, Resources: res, Network: memberPolicy}, true)
 	var s *sbx
 	if err == nil {
 		s, err = a.lookup(id)
 	}
+	var ferr error
 	if err == nil {
-		if f, ok := a.drv.(driver.Freezer); ok && a.drv.Capabilities().Freeze {
-			if ferr := f.Freeze(ctx, id); ferr != nil {
-				log.Debug("freeze pool member; kept idle", "error", ferr)
-			} else {
-				a.mu.Lock()
-				s.frozen = true
-				a.mu.Unlock()
-			}
-		}
+		ferr = a.foreground(s)
 	}
 	a.mu.Lock()
 	a.poolMaking--
 	p := a.pools[tmpl.ID]
-	keep := err == nil && p != nil && p.tmpl.BuildID == tmpl.BuildID && p.res == res && len(p.ready) < p.size && !a.closed
+	keep := err == nil && ferr == nil && p != nil && p.tmpl.BuildID == tmpl.BuildID && p.res == res && len(p.ready) < p.size && !a.closed
 	if p != nil && p.tmpl.BuildID == tmpl.BuildID {
 		p.making--
 	}
@@ -312,11 +323,31 @@ func (a *Agent) makeMember(tmpl Template, res sandbox.Resources) {
 	switch {
 	case err != nil:
 		log.Warn("make pool member", "error", err)
+	case ferr != nil:
+		log.Warn("make pool member", "error", ferr)
+		a.dropMember(context.WithoutCancel(ctx), s)
 	case !keep:
 		a.dropMember(context.WithoutCancel(ctx), s)
 	default:
 		log.Debug("pool member ready")
 	}
+}
+
+// foreground gives ready member s the default CPU weight back (it was
+// made in the background), so that a claimed member competes for the CPUs
+// as any sandbox does.
+func (a *Agent) foreground(s *sbx) error {
+	a.mu.Lock()
+	cg := s.cg
+	a.mu.Unlock()
+	w, ok := cg.(cgroup.CPUWeighter)
+	if !ok {
+		return nil
+	}
+	if err := w.SetCPUWeight(a.ctx, cgroup.DefaultCPUWeight); err != nil && !errdefs.IsUnsupported(err) {
+		return fmt.Errorf("pool member %q: default CPU weight: %w", s.rec.ID, err)
+	}
+	return nil
 }
 
 // claim turns reserved pool member req.ID into the sandbox req asks for.
@@ -328,10 +359,18 @@ func (a *Agent) claim(ctx context.Context, req CreateRequest) (*Sandbox, bool) {
 	a.mu.Lock()
 	s, ok := a.reserved[req.ID]
 	delete(a.reserved, req.ID)
+	if ok {
+		a.claiming++
+	}
 	a.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
+	defer func() {
+		a.mu.Lock()
+		a.claiming--
+		a.mu.Unlock()
+	}()
 	ph.done("lookup")
 	log := a.log.With("sandbox_id", req.ID, "execution_id", req.ExecutionID, "template_id", req.Template.ID, "team_id", req.TeamID)
 	v, err := a.claimLocked(ctx, s, req, ph)
@@ -344,10 +383,11 @@ func (a *Agent) claim(ctx context.Context, req CreateRequest) (*Sandbox, bool) {
 	return v, true
 }
 
-// claimLocked does the claim under s.op. Its phases: lock (s.op), thaw,
-// network (the create's policy), resize (when the create's CPUs or task
-// limit differ from the member's), init (envd's /init with the create's
-// environment, token and task limit) and record (the state record).
+// claimLocked does the claim under s.op. Its phases: lock (s.op),
+// network (only when the create's policy is not the member's), resize
+// (only when the create's CPUs or task limit differ from the member's),
+// init (envd's /init with the create's environment, token and task limit)
+// and record (the state record).
 func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest, ph *phaseTimer) (*Sandbox, error) {
 	s.op.Lock()
 	defer s.op.Unlock()
@@ -357,23 +397,15 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest, ph *
 		return nil, fmt.Errorf("pool member is gone: %w", errdefs.ErrNotFound)
 	}
 	r := s.rec
-	frozen, cg := s.frozen, s.cg
+	cg := s.cg
 	a.mu.Unlock()
 	ph.done("lock")
-	if frozen {
-		f, _ := a.drv.(driver.Freezer)
-		if err := f.Thaw(ctx, r.ID); err != nil {
-			return nil, fmt.Errorf("thaw: %w", err)
+	if !samePolicy(r.Network, req.Network) {
+		if err := a.cfg.Net.Update(ctx, r.Slot, req.Network); err != nil {
+			return nil, fmt.Errorf("network: %w", err)
 		}
-		a.mu.Lock()
-		s.frozen = false
-		a.mu.Unlock()
+		ph.done("network")
 	}
-	ph.done("thaw")
-	if err := a.cfg.Net.Update(ctx, r.Slot, req.Network); err != nil {
-		return nil, fmt.Errorf("network: %w", err)
-	}
-	ph.done("network")
 	res := a.resources(req.Resources)
 	if res != r.Resources {
 		if err := a.resize(ctx, r.ID, cg, res); err != nil {

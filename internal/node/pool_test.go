@@ -2,10 +2,12 @@ package node_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -40,9 +42,19 @@ func TestWarmPoolClaim(t *testing.T) {
 		if l, _ := a.List(ctx); len(l) != 0 {
 			t.Errorf("pool members listed: %+v", l)
 		}
+		// Members wait running (a claim has no thaw to wait for), with the
+		// API's default network policy.
 		for _, id := range runtimeIDs(t, e) {
-			if st, _ := e.drv.Status(ctx, id); st.State != driver.StateFrozen {
-				t.Errorf("pool member %s is %s, want frozen", id, st.State)
+			if st, _ := e.drv.Status(ctx, id); st.State != driver.StateRunning {
+				t.Errorf("pool member %s is %s, want running", id, st.State)
+			}
+			if p, _ := e.net.Policy(id); !p.Internet {
+				t.Errorf("pool member %s has network policy %+v, want internet on", id, p)
+			}
+			// Made in the background, then given the default weight back.
+			cg, _ := e.cg.Get(sandbox.HostName(id))
+			if w := cg.CPUWeights(); !slices.Equal(w, []int{1, cgroup.DefaultCPUWeight}) {
+				t.Errorf("pool member %s CPU weights %v, want 1 while made, then the default", id, w)
 			}
 		}
 		// Not probed while in the pool.
@@ -76,6 +88,16 @@ func TestWarmPoolClaim(t *testing.T) {
 		}
 		if l, _ := a.List(ctx); len(l) != 1 || l[0].ID != id {
 			t.Errorf("list after the claim: %+v", l)
+		}
+		if p, _ := e.net.Policy(id); p.Internet {
+			t.Errorf("claimed sandbox's network policy %+v, want the create's (internet off)", p)
+		}
+		if n := len(e.fake.CallsOf("thaw")); n != 0 {
+			t.Errorf("%d thaws for a claim, want none", n)
+		}
+		e.create(a, "user-sbx")
+		if cg, _ := e.cg.Get(sandbox.HostName("user-sbx")); len(cg.CPUWeights()) != 0 {
+			t.Errorf("a user sandbox's CPU weights %v, want none set", cg.CPUWeights())
 		}
 
 		// The pool refills.

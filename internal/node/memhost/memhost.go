@@ -159,9 +159,28 @@ type Cgroup struct {
 	stats   cgroup.Stats
 	oom     bool
 	pidsMax bool
+	weights []int // CPU weights set, in order
 }
 
-var _ cgroup.Cgroup = (*Cgroup)(nil)
+var (
+	_ cgroup.Cgroup      = (*Cgroup)(nil)
+	_ cgroup.CPUWeighter = (*Cgroup)(nil)
+)
+
+// SetCPUWeight implements cgroup.CPUWeighter.
+func (c *Cgroup) SetCPUWeight(ctx context.Context, weight int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.weights = append(c.weights, weight)
+	return nil
+}
+
+// CPUWeights returns the CPU weights set, in order.
+func (c *Cgroup) CPUWeights() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.weights)
+}
 
 // Create implements cgroup.Manager.
 func (m *Cgroups) Create(ctx context.Context, name string, res sandbox.Resources) (cgroup.Cgroup, error) {
