@@ -34,6 +34,9 @@ type startMode struct {
 	// yields the CPUs to user sandboxes (the agent's internal ones: pool
 	// refills, template snapshots).
 	background bool
+	// phases, when set, times bringUp's steps: slot, cgroup, layer,
+	// start (or restore), health, init and start_cmd.
+	phases *phaseTimer
 }
 
 // refillCPUWeight is the CPU weight (cgroup.CPUWeighter) of a sandbox
@@ -234,6 +237,7 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 			log.Warn("undo: release network slot", "error", err)
 		}
 	})
+	m.phases.done("slot")
 
 	cgName := sandbox.HostName(id)
 	cg, err := a.cfg.Cgroups.Create(ctx, cgName, r.Resources)
@@ -259,6 +263,7 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 			}
 		}
 	}
+	m.phases.done("cgroup")
 
 	lower := r.Template.RootFS
 	var root string
@@ -288,6 +293,7 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("root filesystem: %w", err)
 	}
+	m.phases.done("layer")
 
 	bundle := filepath.Join(sandboxDir(a.cfg.DataDir, id), "bundle")
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
@@ -340,11 +346,17 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("start in %s: %w", a.drv.Name(), err)
 	}
+	if m.restoreDir != "" {
+		m.phases.done("restore")
+	} else {
+		m.phases.done("start")
+	}
 
 	addr := a.envdAddr(slot)
 	if err := a.cfg.Envd.WaitHealthy(rctx, addr); err != nil {
 		return fmt.Errorf("envd at %s did not become healthy: %w", addr, err)
 	}
+	m.phases.done("health")
 	env := mergeEnv(r.Template.Env, r.EnvVars)
 	init := EnvdInit{
 		EnvVars:        env,
@@ -357,6 +369,7 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
 		return fmt.Errorf("envd init at %s: %w", addr, err)
 	}
+	m.phases.done("init")
 	if m.runStartCmd && r.Template.StartCmd != "" {
 		p := EnvdProcess{
 			Tag:  startCmdTag,
@@ -369,6 +382,7 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 		if err := a.cfg.Envd.Start(rctx, addr, r.AccessToken, p); err != nil {
 			return fmt.Errorf("template start command: %w", err)
 		}
+		m.phases.done("start_cmd")
 	}
 
 	a.mu.Lock()

@@ -36,8 +36,12 @@ func (a *Agent) phases(op string) *phaseTimer {
 	return &phaseTimer{clock: a.clock, op: op, last: a.clock.Now()}
 }
 
-// done ends phase name (begun where the previous one ended).
+// done ends phase name (begun where the previous one ended). A nil timer
+// times nothing.
 func (p *phaseTimer) done(name string) {
+	if p == nil {
+		return
+	}
 	now := p.clock.Now()
 	p.names = append(p.names, name)
 	p.ds = append(p.ds, now.Sub(p.last))
