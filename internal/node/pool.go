@@ -34,6 +34,9 @@ import (
 // ID the usual way. Pools refill in the background, at most
 // Config.PoolConcurrency members being made at a time; a pool whose
 // template build changes, or whose size drops, destroys its extra members.
+// A create that asks for another build of a pooled template (the template
+// was rebuilt) misses, and switches the pool to that build
+// (followBuildLocked).
 // Pool members belong to the running agent: Close destroys them (the
 // ready ones, the reserved ones not yet claimed, and those being made,
 // which see the agent closed when they are done). After a crash the next
@@ -59,6 +62,8 @@ type pool struct {
 	making int
 	hits   int64
 	misses int64
+	// following is the build a switch was started to (followBuildLocked).
+	following string
 }
 
 type poolMetrics struct {
@@ -137,6 +142,9 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.pools[tmpl.ID]
+	if p != nil && p.tmpl.BuildID != tmpl.BuildID {
+		a.followBuildLocked(p, tmpl)
+	}
 	if p == nil || p.tmpl.BuildID != tmpl.BuildID || !p.serves(res) || len(p.ready) == 0 {
 		a.pm.claims.WithLabelValues(templateLabel(tmpl.ID), "miss").Inc()
 		if p != nil {
@@ -151,6 +159,27 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 	a.pm.claims.WithLabelValues(tmpl.ID, "hit").Inc()
 	a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
 	return s.rec.ID, true
+}
+
+// followBuildLocked switches pool p to build tmpl, which a create asked
+// for (the template was rebuilt since the pool was set): in the
+// background, as SetPool of tmpl with the pool's resources and size does,
+// so that the old build's members go and the pool refills with the new
+// one, without a restart or an admin call. One switch per build is
+// started. a.mu is held.
+func (a *Agent) followBuildLocked(p *pool, tmpl Template) {
+	if a.closed || p.following == tmpl.BuildID || (tmpl.RootFS == "" && tmpl.SnapshotDir == "") {
+		return
+	}
+	p.following = tmpl.BuildID
+	res, size, from := p.res, p.size, p.tmpl.BuildID
+	a.wg.Go(func() {
+		if err := a.SetPool(a.ctx, tmpl, res, size); err != nil {
+			a.log.Warn("warm pool: switch to the template's new build", "template_id", tmpl.ID, "build_id", tmpl.BuildID, "error", err)
+			return
+		}
+		a.log.Info("warm pool follows the template's new build", "template_id", tmpl.ID, "from_build_id", from, "build_id", tmpl.BuildID)
+	})
 }
 
 // memberPolicy is the network policy pool members are made with: the

@@ -342,3 +342,50 @@ func TestWarmPoolClaimResizes(t *testing.T) {
 		}
 	})
 }
+
+// TestWarmPoolFollowsRebuild: a create that asks for a new build of a
+// pooled template misses, and the pool switches to that build by itself:
+// the old build's members go, new ones are made, the next create of the
+// new build claims one, and the new build is what a restarted agent sets.
+func TestWarmPoolFollowsRebuild(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		req := createReq("ignored")
+		if err := a.SetPool(ctx, req.Template, req.Resources, 2); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 2)
+		old := runtimeIDs(t, e)
+
+		rebuilt := req.Template
+		rebuilt.BuildID, rebuilt.RootFS = "build2", "/templates/tmpl/build2/rootfs"
+		if id, ok := a.Reserve(rebuilt, req.Resources); ok {
+			t.Fatalf("member %s of build1 reserved for build2", id)
+		}
+		waitPool(t, a, "tmpl", 2)
+		if st := a.Pools()["tmpl"]; st.BuildID != "build2" {
+			t.Fatalf("pool %+v, want it on build2", st)
+		}
+		for _, id := range old {
+			e.assertNoHostObjects(id)
+		}
+		id, ok := a.Reserve(rebuilt, req.Resources)
+		if !ok {
+			t.Fatal("no member of build2 reserved")
+		}
+		if spec, _ := e.fake.Spec(id); spec.RootFS == "" {
+			t.Errorf("member %s has no root filesystem in its spec", id)
+		}
+		if l, _ := e.layers.Get(id); l.Lower != rebuilt.RootFS {
+			t.Errorf("member %s's layer is over %q, want build2's %q", id, l.Lower, rebuilt.RootFS)
+		}
+		a.Close()
+		a2 := e.start()
+		if st := a2.Pools()["tmpl"]; st.BuildID != "build2" || st.Size != 2 {
+			t.Errorf("pool after restart %+v, want build2 of size 2", st)
+		}
+	})
+}
