@@ -403,8 +403,9 @@ func orDefault(s, d string) string {
 }
 
 // releaseRuntime stops s's runtime container and releases its cgroup and
-// network slot. It goes on past errors and returns them joined.
-func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger) error {
+// network slot. It goes on past errors and returns them joined. ph, when
+// set, times its steps: kill, delete, cgroup and slot.
+func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger, ph *phaseTimer) error {
 	a.mu.Lock()
 	id, slot, cg, cgName := s.rec.ID, s.rec.Slot, s.cg, s.rec.Cgroup
 	a.mu.Unlock()
@@ -412,9 +413,11 @@ func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger) er
 	if err := a.drv.Kill(ctx, id); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
 		log.Debug("kill runtime container", "error", err)
 	}
+	ph.done("kill")
 	if err := a.drv.Delete(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("runtime container: %w", err))
 	}
+	ph.done("delete")
 	if cg == nil && cgName != "" {
 		if c, err := a.cfg.Cgroups.Open(ctx, cgName); err == nil {
 			cg = c
@@ -425,11 +428,13 @@ func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger) er
 			errs = append(errs, fmt.Errorf("cgroup: %w", err))
 		}
 	}
+	ph.done("cgroup")
 	if slot != nil {
 		if err := a.cfg.Net.Release(ctx, slot); err != nil {
 			errs = append(errs, fmt.Errorf("network slot: %w", err))
 		}
 	}
+	ph.done("slot")
 	a.mu.Lock()
 	s.rec.Slot, s.rec.Cgroup, s.rec.RootFS, s.cg = nil, "", "", nil
 	a.mu.Unlock()
@@ -444,7 +449,7 @@ func (a *Agent) destroy(ctx context.Context, s *sbx, log *slog.Logger) {
 	ctx = context.WithoutCancel(ctx)
 	a.forget(s)
 	id := s.rec.ID
-	if err := a.releaseRuntime(ctx, s, log); err != nil {
+	if err := a.releaseRuntime(ctx, s, log, nil); err != nil {
 		log.Warn("release sandbox host objects; the leak reclaim will retry", "error", err)
 	}
 	if err := a.cfg.Layers.Destroy(ctx, id); err != nil {

@@ -54,8 +54,11 @@ func snapshotDir(dataDir, id string) string {
 // checkpoint of the same sandbox in flight, low disk) is refused with
 // ErrExhausted, and the sandbox's backstop is pushed forward while the
 // control plane retries (LIFECYCLE-RULES §3). Its phases (logged with
-// "sandbox paused"): lock, checkpoint (or sync without memory), release
-// (runtime container, cgroup, network slot), unmount and record.
+// "sandbox paused"): lock, checkpoint and release (the runtime
+// container, cgroup, network slot and root filesystem's mount, released at
+// once: the checkpoint stopped the sandbox), or without memory sync, kill,
+// delete, cgroup, slot and unmount one after the other (the sandbox runs
+// until killed); then record.
 func (a *Agent) pause(ctx context.Context, id string, req PauseRequest) (*Sandbox, error) {
 	s, err := a.lookup(id)
 	if err != nil {
@@ -107,14 +110,18 @@ func (a *Agent) pause(ctx context.Context, id string, req PauseRequest) (*Sandbo
 	}
 
 	cctx := context.WithoutCancel(ctx)
-	if err := a.releaseRuntime(cctx, s, log); err != nil {
-		log.Warn("release host objects of paused sandbox; the leak reclaim will retry", "error", err)
+	if req.Memory {
+		if err := a.releaseCheckpointed(cctx, s, log); err != nil {
+			log.Warn("release host objects of paused sandbox; the leak reclaim will retry", "error", err)
+		}
+		ph.done("release")
+	} else {
+		if err := a.releaseRuntime(cctx, s, log, ph); err != nil {
+			log.Warn("release host objects of paused sandbox; the leak reclaim will retry", "error", err)
+		}
+		a.unmountPaused(cctx, id, log)
+		ph.done("unmount")
 	}
-	ph.done("release")
-	if err := a.cfg.Layers.Unmount(cctx, id); err != nil {
-		log.Warn("unmount root filesystem of paused sandbox", "error", err)
-	}
-	ph.done("unmount")
 	v := a.markPaused(s, req.Memory)
 	if err := a.persist(s); err != nil {
 		log.Warn("persist paused state", "error", err)
@@ -122,6 +129,60 @@ func (a *Agent) pause(ctx context.Context, id string, req PauseRequest) (*Sandbo
 	ph.done("record")
 	log.Info("sandbox paused", ph.observe(a.phaseDur)...)
 	return v, nil
+}
+
+// releaseCheckpointed releases the host objects of s once a checkpoint
+// has stopped it: its runtime container, cgroup, network slot and root
+// filesystem's mount, all at once (nothing runs in them any more). It goes
+// on past errors and returns them joined.
+func (a *Agent) releaseCheckpointed(ctx context.Context, s *sbx, log *slog.Logger) error {
+	a.mu.Lock()
+	id, slot, cg, cgName := s.rec.ID, s.rec.Slot, s.cg, s.rec.Cgroup
+	a.mu.Unlock()
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	try := func(what string, f func() error) {
+		wg.Go(func() {
+			if err := f(); err != nil {
+				mu.Lock()
+				defer mu.Unlock()
+				errs = append(errs, fmt.Errorf("%s: %w", what, err))
+			}
+		})
+	}
+	try("runtime container", func() error { return a.drv.Delete(ctx, id) })
+	try("cgroup", func() error {
+		if cg == nil && cgName != "" {
+			c, err := a.cfg.Cgroups.Open(ctx, cgName)
+			if errdefs.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			cg = c
+		}
+		if cg == nil {
+			return nil
+		}
+		return cg.KillAll(ctx)
+	})
+	if slot != nil {
+		try("network slot", func() error { return a.cfg.Net.Release(ctx, slot) })
+	}
+	wg.Go(func() { a.unmountPaused(ctx, id, log) })
+	wg.Wait()
+	a.mu.Lock()
+	s.rec.Slot, s.rec.Cgroup, s.rec.RootFS, s.cg = nil, "", "", nil
+	a.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+func (a *Agent) unmountPaused(ctx context.Context, id string, log *slog.Logger) {
+	if err := a.cfg.Layers.Unmount(ctx, id); err != nil {
+		log.Warn("unmount root filesystem of paused sandbox", "error", err)
+	}
 }
 
 // admitPause checks that s can be paused now and, for a pause with
@@ -383,19 +444,22 @@ func (a *Agent) admitFork(src *sbx, req ForkRequest) (record, []*sbx, error) {
 // and gives every copy a directory, a state record and a copy of src's
 // writable layer, all under src's s.op. It returns how many copies got a
 // directory (those fail must destroy).
-func (a *Agent) forkImage(ctx context.Context, ckpt driver.Checkpointer, src *sbx, img string, children []*sbx) (made int, err error) {
+func (a *Agent) forkImage(ctx context.Context, ckpt driver.Checkpointer, src *sbx, img string, children []*sbx, ph *phaseTimer) (made int, err error) {
 	src.op.Lock()
 	defer src.op.Unlock()
 	id := src.rec.ID
 	if !a.running(src) {
 		return 0, fmt.Errorf("sandbox stopped: %w", errdefs.ErrConflict)
 	}
+	ph.done("lock")
 	if err := os.MkdirAll(img, 0o700); err != nil {
 		return 0, err
 	}
 	if err := ckpt.Checkpoint(ctx, id, img, driver.CheckpointOptions{LeaveRunning: true}); err != nil {
 		return 0, fmt.Errorf("checkpoint: %w", err)
 	}
+	ph.done("checkpoint")
+	defer ph.done("layers")
 	for _, c := range children {
 		cdir := sandboxDir(a.cfg.DataDir, c.rec.ID)
 		if err := removeDir(cdir); err != nil {
@@ -423,9 +487,12 @@ func (a *Agent) running(s *sbx) bool {
 }
 
 // fork implements Service.Fork: it checkpoints the running sandbox (which keeps
-// running) and restores the image as len(req.IDs) new sandboxes, each with
-// a copy of the writable layer and its own slot and cgroup. If one copy
-// fails, the copies made so far are destroyed.
+// running) once and restores that one image as len(req.IDs) new sandboxes,
+// forkParallelism at a time, each with a copy of the writable layer and
+// its own slot and cgroup. If one copy fails, the copies made so far are
+// destroyed. Its phases (logged with "sandbox forked"): lock, checkpoint,
+// layers (the copies' layers, made from the source's), restore (all the
+// copies) and record.
 func (a *Agent) fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbox, error) {
 	src, err := a.lookup(id)
 	if err != nil {
@@ -477,7 +544,8 @@ func (a *Agent) fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbo
 	// copies restore.
 	img := filepath.Join(forksDir(a.cfg.DataDir), sandbox.HostName(id)+"-"+sandbox.RandomToken(6))
 	defer os.RemoveAll(img)
-	if made, err := a.forkImage(ctx, ckpt, src, img, children); err != nil {
+	ph := a.phases("fork")
+	if made, err := a.forkImage(ctx, ckpt, src, img, children, ph); err != nil {
 		return fail(made, err)
 	}
 
@@ -494,6 +562,7 @@ func (a *Agent) fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbo
 		})
 	}
 	wg.Wait()
+	ph.done("restore")
 	for i, err := range errs {
 		if err != nil {
 			return fail(len(children), fmt.Errorf("copy %q: %w", children[i].rec.ID, err))
@@ -507,6 +576,7 @@ func (a *Agent) fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbo
 		}
 		c.op.Unlock()
 	}
-	log.Info("sandbox forked")
+	ph.done("record")
+	log.Info("sandbox forked", ph.observe(a.phaseDur)...)
 	return out, nil
 }

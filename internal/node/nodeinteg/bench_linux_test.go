@@ -89,11 +89,14 @@ func BenchmarkPauseResume(b *testing.B) {
 	reportPhases(b, "resume", resumeLines)
 }
 
-// BenchmarkFork10: fork a running sandbox into 10 copies (then kill them).
+// BenchmarkFork10: fork a running sandbox into 10 copies (then kill them),
+// and each phase of the fork (fork10-<phase>).
 //
 //	go test -run '^$' -bench Fork10 -benchtime 3x ./internal/node/nodeinteg/
 func BenchmarkFork10(b *testing.B) {
 	h := newHost(b)
+	tap := &logTap{}
+	h.logs = tap
 	a, _ := h.agent()
 	defer a.Close()
 	ctx := context.Background()
@@ -103,6 +106,7 @@ func BenchmarkFork10(b *testing.B) {
 	}
 	defer a.Kill(context.Background(), id, sandbox.KillRequest)
 	var forks []time.Duration
+	var lines []string
 	lost := 0
 	for b.Loop() {
 		ids := make([]string, 10)
@@ -114,6 +118,7 @@ func BenchmarkFork10(b *testing.B) {
 			b.Fatal(err)
 		}
 		forks = append(forks, time.Since(t0))
+		lines = append(lines, tap.take("sandbox forked")...)
 		for _, k := range ids {
 			if err := a.Kill(ctx, k, sandbox.KillRequest); errdefs.IsNotFound(err) {
 				lost++ // it stopped by itself meanwhile
@@ -123,6 +128,7 @@ func BenchmarkFork10(b *testing.B) {
 		}
 	}
 	report(b, "fork10", forks)
+	reportPhases(b, "fork10", lines)
 	b.ReportMetric(float64(lost), "copies-lost")
 }
 
