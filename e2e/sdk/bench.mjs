@@ -1,8 +1,11 @@
-// Create → first command through the SDK, N times (argv[2], default 10).
+// Create → first command through the SDK, N times (argv[2], default 10),
+// waiting argv[3] milliseconds (default 0) between iterations, untimed
+// (time for a warm pool to refill, as between a user's creates).
 // Prints one JSON line: {"ms":[...]} with each iteration's milliseconds.
 import { Sandbox } from 'e2b'
 
 const n = Number(process.argv[2] || 10)
+const gap = Number(process.argv[3] || 0)
 const ms = []
 for (let i = 0; i < n; i++) {
   const t0 = performance.now()
@@ -11,5 +14,6 @@ for (let i = 0; i < n; i++) {
   ms.push(performance.now() - t0)
   if (r.exitCode !== 0) { console.error('command failed'); process.exit(1) }
   await sbx.kill()
+  if (gap > 0) await new Promise((resolve) => setTimeout(resolve, gap))
 }
 console.log(JSON.stringify({ ms }))
