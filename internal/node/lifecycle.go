@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -34,8 +35,9 @@ type startMode struct {
 	// yields the CPUs to user sandboxes (the agent's internal ones: pool
 	// refills, template snapshots).
 	background bool
-	// phases, when set, times bringUp's steps: slot, cgroup, layer,
-	// start (or restore), health, init and start_cmd.
+	// phases, when set, times bringUp's steps: cgroup, layer, slot (what
+	// is left of the network slot's making, which runs beside the other
+	// two), start (or restore), health, init and start_cmd.
 	phases *phaseTimer
 }
 
@@ -218,26 +220,44 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	a.mu.Unlock()
 	id := r.ID
 	var undo []func()
+	cctx := context.WithoutCancel(ctx)
+
+	// The network slot is made while the cgroup and the root filesystem
+	// are: they do not depend on each other. waitSlot joins it (and
+	// registers its undo) before anything needs it, or before a failure
+	// undoes what was made.
+	slotc := make(chan error, 1)
+	var slot *netslot.Slot
+	go func() {
+		var aerr error
+		slot, aerr = a.cfg.Net.Acquire(ctx, id, r.Network)
+		slotc <- aerr
+	}()
+	slotDone := false
+	waitSlot := func() error {
+		if slotDone {
+			return nil
+		}
+		slotDone = true
+		if err := <-slotc; err != nil {
+			return fmt.Errorf("network slot: %w", err)
+		}
+		undo = append(undo, func() {
+			if err := a.cfg.Net.Release(cctx, slot); err != nil {
+				log.Warn("undo: release network slot", "error", err)
+			}
+		})
+		return nil
+	}
 	defer func() {
 		if err == nil {
 			return
 		}
+		_ = waitSlot()
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
 	}()
-	cctx := context.WithoutCancel(ctx)
-
-	slot, err := a.cfg.Net.Acquire(ctx, id, r.Network)
-	if err != nil {
-		return fmt.Errorf("network slot: %w", err)
-	}
-	undo = append(undo, func() {
-		if err := a.cfg.Net.Release(cctx, slot); err != nil {
-			log.Warn("undo: release network slot", "error", err)
-		}
-	})
-	m.phases.done("slot")
 
 	cgName := sandbox.HostName(id)
 	cg, err := a.cfg.Cgroups.Create(ctx, cgName, r.Resources)
@@ -294,6 +314,10 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 		return fmt.Errorf("root filesystem: %w", err)
 	}
 	m.phases.done("layer")
+	if err := waitSlot(); err != nil {
+		return err
+	}
+	m.phases.done("slot")
 
 	bundle := filepath.Join(sandboxDir(a.cfg.DataDir, id), "bundle")
 	if err := os.MkdirAll(bundle, 0o700); err != nil {

@@ -304,7 +304,7 @@ func (a *Agent) executionID(s *sbx) string {
 // resume implements Service.Resume. A sandbox paused with memory is restored (on a
 // new network slot); one paused without it boots again on its writable
 // layer and runs the template's start command. Its phases (logged with
-// "sandbox resumed"): lock, bringUp's (slot, cgroup, layer, restore or
+// "sandbox resumed"): lock, bringUp's (cgroup, layer, slot, restore or
 // start, health, init, start_cmd), record and cleanup (the used image).
 func (a *Agent) resume(ctx context.Context, id string, req ResumeRequest) (*Sandbox, error) {
 	s, err := a.lookup(id)
