@@ -10,6 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
+	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -386,6 +387,57 @@ func TestWarmPoolFollowsRebuild(t *testing.T) {
 		a2 := e.start()
 		if st := a2.Pools()["tmpl"]; st.BuildID != "build2" || st.Size != 2 {
 			t.Errorf("pool after restart %+v, want build2 of size 2", st)
+		}
+	})
+}
+
+// TestWarmPoolClaimsFirst: no refill starts while a claim is in flight
+// (here held in its /init), and one starts once it is done; a claim whose
+// network policy is the members' (internet on) updates no network.
+func TestWarmPoolClaimsFirst(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		req := createReq("ignored")
+		req.Network = netslot.Policy{Internet: true}
+		if err := a.SetPool(ctx, req.Template, req.Resources, 2); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 2)
+		updates := e.net.Updates()
+
+		hold, held := make(chan struct{}), make(chan struct{})
+		e.envd.InitFunc = func(ctx context.Context, addr string, init node.EnvdInit) {
+			if init.AccessToken == "held" {
+				close(held)
+				<-hold
+			}
+		}
+		id, ok := a.Reserve(req.Template, req.Resources)
+		if !ok {
+			t.Fatal("no member reserved")
+		}
+		req.ID, req.EnvdAccessToken = id, "held"
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Create(ctx, req)
+			done <- err
+		}()
+		<-held
+		time.Sleep(10 * time.Second) // ten pool ticks
+		synctest.Wait()
+		if st := a.Pools()["tmpl"]; st.Making != 0 || st.Ready != 1 {
+			t.Errorf("pool %+v while a claim is in flight: want no member being made", st)
+		}
+		close(hold)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 2)
+		if n := e.net.Updates() - updates; n != 0 {
+			t.Errorf("%d network updates for a claim with the members' policy, want none", n)
 		}
 	})
 }

@@ -34,6 +34,7 @@ type Net struct {
 	next     int
 	// AcquireErr, when set, makes Acquire fail.
 	AcquireErr error
+	updates    int
 }
 
 var _ netslot.Pool = (*Net)(nil)
@@ -81,7 +82,15 @@ func (n *Net) Update(ctx context.Context, s *netslot.Slot, p netslot.Policy) err
 		return fmt.Errorf("slot %q: %w", s.NetNS, errdefs.ErrNotFound)
 	}
 	n.policies[s.NetNS] = p
+	n.updates++
 	return nil
+}
+
+// Updates returns how many policy updates were made.
+func (n *Net) Updates() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.updates
 }
 
 // Adopt implements netslot.Pool.
@@ -531,6 +540,9 @@ type Envd struct {
 	// ProbeFunc answers the watchdog's Probe; nil answers healthy with no
 	// memory reading.
 	ProbeFunc func(ctx context.Context, addr string) (node.EnvdHealth, error)
+	// InitFunc, when set, runs at the start of every Init (a test can hold
+	// one there).
+	InitFunc func(ctx context.Context, addr string, req node.EnvdInit)
 	probes    []string
 }
 
@@ -600,6 +612,12 @@ func (e *Envd) WaitHealthy(ctx context.Context, addr string) error {
 
 // Init implements node.Envd.
 func (e *Envd) Init(ctx context.Context, addr, token string, req node.EnvdInit) error {
+	e.mu.Lock()
+	f := e.InitFunc
+	e.mu.Unlock()
+	if f != nil {
+		f(ctx, addr, req)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.InitErr != nil {
