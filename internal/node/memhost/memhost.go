@@ -543,7 +543,7 @@ type Envd struct {
 	// InitFunc, when set, runs at the start of every Init (a test can hold
 	// one there).
 	InitFunc func(ctx context.Context, addr string, req node.EnvdInit)
-	probes    []string
+	probes   []string
 }
 
 var _ node.EnvdProber = (*Envd)(nil)
