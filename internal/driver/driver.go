@@ -120,6 +120,12 @@ type Spec struct {
 	// sandbox, e.g. "/warren/sbx-<id>".
 	CgroupParent string
 	Resources    sandbox.Resources
+	// GuestMemoryMB is the memory the guest was first booted with, when it
+	// differs from Resources.MemoryMB (a warm pool member claimed with more
+	// memory): what is sized from it at boot (the /tmp tmpfs) keeps that
+	// size, so that a memory image restores onto the mounts it was taken
+	// with. 0 means Resources.MemoryMB.
+	GuestMemoryMB int64
 
 	// Init is the sandbox's first process (envd). Its binary and any other
 	// read-only host files are made visible through Mounts.

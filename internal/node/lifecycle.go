@@ -325,15 +325,16 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	}
 	sum := sha256.Sum256([]byte(r.InitToken))
 	spec := driver.Spec{
-		ID:           id,
-		BundleDir:    bundle,
-		RootFS:       root,
-		Hostname:     a.cfg.Hostname,
-		Hosts:        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + a.cfg.Hostname + "\n",
-		ResolvConf:   a.cfg.ResolvConf,
-		NetNSPath:    slot.NetNSPath,
-		CgroupParent: a.cfg.Cgroups.Path(cgName),
-		Resources:    r.Resources,
+		ID:            id,
+		BundleDir:     bundle,
+		RootFS:        root,
+		Hostname:      a.cfg.Hostname,
+		Hosts:         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + a.cfg.Hostname + "\n",
+		ResolvConf:    a.cfg.ResolvConf,
+		NetNSPath:     slot.NetNSPath,
+		CgroupParent:  a.cfg.Cgroups.Path(cgName),
+		Resources:     r.Resources,
+		GuestMemoryMB: r.GuestMemoryMB,
 		Init: driver.Process{
 			Args: []string{envdMountPath, "--port", strconv.Itoa(a.cfg.EnvdPort), "--init-token-sha256", hex.EncodeToString(sum[:])},
 			Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},

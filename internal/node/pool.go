@@ -25,10 +25,11 @@ import (
 // pool and answers its ID, and then Create with that ID, which
 // re-initialises the member's envd (/init with the create's environment,
 // access token, user, workdir and task limit) instead of starting a
-// sandbox. A member serves creates of its memory and disk size whatever
-// their CPUs and task limit: the claim resizes its cgroup and the driver's
-// limits (the guest's CPU count stays what it read at boot; see
-// docs/metrics.md, "What a create from the pool gets"). From then
+// sandbox. A member serves creates of its disk size and at least its
+// memory, whatever their CPUs and task limit: the claim resizes its cgroup
+// and the driver's limits (the guest's CPU count and memory size stay what
+// it read at boot until a resume; see docs/metrics.md, "What a create from
+// the pool gets"). From then
 // on the member is an ordinary started sandbox, in a new epoch. If the
 // claim fails, the member is destroyed and Create starts a sandbox of that
 // ID the usual way. Pools refill in the background, at most
@@ -192,13 +193,15 @@ func samePolicy(a, b netslot.Policy) bool {
 }
 
 // serves reports whether the pool's members can become a sandbox of res
-// (defaults applied): one of the same memory and disk size, whatever its
-// CPUs and task limit, which the claim sets (see claimLocked). The guest
-// reads its memory size at boot (and /tmp is sized from it, and a memory
-// snapshot restores only onto the mounts it was taken with); the
-// writable layer's size is set when it is made.
+// (defaults applied): one of the same disk size and at least the members'
+// memory, whatever its CPUs and task limit; the claim sets the limits
+// (see claimLocked). The writable layer's size is set when it is made.
+// The guest reads its memory size at boot and /tmp is sized from it
+// (half), so a claim of more memory keeps the member's /tmp, below half
+// of the create's memory as in a cold start; less memory would let a full
+// /tmp reach the host wall.
 func (p *pool) serves(res sandbox.Resources) bool {
-	return res.MemoryMB == p.res.MemoryMB && res.DiskMB == p.res.DiskMB
+	return res.MemoryMB >= p.res.MemoryMB && res.DiskMB == p.res.DiskMB
 }
 
 // Unreserve implements Pooler.
@@ -465,6 +468,9 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest, ph *
 	s.rec.ExecutionID = execID
 	s.rec.TeamID = req.TeamID
 	s.rec.Template = req.Template
+	if res.MemoryMB != r.Resources.MemoryMB && s.rec.GuestMemoryMB == 0 {
+		s.rec.GuestMemoryMB = r.Resources.MemoryMB
+	}
 	s.rec.Resources = res
 	s.rec.EndAt = req.EndAt
 	s.rec.Network = clonePolicy(req.Network)

@@ -254,7 +254,7 @@ func TestWarmPoolMembersGoAtClose(t *testing.T) {
 			t.Fatal("no member reserved from a full pool")
 		}
 		other := req.Resources
-		other.MemoryMB *= 2
+		other.DiskMB = 999
 		if _, ok := a.Reserve(req.Template, other); ok {
 			t.Fatal("a member reserved for other resources")
 		}
@@ -277,10 +277,11 @@ func TestWarmPoolMembersGoAtClose(t *testing.T) {
 }
 
 // TestWarmPoolClaimResizes: a member serves a create of its template with
-// other CPUs and another task limit: the claim sets the cgroup's limits
-// and the driver's (Resize) to the create's, and sends the create's task
-// limit in /init. A create of another memory or disk size is a miss (the
-// guest read its memory size at boot; the layer's size is fixed).
+// other CPUs, another task limit and more memory: the claim sets the
+// cgroup's limits and the driver's (Resize) to the create's and sends the
+// create's task limit in /init; the member's boot memory stays in its
+// spec after a pause and resume (the mounts sized from it must match the
+// image). A create of less memory or another disk size is a miss.
 func TestWarmPoolClaimResizes(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -295,7 +296,7 @@ func TestWarmPoolClaimResizes(t *testing.T) {
 		waitPool(t, a, "tmpl", 2)
 
 		for _, other := range []sandbox.Resources{
-			{VCPUs: 1, MemoryMB: 512, DiskMB: 512, Pids: 1024},
+			{VCPUs: 1, MemoryMB: 128, DiskMB: 512, Pids: 1024},
 			{VCPUs: 1, MemoryMB: 256, DiskMB: 1024, Pids: 1024},
 		} {
 			if id, ok := a.Reserve(req.Template, other); ok {
@@ -303,7 +304,7 @@ func TestWarmPoolClaimResizes(t *testing.T) {
 			}
 		}
 
-		want := sandbox.Resources{VCPUs: 2, MemoryMB: 256, DiskMB: 512, Pids: 100}
+		want := sandbox.Resources{VCPUs: 2, MemoryMB: 512, DiskMB: 512, Pids: 100}
 		id, ok := a.Reserve(req.Template, want)
 		if !ok {
 			t.Fatalf("no member reserved for %+v", want)
@@ -340,6 +341,9 @@ func TestWarmPoolClaimResizes(t *testing.T) {
 		}
 		if got, _ := e.fake.Limits(id); rs.Resources != want || got != want {
 			t.Errorf("after resume: resources %+v, driver limits %+v, want %+v", rs.Resources, got, want)
+		}
+		if spec, _ := e.fake.Spec(id); spec.GuestMemoryMB != 256 || spec.Resources != want {
+			t.Errorf("resumed spec: guest memory %d MiB, resources %+v; want the member's 256 MiB and %+v", spec.GuestMemoryMB, spec.Resources, want)
 		}
 	})
 }
