@@ -376,15 +376,19 @@ func (a *Agent) beginResume(s *sbx, req ResumeRequest) (record, string, error) {
 	if !req.EndAt.IsZero() {
 		s.rec.EndAt = req.EndAt
 	}
+	if !s.rec.PausedWithMemory {
+		// A fresh boot: nothing of the first boot's mounts to match.
+		s.rec.GuestMemoryMB = 0
+	}
 	return prev, execID, nil
 }
 
-// undoResume gives s back the execution ID and end it had before a resume
-// that failed (it stays paused).
+// undoResume gives s back the execution ID, end and boot memory it had
+// before a resume that failed (it stays paused).
 func (a *Agent) undoResume(s *sbx, prev record) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s.rec.ExecutionID, s.rec.EndAt = prev.ExecutionID, prev.EndAt
+	s.rec.ExecutionID, s.rec.EndAt, s.rec.GuestMemoryMB = prev.ExecutionID, prev.EndAt, prev.GuestMemoryMB
 }
 
 // markResumed moves s to running in a new epoch and returns its view.

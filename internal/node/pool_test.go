@@ -345,6 +345,16 @@ func TestWarmPoolClaimResizes(t *testing.T) {
 		if spec, _ := e.fake.Spec(id); spec.GuestMemoryMB != 256 || spec.Resources != want {
 			t.Errorf("resumed spec: guest memory %d MiB, resources %+v; want the member's 256 MiB and %+v", spec.GuestMemoryMB, spec.Resources, want)
 		}
+		// A filesystem-only pause boots afresh at resume: all the create's.
+		if _, err := a.Pause(ctx, id, node.PauseRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Resume(ctx, id, node.ResumeRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if spec, _ := e.fake.Spec(id); spec.GuestMemoryMB != 0 {
+			t.Errorf("spec after a fresh boot: guest memory %d MiB, want 0 (the create's)", spec.GuestMemoryMB)
+		}
 	})
 }
 
