@@ -317,7 +317,7 @@ func (a *Agent) fillPools() {
 			p.making++
 			a.poolMaking++
 			tmpl, res := p.tmpl, p.res
-			a.wg.Go(func() { a.makeMember(tmpl, res) })
+			a.wg.Go(func() { a.makeMember(p, tmpl, res) })
 		}
 	}
 }
@@ -327,7 +327,12 @@ func (a *Agent) fillPools() {
 // uses about 0.4 % of a CPU; a runsc resume costs a claim 20-150 ms).
 // Its network policy is the API's default (internet on), which most
 // creates keep, so that their claims need no network update.
-func (a *Agent) makeMember(tmpl Template, res sandbox.Resources) {
+//
+// p is the pool that counts the member as being made (p.making), which it
+// leaves whatever p became meanwhile (another build, other resources,
+// removed); the member joins p only if p is still the template's pool and
+// still wants a member of tmpl and res.
+func (a *Agent) makeMember(p *pool, tmpl Template, res sandbox.Resources) {
 	ctx := a.ctx
 	id := sandbox.NewID()
 	log := a.log.With("sandbox_id", id, "template_id", tmpl.ID, "pool", true)
@@ -342,11 +347,8 @@ func (a *Agent) makeMember(tmpl Template, res sandbox.Resources) {
 	}
 	a.mu.Lock()
 	a.poolMaking--
-	p := a.pools[tmpl.ID]
-	keep := err == nil && ferr == nil && p != nil && p.tmpl.BuildID == tmpl.BuildID && p.res == res && len(p.ready) < p.size && !a.closed
-	if p != nil && p.tmpl.BuildID == tmpl.BuildID {
-		p.making--
-	}
+	p.making--
+	keep := err == nil && ferr == nil && a.pools[tmpl.ID] == p && p.tmpl.BuildID == tmpl.BuildID && p.res == res && len(p.ready) < p.size && !a.closed
 	if keep {
 		p.ready = append(p.ready, s)
 		a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))

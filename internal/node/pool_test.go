@@ -455,3 +455,38 @@ func TestWarmPoolClaimsFirst(t *testing.T) {
 		}
 	})
 }
+
+// TestWarmPoolFollowsRebuildWhileMaking: a switch to a new build while a
+// member of the old one is being made: that member is dropped when it is
+// done, and the pool still fills with the new build (the member being
+// made no longer counts against the pool's size).
+func TestWarmPoolFollowsRebuildWhileMaking(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{Default: fake.Behavior{StartDelay: 10 * time.Second}})
+		e.tune = func(c *node.Config) { c.PoolConcurrency = 1 }
+		a := e.start()
+		req := createReq("ignored")
+		if err := a.SetPool(ctx, req.Template, req.Resources, 1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if st := a.Pools()["tmpl"]; st.Making != 1 {
+			t.Fatalf("pool %+v, want a member being made", st)
+		}
+		rebuilt := req.Template
+		rebuilt.BuildID = "build2"
+		if _, ok := a.Reserve(rebuilt, req.Resources); ok {
+			t.Fatal("reserved a member for build2 from a pool of build1")
+		}
+		waitPool(t, a, "tmpl", 1)
+		if st := a.Pools()["tmpl"]; st.BuildID != "build2" || st.Making != 0 {
+			t.Errorf("pool %+v, want build2 with none being made", st)
+		}
+		if ids := runtimeIDs(t, e); len(ids) != 1 {
+			t.Errorf("runtime sandboxes %v, want the one member of build2", ids)
+		}
+	})
+}
