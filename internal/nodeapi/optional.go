@@ -20,7 +20,7 @@ type Pooler interface {
 	// sandbox of resources res out of the pool and returns its ID, to be
 	// passed to Create; false when none is ready (a miss). Whether a
 	// member serves res is the implementation's (the agent's: the same
-	// memory and disk size, any CPUs and task limit).
+	// disk size, at least the member's memory, any CPUs and task limit).
 	Reserve(tmpl Template, res sandbox.Resources) (string, bool)
 	// Unreserve puts a reserved member that will not be claimed back into
 	// its pool (or destroys it when the pool no longer wants it).
