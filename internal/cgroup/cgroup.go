@@ -45,6 +45,19 @@ type Cgroup interface {
 	PidsLimitHit(ctx context.Context) (bool, error)
 }
 
+// CPUWeighter is implemented by cgroups whose CPU weight can be set: the
+// share of CPU time the cgroup's processes get against its siblings' when
+// the CPUs are busy (a quota still caps it).
+type CPUWeighter interface {
+	// SetCPUWeight sets the weight on cgroup v2's scale, 1 to 10000
+	// (DefaultCPUWeight is the kernel's default; v1 cpu.shares are scaled).
+	SetCPUWeight(ctx context.Context, weight int) error
+}
+
+// DefaultCPUWeight is the kernel's default CPU weight (v2 cpu.weight 100,
+// v1 cpu.shares 1024).
+const DefaultCPUWeight = 100
+
 // Stats is a cgroup's resource usage.
 type Stats struct {
 	CPUUsageNanos   uint64 // cumulative CPU time

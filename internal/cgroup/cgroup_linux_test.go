@@ -555,3 +555,60 @@ func TestPartialLeftover(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUWeight: SetCPUWeight writes the weight (v1: cpu.shares scaled
+// from 100 = 1024, at least 2; v2: cpu.weight) and refuses one outside
+// 1-10000.
+func TestCPUWeight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newTestManager(t)
+	c, err := m.Create(ctx, "sbx-weight", sandbox.Resources{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.KillAll(ctx)
+	w, ok := c.(CPUWeighter)
+	if !ok {
+		t.Fatalf("%T has no CPU weight", c)
+	}
+	for _, bad := range []int{0, 10001} {
+		if err := w.SetCPUWeight(ctx, bad); !errdefs.IsInvalid(err) {
+			t.Errorf("weight %d: %v, want invalid", bad, err)
+		}
+	}
+	read := func() string {
+		t.Helper()
+		var b []byte
+		var err error
+		switch m := m.(type) {
+		case *v1Manager:
+			b, err = os.ReadFile(filepath.Join(m.dir("cpu", "sbx-weight"), "cpu.shares"))
+		case *v2Manager:
+			b, err = os.ReadFile(filepath.Join(m.dir("sbx-weight"), "cpu.weight"))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	_, v1 := m.(*v1Manager)
+	for _, tc := range []struct {
+		weight int
+		v1, v2 string
+	}{{1, "10", "1"}, {DefaultCPUWeight, "1024", "100"}, {200, "2048", "200"}} {
+		if err := w.SetCPUWeight(ctx, tc.weight); err != nil {
+			if !v1 && errdefs.IsUnsupported(err) {
+				t.Skip("no cpu controller in the unified tree")
+			}
+			t.Fatal(err)
+		}
+		want := tc.v2
+		if v1 {
+			want = tc.v1
+		}
+		if got := read(); got != want {
+			t.Errorf("weight %d: file says %s, want %s", tc.weight, got, want)
+		}
+	}
+}

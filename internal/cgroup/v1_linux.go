@@ -178,6 +178,20 @@ func (c *v1Cgroup) Update(_ context.Context, res sandbox.Resources) error {
 	return nil
 }
 
+var _ CPUWeighter = (*v1Cgroup)(nil)
+
+// SetCPUWeight implements CPUWeighter with cpu.shares (weight ×
+// 1024/100, at least 2, the kernel's floor).
+func (c *v1Cgroup) SetCPUWeight(_ context.Context, weight int) error {
+	if weight < 1 || weight > 10000 {
+		return fmt.Errorf("cgroup %q: cpu weight %d: %w", c.name, weight, errdefs.ErrInvalid)
+	}
+	if err := writeFile(c.m.dir("cpu", c.name), "cpu.shares", strconv.Itoa(max(2, weight*1024/DefaultCPUWeight))); err != nil {
+		return c.wrap("cpu shares", err)
+	}
+	return nil
+}
+
 // setMemory sets memory.limit_in_bytes and, where swap accounting exists,
 // memory.memsw.limit_in_bytes to the same value, in the order the kernel
 // accepts (memsw may never be below the memory limit).

@@ -150,6 +150,17 @@ func (c *v2Cgroup) setLimit(file, value string, unlimited bool) error {
 	return nil
 }
 
+var _ CPUWeighter = (*v2Cgroup)(nil)
+
+// SetCPUWeight implements CPUWeighter with cpu.weight; a host without the
+// cpu controller in the unified tree has none to set (ErrUnsupported).
+func (c *v2Cgroup) SetCPUWeight(_ context.Context, weight int) error {
+	if weight < 1 || weight > 10000 {
+		return fmt.Errorf("cgroup %q: cpu weight %d: %w", c.name, weight, errdefs.ErrInvalid)
+	}
+	return c.setLimit("cpu.weight", strconv.Itoa(weight), false)
+}
+
 func (c *v2Cgroup) Update(_ context.Context, res sandbox.Resources) error {
 	if err := validResources(c.name, res); err != nil {
 		return err

@@ -70,6 +70,16 @@ type Freezer interface {
 	Thaw(ctx context.Context, id string) error
 }
 
+// Resizer is implemented by drivers that keep host limits of their own
+// above the sandbox's cgroup (runsc: the host wall above the guest's
+// limits). The node calls Resize after it changed the limits of running
+// sandbox id's cgroup to res, so that the driver sets its own again as a
+// Start with res would have. What the guest saw at boot (CPU count,
+// memory size, the size of /tmp) does not change.
+type Resizer interface {
+	Resize(ctx context.Context, id string, res sandbox.Resources) error
+}
+
 // Checkpointer is implemented by drivers that can save a sandbox's memory to
 // disk and restore it later, possibly as several new sandboxes (fork).
 type Checkpointer interface {
@@ -110,6 +120,12 @@ type Spec struct {
 	// sandbox, e.g. "/warren/sbx-<id>".
 	CgroupParent string
 	Resources    sandbox.Resources
+	// GuestMemoryMB is the memory the guest was first booted with, when it
+	// differs from Resources.MemoryMB (a warm pool member claimed with more
+	// memory): what is sized from it at boot (the /tmp tmpfs) keeps that
+	// size, so that a memory image restores onto the mounts it was taken
+	// with. 0 means Resources.MemoryMB.
+	GuestMemoryMB int64
 
 	// Init is the sandbox's first process (envd). Its binary and any other
 	// read-only host files are made visible through Mounts.

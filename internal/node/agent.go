@@ -215,11 +215,13 @@ type Agent struct {
 	reclaimCounter *prometheus.CounterVec
 	wd             watchdogMetrics
 	opDur          *prometheus.HistogramVec
+	phaseDur       *prometheus.HistogramVec
 	pm             poolMetrics
 	pools          map[string]*pool // by template ID; guarded by mu
 	reserved       map[string]*sbx  // pool members handed out by Reserve
 	poolsMu        sync.Mutex       // serialises writes of pools.json
 	poolMaking     int
+	claiming       int // claims in flight (pool.go); guarded by mu
 	spawn          *spawner
 
 	ctx    context.Context // ends at Close
@@ -249,7 +251,6 @@ type sbx struct {
 	lastCPUAt     time.Time
 	watch         watchState
 	samples       sampleRing
-	frozen        bool // a warm pool member frozen by the agent
 }
 
 var _ Service = (*Agent)(nil)
@@ -279,13 +280,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.initWatchdogMetrics()
 	a.opDur = newOpDurations()
+	a.phaseDur = newPhaseDurations()
 	a.pm = newPoolMetrics()
 	a.pools, a.reserved = map[string]*pool{}, map[string]*sbx{}
 	for _, k := range []string{"container", "cgroup", "network", "mount", "loop_device", "layer", "state_dir", "fork_image"} {
 		a.reclaimCounter.WithLabelValues(k)
 	}
 	if cfg.Registry != nil {
-		for _, c := range append([]prometheus.Collector{a.reclaimCounter, a.opDur, &capacityCollector{a: a}, a.pm.claims, a.pm.ready}, a.watchdogCollectors()...) {
+		for _, c := range append([]prometheus.Collector{a.reclaimCounter, a.opDur, &capacityCollector{a: a}, a.pm.claims, a.pm.ready, a.phaseDur}, a.watchdogCollectors()...) {
 			if err := cfg.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("node metrics: %w", err)
 			}

@@ -12,8 +12,10 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -29,7 +31,20 @@ type startMode struct {
 	// savedLayer, when set, is the saved layer (of a template snapshot)
 	// that the new writable layer copies.
 	savedLayer string
+	// background makes the sandbox at refillCPUWeight, so that its start
+	// yields the CPUs to user sandboxes (the agent's internal ones: pool
+	// refills, template snapshots).
+	background bool
+	// phases, when set, times bringUp's steps: cgroup, layer, slot (what
+	// is left of the network slot's making, which runs beside the other
+	// two), start (or restore), health, init and start_cmd.
+	phases *phaseTimer
 }
+
+// refillCPUWeight is the CPU weight (cgroup.CPUWeighter) of a sandbox
+// made in the background: on a busy host its start gets about 1 % of
+// what a user sandbox's does (cgroup v1: cpu.shares 10 against 1024).
+const refillCPUWeight = 1
 
 // Create implements Service.
 func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
@@ -43,8 +58,9 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error)
 	return v, err
 }
 
-// create makes a sandbox; an internal one (a template snapshot's) is not
-// listed and reports no events.
+// create makes a sandbox; an internal one (a pool member, a template
+// snapshot's) is not listed, reports no events and is made in the
+// background (startMode.background).
 func (a *Agent) create(ctx context.Context, req CreateRequest, internal bool) (*Sandbox, error) {
 	if !sandbox.ValidID(req.ID) {
 		return nil, fmt.Errorf("sandbox id %q: %w", req.ID, errdefs.ErrInvalid)
@@ -127,6 +143,7 @@ func (a *Agent) create(ctx context.Context, req CreateRequest, internal bool) (*
 	if snap != nil {
 		m = startMode{restoreDir: req.Template.SnapshotDir, savedLayer: snap.Layer}
 	}
+	m.background = internal
 	if err := a.bringUp(ctx, s, m, log); err != nil {
 		return fail(err)
 	}
@@ -203,25 +220,44 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	a.mu.Unlock()
 	id := r.ID
 	var undo []func()
+	cctx := context.WithoutCancel(ctx)
+
+	// The network slot is made while the cgroup and the root filesystem
+	// are: they do not depend on each other. waitSlot joins it (and
+	// registers its undo) before anything needs it, or before a failure
+	// undoes what was made.
+	slotc := make(chan error, 1)
+	var slot *netslot.Slot
+	go func() {
+		var aerr error
+		slot, aerr = a.cfg.Net.Acquire(ctx, id, r.Network)
+		slotc <- aerr
+	}()
+	slotDone := false
+	waitSlot := func() error {
+		if slotDone {
+			return nil
+		}
+		slotDone = true
+		if err := <-slotc; err != nil {
+			return fmt.Errorf("network slot: %w", err)
+		}
+		undo = append(undo, func() {
+			if err := a.cfg.Net.Release(cctx, slot); err != nil {
+				log.Warn("undo: release network slot", "error", err)
+			}
+		})
+		return nil
+	}
 	defer func() {
 		if err == nil {
 			return
 		}
+		_ = waitSlot()
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
 	}()
-	cctx := context.WithoutCancel(ctx)
-
-	slot, err := a.cfg.Net.Acquire(ctx, id, r.Network)
-	if err != nil {
-		return fmt.Errorf("network slot: %w", err)
-	}
-	undo = append(undo, func() {
-		if err := a.cfg.Net.Release(cctx, slot); err != nil {
-			log.Warn("undo: release network slot", "error", err)
-		}
-	})
 
 	cgName := sandbox.HostName(id)
 	cg, err := a.cfg.Cgroups.Create(ctx, cgName, r.Resources)
@@ -240,6 +276,14 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 			log.Warn("undo: remove cgroup", "error", err)
 		}
 	})
+	if m.background {
+		if w, ok := cg.(cgroup.CPUWeighter); ok {
+			if err := w.SetCPUWeight(ctx, refillCPUWeight); err != nil {
+				log.Debug("background sandbox keeps the default CPU weight", "error", err)
+			}
+		}
+	}
+	m.phases.done("cgroup")
 
 	lower := r.Template.RootFS
 	var root string
@@ -269,6 +313,11 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("root filesystem: %w", err)
 	}
+	m.phases.done("layer")
+	if err := waitSlot(); err != nil {
+		return err
+	}
+	m.phases.done("slot")
 
 	bundle := filepath.Join(sandboxDir(a.cfg.DataDir, id), "bundle")
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
@@ -276,15 +325,16 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	}
 	sum := sha256.Sum256([]byte(r.InitToken))
 	spec := driver.Spec{
-		ID:           id,
-		BundleDir:    bundle,
-		RootFS:       root,
-		Hostname:     a.cfg.Hostname,
-		Hosts:        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + a.cfg.Hostname + "\n",
-		ResolvConf:   a.cfg.ResolvConf,
-		NetNSPath:    slot.NetNSPath,
-		CgroupParent: a.cfg.Cgroups.Path(cgName),
-		Resources:    r.Resources,
+		ID:            id,
+		BundleDir:     bundle,
+		RootFS:        root,
+		Hostname:      a.cfg.Hostname,
+		Hosts:         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + a.cfg.Hostname + "\n",
+		ResolvConf:    a.cfg.ResolvConf,
+		NetNSPath:     slot.NetNSPath,
+		CgroupParent:  a.cfg.Cgroups.Path(cgName),
+		Resources:     r.Resources,
+		GuestMemoryMB: r.GuestMemoryMB,
 		Init: driver.Process{
 			Args: []string{envdMountPath, "--port", strconv.Itoa(a.cfg.EnvdPort), "--init-token-sha256", hex.EncodeToString(sum[:])},
 			Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -321,11 +371,17 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("start in %s: %w", a.drv.Name(), err)
 	}
+	if m.restoreDir != "" {
+		m.phases.done("restore")
+	} else {
+		m.phases.done("start")
+	}
 
 	addr := a.envdAddr(slot)
 	if err := a.cfg.Envd.WaitHealthy(rctx, addr); err != nil {
 		return fmt.Errorf("envd at %s did not become healthy: %w", addr, err)
 	}
+	m.phases.done("health")
 	env := mergeEnv(r.Template.Env, r.EnvVars)
 	init := EnvdInit{
 		EnvVars:        env,
@@ -338,6 +394,7 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
 		return fmt.Errorf("envd init at %s: %w", addr, err)
 	}
+	m.phases.done("init")
 	if m.runStartCmd && r.Template.StartCmd != "" {
 		p := EnvdProcess{
 			Tag:  startCmdTag,
@@ -350,6 +407,7 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 		if err := a.cfg.Envd.Start(rctx, addr, r.AccessToken, p); err != nil {
 			return fmt.Errorf("template start command: %w", err)
 		}
+		m.phases.done("start_cmd")
 	}
 
 	a.mu.Lock()
@@ -370,8 +428,9 @@ func orDefault(s, d string) string {
 }
 
 // releaseRuntime stops s's runtime container and releases its cgroup and
-// network slot. It goes on past errors and returns them joined.
-func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger) error {
+// network slot. It goes on past errors and returns them joined. ph, when
+// set, times its steps: kill, delete, cgroup and slot.
+func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger, ph *phaseTimer) error {
 	a.mu.Lock()
 	id, slot, cg, cgName := s.rec.ID, s.rec.Slot, s.cg, s.rec.Cgroup
 	a.mu.Unlock()
@@ -379,9 +438,11 @@ func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger) er
 	if err := a.drv.Kill(ctx, id); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
 		log.Debug("kill runtime container", "error", err)
 	}
+	ph.done("kill")
 	if err := a.drv.Delete(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("runtime container: %w", err))
 	}
+	ph.done("delete")
 	if cg == nil && cgName != "" {
 		if c, err := a.cfg.Cgroups.Open(ctx, cgName); err == nil {
 			cg = c
@@ -392,11 +453,13 @@ func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger) er
 			errs = append(errs, fmt.Errorf("cgroup: %w", err))
 		}
 	}
+	ph.done("cgroup")
 	if slot != nil {
 		if err := a.cfg.Net.Release(ctx, slot); err != nil {
 			errs = append(errs, fmt.Errorf("network slot: %w", err))
 		}
 	}
+	ph.done("slot")
 	a.mu.Lock()
 	s.rec.Slot, s.rec.Cgroup, s.rec.RootFS, s.cg = nil, "", "", nil
 	a.mu.Unlock()
@@ -411,7 +474,7 @@ func (a *Agent) destroy(ctx context.Context, s *sbx, log *slog.Logger) {
 	ctx = context.WithoutCancel(ctx)
 	a.forget(s)
 	id := s.rec.ID
-	if err := a.releaseRuntime(ctx, s, log); err != nil {
+	if err := a.releaseRuntime(ctx, s, log, nil); err != nil {
 		log.Warn("release sandbox host objects; the leak reclaim will retry", "error", err)
 	}
 	if err := a.cfg.Layers.Destroy(ctx, id); err != nil {

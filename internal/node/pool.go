@@ -4,29 +4,40 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // Warm pools (LIFECYCLE-RULES §6): per template, the node keeps a number of
-// ready sandboxes, started and then frozen (when the driver can freeze;
-// otherwise left idle), as the agent's own internal sandboxes: not listed,
-// no events, never probed or sampled. A create claims one in two steps:
+// ready sandboxes, started and left idle (see makeMember), as the agent's
+// own internal sandboxes: not listed, no events, never probed or sampled.
+// A create claims one in two steps:
 // the control plane calls Reserve, which takes a ready member out of the
-// pool and answers its ID, and then Create with that ID, which thaws the
-// member and re-initialises its envd (/init with the create's environment,
-// access token, user and workdir) instead of starting a sandbox. From then
+// pool and answers its ID, and then Create with that ID, which
+// re-initialises the member's envd (/init with the create's environment,
+// access token, user, workdir and task limit) instead of starting a
+// sandbox. A member serves creates of its disk size and at least its
+// memory, whatever their CPUs and task limit: the claim resizes its cgroup
+// and the driver's limits (the guest's CPU count and memory size stay what
+// it read at boot until a resume; see docs/metrics.md, "What a create from
+// the pool gets"). From then
 // on the member is an ordinary started sandbox, in a new epoch. If the
 // claim fails, the member is destroyed and Create starts a sandbox of that
 // ID the usual way. Pools refill in the background, at most
 // Config.PoolConcurrency members being made at a time; a pool whose
 // template build changes, or whose size drops, destroys its extra members.
+// A create that asks for another build of a pooled template (the template
+// was rebuilt) misses, and switches the pool to that build
+// (followBuildLocked).
 // Pool members belong to the running agent: Close destroys them (the
 // ready ones, the reserved ones not yet claimed, and those being made,
 // which see the agent closed when they are done). After a crash the next
@@ -52,6 +63,8 @@ type pool struct {
 	making int
 	hits   int64
 	misses int64
+	// following is the build a switch was started to (followBuildLocked).
+	following string
 }
 
 type poolMetrics struct {
@@ -130,7 +143,10 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.pools[tmpl.ID]
-	if p == nil || p.tmpl.BuildID != tmpl.BuildID || p.res != res || len(p.ready) == 0 {
+	if p != nil && p.tmpl.BuildID != tmpl.BuildID {
+		a.followBuildLocked(p, tmpl)
+	}
+	if p == nil || p.tmpl.BuildID != tmpl.BuildID || !p.serves(res) || len(p.ready) == 0 {
 		a.pm.claims.WithLabelValues(templateLabel(tmpl.ID), "miss").Inc()
 		if p != nil {
 			p.misses++
@@ -144,6 +160,48 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 	a.pm.claims.WithLabelValues(tmpl.ID, "hit").Inc()
 	a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
 	return s.rec.ID, true
+}
+
+// followBuildLocked switches pool p to build tmpl, which a create asked
+// for (the template was rebuilt since the pool was set): in the
+// background, as SetPool of tmpl with the pool's resources and size does,
+// so that the old build's members go and the pool refills with the new
+// one, without a restart or an admin call. One switch per build is
+// started. a.mu is held.
+func (a *Agent) followBuildLocked(p *pool, tmpl Template) {
+	if a.closed || p.following == tmpl.BuildID || (tmpl.RootFS == "" && tmpl.SnapshotDir == "") {
+		return
+	}
+	p.following = tmpl.BuildID
+	res, size, from := p.res, p.size, p.tmpl.BuildID
+	a.wg.Go(func() {
+		if err := a.SetPool(a.ctx, tmpl, res, size); err != nil {
+			a.log.Warn("warm pool: switch to the template's new build", "template_id", tmpl.ID, "build_id", tmpl.BuildID, "error", err)
+			return
+		}
+		a.log.Info("warm pool follows the template's new build", "template_id", tmpl.ID, "from_build_id", from, "build_id", tmpl.BuildID)
+	})
+}
+
+// memberPolicy is the network policy pool members are made with: the
+// API's default for a create (internet on, no lists).
+var memberPolicy = netslot.Policy{Internet: true}
+
+// samePolicy reports whether network policies a and b are the same.
+func samePolicy(a, b netslot.Policy) bool {
+	return a.Internet == b.Internet && slices.Equal(a.AllowOut, b.AllowOut) && slices.Equal(a.DenyOut, b.DenyOut)
+}
+
+// serves reports whether the pool's members can become a sandbox of res
+// (defaults applied): one of the same disk size and at least the members'
+// memory, whatever its CPUs and task limit; the claim sets the limits
+// (see claimLocked). The writable layer's size is set when it is made.
+// The guest reads its memory size at boot and /tmp is sized from it
+// (half), so a claim of more memory keeps the member's /tmp, below half
+// of the create's memory as in a cold start; less memory would let a full
+// /tmp reach the host wall.
+func (p *pool) serves(res sandbox.Resources) bool {
+	return res.MemoryMB >= p.res.MemoryMB && res.DiskMB == p.res.DiskMB
 }
 
 // Unreserve implements Pooler.
@@ -237,11 +295,14 @@ func (a *Agent) poolLoop() {
 }
 
 // fillPools starts the members the pools lack, within the concurrency
-// limit.
+// limit, unless a claim is in flight (the next tick tries again). Members
+// are made in the background (startMode.background): a refill yields the
+// CPUs to the sandboxes just claimed.
 func (a *Agent) fillPools() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.closed || a.claiming > 0 {
+		// Claims first: no refill starts while one is in flight.
 		return
 	}
 	for _, p := range a.pools {
@@ -256,39 +317,38 @@ func (a *Agent) fillPools() {
 			p.making++
 			a.poolMaking++
 			tmpl, res := p.tmpl, p.res
-			a.wg.Go(func() { a.makeMember(tmpl, res) })
+			a.wg.Go(func() { a.makeMember(p, tmpl, res) })
 		}
 	}
 }
 
-// makeMember starts one pool member and freezes it.
-func (a *Agent) makeMember(tmpl Template, res sandbox.Resources) {
+// makeMember starts one pool member. It is left running, idle: not
+// frozen, so that a claim has no thaw to wait for (an idle runsc member
+// uses about 0.4 % of a CPU; a runsc resume costs a claim 20-150 ms).
+// Its network policy is the API's default (internet on), which most
+// creates keep, so that their claims need no network update.
+//
+// p is the pool that counts the member as being made (p.making), which it
+// leaves whatever p became meanwhile (another build, other resources,
+// removed); the member joins p only if p is still the template's pool and
+// still wants a member of tmpl and res.
+func (a *Agent) makeMember(p *pool, tmpl Template, res sandbox.Resources) {
 	ctx := a.ctx
 	id := sandbox.NewID()
 	log := a.log.With("sandbox_id", id, "template_id", tmpl.ID, "pool", true)
-	_, err := a.create(ctx, CreateRequest{ID: id, Template: tmpl, Resources: res}, true)
+	_, err := a.create(ctx, CreateRequest{ID: id, Template: tmpl, Resources: res, Network: memberPolicy}, true)
 	var s *sbx
 	if err == nil {
 		s, err = a.lookup(id)
 	}
+	var ferr error
 	if err == nil {
-		if f, ok := a.drv.(driver.Freezer); ok && a.drv.Capabilities().Freeze {
-			if ferr := f.Freeze(ctx, id); ferr != nil {
-				log.Debug("freeze pool member; kept idle", "error", ferr)
-			} else {
-				a.mu.Lock()
-				s.frozen = true
-				a.mu.Unlock()
-			}
-		}
+		ferr = a.foreground(s)
 	}
 	a.mu.Lock()
 	a.poolMaking--
-	p := a.pools[tmpl.ID]
-	keep := err == nil && p != nil && p.tmpl.BuildID == tmpl.BuildID && p.res == res && len(p.ready) < p.size && !a.closed
-	if p != nil && p.tmpl.BuildID == tmpl.BuildID {
-		p.making--
-	}
+	p.making--
+	keep := err == nil && ferr == nil && a.pools[tmpl.ID] == p && p.tmpl.BuildID == tmpl.BuildID && p.res == res && len(p.ready) < p.size && !a.closed
 	if keep {
 		p.ready = append(p.ready, s)
 		a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
@@ -297,6 +357,9 @@ func (a *Agent) makeMember(tmpl Template, res sandbox.Resources) {
 	switch {
 	case err != nil:
 		log.Warn("make pool member", "error", err)
+	case ferr != nil:
+		log.Warn("make pool member", "error", ferr)
+		a.dropMember(context.WithoutCancel(ctx), s)
 	case !keep:
 		a.dropMember(context.WithoutCancel(ctx), s)
 	default:
@@ -304,30 +367,62 @@ func (a *Agent) makeMember(tmpl Template, res sandbox.Resources) {
 	}
 }
 
+// foreground gives ready member s the default CPU weight back (it was
+// made in the background), so that a claimed member competes for the CPUs
+// as any sandbox does.
+func (a *Agent) foreground(s *sbx) error {
+	a.mu.Lock()
+	cg := s.cg
+	a.mu.Unlock()
+	w, ok := cg.(cgroup.CPUWeighter)
+	if !ok {
+		return nil
+	}
+	if err := w.SetCPUWeight(a.ctx, cgroup.DefaultCPUWeight); err != nil && !errdefs.IsUnsupported(err) {
+		return fmt.Errorf("pool member %q: default CPU weight: %w", s.rec.ID, err)
+	}
+	return nil
+}
+
 // claim turns reserved pool member req.ID into the sandbox req asks for.
 // It reports false when req.ID is no reserved member, or when the claim
 // failed (the member is then destroyed and the ID free for a plain
 // create).
 func (a *Agent) claim(ctx context.Context, req CreateRequest) (*Sandbox, bool) {
+	ph := a.phases("claim")
 	a.mu.Lock()
 	s, ok := a.reserved[req.ID]
 	delete(a.reserved, req.ID)
+	if ok {
+		a.claiming++
+	}
 	a.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
+	defer func() {
+		a.mu.Lock()
+		a.claiming--
+		a.mu.Unlock()
+	}()
+	ph.done("lookup")
 	log := a.log.With("sandbox_id", req.ID, "execution_id", req.ExecutionID, "template_id", req.Template.ID, "team_id", req.TeamID)
-	v, err := a.claimLocked(ctx, s, req)
+	v, err := a.claimLocked(ctx, s, req, ph)
 	if err != nil {
 		log.Warn("claim of a warm pool member failed; starting a sandbox instead", "error", err)
 		a.dropMember(context.WithoutCancel(ctx), s)
 		return nil, false
 	}
-	log.Info("sandbox created from the warm pool", "address", v.Address)
+	log.Info("sandbox created from the warm pool", append([]any{"address", v.Address}, ph.observe(a.phaseDur)...)...)
 	return v, true
 }
 
-func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sandbox, error) {
+// claimLocked does the claim under s.op. Its phases: lock (s.op),
+// network (only when the create's policy is not the member's), resize
+// (only when the create's CPUs or task limit differ from the member's),
+// init (envd's /init with the create's environment, token and task limit)
+// and record (the state record).
+func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest, ph *phaseTimer) (*Sandbox, error) {
 	s.op.Lock()
 	defer s.op.Unlock()
 	a.mu.Lock()
@@ -336,19 +431,21 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sa
 		return nil, fmt.Errorf("pool member is gone: %w", errdefs.ErrNotFound)
 	}
 	r := s.rec
-	frozen := s.frozen
+	cg := s.cg
 	a.mu.Unlock()
-	if frozen {
-		f, _ := a.drv.(driver.Freezer)
-		if err := f.Thaw(ctx, r.ID); err != nil {
-			return nil, fmt.Errorf("thaw: %w", err)
+	ph.done("lock")
+	if !samePolicy(r.Network, req.Network) {
+		if err := a.cfg.Net.Update(ctx, r.Slot, req.Network); err != nil {
+			return nil, fmt.Errorf("network: %w", err)
 		}
-		a.mu.Lock()
-		s.frozen = false
-		a.mu.Unlock()
+		ph.done("network")
 	}
-	if err := a.cfg.Net.Update(ctx, r.Slot, req.Network); err != nil {
-		return nil, fmt.Errorf("network: %w", err)
+	res := a.resources(req.Resources)
+	if res != r.Resources {
+		if err := a.resize(ctx, r.ID, cg, res); err != nil {
+			return nil, err
+		}
+		ph.done("resize")
 	}
 	addr := a.envdAddr(r.Slot)
 	rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
@@ -359,10 +456,12 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sa
 		DefaultUser:    orDefault(req.Template.User, "user"),
 		DefaultWorkdir: orDefault(req.Template.Workdir, "/home/user"),
 		Timestamp:      a.clock.Now().UTC(),
+		TasksLimit:     res.TasksPerUser(),
 	}
 	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
 		return nil, fmt.Errorf("envd init at %s: %w", addr, err)
 	}
+	ph.done("init")
 	execID := req.ExecutionID
 	if execID == "" {
 		execID = sandbox.NewExecutionID()
@@ -371,6 +470,10 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sa
 	s.rec.ExecutionID = execID
 	s.rec.TeamID = req.TeamID
 	s.rec.Template = req.Template
+	if res.MemoryMB != r.Resources.MemoryMB && s.rec.GuestMemoryMB == 0 {
+		s.rec.GuestMemoryMB = r.Resources.MemoryMB
+	}
+	s.rec.Resources = res
 	s.rec.EndAt = req.EndAt
 	s.rec.Network = clonePolicy(req.Network)
 	s.rec.EnvVars = maps.Clone(req.EnvVars)
@@ -387,5 +490,24 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest) (*Sa
 	if err := a.persist(s); err != nil {
 		a.log.Warn("persist claimed pool member", "sandbox_id", r.ID, "error", err)
 	}
+	ph.done("record")
 	return v, nil
+}
+
+// resize sets the limits of running sandbox id, whose cgroup is cg, to
+// res: the cgroup's (as bringUp creates it), then the driver's own above
+// them (driver.Resizer). The guest keeps what it read at boot.
+func (a *Agent) resize(ctx context.Context, id string, cg cgroup.Cgroup, res sandbox.Resources) error {
+	if cg == nil {
+		return fmt.Errorf("resize: no cgroup: %w", errdefs.ErrNotFound)
+	}
+	if err := cg.Update(ctx, res); err != nil {
+		return fmt.Errorf("resize cgroup: %w", err)
+	}
+	if rz, ok := a.drv.(driver.Resizer); ok {
+		if err := rz.Resize(ctx, id, res); err != nil {
+			return fmt.Errorf("resize in %s: %w", a.drv.Name(), err)
+		}
+	}
+	return nil
 }

@@ -2,12 +2,15 @@ package node_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
+	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -40,9 +43,19 @@ func TestWarmPoolClaim(t *testing.T) {
 		if l, _ := a.List(ctx); len(l) != 0 {
 			t.Errorf("pool members listed: %+v", l)
 		}
+		// Members wait running (a claim has no thaw to wait for), with the
+		// API's default network policy.
 		for _, id := range runtimeIDs(t, e) {
-			if st, _ := e.drv.Status(ctx, id); st.State != driver.StateFrozen {
-				t.Errorf("pool member %s is %s, want frozen", id, st.State)
+			if st, _ := e.drv.Status(ctx, id); st.State != driver.StateRunning {
+				t.Errorf("pool member %s is %s, want running", id, st.State)
+			}
+			if p, _ := e.net.Policy(id); !p.Internet {
+				t.Errorf("pool member %s has network policy %+v, want internet on", id, p)
+			}
+			// Made in the background, then given the default weight back.
+			cg, _ := e.cg.Get(sandbox.HostName(id))
+			if w := cg.CPUWeights(); !slices.Equal(w, []int{1, cgroup.DefaultCPUWeight}) {
+				t.Errorf("pool member %s CPU weights %v, want 1 while made, then the default", id, w)
 			}
 		}
 		// Not probed while in the pool.
@@ -76,6 +89,16 @@ func TestWarmPoolClaim(t *testing.T) {
 		}
 		if l, _ := a.List(ctx); len(l) != 1 || l[0].ID != id {
 			t.Errorf("list after the claim: %+v", l)
+		}
+		if p, _ := e.net.Policy(id); p.Internet {
+			t.Errorf("claimed sandbox's network policy %+v, want the create's (internet off)", p)
+		}
+		if n := len(e.fake.CallsOf("thaw")); n != 0 {
+			t.Errorf("%d thaws for a claim, want none", n)
+		}
+		e.create(a, "user-sbx")
+		if cg, _ := e.cg.Get(sandbox.HostName("user-sbx")); len(cg.CPUWeights()) != 0 {
+			t.Errorf("a user sandbox's CPU weights %v, want none set", cg.CPUWeights())
 		}
 
 		// The pool refills.
@@ -231,7 +254,7 @@ func TestWarmPoolMembersGoAtClose(t *testing.T) {
 			t.Fatal("no member reserved from a full pool")
 		}
 		other := req.Resources
-		other.MemoryMB *= 2
+		other.DiskMB = 999
 		if _, ok := a.Reserve(req.Template, other); ok {
 			t.Fatal("a member reserved for other resources")
 		}
@@ -249,6 +272,221 @@ func TestWarmPoolMembersGoAtClose(t *testing.T) {
 		a2 := e.start()
 		if st := a2.Pools()["tmpl"]; st.Size != 2 {
 			t.Fatalf("pool after restart: %+v, want size 2 kept", st)
+		}
+	})
+}
+
+// TestWarmPoolClaimResizes: a member serves a create of its template with
+// other CPUs, another task limit and more memory: the claim sets the
+// cgroup's limits and the driver's (Resize) to the create's and sends the
+// create's task limit in /init; the member's boot memory stays in its
+// spec after a pause and resume (the mounts sized from it must match the
+// image). A create of less memory or another disk size is a miss.
+func TestWarmPoolClaimResizes(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		req := createReq("ignored")
+		req.Resources = sandbox.Resources{VCPUs: 1, MemoryMB: 256, DiskMB: 512, Pids: 1024}
+		if err := a.SetPool(ctx, req.Template, req.Resources, 2); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 2)
+
+		for _, other := range []sandbox.Resources{
+			{VCPUs: 1, MemoryMB: 128, DiskMB: 512, Pids: 1024},
+			{VCPUs: 1, MemoryMB: 256, DiskMB: 1024, Pids: 1024},
+		} {
+			if id, ok := a.Reserve(req.Template, other); ok {
+				t.Errorf("member %s reserved for %+v from a pool of %+v", id, other, req.Resources)
+			}
+		}
+
+		want := sandbox.Resources{VCPUs: 2, MemoryMB: 512, DiskMB: 512, Pids: 100}
+		id, ok := a.Reserve(req.Template, want)
+		if !ok {
+			t.Fatalf("no member reserved for %+v", want)
+		}
+		req.ID, req.Resources = id, want
+		sb, err := a.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Resources != want {
+			t.Errorf("claimed sandbox's resources %+v, want %+v", sb.Resources, want)
+		}
+		cg, ok := e.cg.Get(sandbox.HostName(id))
+		if !ok {
+			t.Fatal("claimed sandbox has no cgroup")
+		}
+		if got := cg.Resources(); got != want {
+			t.Errorf("cgroup limits %+v, want %+v", got, want)
+		}
+		if got, _ := e.fake.Limits(id); got != want {
+			t.Errorf("driver limits %+v, want %+v (Resize)", got, want)
+		}
+		inits := e.envd.Inits()
+		if last := inits[len(inits)-1]; last.Addr != sb.Address || last.Init.TasksLimit != 100 {
+			t.Errorf("claim's /init %+v, want tasks limit 100 at %s", last, sb.Address)
+		}
+		// The resources last: a pause and resume keeps them.
+		if _, err := a.Pause(ctx, id, node.PauseRequest{Memory: true}); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := a.Resume(ctx, id, node.ResumeRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := e.fake.Limits(id); rs.Resources != want || got != want {
+			t.Errorf("after resume: resources %+v, driver limits %+v, want %+v", rs.Resources, got, want)
+		}
+		if spec, _ := e.fake.Spec(id); spec.GuestMemoryMB != 256 || spec.Resources != want {
+			t.Errorf("resumed spec: guest memory %d MiB, resources %+v; want the member's 256 MiB and %+v", spec.GuestMemoryMB, spec.Resources, want)
+		}
+		// A filesystem-only pause boots afresh at resume: all the create's.
+		if _, err := a.Pause(ctx, id, node.PauseRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Resume(ctx, id, node.ResumeRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if spec, _ := e.fake.Spec(id); spec.GuestMemoryMB != 0 {
+			t.Errorf("spec after a fresh boot: guest memory %d MiB, want 0 (the create's)", spec.GuestMemoryMB)
+		}
+	})
+}
+
+// TestWarmPoolFollowsRebuild: a create that asks for a new build of a
+// pooled template misses, and the pool switches to that build by itself:
+// the old build's members go, new ones are made, the next create of the
+// new build claims one, and the new build is what a restarted agent sets.
+func TestWarmPoolFollowsRebuild(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		req := createReq("ignored")
+		if err := a.SetPool(ctx, req.Template, req.Resources, 2); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 2)
+		old := runtimeIDs(t, e)
+
+		rebuilt := req.Template
+		rebuilt.BuildID, rebuilt.RootFS = "build2", "/templates/tmpl/build2/rootfs"
+		if id, ok := a.Reserve(rebuilt, req.Resources); ok {
+			t.Fatalf("member %s of build1 reserved for build2", id)
+		}
+		waitPool(t, a, "tmpl", 2)
+		if st := a.Pools()["tmpl"]; st.BuildID != "build2" {
+			t.Fatalf("pool %+v, want it on build2", st)
+		}
+		for _, id := range old {
+			e.assertNoHostObjects(id)
+		}
+		id, ok := a.Reserve(rebuilt, req.Resources)
+		if !ok {
+			t.Fatal("no member of build2 reserved")
+		}
+		if spec, _ := e.fake.Spec(id); spec.RootFS == "" {
+			t.Errorf("member %s has no root filesystem in its spec", id)
+		}
+		if l, _ := e.layers.Get(id); l.Lower != rebuilt.RootFS {
+			t.Errorf("member %s's layer is over %q, want build2's %q", id, l.Lower, rebuilt.RootFS)
+		}
+		a.Close()
+		a2 := e.start()
+		if st := a2.Pools()["tmpl"]; st.BuildID != "build2" || st.Size != 2 {
+			t.Errorf("pool after restart %+v, want build2 of size 2", st)
+		}
+	})
+}
+
+// TestWarmPoolClaimsFirst: no refill starts while a claim is in flight
+// (here held in its /init), and one starts once it is done; a claim whose
+// network policy is the members' (internet on) updates no network.
+func TestWarmPoolClaimsFirst(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		req := createReq("ignored")
+		req.Network = netslot.Policy{Internet: true}
+		if err := a.SetPool(ctx, req.Template, req.Resources, 2); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 2)
+		updates := e.net.Updates()
+
+		hold, held := make(chan struct{}), make(chan struct{})
+		e.envd.InitFunc = func(ctx context.Context, addr string, init node.EnvdInit) {
+			if init.AccessToken == "held" {
+				close(held)
+				<-hold
+			}
+		}
+		id, ok := a.Reserve(req.Template, req.Resources)
+		if !ok {
+			t.Fatal("no member reserved")
+		}
+		req.ID, req.EnvdAccessToken = id, "held"
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Create(ctx, req)
+			done <- err
+		}()
+		<-held
+		time.Sleep(10 * time.Second) // ten pool ticks
+		synctest.Wait()
+		if st := a.Pools()["tmpl"]; st.Making != 0 || st.Ready != 1 {
+			t.Errorf("pool %+v while a claim is in flight: want no member being made", st)
+		}
+		close(hold)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 2)
+		if n := e.net.Updates() - updates; n != 0 {
+			t.Errorf("%d network updates for a claim with the members' policy, want none", n)
+		}
+	})
+}
+
+// TestWarmPoolFollowsRebuildWhileMaking: a switch to a new build while a
+// member of the old one is being made: that member is dropped when it is
+// done, and the pool still fills with the new build (the member being
+// made no longer counts against the pool's size).
+func TestWarmPoolFollowsRebuildWhileMaking(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{Default: fake.Behavior{StartDelay: 10 * time.Second}})
+		e.tune = func(c *node.Config) { c.PoolConcurrency = 1 }
+		a := e.start()
+		req := createReq("ignored")
+		if err := a.SetPool(ctx, req.Template, req.Resources, 1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if st := a.Pools()["tmpl"]; st.Making != 1 {
+			t.Fatalf("pool %+v, want a member being made", st)
+		}
+		rebuilt := req.Template
+		rebuilt.BuildID = "build2"
+		if _, ok := a.Reserve(rebuilt, req.Resources); ok {
+			t.Fatal("reserved a member for build2 from a pool of build1")
+		}
+		waitPool(t, a, "tmpl", 1)
+		if st := a.Pools()["tmpl"]; st.BuildID != "build2" || st.Making != 0 {
+			t.Errorf("pool %+v, want build2 with none being made", st)
+		}
+		if ids := runtimeIDs(t, e); len(ids) != 1 {
+			t.Errorf("runtime sandboxes %v, want the one member of build2", ids)
 		}
 	})
 }

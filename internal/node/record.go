@@ -35,10 +35,14 @@ type record struct {
 	StartedAt   time.Time         `json:"startedAt"`
 	EndAt       time.Time         `json:"endAt"`
 	Resources   sandbox.Resources `json:"resources"`
-	Network     netslot.Policy    `json:"network"`
-	EnvVars     map[string]string `json:"envVars,omitempty"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	EnvdVersion string            `json:"envdVersion"`
+	// GuestMemoryMB is the memory the guest was first booted with when it
+	// differs from Resources.MemoryMB (a pool member claimed with more);
+	// see driver.Spec.GuestMemoryMB. 0: Resources.MemoryMB.
+	GuestMemoryMB int64             `json:"guestMemoryMB,omitempty"`
+	Network       netslot.Policy    `json:"network"`
+	EnvVars       map[string]string `json:"envVars,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	EnvdVersion   string            `json:"envdVersion"`
 	// AccessToken is the envd access token given by the control plane.
 	AccessToken string `json:"accessToken,omitempty"`
 	// InitToken authenticates the agent's /init calls; its SHA-256 is on

@@ -16,9 +16,11 @@ type Pooler interface {
 	// SetPool keeps size ready sandboxes of tmpl with res (zero fields take
 	// the node's defaults); size 0 removes the pool.
 	SetPool(ctx context.Context, tmpl Template, res sandbox.Resources, size int) error
-	// Reserve takes a ready member of tmpl's pool with resources res out of
-	// the pool and returns its ID, to be passed to Create; false when none
-	// is ready (a miss).
+	// Reserve takes a ready member of tmpl's pool that can become a
+	// sandbox of resources res out of the pool and returns its ID, to be
+	// passed to Create; false when none is ready (a miss). Whether a
+	// member serves res is the implementation's (the agent's: the same
+	// disk size, at least the member's memory, any CPUs and task limit).
 	Reserve(tmpl Template, res sandbox.Resources) (string, bool)
 	// Unreserve puts a reserved member that will not be claimed back into
 	// its pool (or destroys it when the pool no longer wants it).

@@ -82,7 +82,7 @@ type Config struct {
 
 // Call is one recorded driver call.
 type Call struct {
-	Op   string // "start", "exec", "wait", "kill", "delete", "freeze", "thaw", "checkpoint", "restore"
+	Op   string // "start", "exec", "wait", "kill", "delete", "freeze", "thaw", "checkpoint", "restore", "resize"
 	ID   string
 	Args []string // Exec args
 	Dir  string   // checkpoint/restore dir
@@ -104,6 +104,7 @@ var (
 	_ driver.Driver       = (*Driver)(nil)
 	_ driver.Freezer      = (*Driver)(nil)
 	_ driver.Checkpointer = (*Driver)(nil)
+	_ driver.Resizer      = (*Driver)(nil)
 )
 
 type box struct {
@@ -117,6 +118,7 @@ type box struct {
 	exit     driver.Exit
 	timer    *time.Timer
 	restored string // dir restored from, if any
+	limits   sandbox.Resources
 }
 
 // image is what Checkpoint writes.
@@ -294,6 +296,7 @@ func (d *Driver) create(ctx context.Context, spec driver.Spec, img *image, dir s
 		pid:      d.nextPID,
 		done:     make(chan struct{}),
 		restored: dir,
+		limits:   spec.Resources,
 	}
 	if img != nil {
 		b.counter = img.Counter
@@ -445,6 +448,32 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(ids)
 	return ids, nil
+}
+
+// Resize implements driver.Resizer: it records res as the sandbox's
+// limits (see Limits).
+func (d *Driver) Resize(ctx context.Context, id string, res sandbox.Resources) (err error) {
+	defer func() { d.record(Call{Op: "resize", ID: id, Err: err}) }()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.sandboxes[id]
+	if !ok {
+		return notFound(id)
+	}
+	b.limits = res
+	return nil
+}
+
+// Limits returns the host limits of sandbox id: its spec's resources at
+// start or restore, the last Resize's after one.
+func (d *Driver) Limits(id string) (sandbox.Resources, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.sandboxes[id]
+	if !ok {
+		return sandbox.Resources{}, false
+	}
+	return b.limits, true
 }
 
 // Freeze implements driver.Freezer.

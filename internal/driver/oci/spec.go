@@ -208,6 +208,14 @@ func ParseUser(s string) (specs.User, error) {
 // runtime (gVisor's sentry) or the host kernel, charged to the sandbox's
 // cgroup: without a size a full /tmp ends the whole sandbox at the memory
 // limit instead of failing a write with ENOSPC.
+// bootMemoryMB is the memory s's guest was first booted with.
+func bootMemoryMB(s driver.Spec) int64 {
+	if s.GuestMemoryMB > 0 {
+		return s.GuestMemoryMB
+	}
+	return s.Resources.MemoryMB
+}
+
 func tmpOptions(guestMB int64) []string {
 	opts := []string{"nosuid", "nodev", "mode=1777"}
 	if guestMB > 0 {
@@ -229,7 +237,7 @@ func mounts(s driver.Spec, o Options) []specs.Mount {
 		ms = append(ms, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
 	}
 	ms = append(ms,
-		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: tmpOptions(s.Resources.MemoryMB)},
+		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: tmpOptions(bootMemoryMB(s))},
 		specs.Mount{Destination: "/etc/hostname", Type: "bind", Source: filepath.Join(s.BundleDir, HostnameFile), Options: []string{"rbind", "ro"}},
 		specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: filepath.Join(s.BundleDir, HostsFile), Options: []string{"rbind", "ro"}},
 		specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(s.BundleDir, ResolvConfFile), Options: []string{"rbind", "ro"}},

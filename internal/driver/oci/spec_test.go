@@ -132,6 +132,21 @@ func TestGenerate(t *testing.T) {
 			},
 		},
 		{
+			name: "tmp sized from the boot memory",
+			edit: func(s *driver.Spec) { s.Resources.MemoryMB, s.GuestMemoryMB = 1024, 256 },
+			opts: Options{CgroupsPath: "/w"},
+			check: func(t *testing.T, s *specs.Spec) {
+				for _, m := range s.Mounts {
+					if m.Destination == "/tmp" && !slices.Contains(m.Options, "size=128m") {
+						t.Errorf("/tmp = %+v, want half the 256 MiB the guest booted with", m)
+					}
+				}
+				if *s.Linux.Resources.Memory.Limit != 1024<<20 {
+					t.Errorf("memory limit %d, want the 1024 MiB of Resources", *s.Linux.Resources.Memory.Limit)
+				}
+			},
+		},
+		{
 			name: "network namespace path",
 			edit: func(s *driver.Spec) { s.NetNSPath = "/var/run/netns/x" },
 			opts: Options{CgroupsPath: "/w", CgroupNamespace: true},

@@ -68,6 +68,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/oci"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // Config configures the runsc driver.
@@ -131,6 +132,7 @@ var (
 	_ driver.Driver       = (*Driver)(nil)
 	_ driver.Freezer      = (*Driver)(nil)
 	_ driver.Checkpointer = (*Driver)(nil)
+	_ driver.Resizer      = (*Driver)(nil)
 )
 
 // New returns a runsc driver. It creates the state directories and checks
@@ -459,6 +461,25 @@ func (d *Driver) Status(ctx context.Context, id string) (driver.Status, error) {
 // List implements driver.Driver: every container runsc knows under the
 // driver's root, and every sandbox with a record.
 func (d *Driver) List(ctx context.Context) ([]string, error) { return d.rt.List(ctx) }
+
+// Resize implements driver.Resizer: the host wall (pids and memory, see
+// limits.go) moves above the limits res gives the guest, as after a start
+// with res. The guest keeps what it read at boot: its memory size
+// (runsc's --total-memory, from the cgroup at start) and CPU count.
+func (d *Driver) Resize(ctx context.Context, id string, res sandbox.Resources) error {
+	b, err := d.rt.Lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	guestTasks := res.TasksPerUser()
+	if guestTasks == 0 {
+		guestTasks = d.cfg.DefaultPids
+	}
+	if err := setHostWall(b.CgroupsPath, res.MemoryMB, HostPids(guestTasks)); err != nil {
+		return fmt.Errorf("sandbox %q: resize: %w", id, err)
+	}
+	return nil
+}
 
 // Freeze implements driver.Freezer with `runsc pause`.
 func (d *Driver) Freeze(ctx context.Context, id string) error { return d.rt.Freeze(ctx, id) }

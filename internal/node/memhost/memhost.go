@@ -34,6 +34,7 @@ type Net struct {
 	next     int
 	// AcquireErr, when set, makes Acquire fail.
 	AcquireErr error
+	updates    int
 }
 
 var _ netslot.Pool = (*Net)(nil)
@@ -81,7 +82,15 @@ func (n *Net) Update(ctx context.Context, s *netslot.Slot, p netslot.Policy) err
 		return fmt.Errorf("slot %q: %w", s.NetNS, errdefs.ErrNotFound)
 	}
 	n.policies[s.NetNS] = p
+	n.updates++
 	return nil
+}
+
+// Updates returns how many policy updates were made.
+func (n *Net) Updates() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.updates
 }
 
 // Adopt implements netslot.Pool.
@@ -159,9 +168,28 @@ type Cgroup struct {
 	stats   cgroup.Stats
 	oom     bool
 	pidsMax bool
+	weights []int // CPU weights set, in order
 }
 
-var _ cgroup.Cgroup = (*Cgroup)(nil)
+var (
+	_ cgroup.Cgroup      = (*Cgroup)(nil)
+	_ cgroup.CPUWeighter = (*Cgroup)(nil)
+)
+
+// SetCPUWeight implements cgroup.CPUWeighter.
+func (c *Cgroup) SetCPUWeight(ctx context.Context, weight int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.weights = append(c.weights, weight)
+	return nil
+}
+
+// CPUWeights returns the CPU weights set, in order.
+func (c *Cgroup) CPUWeights() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.weights)
+}
 
 // Create implements cgroup.Manager.
 func (m *Cgroups) Create(ctx context.Context, name string, res sandbox.Resources) (cgroup.Cgroup, error) {
@@ -512,7 +540,10 @@ type Envd struct {
 	// ProbeFunc answers the watchdog's Probe; nil answers healthy with no
 	// memory reading.
 	ProbeFunc func(ctx context.Context, addr string) (node.EnvdHealth, error)
-	probes    []string
+	// InitFunc, when set, runs at the start of every Init (a test can hold
+	// one there).
+	InitFunc func(ctx context.Context, addr string, req node.EnvdInit)
+	probes   []string
 }
 
 var _ node.EnvdProber = (*Envd)(nil)
@@ -581,6 +612,12 @@ func (e *Envd) WaitHealthy(ctx context.Context, addr string) error {
 
 // Init implements node.Envd.
 func (e *Envd) Init(ctx context.Context, addr, token string, req node.EnvdInit) error {
+	e.mu.Lock()
+	f := e.InitFunc
+	e.mu.Unlock()
+	if f != nil {
+		f(ctx, addr, req)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.InitErr != nil {

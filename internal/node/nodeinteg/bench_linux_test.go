@@ -51,11 +51,15 @@ func BenchmarkColdStart(b *testing.B) {
 	report(b, "kill", kills)
 }
 
-// BenchmarkPauseResume: pause with memory and resume of an idle sandbox.
+// BenchmarkPauseResume: pause with memory and resume of an idle sandbox,
+// and each phase of both from the agent's log lines (pause-<phase>,
+// resume-<phase>).
 //
 //	go test -run '^$' -bench PauseResume -benchtime 20x ./internal/node/nodeinteg/
 func BenchmarkPauseResume(b *testing.B) {
 	h := newHost(b)
+	tap := &logTap{}
+	h.logs = tap
 	a, _ := h.agent()
 	defer a.Close()
 	ctx := context.Background()
@@ -65,26 +69,34 @@ func BenchmarkPauseResume(b *testing.B) {
 	}
 	defer a.Kill(context.Background(), id, sandbox.KillRequest)
 	var pauses, resumes []time.Duration
+	var pauseLines, resumeLines []string
 	for b.Loop() {
 		t0 := time.Now()
 		if _, err := a.Pause(ctx, id, node.PauseRequest{Memory: true}); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
+		pauseLines = append(pauseLines, tap.take("sandbox paused")...)
 		if _, err := a.Resume(ctx, id, node.ResumeRequest{}); err != nil {
 			b.Fatal(err)
 		}
 		pauses, resumes = append(pauses, t1.Sub(t0)), append(resumes, time.Since(t1))
+		resumeLines = append(resumeLines, tap.take("sandbox resumed")...)
 	}
 	report(b, "pause", pauses)
 	report(b, "resume", resumes)
+	reportPhases(b, "pause", pauseLines)
+	reportPhases(b, "resume", resumeLines)
 }
 
-// BenchmarkFork10: fork a running sandbox into 10 copies (then kill them).
+// BenchmarkFork10: fork a running sandbox into 10 copies (then kill them),
+// and each phase of the fork (fork10-<phase>).
 //
 //	go test -run '^$' -bench Fork10 -benchtime 3x ./internal/node/nodeinteg/
 func BenchmarkFork10(b *testing.B) {
 	h := newHost(b)
+	tap := &logTap{}
+	h.logs = tap
 	a, _ := h.agent()
 	defer a.Close()
 	ctx := context.Background()
@@ -94,6 +106,7 @@ func BenchmarkFork10(b *testing.B) {
 	}
 	defer a.Kill(context.Background(), id, sandbox.KillRequest)
 	var forks []time.Duration
+	var lines []string
 	lost := 0
 	for b.Loop() {
 		ids := make([]string, 10)
@@ -105,6 +118,7 @@ func BenchmarkFork10(b *testing.B) {
 			b.Fatal(err)
 		}
 		forks = append(forks, time.Since(t0))
+		lines = append(lines, tap.take("sandbox forked")...)
 		for _, k := range ids {
 			if err := a.Kill(ctx, k, sandbox.KillRequest); errdefs.IsNotFound(err) {
 				lost++ // it stopped by itself meanwhile
@@ -114,6 +128,7 @@ func BenchmarkFork10(b *testing.B) {
 		}
 	}
 	report(b, "fork10", forks)
+	reportPhases(b, "fork10", lines)
 	b.ReportMetric(float64(lost), "copies-lost")
 }
 

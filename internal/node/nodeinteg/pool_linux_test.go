@@ -3,10 +3,14 @@ package nodeinteg
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/driver/runsc"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -78,6 +82,79 @@ func TestWarmPoolRunsc(t *testing.T) {
 	}
 	waitPoolReady(t, a, "base", 1)
 	if err := a.SetPool(ctx, req.Template, req.Resources, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWarmPoolClaimResizesRunsc: a member of a runsc pool made with one
+// CPU and 512 MiB becomes a sandbox of two CPUs, 1 GiB and a task limit of
+// 64: the host cgroup has the create's CPU quota and the wall above its
+// limits (memory + overhead, pids for 64 tasks a user), and the guest's
+// user is held to 64 tasks. The guest keeps what it read at boot (its
+// /tmp stays half of 512 MiB), and a pause with memory and a resume work
+// (the restore needs the mounts the image was taken with).
+func TestWarmPoolClaimResizesRunsc(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	req := h.createReq("unused")
+	if err := a.SetPool(ctx, req.Template, req.Resources, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolReady(t, a, "base", 1)
+	req.Resources.VCPUs, req.Resources.Pids, req.Resources.MemoryMB = 2, 64, 1024
+	sb := claim(t, a, req)
+	tok := "tok-" + sb.ID
+	checkHost := func(when string) {
+		t.Helper()
+		cg := sandbox.HostName(sb.ID)
+		read := func(ctrl, file string) string {
+			b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctrl, h.cgRoot, cg, file))
+			if err != nil {
+				t.Fatalf("%s: cgroup: %v", when, err)
+			}
+			return strings.TrimSpace(string(b))
+		}
+		if got := read("cpu", "cpu.cfs_quota_us"); got != "200000" {
+			t.Errorf("%s: cpu.cfs_quota_us %s, want 200000 (2 CPUs)", when, got)
+		}
+		if got, want := read("pids", "pids.max"), strconv.FormatInt(runsc.HostPids(64), 10); got != want {
+			t.Errorf("%s: pids.max %s, want %s (the wall for 64 tasks a user)", when, got, want)
+		}
+		if got, want := read("memory", "memory.limit_in_bytes"), strconv.FormatInt((1024+runsc.MemoryOverheadMB)<<20, 10); got != want {
+			t.Errorf("%s: memory.limit_in_bytes %s, want %s (1 GiB + overhead)", when, got, want)
+		}
+	}
+	const look = "ulimit -u; df -BM --output=size /tmp | tail -1; nproc; free -m | awk '/^Mem:/{print $2}'"
+	guest := func(when string) []string {
+		t.Helper()
+		out, code := runAs(t, sb, tok, "user", look)
+		f := strings.Fields(out)
+		if code != 0 || len(f) != 4 || f[0] != "64" || f[1] != "256M" {
+			t.Errorf("%s: ulimit -u, /tmp size, nproc, memory: %q (exit %d), want 64 tasks and the member's 256M /tmp", when, out, code)
+		}
+		return f
+	}
+	checkHost("claimed")
+	t.Logf("guest after the claim (tasks, /tmp, nproc, MemTotal MiB): %v", guest("claimed"))
+	if _, code := runAs(t, sb, tok, "user", "echo kept > /tmp/mark"); code != 0 {
+		t.Fatal("write /tmp/mark")
+	}
+	if _, err := a.Pause(ctx, sb.ID, node.PauseRequest{Memory: true}); err != nil {
+		t.Fatalf("pause of a resized member: %v", err)
+	}
+	rs, err := a.Resume(ctx, sb.ID, node.ResumeRequest{})
+	if err != nil {
+		t.Fatalf("resume of a resized member: %v", err)
+	}
+	sb = rs
+	checkHost("resumed")
+	t.Logf("guest after a resume: %v", guest("resumed"))
+	if out, code := runAs(t, sb, tok, "user", "cat /tmp/mark"); code != 0 || strings.TrimSpace(out) != "kept" {
+		t.Errorf("/tmp/mark after resume: %q (exit %d)", out, code)
+	}
+	if err := a.Kill(ctx, sb.ID, sandbox.KillRequest); err != nil {
 		t.Fatal(err)
 	}
 }
