@@ -48,7 +48,7 @@ func TestAPIRoleNeedsPostgresAndNodeToken(t *testing.T) {
 func TestAPIRole(t *testing.T) {
 	t.Parallel()
 	dsn := storetest.PostgresSchema(t)
-	const key, nodeToken = "e2b_00112233445566778899aabbccddeeff00112233", "node-secret"
+	const key, nodeToken = "e2b_00112233445566778899aabbccddeeff00112233", "node-secret-0123456789"
 	fn := fakenode.New()
 	mux := http.NewServeMux()
 	mux.Handle(noderpc.NewHandler(fn, noderpc.Options{Token: nodeToken}))
@@ -73,6 +73,7 @@ func TestAPIRole(t *testing.T) {
 	case a := <-addr:
 		base = "http://" + a
 	case err := <-done:
+		done <- nil // for the clean-up, which waits for the end
 		t.Fatalf("warren api ended: %v", err)
 	case <-time.After(time.Minute):
 		t.Fatal("warren api did not start")

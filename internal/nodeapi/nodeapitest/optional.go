@@ -59,8 +59,10 @@ func testPools(t *testing.T, n Node) {
 	if st.BuildID != tmpl.BuildID || st.Size != 1 {
 		t.Errorf("pool status %+v, want build %q size 1", st, tmpl.BuildID)
 	}
-	if _, ok := pl.Reserve(tmpl, sandbox.Resources{VCPUs: 2, MemoryMB: 512, DiskMB: 512}); ok {
-		t.Error("Reserve with other resources than the pool's: a hit")
+	other := res
+	other.DiskMB += 1024
+	if _, ok := pl.Reserve(tmpl, other); ok {
+		t.Error("Reserve with another disk size than the pool's: a hit")
 	}
 	id, ok := pl.Reserve(tmpl, res)
 	if !ok || id == "" {
