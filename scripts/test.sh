@@ -4,7 +4,9 @@
 # tests with the real e2b npm SDK. Called by `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/start-postgres.sh "$PWD/var/pgdata" "${WARREN_TEST_PG_PORT:-55432}")"
+# (an assignment, so that a server that cannot start stops the run)
+pg_env=$(scripts/start-postgres.sh "$PWD/var/pgdata" "${WARREN_TEST_PG_PORT:-55432}")
+eval "$pg_env"
 trap 'eval "$WARREN_TEST_POSTGRES_STOP" >/dev/null 2>&1 || true' EXIT
 
 # The node's leak test runs the 100 create/kill cycles the runtime issue asks for.
