@@ -383,7 +383,7 @@ func hostNames(cfg Config) []hostlock.Name {
 		hostlock.Name{Kind: "nftables table", Flag: "--nft-table", Value: or(cfg.Net.Table, "warren")},
 		hostlock.Name{Kind: "veth prefix", Flag: "--veth-prefix", Value: or(cfg.Net.IfPrefix, "wr")},
 		hostlock.Name{Kind: "address range", Flag: "--net-cidr", Value: cidr},
-		hostlock.Name{Kind: "netns dir", Flag: "--netns-dir", Value: or(cfg.Net.NetNSDir, filepath.Join("/run/warren", or(cfg.Net.Table, "warren"), "netns")), Path: true},
+		hostlock.Name{Kind: "netns dir", Flag: "--netns-dir", Value: or(cfg.Net.NetNSDir, filepath.Join("/run/warren", or(cfg.Net.Table, "warren"), "netns"))},
 	)
 }
 

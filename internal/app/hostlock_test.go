@@ -80,7 +80,7 @@ func TestSecondInstanceRefused(t *testing.T) {
 				Net: netslot.Config{Table: "wnode-locktest-b", IfPrefix: "lkb", CIDR: netip.MustParsePrefix("100.73.128.0/24"), NetNSDir: dir}},
 				RPCListen: "127.0.0.1:0", ProxyListen: "127.0.0.1:0"}
 			if dir == "" {
-				third, err := hostlock.Acquire(hostlock.DefaultDir, []hostlock.Name{{Kind: "netns dir", Flag: "--netns-dir", Value: "/run/warren/wnode-locktest-b/netns", Path: true}})
+				third, err := hostlock.Acquire(hostlock.DefaultDir, []hostlock.Name{{Kind: "netns dir", Flag: "--netns-dir", Value: "/run/warren/wnode-locktest-b/netns"}})
 				if err != nil {
 					t.Fatal(err)
 				}
