@@ -1,7 +1,6 @@
 // Package errconnect maps Warren's error classes (internal/errdefs) to
 // Connect error codes and back, for every Connect boundary: envd's process
-// and filesystem services use it; the node RPC (internal/node/noderpc)
-// still keeps a copy of the same table, to be replaced by Code and Class.
+// and filesystem services and the node RPC (internal/node/noderpc).
 package errconnect
 
 import (

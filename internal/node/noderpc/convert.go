@@ -17,6 +17,7 @@ import (
 
 	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -205,23 +206,8 @@ func EventFromProto(e *nodepb.Event) nodeapi.Event {
 	}
 }
 
-// codes maps the error classes to Connect codes, in order of precedence.
-var codes = []struct {
-	class error
-	code  connect.Code
-}{
-	{errdefs.ErrNotFound, connect.CodeNotFound},
-	{errdefs.ErrAlreadyExists, connect.CodeAlreadyExists},
-	{errdefs.ErrInvalid, connect.CodeInvalidArgument},
-	{errdefs.ErrConflict, connect.CodeFailedPrecondition},
-	{errdefs.ErrExhausted, connect.CodeResourceExhausted},
-	{errdefs.ErrUnavailable, connect.CodeUnavailable},
-	{errdefs.ErrUnsupported, connect.CodeUnimplemented},
-	{errdefs.ErrUnauthorized, connect.CodeUnauthenticated},
-	{errdefs.ErrForbidden, connect.CodePermissionDenied},
-}
-
-// ToConnectError maps err's class to a Connect code, keeping its message.
+// ToConnectError maps err's class to a Connect code (package errconnect),
+// keeping its message.
 func ToConnectError(err error) error {
 	if err == nil {
 		return nil
@@ -230,12 +216,7 @@ func ToConnectError(err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
-	for _, c := range codes {
-		if errors.Is(err, c.class) {
-			return connect.NewError(c.code, err)
-		}
-	}
-	return connect.NewError(connect.CodeInternal, err)
+	return connect.NewError(errconnect.Code(err), err)
 }
 
 // FromConnectError maps a Connect error back to Warren's error class; the
@@ -250,10 +231,8 @@ func FromConnectError(err error) error {
 	if errors.As(err, &ce) {
 		msg = ce.Message()
 	}
-	for _, c := range codes {
-		if c.code == code {
-			return &classError{msg: msg, class: c.class}
-		}
+	if class := errconnect.Class(code); class != nil {
+		return &classError{msg: msg, class: class}
 	}
 	switch code {
 	case connect.CodeDeadlineExceeded, connect.CodeCanceled:
