@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -202,34 +201,11 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	log.Info("warren api serving", "addr", addr.String(), "domain", cfg.Domain, "admin_token", cfg.AdminToken != "",
 		"unreachable_after", cfg.Liveness.UnreachableAfter.String(), "lost_after", cfg.Liveness.LostAfter.String())
 
-	errc := make(chan error, 1)
-	go func() {
-		if cfg.TLSCert != "" {
-			errc <- srv.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey)
-		} else {
-			errc <- srv.Serve(ln)
+	return serveUntil(ctx, srv, ln, cfg.TLSCert, cfg.TLSKey, func() {
+		if cfg.Ready != nil {
+			cfg.Ready(addr.String())
 		}
-	}()
-	if cfg.Ready != nil {
-		cfg.Ready(addr.String())
-	}
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case err := <-lcDone:
-		lcDone <- err
-		if err != nil {
-			return fmt.Errorf("lifecycle: %w", err)
-		}
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
+	}, lcDone, log)
 }
 
 // reconcileOnNodeBack returns the registry's node-back hook: each node

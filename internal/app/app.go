@@ -11,7 +11,6 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -331,34 +330,11 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("warren serving", "addr", addr.String(), "driver", cfg.Driver, "domain", cfg.Domain,
 		"store", storeKind(cfg), "data_dir", cfg.DataDir, "admin_token", cfg.AdminToken != "", "egress_allow", cfg.EgressAllow)
 
-	errc := make(chan error, 1)
-	go func() {
-		if cfg.TLSCert != "" {
-			errc <- srv.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey)
-		} else {
-			errc <- srv.Serve(ln)
+	return serveUntil(ctx, srv, ln, cfg.TLSCert, cfg.TLSKey, func() {
+		if cfg.Ready != nil {
+			cfg.Ready(addr.String())
 		}
-	}()
-	if cfg.Ready != nil {
-		cfg.Ready(addr.String())
-	}
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case err := <-lcDone:
-		lcDone <- err
-		if err != nil {
-			return fmt.Errorf("lifecycle: %w", err)
-		}
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
+	}, lcDone, log)
 }
 
 // hostNames are the names this server makes host objects under: no other
