@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,12 +19,13 @@ import (
 
 	pb "github.com/warren-sandbox/warren/api/envd/process"
 	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
 // envdPort is envd's port in every sandbox.
-const envdPort = "49983"
+var envdPort = strconv.Itoa(envdproto.Port)
 
 // sandboxCommand is `warren sandbox list|create|exec|kill|logs|connect`:
 // clients of a running warren serve, with the address and key of the

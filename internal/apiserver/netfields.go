@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
 // envdPort is envd's port in every sandbox; it is never a user port.
-const envdPort = 49983
+const envdPort = envdproto.Port
 
 // checkRouting validates the network fields the edge proxy applies
 // (maskRequestHost, httpsPorts) and refuses rules, which need an egress

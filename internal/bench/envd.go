@@ -15,12 +15,13 @@ import (
 
 	"github.com/warren-sandbox/warren/api/envd/process"
 	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
 // envdPort is the port envd listens on inside a sandbox.
-const envdPort = 49983
+const envdPort = envdproto.Port
 
 // envd reaches one sandbox's envd through the server's edge proxy, the
 // way the SDKs do on a shared host: E2b-Sandbox-Id and E2b-Sandbox-Port

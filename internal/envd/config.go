@@ -5,11 +5,12 @@ import (
 	"os"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // DefaultPort is envd's port in every sandbox.
-const DefaultPort = 49983
+const DefaultPort = envdproto.Port
 
 // Config is envd's configuration; DefaultConfig gives the defaults.
 type Config struct {

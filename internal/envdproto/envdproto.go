@@ -18,6 +18,10 @@ import (
 // is reported rather than upstream's newest.
 const Version = "0.6.4"
 
+// Port is envd's port inside every sandbox (E2B's), the one definition:
+// the node, the proxy, the API and the clients name it through this.
+const Port = 49983
+
 // Header names.
 const (
 	AccessTokenHeader = "X-Access-Token"

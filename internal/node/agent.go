@@ -28,7 +28,7 @@ const EnvdVersion = envdproto.Version
 
 // Defaults of Config.
 const (
-	DefaultEnvdPort        = 49983
+	DefaultEnvdPort        = envdproto.Port
 	DefaultBackstopGrace   = 2 * time.Minute
 	DefaultReclaimInterval = 5 * time.Minute
 	// DefaultResolvConf is a sandbox's /etc/resolv.conf: public resolvers,

@@ -57,7 +57,7 @@ func snapshotDir(dataDir, id string) string {
 // layer and the image is released. A pause the node cannot do now (a
 // checkpoint of the same sandbox in flight, low disk) is refused with
 // ErrExhausted, and the sandbox's backstop is pushed forward while the
-// control plane retries (LIFECYCLE-RULES §3). Its phases (logged with
+// control plane retries (docs/lifecycle.md §3). Its phases (logged with
 // "sandbox paused"): lock, checkpoint and release (the runtime
 // container, cgroup, network slot and root filesystem's mount, released at
 // once: the checkpoint stopped the sandbox), or without memory sync, kill,

@@ -17,7 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// Warm pools (LIFECYCLE-RULES §6): per template, the node keeps a number of
+// Warm pools (docs/lifecycle.md §6): per template, the node keeps a number of
 // ready sandboxes, started and left idle (see makeMember), as the agent's
 // own internal sandboxes: not listed, no events, never probed or sampled.
 // A create claims one in two steps:

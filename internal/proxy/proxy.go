@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/cors"
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -71,7 +72,7 @@ const (
 )
 
 // EnvdPort is envd's port inside every sandbox.
-const EnvdPort = 49983
+const EnvdPort = envdproto.Port
 
 // internalRoutes are envd paths only the node may call.
 var internalRoutes = []string{"/init"}

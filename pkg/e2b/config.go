@@ -10,11 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
 // EnvdPort is envd's port inside every sandbox.
-const EnvdPort = 49983
+const EnvdPort = envdproto.Port
 
 // DefaultDomain is E2B's cloud domain, used when neither an option nor
 // E2B_DOMAIN names one.
