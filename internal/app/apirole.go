@@ -20,7 +20,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/placement"
 	"github.com/warren-sandbox/warren/internal/proxy"
@@ -239,7 +239,7 @@ func reconcileOnNodeBack(ctx context.Context, done chan<- struct{}, lc *lifecycl
 // apiTemplates resolves the base template for the nodes: each node finds
 // the build's files itself. Templates across nodes (builds, catalogs,
 // artifacts pulled on demand) are not part of the api role yet.
-var apiTemplates = StaticTemplates{"base": node.Template{ID: "base", BuildID: "base", User: "user", Workdir: "/home/user"}}
+var apiTemplates = StaticTemplates{"base": nodeapi.Template{ID: "base", BuildID: "base", User: "user", Workdir: "/home/user"}}
 
 // withNodeRegistration serves nodes' heartbeats (nodereg.HeartbeatPath,
 // authenticated with the node token) beside the API.

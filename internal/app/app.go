@@ -33,6 +33,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -267,7 +268,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if parts.agent != nil {
 		apiCfg.Snapshots = parts.agent
 	}
-	if pl, ok := parts.node.(node.Pooler); ok {
+	if pl, ok := parts.node.(nodeapi.Pooler); ok {
 		apiCfg.Pools = pl
 	}
 	api, err := apiserver.New(apiCfg)
@@ -423,4 +424,4 @@ func ensureKey(ctx context.Context, st store.Store, cfg Config) (string, error) 
 // closer releases what buildNode made.
 type closer func()
 
-var _ node.Service = (*node.Agent)(nil)
+var _ nodeapi.Service = (*node.Agent)(nil)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 // The base template's warm pool is on by default (issue 19): creates of
@@ -73,7 +73,7 @@ func ParsePoolSize(v string) (int, error) {
 // sized from the host) with the resources the API gives a create of base
 // with default resources, so that such creates claim its members. It
 // logs what was chosen.
-func setBasePool(ctx context.Context, size int, pools node.Pooler, tmpls apiserver.TemplateResolver, api *apiserver.Server, log *slog.Logger) error {
+func setBasePool(ctx context.Context, size int, pools nodeapi.Pooler, tmpls apiserver.TemplateResolver, api *apiserver.Server, log *slog.Logger) error {
 	tmpl, err := tmpls.Resolve(ctx, apiserver.DefaultTeamID, "base")
 	if err != nil {
 		return fmt.Errorf("warm pool of base: %w", err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
@@ -64,7 +64,7 @@ func TestSetBasePool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := n.(node.Pooler)
+	pl := n.(nodeapi.Pooler)
 	st := storetest.SQLite(t)
 	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: n})
 	if err != nil {
@@ -115,7 +115,7 @@ func TestSetBasePool(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeNode2()
-	pl2 := n2.(node.Pooler)
+	pl2 := n2.(nodeapi.Pooler)
 	if _, ok := pl2.Pools()["base"]; !ok {
 		t.Fatal("the base pool was not restored from pools.json")
 	}
@@ -129,7 +129,7 @@ func TestSetBasePool(t *testing.T) {
 
 // waitBasePool waits (bounded, generously) until the base pool has a
 // ready member.
-func waitBasePool(t *testing.T, pl node.Pooler) {
+func waitBasePool(t *testing.T, pl nodeapi.Pooler) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for pl.Pools()["base"].Ready == 0 {

@@ -14,13 +14,14 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/memhost"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 // nodeParts is what buildNode makes: the node agent, the template resolver
 // that goes with it and, with a real driver, the template catalog and
 // build service (nil with the fake driver).
 type nodeParts struct {
-	node      node.Service
+	node      nodeapi.Service
 	templates apiserver.TemplateResolver
 	local     *builder.Local
 	agent     *node.Agent
@@ -45,7 +46,7 @@ func buildNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheu
 // fakeNode runs the real node agent over the fake runtime driver and
 // in-memory host pieces: sandboxes exist only as records, with no envd.
 // It is for tests of the control plane and of the CLI.
-func fakeNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (node.Service, apiserver.TemplateResolver, closer, error) {
+func fakeNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (nodeapi.Service, apiserver.TemplateResolver, closer, error) {
 	nc := node.Config{
 		DataDir:  filepath.Join(cfg.DataDir, "node"),
 		Driver:   fake.New(fake.Config{}),
@@ -64,18 +65,18 @@ func fakeNode(ctx context.Context, cfg Config, reg prometheus.Registerer) (node.
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("node agent: %w", err)
 	}
-	return a, StaticTemplates{"base": node.Template{ID: "base", BuildID: "base", RootFS: "/nonexistent/fake-rootfs", User: "user", Workdir: "/home/user"}},
+	return a, StaticTemplates{"base": nodeapi.Template{ID: "base", BuildID: "base", RootFS: "/nonexistent/fake-rootfs", User: "user", Workdir: "/home/user"}},
 		func() { a.Close() }, nil
 }
 
 // StaticTemplates resolves a fixed set of templates by ID.
-type StaticTemplates map[string]node.Template
+type StaticTemplates map[string]nodeapi.Template
 
 // Resolve implements apiserver.TemplateResolver.
-func (s StaticTemplates) Resolve(_ context.Context, _, ref string) (node.Template, error) {
+func (s StaticTemplates) Resolve(_ context.Context, _, ref string) (nodeapi.Template, error) {
 	t, ok := s[ref]
 	if !ok {
-		return node.Template{}, fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
+		return nodeapi.Template{}, fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
 	}
 	return t, nil
 }

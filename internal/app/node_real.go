@@ -18,6 +18,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/rootfslayers"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -123,7 +124,7 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 // agent, which is made after the catalog.
 type lateSnapshotter struct{ a *node.Agent }
 
-func (l *lateSnapshotter) Snapshot(ctx context.Context, t node.Template, readyCmd, dir string) error {
+func (l *lateSnapshotter) Snapshot(ctx context.Context, t nodeapi.Template, readyCmd, dir string) error {
 	if l.a == nil {
 		return fmt.Errorf("snapshot on ready: node agent not started: %w", errdefs.ErrUnavailable)
 	}

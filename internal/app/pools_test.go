@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -33,7 +34,7 @@ func TestWarmPoolThroughAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeNode)
-	pl, ok := n.(node.Pooler)
+	pl, ok := n.(nodeapi.Pooler)
 	if !ok {
 		t.Fatal("the node agent is not a Pooler")
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/templates"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -154,9 +155,9 @@ func (f *gcFixture) run(t *testing.T) GCStats {
 	return st
 }
 
-func (f *gcFixture) create(t *testing.T, id string, nt node.Template) error {
+func (f *gcFixture) create(t *testing.T, id string, nt nodeapi.Template) error {
 	t.Helper()
-	_, err := f.agent.Create(context.Background(), node.CreateRequest{
+	_, err := f.agent.Create(context.Background(), nodeapi.CreateRequest{
 		ID: id, Template: nt, Resources: sandbox.Resources{VCPUs: 1, MemoryMB: 256}, EnvdAccessToken: "tok",
 	})
 	return err
@@ -218,7 +219,7 @@ func TestGCDeletedTemplate(t *testing.T) {
 	if err := f.create(t, "gcpaused1", nt); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.agent.Pause(ctx, "gcpaused1", node.PauseRequest{Memory: true}); err != nil {
+	if _, err := f.agent.Pause(ctx, "gcpaused1", nodeapi.PauseRequest{Memory: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.cat.Delete(ctx, "team", "app"); err != nil {
@@ -238,7 +239,7 @@ func TestGCDeletedTemplate(t *testing.T) {
 		t.Errorf("uploads of the deleted template: %+v, exists=%v", st, exists(uploads))
 	}
 	// The paused sandbox resumes over the same tree.
-	if _, err := f.agent.Resume(ctx, "gcpaused1", node.ResumeRequest{}); err != nil {
+	if _, err := f.agent.Resume(ctx, "gcpaused1", nodeapi.ResumeRequest{}); err != nil {
 		t.Fatalf("resume after the template's delete: %v", err)
 	}
 	if err := f.agent.Kill(ctx, "gcpaused1", sandbox.KillRequest); err != nil {

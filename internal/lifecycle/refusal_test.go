@@ -11,6 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
@@ -55,7 +56,7 @@ func TestRefusedPauseNoBackstopKill(t *testing.T) {
 		defer func() { cancel(); <-done }()
 		synctest.Wait()
 
-		sb, err := m.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: node.Template{ID: "base", RootFS: "/templates/base"},
+		sb, err := m.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base", RootFS: "/templates/base"},
 			Timeout: 10 * time.Second, AutoPause: true, AutoPauseMemory: true, Resources: sandbox.Resources{VCPUs: 1, MemoryMB: 256}})
 		if err != nil {
 			t.Fatal(err)

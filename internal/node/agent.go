@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -207,8 +208,8 @@ type Agent struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*sbx
-	subs      map[chan Event]struct{}
-	backlog   []Event
+	subs      map[chan nodeapi.Event]struct{}
+	backlog   []nodeapi.Event
 	reclaimed map[string]int
 	closed    bool
 
@@ -253,7 +254,7 @@ type sbx struct {
 	samples       sampleRing
 }
 
-var _ Service = (*Agent)(nil)
+var _ nodeapi.Service = (*Agent)(nil)
 
 // New starts an agent on cfg.DataDir: it recovers the sandboxes an earlier
 // agent left (adopting running ones, keeping paused ones) and reclaims the
@@ -271,7 +272,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		clock:     cfg.Clock,
 		drv:       cfg.Driver,
 		sandboxes: map[string]*sbx{},
-		subs:      map[chan Event]struct{}{},
+		subs:      map[chan nodeapi.Event]struct{}{},
 		reclaimed: map[string]int{},
 		reclaimCounter: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_leaked_objects_reclaimed_total",
@@ -359,7 +360,7 @@ func (a *Agent) lookup(id string) (*sbx, error) {
 }
 
 // Get implements Service.
-func (a *Agent) Get(ctx context.Context, id string) (*Sandbox, error) {
+func (a *Agent) Get(ctx context.Context, id string) (*nodeapi.Sandbox, error) {
 	s, err := a.lookup(id)
 	if err != nil {
 		return nil, err
@@ -370,17 +371,17 @@ func (a *Agent) Get(ctx context.Context, id string) (*Sandbox, error) {
 }
 
 // List implements Service.
-func (a *Agent) List(ctx context.Context) ([]*Sandbox, error) {
+func (a *Agent) List(ctx context.Context) ([]*nodeapi.Sandbox, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]*Sandbox, 0, len(a.sandboxes))
+	out := make([]*nodeapi.Sandbox, 0, len(a.sandboxes))
 	for _, s := range a.sandboxes {
 		if s.rec.State == sandbox.StateStarting || s.internal {
 			continue
 		}
 		out = append(out, a.viewLocked(s))
 	}
-	slices.SortFunc(out, func(x, y *Sandbox) int {
+	slices.SortFunc(out, func(x, y *nodeapi.Sandbox) int {
 		if x.ID < y.ID {
 			return -1
 		}
@@ -392,9 +393,9 @@ func (a *Agent) List(ctx context.Context) ([]*Sandbox, error) {
 	return out, nil
 }
 
-func (a *Agent) viewLocked(s *sbx) *Sandbox {
+func (a *Agent) viewLocked(s *sbx) *nodeapi.Sandbox {
 	r := &s.rec
-	v := &Sandbox{
+	v := &nodeapi.Sandbox{
 		ID:               r.ID,
 		ExecutionID:      r.ExecutionID,
 		TemplateID:       r.Template.ID,
@@ -473,7 +474,7 @@ func (a *Agent) UpdateNetwork(ctx context.Context, id string, policy netslot.Pol
 }
 
 // Stats implements Service.
-func (a *Agent) Stats(ctx context.Context, id string) (*Stats, error) {
+func (a *Agent) Stats(ctx context.Context, id string) (*nodeapi.Stats, error) {
 	s, err := a.lookup(id)
 	if err != nil {
 		return nil, err
@@ -489,7 +490,7 @@ func (a *Agent) Stats(ctx context.Context, id string) (*Stats, error) {
 		return nil, fmt.Errorf("sandbox %q: stats: %w", id, err)
 	}
 	now := a.clock.Now()
-	st := &Stats{
+	st := &nodeapi.Stats{
 		At:              now,
 		CPUCount:        res.VCPUs,
 		MemoryUsedBytes: cs.MemoryBytes,
@@ -511,11 +512,11 @@ func (a *Agent) Stats(ctx context.Context, id string) (*Stats, error) {
 }
 
 // Capabilities implements Service.
-func (a *Agent) Capabilities(ctx context.Context) (Capabilities, error) {
+func (a *Agent) Capabilities(ctx context.Context) (nodeapi.Capabilities, error) {
 	dc := a.drv.Capabilities()
 	_, ckpt := a.drv.(driver.Checkpointer)
 	_, frz := a.drv.(driver.Freezer)
-	return Capabilities{
+	return nodeapi.Capabilities{
 		Driver:           a.drv.Name(),
 		MemoryCheckpoint: dc.MemoryCheckpoint && ckpt,
 		Freeze:           dc.Freeze && frz,
@@ -525,8 +526,8 @@ func (a *Agent) Capabilities(ctx context.Context) (Capabilities, error) {
 
 // Watch implements Service. Events that happened before the first watcher
 // (recovery after a restart) are delivered to it first.
-func (a *Agent) Watch(ctx context.Context) (<-chan Event, error) {
-	ch := make(chan Event, 256)
+func (a *Agent) Watch(ctx context.Context) (<-chan nodeapi.Event, error) {
+	ch := make(chan nodeapi.Event, 256)
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -551,7 +552,7 @@ func (a *Agent) Watch(ctx context.Context) (<-chan Event, error) {
 
 const maxBacklog = 256
 
-func (a *Agent) emit(ev Event) {
+func (a *Agent) emit(ev nodeapi.Event) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.subs) == 0 {

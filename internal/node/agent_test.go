@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -102,12 +103,12 @@ func TestCreateErrors(t *testing.T) {
 	tests := []struct {
 		name    string
 		prep    func(e *env)
-		mod     func(*node.CreateRequest)
+		mod     func(*nodeapi.CreateRequest)
 		class   error
 		creates bool // host objects may have been made (and must be undone)
 	}{
-		{name: "bad id", mod: func(r *node.CreateRequest) { r.ID = "Bad ID" }, class: errdefs.ErrInvalid},
-		{name: "no rootfs", mod: func(r *node.CreateRequest) { r.Template.RootFS = "" }, class: errdefs.ErrInvalid},
+		{name: "bad id", mod: func(r *nodeapi.CreateRequest) { r.ID = "Bad ID" }, class: errdefs.ErrInvalid},
+		{name: "no rootfs", mod: func(r *nodeapi.CreateRequest) { r.Template.RootFS = "" }, class: errdefs.ErrInvalid},
 		{name: "net", prep: func(e *env) { e.net.AcquireErr = boom }, class: boom, creates: true},
 		{name: "layer", prep: func(e *env) { e.layers.CreateErr = boom }, class: boom, creates: true},
 		{name: "driver start", prep: func(e *env) { e.fake.SetBehavior("sb1", fake.Behavior{StartErr: boom}) }, class: boom, creates: true},
@@ -171,9 +172,9 @@ func TestUnknownSandbox(t *testing.T) {
 		"Get":           func() error { _, err := a.Get(ctx, "nope"); return err },
 		"SetEndTime":    func() error { return a.SetEndTime(ctx, "nope", e.now()) },
 		"UpdateNetwork": func() error { return a.UpdateNetwork(ctx, "nope", netslot.Policy{}) },
-		"Pause":         func() error { _, err := a.Pause(ctx, "nope", node.PauseRequest{Memory: true}); return err },
-		"Resume":        func() error { _, err := a.Resume(ctx, "nope", node.ResumeRequest{}); return err },
-		"Fork":          func() error { _, err := a.Fork(ctx, "nope", node.ForkRequest{IDs: []string{"x"}}); return err },
+		"Pause":         func() error { _, err := a.Pause(ctx, "nope", nodeapi.PauseRequest{Memory: true}); return err },
+		"Resume":        func() error { _, err := a.Resume(ctx, "nope", nodeapi.ResumeRequest{}); return err },
+		"Fork":          func() error { _, err := a.Fork(ctx, "nope", nodeapi.ForkRequest{IDs: []string{"x"}}); return err },
 		"Kill":          func() error { return a.Kill(ctx, "nope", sandbox.KillRequest) },
 		"Stats":         func() error { _, err := a.Stats(ctx, "nope"); return err },
 	}
@@ -202,7 +203,7 @@ func TestKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := nextEvent(t, events)
-	if ev.Type != node.EventKilled || ev.SandboxID != "sb1" || ev.Reason != sandbox.KillRequest || ev.ExecutionID != "exec-sb1" {
+	if ev.Type != nodeapi.EventKilled || ev.SandboxID != "sb1" || ev.Reason != sandbox.KillRequest || ev.ExecutionID != "exec-sb1" {
 		t.Errorf("event %+v", ev)
 	}
 	e.assertNoHostObjects("sb1")
@@ -264,7 +265,7 @@ func TestExit(t *testing.T) {
 			e.create(a, "sb1")
 			tt.exit(e, "sb1")
 			ev := nextEvent(t, events)
-			if ev.Type != node.EventExited || ev.Reason != tt.reason || ev.SandboxID != "sb1" {
+			if ev.Type != nodeapi.EventExited || ev.Reason != tt.reason || ev.SandboxID != "sb1" {
 				t.Errorf("event %+v, want exited with %s", ev, tt.reason)
 			}
 			e.assertNoHostObjects("sb1")
@@ -291,7 +292,7 @@ func TestPauseResume(t *testing.T) {
 			}
 			e.layers.WriteFile("sb1", "/home/user/f", "data")
 
-			p, err := a.Pause(ctx, "sb1", node.PauseRequest{Memory: memory})
+			p, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: memory})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -310,14 +311,14 @@ func TestPauseResume(t *testing.T) {
 			if n := len(e.fake.CallsOf("checkpoint")); (n == 1) != memory {
 				t.Errorf("%d checkpoints for memory=%v", n, memory)
 			}
-			if _, err := a.Pause(ctx, "sb1", node.PauseRequest{Memory: memory}); !errdefs.IsConflict(err) {
+			if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: memory}); !errdefs.IsConflict(err) {
 				t.Errorf("pause of paused: %v, want conflict", err)
 			}
 			if _, err := a.Stats(ctx, "sb1"); !errdefs.IsConflict(err) {
 				t.Errorf("stats of paused: %v, want conflict", err)
 			}
 
-			r, err := a.Resume(ctx, "sb1", node.ResumeRequest{ExecutionID: "exec-2"})
+			r, err := a.Resume(ctx, "sb1", nodeapi.ResumeRequest{ExecutionID: "exec-2"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -344,13 +345,13 @@ func TestPauseResume(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(e.dir, "sandboxes", "sbx-sb1", "snapshot")); !os.IsNotExist(err) {
 				t.Errorf("snapshot dir left after resume: %v", err)
 			}
-			if _, err := a.Resume(ctx, "sb1", node.ResumeRequest{}); !errdefs.IsConflict(err) {
+			if _, err := a.Resume(ctx, "sb1", nodeapi.ResumeRequest{}); !errdefs.IsConflict(err) {
 				t.Errorf("resume of running: %v, want conflict", err)
 			}
 			// The resumed incarnation is watched again.
 			events, _ := a.Watch(t.Context())
 			_ = e.fake.Exit("sb1", 0)
-			if ev := nextEvent(t, events); ev.ExecutionID != "exec-2" || ev.Type != node.EventExited {
+			if ev := nextEvent(t, events); ev.ExecutionID != "exec-2" || ev.Type != nodeapi.EventExited {
 				t.Errorf("event %+v", ev)
 			}
 		})
@@ -363,11 +364,11 @@ func TestResumeFailureStaysPaused(t *testing.T) {
 	a := e.start()
 	ctx := context.Background()
 	e.create(a, "sb1")
-	if _, err := a.Pause(ctx, "sb1", node.PauseRequest{Memory: true}); err != nil {
+	if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true}); err != nil {
 		t.Fatal(err)
 	}
 	e.fake.SetBehavior("sb1", fake.Behavior{RestoreErr: errors.New("boom")})
-	if _, err := a.Resume(ctx, "sb1", node.ResumeRequest{ExecutionID: "exec-2"}); err == nil {
+	if _, err := a.Resume(ctx, "sb1", nodeapi.ResumeRequest{ExecutionID: "exec-2"}); err == nil {
 		t.Fatal("resume succeeded")
 	}
 	sb, err := a.Get(ctx, "sb1")
@@ -381,7 +382,7 @@ func TestResumeFailureStaysPaused(t *testing.T) {
 		t.Errorf("layer after failed resume %+v %v: want kept, unmounted", ly, ok)
 	}
 	e.fake.SetBehavior("sb1", fake.Behavior{})
-	if _, err := a.Resume(ctx, "sb1", node.ResumeRequest{}); err != nil {
+	if _, err := a.Resume(ctx, "sb1", nodeapi.ResumeRequest{}); err != nil {
 		t.Fatalf("second resume: %v", err)
 	}
 }
@@ -392,27 +393,27 @@ func TestCapabilities(t *testing.T) {
 	a := e.start()
 	ctx := context.Background()
 	c, err := a.Capabilities(ctx)
-	if err != nil || c != (node.Capabilities{Driver: "plain", Freeze: true}) {
+	if err != nil || c != (nodeapi.Capabilities{Driver: "plain", Freeze: true}) {
 		t.Errorf("capabilities %+v, %v", c, err)
 	}
 	e.create(a, "sb1")
-	_, err = a.Pause(ctx, "sb1", node.PauseRequest{Memory: true})
+	_, err = a.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true})
 	if !errdefs.IsUnsupported(err) || !strings.Contains(err.Error(), "filesystem only") {
 		t.Errorf("pause with memory on a driver without checkpoint: %v, want unsupported naming the alternative", err)
 	}
-	if _, err := a.Fork(ctx, "sb1", node.ForkRequest{IDs: []string{"c1"}}); !errdefs.IsUnsupported(err) {
+	if _, err := a.Fork(ctx, "sb1", nodeapi.ForkRequest{IDs: []string{"c1"}}); !errdefs.IsUnsupported(err) {
 		t.Errorf("fork: %v, want unsupported", err)
 	}
-	if _, err := a.Pause(ctx, "sb1", node.PauseRequest{}); err != nil {
+	if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{}); err != nil {
 		t.Errorf("filesystem-only pause: %v", err)
 	}
-	if _, err := a.Resume(ctx, "sb1", node.ResumeRequest{}); err != nil {
+	if _, err := a.Resume(ctx, "sb1", nodeapi.ResumeRequest{}); err != nil {
 		t.Errorf("resume: %v", err)
 	}
 
 	full := newEnv(t, fake.Config{})
 	c, _ = full.start().Capabilities(ctx)
-	if c != (node.Capabilities{Driver: "fake", MemoryCheckpoint: true, Freeze: true, Fork: true}) {
+	if c != (nodeapi.Capabilities{Driver: "fake", MemoryCheckpoint: true, Freeze: true, Fork: true}) {
 		t.Errorf("capabilities %+v", c)
 	}
 }
@@ -439,11 +440,11 @@ func TestPauseRefused(t *testing.T) {
 		e.drv = g
 		a := e.start()
 		ctx := context.Background()
-		e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = e.now().Add(10e9) })
+		e.create(a, "sb1", func(r *nodeapi.CreateRequest) { r.EndAt = e.now().Add(10e9) })
 		done := make(chan error, 1)
-		go func() { _, err := a.Pause(ctx, "sb1", node.PauseRequest{Memory: true}); done <- err }()
+		go func() { _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true}); done <- err }()
 		<-g.entered
-		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{Memory: true}); !errdefs.IsExhausted(err) {
+		if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true}); !errdefs.IsExhausted(err) {
 			t.Errorf("pause during a checkpoint: %v, want resource exhausted", err)
 		}
 		close(g.gate)
@@ -460,9 +461,9 @@ func TestPauseRefused(t *testing.T) {
 		ctx := context.Background()
 		e.create(a, "sb1")
 		done := make(chan error, 1)
-		go func() { _, err := a.Fork(ctx, "sb1", node.ForkRequest{IDs: []string{"c1"}}); done <- err }()
+		go func() { _, err := a.Fork(ctx, "sb1", nodeapi.ForkRequest{IDs: []string{"c1"}}); done <- err }()
 		<-g.entered
-		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{}); !errdefs.IsExhausted(err) {
+		if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{}); !errdefs.IsExhausted(err) {
 			t.Errorf("pause during a fork's checkpoint: %v, want resource exhausted", err)
 		}
 		close(g.gate)
@@ -477,14 +478,14 @@ func TestPauseRefused(t *testing.T) {
 		a := e.start()
 		ctx := context.Background()
 		e.create(a, "sb1")
-		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{Memory: true}); !errdefs.IsExhausted(err) {
+		if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true}); !errdefs.IsExhausted(err) {
 			t.Errorf("pause on low disk: %v, want resource exhausted", err)
 		}
 		if sb, _ := a.Get(ctx, "sb1"); sb.State != sandbox.StateRunning {
 			t.Errorf("refused pause left the sandbox %s", sb.State)
 		}
 		// The degraded pause (filesystem only) needs no memory image.
-		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{}); err != nil {
+		if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{}); err != nil {
 			t.Errorf("filesystem-only pause on low disk: %v", err)
 		}
 	})
@@ -495,7 +496,7 @@ func TestPauseRefused(t *testing.T) {
 		ctx := context.Background()
 		e.fake.SetBehavior("sb1", fake.Behavior{CheckpointErr: errors.New("disk error")})
 		e.create(a, "sb1")
-		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{Memory: true}); !errdefs.IsExhausted(err) {
+		if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true}); !errdefs.IsExhausted(err) {
 			t.Errorf("failed checkpoint: %v, want resource exhausted", err)
 		}
 		sb, _ := a.Get(ctx, "sb1")
@@ -504,7 +505,7 @@ func TestPauseRefused(t *testing.T) {
 		}
 		events, _ := a.Watch(t.Context())
 		_ = e.fake.Exit("sb1", 1)
-		if ev := nextEvent(t, events); ev.Type != node.EventExited {
+		if ev := nextEvent(t, events); ev.Type != nodeapi.EventExited {
 			t.Errorf("the sandbox is not watched after a failed pause: %+v", ev)
 		}
 	})
@@ -521,7 +522,7 @@ func TestFork(t *testing.T) {
 	}
 	e.layers.WriteFile("src", "f", "1")
 
-	kids, err := a.Fork(ctx, "src", node.ForkRequest{IDs: []string{"c1", "c2"}, ExecutionIDs: []string{"e1", "e2"}})
+	kids, err := a.Fork(ctx, "src", nodeapi.ForkRequest{IDs: []string{"c1", "c2"}, ExecutionIDs: []string{"e1", "e2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,18 +567,18 @@ func TestForkErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name  string
-		req   node.ForkRequest
+		req   nodeapi.ForkRequest
 		prep  func(e *env)
 		class error
 	}{
-		{name: "no ids", req: node.ForkRequest{}, class: errdefs.ErrInvalid},
-		{name: "bad id", req: node.ForkRequest{IDs: []string{"A B"}}, class: errdefs.ErrInvalid},
-		{name: "duplicate ids", req: node.ForkRequest{IDs: []string{"c1", "c1"}}, class: errdefs.ErrInvalid},
-		{name: "execution ids", req: node.ForkRequest{IDs: []string{"c1"}, ExecutionIDs: []string{"a", "b"}}, class: errdefs.ErrInvalid},
-		{name: "existing id", req: node.ForkRequest{IDs: []string{"c1", "other"}}, class: errdefs.ErrAlreadyExists},
-		{name: "restore fails", req: node.ForkRequest{IDs: []string{"c1", "c2"}},
+		{name: "no ids", req: nodeapi.ForkRequest{}, class: errdefs.ErrInvalid},
+		{name: "bad id", req: nodeapi.ForkRequest{IDs: []string{"A B"}}, class: errdefs.ErrInvalid},
+		{name: "duplicate ids", req: nodeapi.ForkRequest{IDs: []string{"c1", "c1"}}, class: errdefs.ErrInvalid},
+		{name: "execution ids", req: nodeapi.ForkRequest{IDs: []string{"c1"}, ExecutionIDs: []string{"a", "b"}}, class: errdefs.ErrInvalid},
+		{name: "existing id", req: nodeapi.ForkRequest{IDs: []string{"c1", "other"}}, class: errdefs.ErrAlreadyExists},
+		{name: "restore fails", req: nodeapi.ForkRequest{IDs: []string{"c1", "c2"}},
 			prep: func(e *env) { e.fake.SetBehavior("c2", fake.Behavior{RestoreErr: errors.New("boom")}) }},
-		{name: "copy fails", req: node.ForkRequest{IDs: []string{"c1", "c2"}},
+		{name: "copy fails", req: nodeapi.ForkRequest{IDs: []string{"c1", "c2"}},
 			prep: func(e *env) { e.layers.CopyErr = errors.New("boom") }},
 	}
 	for _, tt := range tests {
@@ -647,14 +648,14 @@ func TestUpdateNetwork(t *testing.T) {
 	if got, _ := e.net.Policy("sb1"); !got.Internet || len(got.AllowOut) != 1 {
 		t.Errorf("slot policy %+v", got)
 	}
-	if _, err := a.Pause(ctx, "sb1", node.PauseRequest{}); err != nil {
+	if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	p2 := netslot.Policy{Internet: false}
 	if err := a.UpdateNetwork(ctx, "sb1", p2); err != nil {
 		t.Fatalf("update of paused: %v", err)
 	}
-	if _, err := a.Resume(ctx, "sb1", node.ResumeRequest{}); err != nil {
+	if _, err := a.Resume(ctx, "sb1", nodeapi.ResumeRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := e.net.Policy("sb1"); got.Internet || len(got.AllowOut) != 0 {

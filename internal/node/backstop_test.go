@@ -9,20 +9,21 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // The grace the tests configure; the default (2 minutes) is tested apart.
 const grace = 2 * time.Minute
 
-func pollEvent(t *testing.T, ch <-chan node.Event) (node.Event, bool) {
+func pollEvent(t *testing.T, ch <-chan nodeapi.Event) (nodeapi.Event, bool) {
 	t.Helper()
 	synctest.Wait()
 	select {
 	case ev := <-ch:
 		return ev, true
 	default:
-		return node.Event{}, false
+		return nodeapi.Event{}, false
 	}
 }
 
@@ -43,7 +44,7 @@ func TestBackstop(t *testing.T) {
 			a := e.start()
 			events, _ := a.Watch(t.Context())
 			start := time.Now()
-			e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = start.Add(time.Minute) })
+			e.create(a, "sb1", func(r *nodeapi.CreateRequest) { r.EndAt = start.Add(time.Minute) })
 
 			time.Sleep(time.Minute + grace - time.Second)
 			if ev, ok := pollEvent(t, events); ok || !running(t, a, "sb1") {
@@ -54,7 +55,7 @@ func TestBackstop(t *testing.T) {
 			if !ok {
 				t.Fatalf("backstop did not fire by end time plus grace plus 1s")
 			}
-			if ev.Type != node.EventKilled || ev.Reason != sandbox.KillTTLBackstop || ev.SandboxID != "sb1" || ev.ExecutionID != "exec-sb1" {
+			if ev.Type != nodeapi.EventKilled || ev.Reason != sandbox.KillTTLBackstop || ev.SandboxID != "sb1" || ev.ExecutionID != "exec-sb1" {
 				t.Errorf("event %+v, want killed by ttl_backstop", ev)
 			}
 			if running(t, a, "sb1") {
@@ -82,7 +83,7 @@ func TestBackstop(t *testing.T) {
 			e := newEnv(t, fake.Config{})
 			a := e.start()
 			start := time.Now()
-			e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = start.Add(time.Minute) })
+			e.create(a, "sb1", func(r *nodeapi.CreateRequest) { r.EndAt = start.Add(time.Minute) })
 			if d, _ := a.BackstopDeadline("sb1"); !d.Equal(start.Add(3 * time.Minute)) {
 				t.Errorf("deadline %s after start, want 3m", d.Sub(start))
 			}
@@ -113,13 +114,13 @@ func TestBackstop(t *testing.T) {
 			a := e.start()
 			events, _ := a.Watch(t.Context())
 			start := time.Now()
-			e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = start.Add(time.Minute) })
+			e.create(a, "sb1", func(r *nodeapi.CreateRequest) { r.EndAt = start.Add(time.Minute) })
 			time.Sleep(time.Minute + grace + time.Second)
 			ev, ok := pollEvent(t, events)
 			if !ok {
 				t.Fatal("no event")
 			}
-			if ev.Type != node.EventExited || ev.Reason != sandbox.KillExited {
+			if ev.Type != nodeapi.EventExited || ev.Reason != sandbox.KillExited {
 				t.Errorf("event %+v, want the exit (exited), not the backstop", ev)
 			}
 			if ev2, ok := pollEvent(t, events); ok {
@@ -136,7 +137,7 @@ func TestBackstop(t *testing.T) {
 			a := e.start()
 			events, _ := a.Watch(t.Context())
 			start := time.Now()
-			e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = start.Add(time.Minute) })
+			e.create(a, "sb1", func(r *nodeapi.CreateRequest) { r.EndAt = start.Add(time.Minute) })
 			time.Sleep(30 * time.Second)
 			if err := a.SetEndTime(context.Background(), "sb1", start.Add(10*time.Minute)); err != nil {
 				t.Fatal(err)
@@ -155,7 +156,7 @@ func TestBackstop(t *testing.T) {
 			}
 
 			// Moving the end time earlier re-arms too.
-			e.create(a, "sb2", func(r *node.CreateRequest) { r.EndAt = time.Now().Add(time.Hour) })
+			e.create(a, "sb2", func(r *nodeapi.CreateRequest) { r.EndAt = time.Now().Add(time.Hour) })
 			now := time.Now()
 			if err := a.SetEndTime(context.Background(), "sb2", now); err != nil {
 				t.Fatal(err)
@@ -178,11 +179,11 @@ func TestBackstop(t *testing.T) {
 			a := e.start()
 			events, _ := a.Watch(t.Context())
 			start := time.Now()
-			e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = start.Add(time.Minute) })
+			e.create(a, "sb1", func(r *nodeapi.CreateRequest) { r.EndAt = start.Add(time.Minute) })
 			// The control plane tries to pause at the end time and retries.
 			time.Sleep(time.Minute)
 			for range 12 {
-				if _, err := a.Pause(context.Background(), "sb1", node.PauseRequest{Memory: true}); err == nil {
+				if _, err := a.Pause(context.Background(), "sb1", nodeapi.PauseRequest{Memory: true}); err == nil {
 					t.Fatal("pause on a full disk succeeded")
 				}
 				if d, _ := a.BackstopDeadline("sb1"); d.Before(time.Now().Add(grace)) {
@@ -194,7 +195,7 @@ func TestBackstop(t *testing.T) {
 				}
 			}
 			// The control plane degrades to a filesystem-only pause.
-			if _, err := a.Pause(context.Background(), "sb1", node.PauseRequest{}); err != nil {
+			if _, err := a.Pause(context.Background(), "sb1", nodeapi.PauseRequest{}); err != nil {
 				t.Fatalf("filesystem-only pause: %v", err)
 			}
 			time.Sleep(time.Hour)
@@ -212,15 +213,15 @@ func TestBackstop(t *testing.T) {
 			a := e.start()
 			events, _ := a.Watch(t.Context())
 			start := time.Now()
-			e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = start.Add(time.Minute) })
-			if _, err := a.Pause(context.Background(), "sb1", node.PauseRequest{Memory: true}); err != nil {
+			e.create(a, "sb1", func(r *nodeapi.CreateRequest) { r.EndAt = start.Add(time.Minute) })
+			if _, err := a.Pause(context.Background(), "sb1", nodeapi.PauseRequest{Memory: true}); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(time.Hour)
 			if ev, ok := pollEvent(t, events); ok {
 				t.Fatalf("event while paused: %+v", ev)
 			}
-			if _, err := a.Resume(context.Background(), "sb1", node.ResumeRequest{EndAt: time.Now().Add(time.Minute)}); err != nil {
+			if _, err := a.Resume(context.Background(), "sb1", nodeapi.ResumeRequest{EndAt: time.Now().Add(time.Minute)}); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(time.Minute + grace - time.Second)

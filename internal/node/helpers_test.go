@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -109,12 +110,12 @@ func (e *env) start() *node.Agent {
 	return a
 }
 
-func createReq(id string) node.CreateRequest {
-	return node.CreateRequest{
+func createReq(id string) nodeapi.CreateRequest {
+	return nodeapi.CreateRequest{
 		ID:          id,
 		ExecutionID: "exec-" + id,
 		TeamID:      "team1",
-		Template: node.Template{
+		Template: nodeapi.Template{
 			ID: "tmpl", BuildID: "build1", RootFS: "/templates/tmpl/rootfs",
 			Env:      map[string]string{"A": "template", "B": "template"},
 			User:     "user",
@@ -128,7 +129,7 @@ func createReq(id string) node.CreateRequest {
 	}
 }
 
-func (e *env) create(a *node.Agent, id string, mod ...func(*node.CreateRequest)) *node.Sandbox {
+func (e *env) create(a *node.Agent, id string, mod ...func(*nodeapi.CreateRequest)) *nodeapi.Sandbox {
 	e.t.Helper()
 	req := createReq(id)
 	for _, m := range mod {
@@ -142,7 +143,7 @@ func (e *env) create(a *node.Agent, id string, mod ...func(*node.CreateRequest))
 }
 
 // nextEvent waits for an event (generously: the machine may be loaded).
-func nextEvent(t *testing.T, ch <-chan node.Event) node.Event {
+func nextEvent(t *testing.T, ch <-chan nodeapi.Event) nodeapi.Event {
 	t.Helper()
 	select {
 	case ev, ok := <-ch:
@@ -153,7 +154,7 @@ func nextEvent(t *testing.T, ch <-chan node.Event) node.Event {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no event within 30s")
 	}
-	return node.Event{}
+	return nodeapi.Event{}
 }
 
 // assertNoHostObjects fails if any fake host object of id remains.

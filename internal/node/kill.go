@@ -7,6 +7,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -20,7 +21,7 @@ func (a *Agent) Kill(ctx context.Context, id string, reason sandbox.KillReason) 
 	return a.KillExecution(ctx, id, "", reason)
 }
 
-var _ ExecutionKiller = (*Agent)(nil)
+var _ nodeapi.ExecutionKiller = (*Agent)(nil)
 
 // KillExecution implements ExecutionKiller: Kill, only if the sandbox still
 // runs execution executionID ("" matches any).
@@ -46,7 +47,7 @@ func (a *Agent) KillExecution(ctx context.Context, id, executionID string, reaso
 	log.Info("killing sandbox", "state", state)
 	a.destroy(ctx, s, log)
 	log.Info("sandbox killed")
-	a.emit(Event{Type: EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
+	a.emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
 	return nil
 }
 
@@ -90,7 +91,7 @@ func (a *Agent) handleExit(s *sbx, epoch int64, code int, oom bool) {
 	log.Info("sandbox init exited by itself", "exit_code", code)
 	a.destroy(context.WithoutCancel(ctx), s, log)
 	if !internal {
-		a.emit(Event{Type: EventExited, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
+		a.emit(nodeapi.Event{Type: nodeapi.EventExited, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
 	}
 }
 
@@ -202,5 +203,5 @@ func (a *Agent) fireBackstop(s *sbx, epoch int64) {
 		"end_at", endAt, "grace", a.cfg.BackstopGrace, "deadline", at)
 	a.destroy(ctx, s, log)
 	log.Info("sandbox killed")
-	a.emit(Event{Type: EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
+	a.emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -19,33 +20,33 @@ func TestKillPathReasons(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		reason sandbox.KillReason
-		typ    node.EventType
+		typ    nodeapi.EventType
 		end    func(t *testing.T, e *env, a *node.Agent)
 	}{
-		{sandbox.KillRequest, node.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
+		{sandbox.KillRequest, nodeapi.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
 			if err := a.Kill(context.Background(), "sb1", sandbox.KillRequest); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{sandbox.KillTimeout, node.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
+		{sandbox.KillTimeout, nodeapi.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
 			if err := a.Kill(context.Background(), "sb1", sandbox.KillTimeout); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{sandbox.KillOrphaned, node.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
+		{sandbox.KillOrphaned, nodeapi.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
 			if err := a.Kill(context.Background(), "sb1", sandbox.KillOrphaned); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{sandbox.KillTTLBackstop, node.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
+		{sandbox.KillTTLBackstop, nodeapi.EventKilled, func(t *testing.T, e *env, a *node.Agent) {
 			time.Sleep(time.Hour + 3*time.Minute)
 		}},
-		{sandbox.KillOOM, node.EventExited, func(t *testing.T, e *env, a *node.Agent) {
+		{sandbox.KillOOM, nodeapi.EventExited, func(t *testing.T, e *env, a *node.Agent) {
 			if err := e.fake.OOMKill("sb1"); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{sandbox.KillExited, node.EventExited, func(t *testing.T, e *env, a *node.Agent) {
+		{sandbox.KillExited, nodeapi.EventExited, func(t *testing.T, e *env, a *node.Agent) {
 			if err := e.fake.Exit("sb1", 3); err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +59,7 @@ func TestKillPathReasons(t *testing.T) {
 				e := newEnv(t, fake.Config{})
 				a := e.start()
 				events, _ := a.Watch(t.Context())
-				e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = time.Now().Add(time.Hour) })
+				e.create(a, "sb1", func(r *nodeapi.CreateRequest) { r.EndAt = time.Now().Add(time.Hour) })
 				synctest.Wait()
 				before := len(e.logs.lines(t))
 				tc.end(t, e, a)
@@ -93,16 +94,16 @@ func TestKillExecution(t *testing.T) {
 		e := newEnv(t, fake.Config{})
 		a := e.start()
 		e.create(a, "sb1")
-		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{Memory: true}); err != nil {
+		if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{}); err == nil {
+		if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{}); err == nil {
 			t.Fatal("second pause accepted")
 		}
-		if _, err := a.Resume(ctx, "sb1", node.ResumeRequest{ExecutionID: "exec-2", EndAt: time.Now().Add(time.Hour)}); err != nil {
+		if _, err := a.Resume(ctx, "sb1", nodeapi.ResumeRequest{ExecutionID: "exec-2", EndAt: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{ExecutionID: "exec-sb1"}); !errdefs.IsConflict(err) {
+		if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{ExecutionID: "exec-sb1"}); !errdefs.IsConflict(err) {
 			t.Fatalf("pause naming the old execution: %v, want conflict", err)
 		}
 		if err := a.KillExecution(ctx, "sb1", "exec-sb1", sandbox.KillTimeout); !errdefs.IsConflict(err) {
@@ -130,11 +131,11 @@ func TestBackstopExitRace(t *testing.T) {
 	tests := []struct {
 		name      string
 		exitAfter time.Duration // after end time plus grace
-		want      node.EventType
+		want      nodeapi.EventType
 		reason    sandbox.KillReason
 	}{
-		{"exit while the backstop settles wins", 50 * time.Millisecond, node.EventExited, sandbox.KillExited},
-		{"exit a second later loses", time.Second, node.EventKilled, sandbox.KillTTLBackstop},
+		{"exit while the backstop settles wins", 50 * time.Millisecond, nodeapi.EventExited, sandbox.KillExited},
+		{"exit a second later loses", time.Second, nodeapi.EventKilled, sandbox.KillTTLBackstop},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,7 +147,7 @@ func TestBackstopExitRace(t *testing.T) {
 				e.fake.SetBehavior("sb1", fake.Behavior{ExitAfter: time.Minute + grace + tc.exitAfter, ExitCode: 2})
 				a := e.start()
 				events, _ := a.Watch(t.Context())
-				e.create(a, "sb1", func(r *node.CreateRequest) { r.EndAt = start.Add(time.Minute) })
+				e.create(a, "sb1", func(r *nodeapi.CreateRequest) { r.EndAt = start.Add(time.Minute) })
 				time.Sleep(time.Minute + grace + 2*time.Second)
 				ev, ok := pollEvent(t, events)
 				if !ok || ev.Type != tc.want || ev.Reason != tc.reason {

@@ -16,6 +16,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -47,7 +48,7 @@ type startMode struct {
 const refillCPUWeight = 1
 
 // Create implements Service.
-func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+func (a *Agent) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodeapi.Sandbox, error) {
 	start := a.clock.Now()
 	if v, ok := a.claim(ctx, req); ok {
 		a.observeOp("create", start, nil)
@@ -61,7 +62,7 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (*Sandbox, error)
 // create makes a sandbox; an internal one (a pool member, a template
 // snapshot's) is not listed, reports no events and is made in the
 // background (startMode.background).
-func (a *Agent) create(ctx context.Context, req CreateRequest, internal bool) (*Sandbox, error) {
+func (a *Agent) create(ctx context.Context, req nodeapi.CreateRequest, internal bool) (*nodeapi.Sandbox, error) {
 	if !sandbox.ValidID(req.ID) {
 		return nil, fmt.Errorf("sandbox id %q: %w", req.ID, errdefs.ErrInvalid)
 	}
@@ -120,7 +121,7 @@ func (a *Agent) create(ctx context.Context, req CreateRequest, internal bool) (*
 	defer a.reclaimMu.RUnlock()
 
 	log := a.log.With("sandbox_id", req.ID, "execution_id", execID, "template_id", req.Template.ID, "team_id", req.TeamID)
-	fail := func(err error) (*Sandbox, error) {
+	fail := func(err error) (*nodeapi.Sandbox, error) {
 		a.forget(s)
 		if rmErr := removeDir(sandboxDir(a.cfg.DataDir, req.ID)); rmErr != nil {
 			log.Warn("remove state dir of failed create", "error", rmErr)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 // opDurations is sandbox_operation_duration_seconds{op,result}: how long
@@ -36,7 +37,7 @@ func (a *Agent) observeOp(op string, start time.Time, err error) {
 }
 
 // Pause implements Service.
-func (a *Agent) Pause(ctx context.Context, id string, req PauseRequest) (*Sandbox, error) {
+func (a *Agent) Pause(ctx context.Context, id string, req nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {
 	start := a.clock.Now()
 	v, err := a.pause(ctx, id, req)
 	a.observeOp("pause", start, err)
@@ -44,7 +45,7 @@ func (a *Agent) Pause(ctx context.Context, id string, req PauseRequest) (*Sandbo
 }
 
 // Resume implements Service.
-func (a *Agent) Resume(ctx context.Context, id string, req ResumeRequest) (*Sandbox, error) {
+func (a *Agent) Resume(ctx context.Context, id string, req nodeapi.ResumeRequest) (*nodeapi.Sandbox, error) {
 	start := a.clock.Now()
 	v, err := a.resume(ctx, id, req)
 	a.observeOp("resume", start, err)
@@ -52,7 +53,7 @@ func (a *Agent) Resume(ctx context.Context, id string, req ResumeRequest) (*Sand
 }
 
 // Fork implements Service.
-func (a *Agent) Fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbox, error) {
+func (a *Agent) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
 	start := a.clock.Now()
 	v, err := a.fork(ctx, id, req)
 	a.observeOp("fork", start, err)

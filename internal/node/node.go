@@ -10,30 +10,6 @@ package node
 
 import "github.com/warren-sandbox/warren/internal/nodeapi"
 
-// The node contract lives in internal/nodeapi, so that the control plane
-// links none of the agent. These aliases keep the agent's own code and its
-// composition root (internal/app) reading as before; new code outside this
-// package names nodeapi.
-type (
-	Service         = nodeapi.Service
-	Template        = nodeapi.Template
-	CreateRequest   = nodeapi.CreateRequest
-	PauseRequest    = nodeapi.PauseRequest
-	ResumeRequest   = nodeapi.ResumeRequest
-	ForkRequest     = nodeapi.ForkRequest
-	Sandbox         = nodeapi.Sandbox
-	Health          = nodeapi.Health
-	Stats           = nodeapi.Stats
-	EventType       = nodeapi.EventType
-	Event           = nodeapi.Event
-	ExecutionKiller = nodeapi.ExecutionKiller
-	Capabilities    = nodeapi.Capabilities
-	Pooler          = nodeapi.Pooler
-	PoolStatus      = nodeapi.PoolStatus
-	MetricsSource   = nodeapi.MetricsSource
-	TemplateUse     = nodeapi.TemplateUse
-)
-
 // The optional parts of nodeapi.Service the agent implements; the node RPC
 // (noderpc, nodeclient) carries each of them.
 var (
@@ -43,13 +19,4 @@ var (
 	_ nodeapi.TemplateHolder      = (*Agent)(nil)
 	_ nodeapi.SandboxSnapshotter  = (*Agent)(nil)
 	_ nodeapi.TemplateSnapshotter = (*Agent)(nil)
-)
-
-// Health values and event types (see nodeapi).
-const (
-	HealthUnknown   = nodeapi.HealthUnknown
-	HealthHealthy   = nodeapi.HealthHealthy
-	HealthUnhealthy = nodeapi.HealthUnhealthy
-	EventExited     = nodeapi.EventExited
-	EventKilled     = nodeapi.EventKilled
 )

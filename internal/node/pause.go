@@ -13,6 +13,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -63,7 +64,7 @@ func snapshotDir(dataDir, id string) string {
 // once: the checkpoint stopped the sandbox), or without memory sync, kill,
 // delete, cgroup, slot and unmount one after the other (the sandbox runs
 // until killed); then record.
-func (a *Agent) pause(ctx context.Context, id string, req PauseRequest) (*Sandbox, error) {
+func (a *Agent) pause(ctx context.Context, id string, req nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {
 	s, err := a.lookup(id)
 	if err != nil {
 		return nil, err
@@ -191,7 +192,7 @@ func (a *Agent) unmountPaused(ctx context.Context, id string, log *slog.Logger) 
 
 // admitPause checks that s can be paused now and, for a pause with
 // memory, marks its checkpoint in flight.
-func (a *Agent) admitPause(s *sbx, req PauseRequest) error {
+func (a *Agent) admitPause(s *sbx, req nodeapi.PauseRequest) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	id := s.rec.ID
@@ -246,7 +247,7 @@ func (a *Agent) markPausing(s *sbx) (string, error) {
 }
 
 // markPaused moves s to paused and returns its view.
-func (a *Agent) markPaused(s *sbx, memory bool) *Sandbox {
+func (a *Agent) markPaused(s *sbx, memory bool) *nodeapi.Sandbox {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s.rec.State = sandbox.StatePaused
@@ -284,7 +285,7 @@ func (a *Agent) pauseFailed(ctx context.Context, s *sbx, log *slog.Logger, cause
 	klog := log.With("kill_reason", sandbox.KillReason("").String())
 	klog.Error("pause failed and the sandbox stopped", "error", cause)
 	a.destroy(ctx, s, klog)
-	a.emit(Event{Type: EventKilled, SandboxID: id, ExecutionID: execID, At: a.clock.Now()})
+	a.emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, At: a.clock.Now()})
 	return fmt.Errorf("sandbox %q: pause failed and the sandbox stopped: %w", id, errors.Join(cause, errdefs.ErrUnavailable))
 }
 
@@ -310,7 +311,7 @@ func (a *Agent) executionID(s *sbx) string {
 // layer and runs the template's start command. Its phases (logged with
 // "sandbox resumed"): lock, bringUp's (cgroup, layer, slot, restore or
 // start, health, init, start_cmd), record and cleanup (the used image).
-func (a *Agent) resume(ctx context.Context, id string, req ResumeRequest) (*Sandbox, error) {
+func (a *Agent) resume(ctx context.Context, id string, req nodeapi.ResumeRequest) (*nodeapi.Sandbox, error) {
 	s, err := a.lookup(id)
 	if err != nil {
 		return nil, err
@@ -358,7 +359,7 @@ func (a *Agent) resume(ctx context.Context, id string, req ResumeRequest) (*Sand
 // beginResume checks that s (whose s.op the caller holds) is paused and
 // gives it the resume's execution ID and end; it returns the record as it
 // was, for undoResume, and the new execution ID.
-func (a *Agent) beginResume(s *sbx, req ResumeRequest) (record, string, error) {
+func (a *Agent) beginResume(s *sbx, req nodeapi.ResumeRequest) (record, string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	prev := s.rec
@@ -392,7 +393,7 @@ func (a *Agent) undoResume(s *sbx, prev record) {
 }
 
 // markResumed moves s to running in a new epoch and returns its view.
-func (a *Agent) markResumed(s *sbx) *Sandbox {
+func (a *Agent) markResumed(s *sbx) *nodeapi.Sandbox {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s.rec.State = sandbox.StateRunning
@@ -407,7 +408,7 @@ func (a *Agent) markResumed(s *sbx) *Sandbox {
 // admitFork checks that src can be forked into req.IDs now, registers the
 // copies (each with its s.op held, for the caller to release) and marks
 // src's checkpoint in flight. It returns src's record and the copies.
-func (a *Agent) admitFork(src *sbx, req ForkRequest) (record, []*sbx, error) {
+func (a *Agent) admitFork(src *sbx, req nodeapi.ForkRequest) (record, []*sbx, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	id := src.rec.ID
@@ -501,7 +502,7 @@ func (a *Agent) running(s *sbx) bool {
 // destroyed. Its phases (logged with "sandbox forked"): lock, checkpoint,
 // layers (the copies' layers, made from the source's), restore (all the
 // copies) and record.
-func (a *Agent) fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbox, error) {
+func (a *Agent) fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
 	src, err := a.lookup(id)
 	if err != nil {
 		return nil, err
@@ -535,7 +536,7 @@ func (a *Agent) fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbo
 
 	// fail destroys the copies (the first made of them have a directory
 	// and a layer) and releases their s.op.
-	fail := func(made int, err error) ([]*Sandbox, error) {
+	fail := func(made int, err error) ([]*nodeapi.Sandbox, error) {
 		for i, c := range children {
 			clog := log.With("copy_id", c.rec.ID, "kill_reason", sandbox.KillReason("").String())
 			if i < made {
@@ -576,7 +577,7 @@ func (a *Agent) fork(ctx context.Context, id string, req ForkRequest) ([]*Sandbo
 			return fail(len(children), fmt.Errorf("copy %q: %w", children[i].rec.ID, err))
 		}
 	}
-	out := make([]*Sandbox, 0, len(children))
+	out := make([]*nodeapi.Sandbox, 0, len(children))
 	for _, c := range children {
 		out = append(out, a.markResumed(c))
 		if err := a.persist(c); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -53,10 +54,10 @@ const DefaultPoolConcurrency = 2
 // poolTick is how often the pools are checked for members to make.
 const poolTick = time.Second
 
-var _ Pooler = (*Agent)(nil)
+var _ nodeapi.Pooler = (*Agent)(nil)
 
 type pool struct {
-	tmpl   Template
+	tmpl   nodeapi.Template
 	res    sandbox.Resources
 	size   int
 	ready  []*sbx
@@ -86,7 +87,7 @@ func newPoolMetrics() poolMetrics {
 }
 
 // SetPool implements Pooler.
-func (a *Agent) SetPool(ctx context.Context, tmpl Template, res sandbox.Resources, size int) error {
+func (a *Agent) SetPool(ctx context.Context, tmpl nodeapi.Template, res sandbox.Resources, size int) error {
 	if size < 0 {
 		return fmt.Errorf("pool of template %q: size %d: %w", tmpl.ID, size, errdefs.ErrInvalid)
 	}
@@ -138,7 +139,7 @@ func (a *Agent) SetPool(ctx context.Context, tmpl Template, res sandbox.Resource
 }
 
 // Reserve implements Pooler.
-func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
+func (a *Agent) Reserve(tmpl nodeapi.Template, res sandbox.Resources) (string, bool) {
 	res = a.resources(res)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -168,7 +169,7 @@ func (a *Agent) Reserve(tmpl Template, res sandbox.Resources) (string, bool) {
 // so that the old build's members go and the pool refills with the new
 // one, without a restart or an admin call. One switch per build is
 // started. a.mu is held.
-func (a *Agent) followBuildLocked(p *pool, tmpl Template) {
+func (a *Agent) followBuildLocked(p *pool, tmpl nodeapi.Template) {
 	if a.closed || p.following == tmpl.BuildID || (tmpl.RootFS == "" && tmpl.SnapshotDir == "") {
 		return
 	}
@@ -226,12 +227,12 @@ func (a *Agent) Unreserve(id string) {
 }
 
 // Pools implements Pooler.
-func (a *Agent) Pools() map[string]PoolStatus {
+func (a *Agent) Pools() map[string]nodeapi.PoolStatus {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := map[string]PoolStatus{}
+	out := map[string]nodeapi.PoolStatus{}
 	for id, p := range a.pools {
-		out[id] = PoolStatus{BuildID: p.tmpl.BuildID, Size: p.size, Ready: len(p.ready), Making: p.making, Hits: p.hits, Misses: p.misses}
+		out[id] = nodeapi.PoolStatus{BuildID: p.tmpl.BuildID, Size: p.size, Ready: len(p.ready), Making: p.making, Hits: p.hits, Misses: p.misses}
 	}
 	return out
 }
@@ -332,11 +333,11 @@ func (a *Agent) fillPools() {
 // leaves whatever p became meanwhile (another build, other resources,
 // removed); the member joins p only if p is still the template's pool and
 // still wants a member of tmpl and res.
-func (a *Agent) makeMember(p *pool, tmpl Template, res sandbox.Resources) {
+func (a *Agent) makeMember(p *pool, tmpl nodeapi.Template, res sandbox.Resources) {
 	ctx := a.ctx
 	id := sandbox.NewID()
 	log := a.log.With("sandbox_id", id, "template_id", tmpl.ID, "pool", true)
-	_, err := a.create(ctx, CreateRequest{ID: id, Template: tmpl, Resources: res, Network: memberPolicy}, true)
+	_, err := a.create(ctx, nodeapi.CreateRequest{ID: id, Template: tmpl, Resources: res, Network: memberPolicy}, true)
 	var s *sbx
 	if err == nil {
 		s, err = a.lookup(id)
@@ -388,7 +389,7 @@ func (a *Agent) foreground(s *sbx) error {
 // It reports false when req.ID is no reserved member, or when the claim
 // failed (the member is then destroyed and the ID free for a plain
 // create).
-func (a *Agent) claim(ctx context.Context, req CreateRequest) (*Sandbox, bool) {
+func (a *Agent) claim(ctx context.Context, req nodeapi.CreateRequest) (*nodeapi.Sandbox, bool) {
 	ph := a.phases("claim")
 	a.mu.Lock()
 	s, ok := a.reserved[req.ID]
@@ -422,7 +423,7 @@ func (a *Agent) claim(ctx context.Context, req CreateRequest) (*Sandbox, bool) {
 // (only when the create's CPUs or task limit differ from the member's),
 // init (envd's /init with the create's environment, token and task limit)
 // and record (the state record).
-func (a *Agent) claimLocked(ctx context.Context, s *sbx, req CreateRequest, ph *phaseTimer) (*Sandbox, error) {
+func (a *Agent) claimLocked(ctx context.Context, s *sbx, req nodeapi.CreateRequest, ph *phaseTimer) (*nodeapi.Sandbox, error) {
 	s.op.Lock()
 	defer s.op.Unlock()
 	a.mu.Lock()

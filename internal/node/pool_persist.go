@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/warren-sandbox/warren/internal/atomicfile"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -29,7 +30,7 @@ type poolsRecord struct {
 }
 
 type poolConfig struct {
-	Template  Template          `json:"template"`
+	Template  nodeapi.Template  `json:"template"`
 	Resources sandbox.Resources `json:"resources"`
 	Size      int               `json:"size"`
 }

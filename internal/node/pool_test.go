@@ -12,6 +12,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -110,14 +111,14 @@ func TestWarmPoolClaim(t *testing.T) {
 		if n := countAddr(e.envd.Probes(), sb.Address); n == 0 {
 			t.Error("claimed sandbox not probed")
 		}
-		if h := health(t, a, id); h != node.HealthHealthy {
+		if h := health(t, a, id); h != nodeapi.HealthHealthy {
 			t.Errorf("claimed sandbox health %q", h)
 		}
 		// ...pausable and resumable...
-		if _, err := a.Pause(ctx, id, node.PauseRequest{Memory: true}); err != nil {
+		if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
 			t.Fatalf("pause claimed sandbox: %v", err)
 		}
-		if _, err := a.Resume(ctx, id, node.ResumeRequest{}); err != nil {
+		if _, err := a.Resume(ctx, id, nodeapi.ResumeRequest{}); err != nil {
 			t.Fatalf("resume claimed sandbox: %v", err)
 		}
 		// ...and killable.
@@ -125,7 +126,7 @@ func TestWarmPoolClaim(t *testing.T) {
 		if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
 			t.Fatal(err)
 		}
-		if ev := nextEvent(t, events); ev.SandboxID != id || ev.Type != node.EventKilled {
+		if ev := nextEvent(t, events); ev.SandboxID != id || ev.Type != nodeapi.EventKilled {
 			t.Errorf("kill event %+v", ev)
 		}
 		e.assertNoHostObjects(id)
@@ -332,10 +333,10 @@ func TestWarmPoolClaimResizes(t *testing.T) {
 			t.Errorf("claim's /init %+v, want tasks limit 100 at %s", last, sb.Address)
 		}
 		// The resources last: a pause and resume keeps them.
-		if _, err := a.Pause(ctx, id, node.PauseRequest{Memory: true}); err != nil {
+		if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
 			t.Fatal(err)
 		}
-		rs, err := a.Resume(ctx, id, node.ResumeRequest{})
+		rs, err := a.Resume(ctx, id, nodeapi.ResumeRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -346,10 +347,10 @@ func TestWarmPoolClaimResizes(t *testing.T) {
 			t.Errorf("resumed spec: guest memory %d MiB, resources %+v; want the member's 256 MiB and %+v", spec.GuestMemoryMB, spec.Resources, want)
 		}
 		// A filesystem-only pause boots afresh at resume: all the create's.
-		if _, err := a.Pause(ctx, id, node.PauseRequest{}); err != nil {
+		if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Resume(ctx, id, node.ResumeRequest{}); err != nil {
+		if _, err := a.Resume(ctx, id, nodeapi.ResumeRequest{}); err != nil {
 			t.Fatal(err)
 		}
 		if spec, _ := e.fake.Spec(id); spec.GuestMemoryMB != 0 {

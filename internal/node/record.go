@@ -11,6 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/atomicfile"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -29,7 +30,7 @@ type record struct {
 	ID          string            `json:"id"`
 	ExecutionID string            `json:"executionId"`
 	TeamID      string            `json:"teamId,omitempty"`
-	Template    Template          `json:"template"`
+	Template    nodeapi.Template  `json:"template"`
 	State       sandbox.State     `json:"state"`
 	Epoch       int64             `json:"epoch"`
 	StartedAt   time.Time         `json:"startedAt"`

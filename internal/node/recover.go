@@ -10,6 +10,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -41,7 +42,7 @@ func (a *Agent) recover(ctx context.Context) error {
 	}
 	running := map[string]bool{} // runtime objects to keep
 	known := map[string]bool{}   // layers and state dirs to keep
-	var lost []Event
+	var lost []nodeapi.Event
 	for _, e := range entries {
 		id, ok := strings.CutPrefix(e.Name(), "sbx-")
 		if !ok || !e.IsDir() || !sandbox.ValidID(id) {
@@ -86,7 +87,7 @@ func (a *Agent) recover(ctx context.Context) error {
 				reason = exitReason(ctx, cg, false)
 			}
 			log.Info("sandbox stopped while the agent was away; its objects are reclaimed", "execution_id", r.ExecutionID, "kill_reason", reason.String())
-			lost = append(lost, Event{Type: EventExited, SandboxID: id, ExecutionID: r.ExecutionID, Reason: reason, At: a.clock.Now()})
+			lost = append(lost, nodeapi.Event{Type: nodeapi.EventExited, SandboxID: id, ExecutionID: r.ExecutionID, Reason: reason, At: a.clock.Now()})
 		default:
 			// starting or killed: an operation the agent did not finish.
 			log.Info("sandbox left half made; its objects are reclaimed", "state", r.State)

@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -56,7 +57,7 @@ func TestRecovery(t *testing.T) {
 	ctx := context.Background()
 	a1 := e.start()
 	endAt := time.Now().Add(time.Hour).Truncate(time.Second)
-	run1 := e.create(a1, "run1", func(r *node.CreateRequest) { r.EndAt = endAt })
+	run1 := e.create(a1, "run1", func(r *nodeapi.CreateRequest) { r.EndAt = endAt })
 	e.create(a1, "run2")
 	e.create(a1, "paus1")
 	e.create(a1, "paus2")
@@ -64,10 +65,10 @@ func TestRecovery(t *testing.T) {
 	for range 4 {
 		_, _ = e.drv.Exec(ctx, "paus1", driver.Process{Args: []string{"tick"}})
 	}
-	if _, err := a1.Pause(ctx, "paus1", node.PauseRequest{Memory: true}); err != nil {
+	if _, err := a1.Pause(ctx, "paus1", nodeapi.PauseRequest{Memory: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a1.Pause(ctx, "paus2", node.PauseRequest{}); err != nil {
+	if _, err := a1.Pause(ctx, "paus2", nodeapi.PauseRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	// The agent goes away (its sandboxes keep running).
@@ -109,7 +110,7 @@ func TestRecovery(t *testing.T) {
 		t.Errorf("run2 (left mid-pause, still running) after restart: %+v, %v", sb, err)
 	}
 	// dead1 stopped while the agent was away: reported on the first watch.
-	if ev := nextEvent(t, events); ev.SandboxID != "dead1" || ev.Type != node.EventExited || ev.Reason != sandbox.KillExited {
+	if ev := nextEvent(t, events); ev.SandboxID != "dead1" || ev.Type != nodeapi.EventExited || ev.Reason != sandbox.KillExited {
 		t.Errorf("event %+v, want dead1 exited", ev)
 	}
 	e.assertNoHostObjects("dead1")
@@ -166,20 +167,20 @@ func TestRecovery(t *testing.T) {
 	}
 
 	// Paused sandboxes are kept resumable.
-	p1, err := a2.Resume(ctx, "paus1", node.ResumeRequest{})
+	p1, err := a2.Resume(ctx, "paus1", nodeapi.ResumeRequest{})
 	if err != nil {
 		t.Fatalf("resume paus1 after restart: %v", err)
 	}
 	if c, _ := e.fake.Counter("paus1"); c != 4 || p1.State != sandbox.StateRunning {
 		t.Errorf("paus1 counter %d state %s, want 4 running", c, p1.State)
 	}
-	if _, err := a2.Resume(ctx, "paus2", node.ResumeRequest{}); err != nil {
+	if _, err := a2.Resume(ctx, "paus2", nodeapi.ResumeRequest{}); err != nil {
 		t.Fatalf("resume paus2 after restart: %v", err)
 	}
 
 	// The adopted sandbox's exit watcher runs again.
 	_ = e.fake.Exit("run1", 9)
-	if ev := nextEvent(t, events); ev.SandboxID != "run1" || ev.Type != node.EventExited {
+	if ev := nextEvent(t, events); ev.SandboxID != "run1" || ev.Type != nodeapi.EventExited {
 		t.Errorf("event %+v, want run1 exited", ev)
 	}
 	// A third agent finds nothing to reclaim.
@@ -207,7 +208,7 @@ func TestPeriodicReclaim(t *testing.T) {
 		ctx := context.Background()
 		e.create(a, "live1")
 		e.create(a, "paused1")
-		if _, err := a.Pause(ctx, "paused1", node.PauseRequest{Memory: true}); err != nil {
+		if _, err := a.Pause(ctx, "paused1", nodeapi.PauseRequest{Memory: true}); err != nil {
 			t.Fatal(err)
 		}
 		e.cg.Plant("sbx-leak1")
@@ -221,7 +222,7 @@ func TestPeriodicReclaim(t *testing.T) {
 		if !running(t, a, "live1") || len(e.net.Live()) != 1 {
 			t.Errorf("live sandbox touched by the periodic reclaim: slots %v", e.net.Live())
 		}
-		if _, err := a.Resume(ctx, "paused1", node.ResumeRequest{}); err != nil {
+		if _, err := a.Resume(ctx, "paused1", nodeapi.ResumeRequest{}); err != nil {
 			t.Errorf("paused sandbox touched by the periodic reclaim: %v", err)
 		}
 		if got := a.Reclaimed(); got["cgroup"] != 1 || got["network"] != 1 || got["layer"] != 1 {

@@ -13,6 +13,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/atomicfile"
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -35,11 +36,11 @@ const (
 	samplesFlushEvery = 12
 )
 
-var _ MetricsSource = (*Agent)(nil)
+var _ nodeapi.MetricsSource = (*Agent)(nil)
 
 // sampleRing is one sandbox's samples. Guarded by Agent.mu.
 type sampleRing struct {
-	buf    []Stats
+	buf    []nodeapi.Stats
 	loaded bool // buf holds what was on disk
 	dirty  bool // buf has samples not on disk
 	cpu    uint64
@@ -107,7 +108,7 @@ func (a *Agent) sampleOne(ctx context.Context, s *sbx) {
 		return
 	}
 	now := a.clock.Now()
-	st := Stats{
+	st := nodeapi.Stats{
 		At: now, CPUCount: res.VCPUs, MemoryUsedBytes: cs.MemoryBytes,
 		MemoryPeakBytes: cs.MemoryPeakBytes, MemoryTotal: memoryTotal(res, cs),
 	}
@@ -149,7 +150,7 @@ func (a *Agent) loadSamples(s *sbx) {
 	if loaded {
 		return
 	}
-	var disk []Stats
+	var disk []nodeapi.Stats
 	b, err := os.ReadFile(filepath.Join(sandboxDir(a.cfg.DataDir, id), metricsFile))
 	if err == nil {
 		if err := json.Unmarshal(b, &disk); err != nil {
@@ -177,7 +178,7 @@ func (a *Agent) flushSamples() {
 	type job struct {
 		s   *sbx
 		id  string
-		buf []Stats
+		buf []nodeapi.Stats
 	}
 	var jobs []job
 	for id, s := range a.sandboxes {
@@ -195,7 +196,7 @@ func (a *Agent) flushSamples() {
 	}
 }
 
-func (a *Agent) writeSamples(s *sbx, id string, buf []Stats) error {
+func (a *Agent) writeSamples(s *sbx, id string, buf []nodeapi.Stats) error {
 	b, err := json.Marshal(buf)
 	if err != nil {
 		return err
@@ -214,7 +215,7 @@ func (a *Agent) writeSamples(s *sbx, id string, buf []Stats) error {
 }
 
 // Metrics implements MetricsSource.
-func (a *Agent) Metrics(ctx context.Context, id string, start, end time.Time) ([]Stats, error) {
+func (a *Agent) Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.Stats, error) {
 	s, err := a.lookup(id)
 	if err != nil {
 		return nil, err
@@ -225,7 +226,7 @@ func (a *Agent) Metrics(ctx context.Context, id string, start, end time.Time) ([
 	if s.gone || s.internal {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	out := []Stats{}
+	out := []nodeapi.Stats{}
 	cut := a.clock.Now().Add(-a.cfg.MetricsRetention)
 	for _, st := range s.samples.buf {
 		if st.At.Before(cut) || (!start.IsZero() && st.At.Before(start)) || (!end.IsZero() && st.At.After(end)) {

@@ -12,6 +12,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -24,7 +25,7 @@ func setStats(t *testing.T, e *env, id string, s cgroup.Stats) {
 	cg.SetStats(s)
 }
 
-func metrics(t *testing.T, a *node.Agent, id string, start, end time.Time) []node.Stats {
+func metrics(t *testing.T, a *node.Agent, id string, start, end time.Time) []nodeapi.Stats {
 	t.Helper()
 	out, err := a.Metrics(context.Background(), id, start, end)
 	if err != nil {
@@ -64,7 +65,7 @@ func TestSandboxMetricsSamples(t *testing.T) {
 			t.Errorf("samples until 6 s = %d, want 1", len(got))
 		}
 
-		if _, err := a.Pause(ctx, "sb1", node.PauseRequest{}); err != nil {
+		if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Minute)
@@ -72,7 +73,7 @@ func TestSandboxMetricsSamples(t *testing.T) {
 		if got := metrics(t, a, "sb1", time.Time{}, time.Time{}); len(got) != 2 {
 			t.Errorf("%d samples after a minute paused, want the 2 taken before (none while paused)", len(got))
 		}
-		if _, err := a.Resume(ctx, "sb1", node.ResumeRequest{}); err != nil {
+		if _, err := a.Resume(ctx, "sb1", nodeapi.ResumeRequest{}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Second)

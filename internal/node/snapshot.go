@@ -12,6 +12,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -44,7 +45,7 @@ const (
 // memory into dir and its writable layer into a saved layer. Sandboxes
 // created with Template.SnapshotDir = dir then restore it instead of
 // booting. A driver that cannot checkpoint gives ErrUnsupported.
-func (a *Agent) Snapshot(ctx context.Context, t Template, readyCmd, dir string) (err error) {
+func (a *Agent) Snapshot(ctx context.Context, t nodeapi.Template, readyCmd, dir string) (err error) {
 	ckpt, ok := a.checkpointer()
 	if !ok {
 		return fmt.Errorf("template %q: snapshot: driver %s cannot checkpoint memory: %w", t.ID, a.drv.Name(), errdefs.ErrUnsupported)
@@ -56,7 +57,7 @@ func (a *Agent) Snapshot(ctx context.Context, t Template, readyCmd, dir string) 
 	// resources, the node's defaults for the rest): a restore must see the
 	// mounts the checkpoint saw, and the guest's /tmp is sized from its
 	// memory.
-	sb, err := a.create(ctx, CreateRequest{ID: id, Template: t, Resources: t.Resources, Network: netslot.Policy{Internet: true}}, true)
+	sb, err := a.create(ctx, nodeapi.CreateRequest{ID: id, Template: t, Resources: t.Resources, Network: netslot.Policy{Internet: true}}, true)
 	if err != nil {
 		return fmt.Errorf("template %q: snapshot sandbox: %w", t.ID, err)
 	}
@@ -110,7 +111,7 @@ func (a *Agent) Snapshot(ctx context.Context, t Template, readyCmd, dir string) 
 }
 
 // waitReady lets the start command run until readyCmd passes.
-func (a *Agent) waitReady(ctx context.Context, sb *Sandbox, t Template, readyCmd string) error {
+func (a *Agent) waitReady(ctx context.Context, sb *nodeapi.Sandbox, t nodeapi.Template, readyCmd string) error {
 	wait := func(d time.Duration) error {
 		tm := time.NewTimer(d)
 		defer tm.Stop()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -23,27 +24,27 @@ import (
 // root filesystem the snapshot's layer lies over. A driver that cannot
 // checkpoint memory gives ErrUnsupported; a sandbox that is not running
 // ErrConflict. Delete the snapshot with DeleteSnapshot.
-func (a *Agent) SnapshotSandbox(ctx context.Context, id, dir string) (Template, error) {
+func (a *Agent) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error) {
 	s, err := a.lookup(id)
 	if err != nil {
-		return Template{}, err
+		return nodeapi.Template{}, err
 	}
 	ckpt, ok := a.checkpointer()
 	if !ok {
-		return Template{}, fmt.Errorf("sandbox %q: snapshot: driver %s cannot checkpoint memory: %w", id, a.drv.Name(), errdefs.ErrUnsupported)
+		return nodeapi.Template{}, fmt.Errorf("sandbox %q: snapshot: driver %s cannot checkpoint memory: %w", id, a.drv.Name(), errdefs.ErrUnsupported)
 	}
 	a.mu.Lock()
 	switch {
 	case s.gone:
 		a.mu.Unlock()
-		return Template{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nodeapi.Template{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	case s.checkpointing:
 		a.mu.Unlock()
-		return Template{}, fmt.Errorf("sandbox %q: a checkpoint is already in flight, try again later: %w", id, errdefs.ErrExhausted)
+		return nodeapi.Template{}, fmt.Errorf("sandbox %q: a checkpoint is already in flight, try again later: %w", id, errdefs.ErrExhausted)
 	case s.rec.State != sandbox.StateRunning:
 		state := s.rec.State
 		a.mu.Unlock()
-		return Template{}, fmt.Errorf("sandbox %q is %s, not running: %w", id, state, errdefs.ErrConflict)
+		return nodeapi.Template{}, fmt.Errorf("sandbox %q is %s, not running: %w", id, state, errdefs.ErrConflict)
 	}
 	s.checkpointing = true
 	a.mu.Unlock()
@@ -62,14 +63,14 @@ func (a *Agent) SnapshotSandbox(ctx context.Context, id, dir string) (Template, 
 	initToken := s.rec.InitToken
 	a.mu.Unlock()
 	if !alive {
-		return Template{}, fmt.Errorf("sandbox %q stopped: %w", id, errdefs.ErrConflict)
+		return nodeapi.Template{}, fmt.Errorf("sandbox %q stopped: %w", id, errdefs.ErrConflict)
 	}
 	log := a.log.With("sandbox_id", id, "dir", dir)
 
 	// Frozen, the memory image and the saved layer show the same moment.
 	if fr, ok := a.drv.(driver.Freezer); ok && a.drv.Capabilities().Freeze {
 		if err := fr.Freeze(ctx, id); err != nil {
-			return Template{}, fmt.Errorf("sandbox %q: snapshot: freeze: %w", id, err)
+			return nodeapi.Template{}, fmt.Errorf("sandbox %q: snapshot: freeze: %w", id, err)
 		}
 		defer func() {
 			if err := fr.Thaw(context.WithoutCancel(ctx), id); err != nil {
@@ -78,14 +79,14 @@ func (a *Agent) SnapshotSandbox(ctx context.Context, id, dir string) (Template, 
 		}()
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return Template{}, fmt.Errorf("sandbox %q: snapshot dir: %w", id, err)
+		return nodeapi.Template{}, fmt.Errorf("sandbox %q: snapshot dir: %w", id, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return Template{}, fmt.Errorf("sandbox %q: snapshot dir: %w", id, err)
+		return nodeapi.Template{}, fmt.Errorf("sandbox %q: snapshot dir: %w", id, err)
 	}
-	fail := func(err error) (Template, error) {
+	fail := func(err error) (nodeapi.Template, error) {
 		os.RemoveAll(dir)
-		return Template{}, fmt.Errorf("sandbox %q: snapshot: %w", id, err)
+		return nodeapi.Template{}, fmt.Errorf("sandbox %q: snapshot: %w", id, err)
 	}
 	if err := ckpt.Checkpoint(ctx, id, dir, driver.CheckpointOptions{LeaveRunning: true}); err != nil {
 		return fail(fmt.Errorf("checkpoint: %w", err))

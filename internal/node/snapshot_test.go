@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 func TestSnapshot(t *testing.T) {
@@ -86,7 +87,7 @@ func TestSnapshot(t *testing.T) {
 
 		// A sandbox of the template restores the snapshot.
 		tmpl.SnapshotDir = dir
-		sb := e.create(a, "sb1", func(r *node.CreateRequest) { r.Template = tmpl })
+		sb := e.create(a, "sb1", func(r *nodeapi.CreateRequest) { r.Template = tmpl })
 		if restores := e.fake.CallsOf("restore"); len(restores) != 1 || restores[0].Dir != dir || restores[0].ID != "sb1" {
 			t.Errorf("restores %+v", restores)
 		}
@@ -104,7 +105,7 @@ func TestSnapshot(t *testing.T) {
 			t.Errorf("the start command ran again on restore: %+v", starts)
 		}
 		// A second sandbox gets its own copy.
-		e.create(a, "sb2", func(r *node.CreateRequest) { r.Template = tmpl })
+		e.create(a, "sb2", func(r *nodeapi.CreateRequest) { r.Template = tmpl })
 		e.layers.WriteFile("sb1", "/app/ready", "changed")
 		if ly, _ := e.layers.Get("sb2"); ly.Files["/app/ready"] != "yes" {
 			t.Errorf("sandboxes share the snapshot's layer")
@@ -183,7 +184,7 @@ func TestForkSourceKilledDuringRestore(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() {
-			_, err := a.Fork(ctx, "src", node.ForkRequest{IDs: ids})
+			_, err := a.Fork(ctx, "src", nodeapi.ForkRequest{IDs: ids})
 			done <- err
 		}()
 		time.Sleep(5 * time.Second) // the copies are restoring
@@ -224,7 +225,7 @@ func TestSnapshotSandbox(t *testing.T) {
 		t.Errorf("source runtime state %s, want running (thawed)", st.State)
 	}
 	tmpl.SnapshotDir = dir
-	e.create(a, "copy", func(r *node.CreateRequest) { r.Template = tmpl })
+	e.create(a, "copy", func(r *nodeapi.CreateRequest) { r.Template = tmpl })
 	if c, _ := e.fake.Counter("copy"); c != 1 {
 		t.Errorf("copy counter %d, want 1", c)
 	}

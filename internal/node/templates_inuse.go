@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"slices"
 )
 
@@ -11,7 +12,7 @@ import (
 // sandboxes — which List leaves out), and the templates of its warm pools.
 // It is a snapshot: see HoldTemplates to act on it before a new sandbox
 // can appear. It implements nodeapi.TemplateHolder and never fails.
-func (a *Agent) TemplatesInUse(context.Context) ([]TemplateUse, error) {
+func (a *Agent) TemplatesInUse(context.Context) ([]nodeapi.TemplateUse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.templatesInUseLocked(), nil
@@ -24,19 +25,19 @@ func (a *Agent) TemplatesInUse(context.Context) ([]TemplateUse, error) {
 // finds unused and moves out of its place (a rename) is never picked up
 // half-removed: a create that registers later finds it missing and fails
 // cleanly. fn must be quick and must not call the agent.
-func (a *Agent) HoldTemplates(fn func(inUse []TemplateUse)) {
+func (a *Agent) HoldTemplates(fn func(inUse []nodeapi.TemplateUse)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	fn(a.templatesInUseLocked())
 }
 
-func (a *Agent) templatesInUseLocked() []TemplateUse {
-	var out []TemplateUse
-	add := func(sandboxID string, t Template) {
+func (a *Agent) templatesInUseLocked() []nodeapi.TemplateUse {
+	var out []nodeapi.TemplateUse
+	add := func(sandboxID string, t nodeapi.Template) {
 		if t.RootFS == "" && t.SnapshotDir == "" {
 			return
 		}
-		out = append(out, TemplateUse{TemplateID: t.ID, BuildID: t.BuildID, RootFS: t.RootFS, SnapshotDir: t.SnapshotDir, SandboxID: sandboxID})
+		out = append(out, nodeapi.TemplateUse{TemplateID: t.ID, BuildID: t.BuildID, RootFS: t.RootFS, SnapshotDir: t.SnapshotDir, SandboxID: sandboxID})
 	}
 	for id, s := range a.sandboxes {
 		add(id, s.rec.Template)
@@ -51,7 +52,7 @@ func (a *Agent) templatesInUseLocked() []TemplateUse {
 			add(s.rec.ID, s.rec.Template)
 		}
 	}
-	slices.SortFunc(out, func(x, y TemplateUse) int {
+	slices.SortFunc(out, func(x, y nodeapi.TemplateUse) int {
 		switch {
 		case x.SandboxID < y.SandboxID:
 			return -1

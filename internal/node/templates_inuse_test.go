@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 
 	"github.com/warren-sandbox/warren/internal/driver/fake"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 // TestTemplatesInUse checks that every sandbox the agent keeps counts,
@@ -18,8 +18,8 @@ func TestTemplatesInUse(t *testing.T) {
 		ctx := context.Background()
 		e := newEnv(t, fake.Config{})
 		a := e.start()
-		withTemplate := func(build string) func(*node.CreateRequest) {
-			return func(r *node.CreateRequest) {
+		withTemplate := func(build string) func(*nodeapi.CreateRequest) {
+			return func(r *nodeapi.CreateRequest) {
 				r.Template.BuildID = build
 				r.Template.RootFS = "/t/" + build + "/rootfs"
 				r.Template.SnapshotDir = ""
@@ -27,7 +27,7 @@ func TestTemplatesInUse(t *testing.T) {
 		}
 		e.create(a, "running1", withTemplate("b-running"))
 		e.create(a, "paused01", withTemplate("b-paused"))
-		if _, err := a.Pause(ctx, "paused01", node.PauseRequest{Memory: true}); err != nil {
+		if _, err := a.Pause(ctx, "paused01", nodeapi.PauseRequest{Memory: true}); err != nil {
 			t.Fatal(err)
 		}
 		pool := createReq("x").Template
@@ -38,8 +38,8 @@ func TestTemplatesInUse(t *testing.T) {
 		waitPool(t, a, "pooled", 1)
 
 		got := map[string]bool{}
-		var held []node.TemplateUse
-		a.HoldTemplates(func(in []node.TemplateUse) { held = in })
+		var held []nodeapi.TemplateUse
+		a.HoldTemplates(func(in []nodeapi.TemplateUse) { held = in })
 		for _, u := range held {
 			got[u.RootFS] = true
 			if u.SnapshotDir != "" {

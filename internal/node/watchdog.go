@@ -14,6 +14,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/driver/oci"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -88,14 +89,14 @@ type watchState struct {
 	nextEpoch int64
 	probing   bool
 	// health was seen in healthEpoch.
-	health      Health
+	health      nodeapi.Health
 	healthEpoch int64
 }
 
 // healthLocked is s's health in its current epoch. a.mu is held.
-func (s *sbx) healthLocked() Health {
+func (s *sbx) healthLocked() nodeapi.Health {
 	if s.rec.State != sandbox.StateRunning || s.watch.health == "" || s.watch.healthEpoch != s.rec.Epoch {
-		return HealthUnknown
+		return nodeapi.HealthUnknown
 	}
 	return s.watch.health
 }
@@ -250,9 +251,9 @@ func (a *Agent) probe(p EnvdProber, j probeJob) {
 		return
 	}
 	prev := s.healthLocked()
-	next := HealthHealthy
+	next := nodeapi.HealthHealthy
 	if err != nil {
-		next = HealthUnhealthy
+		next = nodeapi.HealthUnhealthy
 	}
 	s.watch.health, s.watch.healthEpoch = next, j.epoch
 	a.wd.probes.WithLabelValues(string(next)).Inc()
@@ -260,9 +261,9 @@ func (a *Agent) probe(p EnvdProber, j probeJob) {
 		a.wd.guestMem.WithLabelValues(templateLabel(s.rec.Template.ID)).Observe(float64(h.MemUsedBytes))
 	}
 	switch {
-	case next == HealthUnhealthy && prev != HealthUnhealthy:
+	case next == nodeapi.HealthUnhealthy && prev != nodeapi.HealthUnhealthy:
 		a.log.Warn("watchdog: sandbox unhealthy", "sandbox_id", j.id, "execution_id", s.rec.ExecutionID, "error", err)
-	case next == HealthHealthy && prev == HealthUnhealthy:
+	case next == nodeapi.HealthHealthy && prev == nodeapi.HealthUnhealthy:
 		a.log.Info("watchdog: sandbox healthy again", "sandbox_id", j.id, "execution_id", s.rec.ExecutionID)
 	}
 }
@@ -297,7 +298,7 @@ func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	states := map[sandbox.State]int{sandbox.StateStarting: 0, sandbox.StateRunning: 0, sandbox.StatePausing: 0, sandbox.StatePaused: 0}
-	health := map[Health]int{HealthHealthy: 0, HealthUnhealthy: 0, HealthUnknown: 0}
+	health := map[nodeapi.Health]int{nodeapi.HealthHealthy: 0, nodeapi.HealthUnhealthy: 0, nodeapi.HealthUnknown: 0}
 	var vcpus, mem, disk float64
 	c.a.mu.Lock()
 	for _, s := range c.a.sandboxes {

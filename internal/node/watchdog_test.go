@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 // guestMem returns the sample count and sum of
@@ -66,7 +67,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, label, value string) fl
 	return 0
 }
 
-func health(t *testing.T, a *node.Agent, id string) node.Health {
+func health(t *testing.T, a *node.Agent, id string) nodeapi.Health {
 	t.Helper()
 	sb, err := a.Get(context.Background(), id)
 	if err != nil {
@@ -94,7 +95,7 @@ func TestWatchdogProbesRunningSandboxes(t *testing.T) {
 		})
 		a := e.start()
 		sb := e.create(a, "sb1")
-		if h := health(t, a, "sb1"); h != node.HealthUnknown {
+		if h := health(t, a, "sb1"); h != nodeapi.HealthUnknown {
 			t.Fatalf("health before any probe = %q, want unknown", h)
 		}
 		time.Sleep(24 * time.Second)
@@ -107,7 +108,7 @@ func TestWatchdogProbesRunningSandboxes(t *testing.T) {
 		if n := countAddr(e.envd.Probes(), sb.Address); n != 1 {
 			t.Fatalf("%d probes of %s by 42 s, want 1", n, sb.Address)
 		}
-		if h := health(t, a, "sb1"); h != node.HealthHealthy {
+		if h := health(t, a, "sb1"); h != nodeapi.HealthHealthy {
 			t.Errorf("health = %q, want healthy", h)
 		}
 		if n, sum := guestMem(t, e.reg, "tmpl"); n != 1 || sum != 100<<20 {
@@ -136,15 +137,15 @@ func TestWatchdogStaleEpoch(t *testing.T) {
 		tracked bool
 	}{
 		{"pause during the probe", func(t *testing.T, a *node.Agent) {
-			if _, err := a.Pause(ctx, "sb1", node.PauseRequest{}); err != nil {
+			if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{}); err != nil {
 				t.Fatalf("pause: %v", err)
 			}
 		}, true},
 		{"pause and resume during the probe", func(t *testing.T, a *node.Agent) {
-			if _, err := a.Pause(ctx, "sb1", node.PauseRequest{}); err != nil {
+			if _, err := a.Pause(ctx, "sb1", nodeapi.PauseRequest{}); err != nil {
 				t.Fatalf("pause: %v", err)
 			}
-			if _, err := a.Resume(ctx, "sb1", node.ResumeRequest{}); err != nil {
+			if _, err := a.Resume(ctx, "sb1", nodeapi.ResumeRequest{}); err != nil {
 				t.Fatalf("resume: %v", err)
 			}
 		}, true},
@@ -194,7 +195,7 @@ func TestWatchdogStaleEpoch(t *testing.T) {
 					t.Errorf("unhealthy probes = %v, want 0", v)
 				}
 				if tc.tracked {
-					if h := health(t, a, "sb1"); h != node.HealthUnknown {
+					if h := health(t, a, "sb1"); h != nodeapi.HealthUnknown {
 						t.Errorf("health = %q, want unknown (the stale result is dropped)", h)
 					}
 				} else if _, err := a.Get(ctx, "sb1"); err == nil {
@@ -214,7 +215,7 @@ func TestWatchdogNeverProbesPaused(t *testing.T) {
 		paused := e.create(a, "sb2")
 		// Let the watchdog schedule sb2 before it pauses.
 		time.Sleep(10 * time.Second)
-		if _, err := a.Pause(context.Background(), "sb2", node.PauseRequest{}); err != nil {
+		if _, err := a.Pause(context.Background(), "sb2", nodeapi.PauseRequest{}); err != nil {
 			t.Fatalf("pause: %v", err)
 		}
 		time.Sleep(10 * time.Minute)
@@ -226,7 +227,7 @@ func TestWatchdogNeverProbesPaused(t *testing.T) {
 		if n := countAddr(probes, run.Address); n < 14 {
 			t.Errorf("running sandbox probed %d times in 10 minutes, want at least 14", n)
 		}
-		if h := health(t, a, "sb2"); h != node.HealthUnknown {
+		if h := health(t, a, "sb2"); h != nodeapi.HealthUnknown {
 			t.Errorf("paused sandbox health = %q, want unknown", h)
 		}
 	})
@@ -252,7 +253,7 @@ func TestWatchdogMemoryReadings(t *testing.T) {
 		a := e.start()
 		e.create(a, "sb1") // 256 MiB limit
 		// probeOnce advances to the next probe and returns the health.
-		probeOnce := func() node.Health {
+		probeOnce := func() nodeapi.Health {
 			t.Helper()
 			before := len(e.envd.Probes())
 			for range 41 {
@@ -269,15 +270,15 @@ func TestWatchdogMemoryReadings(t *testing.T) {
 			name        string
 			answer      node.EnvdHealth
 			err         error
-			wantHealth  node.Health
+			wantHealth  nodeapi.Health
 			wantSamples uint64
 			wantSum     float64
 		}{
-			{"missing reading records nothing", node.EnvdHealth{}, nil, node.HealthHealthy, 0, 0},
-			{"reading far above the limit keeps it healthy", node.EnvdHealth{MemUsedBytes: 1 << 40, MemKnown: true}, nil, node.HealthHealthy, 1, 1 << 40},
-			{"failed probe is unhealthy and records nothing", node.EnvdHealth{MemUsedBytes: 1 << 20, MemKnown: true}, errors.New("down"), node.HealthUnhealthy, 1, 1 << 40},
-			{"missing reading is not replayed", node.EnvdHealth{}, nil, node.HealthHealthy, 1, 1 << 40},
-			{"zero reading is healthy", node.EnvdHealth{MemUsedBytes: 0, MemKnown: true}, nil, node.HealthHealthy, 2, 1 << 40},
+			{"missing reading records nothing", node.EnvdHealth{}, nil, nodeapi.HealthHealthy, 0, 0},
+			{"reading far above the limit keeps it healthy", node.EnvdHealth{MemUsedBytes: 1 << 40, MemKnown: true}, nil, nodeapi.HealthHealthy, 1, 1 << 40},
+			{"failed probe is unhealthy and records nothing", node.EnvdHealth{MemUsedBytes: 1 << 20, MemKnown: true}, errors.New("down"), nodeapi.HealthUnhealthy, 1, 1 << 40},
+			{"missing reading is not replayed", node.EnvdHealth{}, nil, nodeapi.HealthHealthy, 1, 1 << 40},
+			{"zero reading is healthy", node.EnvdHealth{MemUsedBytes: 0, MemKnown: true}, nil, nodeapi.HealthHealthy, 2, 1 << 40},
 		}
 		for _, st := range steps {
 			set(st.answer, st.err)

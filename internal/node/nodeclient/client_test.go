@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -48,10 +49,10 @@ func newRig(t *testing.T, fcfg fake.Config, token string) *rig {
 	return &rig{agent: a, client: nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token}), drv: drv, url: srv.URL}
 }
 
-func req(id string) node.CreateRequest {
-	return node.CreateRequest{
+func req(id string) nodeapi.CreateRequest {
+	return nodeapi.CreateRequest{
 		ID: id, ExecutionID: "e-" + id, TeamID: "team",
-		Template: node.Template{ID: "t", BuildID: "b", RootFS: "/rootfs", Env: map[string]string{"A": "1"},
+		Template: nodeapi.Template{ID: "t", BuildID: "b", RootFS: "/rootfs", Env: map[string]string{"A": "1"},
 			User: "user", Workdir: "/home/user", StartCmd: "sleep infinity"},
 		Resources: sandbox.Resources{VCPUs: 2, MemoryMB: 512, DiskMB: 2048, Pids: 100},
 		EndAt:     time.Now().Add(time.Hour).Truncate(time.Microsecond),
@@ -62,7 +63,7 @@ func req(id string) node.CreateRequest {
 }
 
 // same compares sandboxes, times by instant.
-func same(t *testing.T, what string, got, want *node.Sandbox) {
+func same(t *testing.T, what string, got, want *nodeapi.Sandbox) {
 	t.Helper()
 	g, w := *got, *want
 	if !g.StartedAt.Equal(w.StartedAt) || !g.EndAt.Equal(w.EndAt) {
@@ -118,19 +119,19 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("stats %+v, %v", st, err)
 	}
 	caps, err := c.Capabilities(ctx)
-	if err != nil || caps != (node.Capabilities{Driver: "fake", MemoryCheckpoint: true, Freeze: true, Fork: true}) {
+	if err != nil || caps != (nodeapi.Capabilities{Driver: "fake", MemoryCheckpoint: true, Freeze: true, Fork: true}) {
 		t.Errorf("capabilities %+v, %v", caps, err)
 	}
 
-	kids, err := c.Fork(ctx, "sb1", node.ForkRequest{IDs: []string{"k1", "k2"}, ExecutionIDs: []string{"x1", "x2"}})
+	kids, err := c.Fork(ctx, "sb1", nodeapi.ForkRequest{IDs: []string{"k1", "k2"}, ExecutionIDs: []string{"x1", "x2"}})
 	if err != nil || len(kids) != 2 || kids[1].ID != "k2" || kids[1].ExecutionID != "x2" || kids[0].State != sandbox.StateRunning {
 		t.Fatalf("fork %+v, %v", kids, err)
 	}
-	p, err := c.Pause(ctx, "sb1", node.PauseRequest{Memory: true})
+	p, err := c.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true})
 	if err != nil || p.State != sandbox.StatePaused || !p.PausedWithMemory {
 		t.Fatalf("pause %+v, %v", p, err)
 	}
-	res, err := c.Resume(ctx, "sb1", node.ResumeRequest{ExecutionID: "e2", EndAt: newEnd})
+	res, err := c.Resume(ctx, "sb1", nodeapi.ResumeRequest{ExecutionID: "e2", EndAt: newEnd})
 	if err != nil || res.State != sandbox.StateRunning || res.ExecutionID != "e2" || res.Epoch != 3 {
 		t.Fatalf("resume %+v, %v", res, err)
 	}
@@ -142,9 +143,9 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = r.drv.OOMKill("k2")
-	want := []node.Event{
-		{Type: node.EventKilled, SandboxID: "k1", ExecutionID: "x1", Reason: sandbox.KillAdmin},
-		{Type: node.EventExited, SandboxID: "k2", ExecutionID: "x2", Reason: sandbox.KillOOM},
+	want := []nodeapi.Event{
+		{Type: nodeapi.EventKilled, SandboxID: "k1", ExecutionID: "x1", Reason: sandbox.KillAdmin},
+		{Type: nodeapi.EventExited, SandboxID: "k2", ExecutionID: "x2", Reason: sandbox.KillOOM},
 	}
 	for _, w := range want {
 		select {
@@ -178,8 +179,8 @@ func TestErrorClasses(t *testing.T) {
 		{"not found", func() error { _, err := c.Get(ctx, "nope"); return err }, errdefs.ErrNotFound},
 		{"already exists", func() error { _, err := c.Create(ctx, req("sb1")); return err }, errdefs.ErrAlreadyExists},
 		{"invalid", func() error { _, err := c.Create(ctx, req("Not Valid")); return err }, errdefs.ErrInvalid},
-		{"conflict", func() error { _, err := c.Resume(ctx, "sb1", node.ResumeRequest{}); return err }, errdefs.ErrConflict},
-		{"unsupported", func() error { _, err := c.Pause(ctx, "sb1", node.PauseRequest{Memory: true}); return err }, errdefs.ErrUnsupported},
+		{"conflict", func() error { _, err := c.Resume(ctx, "sb1", nodeapi.ResumeRequest{}); return err }, errdefs.ErrConflict},
+		{"unsupported", func() error { _, err := c.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true}); return err }, errdefs.ErrUnsupported},
 		{"kill unknown", func() error { return c.Kill(ctx, "nope", sandbox.KillRequest) }, errdefs.ErrNotFound},
 	}
 	for _, tt := range tests {
@@ -280,7 +281,7 @@ func TestWatchReconnects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func() node.Event {
+	next := func() nodeapi.Event {
 		t.Helper()
 		select {
 		case ev, ok := <-events:
@@ -291,7 +292,7 @@ func TestWatchReconnects(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("no event")
 		}
-		return node.Event{}
+		return nodeapi.Event{}
 	}
 	_ = drv.Exit("sb1", 1)
 	if ev := next(); ev.SandboxID != "sb1" {
@@ -299,7 +300,7 @@ func TestWatchReconnects(t *testing.T) {
 	}
 	srv.CloseClientConnections()
 	_ = drv.Exit("sb2", 2)
-	if ev := next(); ev.SandboxID != "sb2" || ev.Type != node.EventExited {
+	if ev := next(); ev.SandboxID != "sb2" || ev.Type != nodeapi.EventExited {
 		t.Fatalf("event after the stream broke: %+v", ev)
 	}
 	cancel()
@@ -317,13 +318,13 @@ func TestStaleExecution(t *testing.T) {
 	if _, err := c.Create(ctx, req("sb1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Pause(ctx, "sb1", node.PauseRequest{Memory: true, ExecutionID: "e-sb1"}); err != nil {
+	if _, err := c.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true, ExecutionID: "e-sb1"}); err != nil {
 		t.Fatalf("pause of the current execution: %v", err)
 	}
-	if _, err := c.Resume(ctx, "sb1", node.ResumeRequest{ExecutionID: "e-2", EndAt: time.Now().Add(time.Hour)}); err != nil {
+	if _, err := c.Resume(ctx, "sb1", nodeapi.ResumeRequest{ExecutionID: "e-2", EndAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Pause(ctx, "sb1", node.PauseRequest{Memory: true, ExecutionID: "e-sb1"}); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := c.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true, ExecutionID: "e-sb1"}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("pause of an old execution: %v, want conflict", err)
 	}
 	if err := c.KillExecution(ctx, "sb1", "e-sb1", sandbox.KillTimeout); !errors.Is(err, errdefs.ErrConflict) {

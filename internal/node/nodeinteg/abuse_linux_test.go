@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/api/envd/process"
 	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -29,7 +30,7 @@ import (
 
 // runAs runs cmd with bash as user through envd and returns its stdout
 // and exit code.
-func runAs(t testing.TB, sb *node.Sandbox, token, user, cmd string) (string, int) {
+func runAs(t testing.TB, sb *nodeapi.Sandbox, token, user, cmd string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -58,7 +59,7 @@ func runAs(t testing.TB, sb *node.Sandbox, token, user, cmd string) (string, int
 
 // abuseSandbox creates a sandbox with res (zero fields: the test
 // defaults, 512 MiB) and kills it at the end.
-func abuseSandbox(t *testing.T, h *host, a *node.Agent, prefix string, res sandbox.Resources) (*node.Sandbox, string) {
+func abuseSandbox(t *testing.T, h *host, a *node.Agent, prefix string, res sandbox.Resources) (*nodeapi.Sandbox, string) {
 	t.Helper()
 	id := prefix + sandbox.NewID()[:10]
 	req := h.createReq(id)
@@ -99,7 +100,7 @@ func hostPidsRefused(t testing.TB, h *host, id string) int {
 // SIGKILL) as that user (a shell builtin, so it needs no fork while the
 // user is at the task limit), repeated for forks that were under way,
 // and fails when some remain.
-func killUser(t testing.TB, sb *node.Sandbox, token, user string) {
+func killUser(t testing.TB, sb *nodeapi.Sandbox, token, user string) {
 	t.Helper()
 	for range 5 {
 		runAs(t, sb, token, user, "for i in {1..50}; do kill -9 -1 2>/dev/null; done")
@@ -113,7 +114,7 @@ func killUser(t testing.TB, sb *node.Sandbox, token, user string) {
 
 // assertAlive fails unless the sandbox answers a command as the default
 // user.
-func assertAlive(t testing.TB, a *node.Agent, sb *node.Sandbox, token string) {
+func assertAlive(t testing.TB, a *node.Agent, sb *nodeapi.Sandbox, token string) {
 	t.Helper()
 	if out, code := runAs(t, sb, token, "user", "echo alive"); code != 0 || strings.TrimSpace(out) != "alive" {
 		t.Fatalf("after the abuse: %q exit %d", out, code)
@@ -227,10 +228,10 @@ func TestMemoryPressureAfterRestore(t *testing.T) {
 		t.Fatalf("%q processes running before the pause, want 40", out)
 	}
 	ctx := context.Background()
-	if _, err := a.Pause(ctx, sb.ID, node.PauseRequest{Memory: true}); err != nil {
+	if _, err := a.Pause(ctx, sb.ID, nodeapi.PauseRequest{Memory: true}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := a.Resume(ctx, sb.ID, node.ResumeRequest{ExecutionID: "e2"})
+	r, err := a.Resume(ctx, sb.ID, nodeapi.ResumeRequest{ExecutionID: "e2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +285,7 @@ for i in $(seq 40); do python3 -c "$child" & done; wait`
 // killed and sb answers. Each look is a command of its own: one that
 // runs while the host kills stubs may be killed too (exit 137), and is
 // asked again.
-func releasePressure(t *testing.T, a *node.Agent, sb *node.Sandbox, tok string) {
+func releasePressure(t *testing.T, a *node.Agent, sb *nodeapi.Sandbox, tok string) {
 	t.Helper()
 	if _, code := runAs(t, sb, tok, "user", "touch /tmp/go"); code != 0 {
 		t.Fatalf("touch /tmp/go: exit %d", code)
@@ -434,7 +435,7 @@ func TestHostWallKillReason(t *testing.T) {
 	for {
 		select {
 		case ev := <-evs:
-			if ev.SandboxID != sb.ID || ev.Type != node.EventExited {
+			if ev.SandboxID != sb.ID || ev.Type != nodeapi.EventExited {
 				continue
 			}
 			if ev.Reason != sandbox.KillPidsLimit {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -72,12 +72,12 @@ func BenchmarkPauseResume(b *testing.B) {
 	var pauseLines, resumeLines []string
 	for b.Loop() {
 		t0 := time.Now()
-		if _, err := a.Pause(ctx, id, node.PauseRequest{Memory: true}); err != nil {
+		if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
 		pauseLines = append(pauseLines, tap.take("sandbox paused")...)
-		if _, err := a.Resume(ctx, id, node.ResumeRequest{}); err != nil {
+		if _, err := a.Resume(ctx, id, nodeapi.ResumeRequest{}); err != nil {
 			b.Fatal(err)
 		}
 		pauses, resumes = append(pauses, t1.Sub(t0)), append(resumes, time.Since(t1))
@@ -114,7 +114,7 @@ func BenchmarkFork10(b *testing.B) {
 			ids[i] = fmt.Sprintf("k%d%s", i, sandbox.NewID()[:10])
 		}
 		t0 := time.Now()
-		if _, err := a.Fork(ctx, id, node.ForkRequest{IDs: ids}); err != nil {
+		if _, err := a.Fork(ctx, id, nodeapi.ForkRequest{IDs: ids}); err != nil {
 			b.Fatal(err)
 		}
 		forks = append(forks, time.Since(t0))
@@ -159,7 +159,7 @@ func BenchmarkSnapshotCreate(b *testing.B) {
 	var restored, cold figures
 	for i := 0; b.Loop(); i++ {
 		for _, c := range []struct {
-			t   node.Template
+			t   nodeapi.Template
 			out *figures
 		}{{snap, &restored}, {tmpl, &cold}} {
 			id := fmt.Sprintf("bs%03d%s", i%1000, sandbox.NewID()[:8])

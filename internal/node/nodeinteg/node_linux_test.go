@@ -32,6 +32,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/netslot/netslottest"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/rootfslayers"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -185,10 +186,10 @@ func (h *host) agentOn(drv driver.Driver) *node.Agent {
 	return a
 }
 
-func (h *host) createReq(id string) node.CreateRequest {
-	return node.CreateRequest{
+func (h *host) createReq(id string) nodeapi.CreateRequest {
+	return nodeapi.CreateRequest{
 		ID: id, ExecutionID: "e-" + id,
-		Template:        node.Template{ID: "base", BuildID: "b", RootFS: h.tmpl, User: "user", Workdir: "/home/user"},
+		Template:        nodeapi.Template{ID: "base", BuildID: "b", RootFS: h.tmpl, User: "user", Workdir: "/home/user"},
 		Resources:       sandbox.Resources{VCPUs: 1, MemoryMB: 512, DiskMB: 256},
 		EnvVars:         map[string]string{"FROM_CREATE": "yes"},
 		EnvdAccessToken: "tok-" + id,
@@ -197,7 +198,7 @@ func (h *host) createReq(id string) node.CreateRequest {
 
 // run runs cmd in the sandbox through envd's process service and returns
 // its stdout and exit code.
-func run(t testing.TB, sb *node.Sandbox, token, cmd string) (string, int) {
+func run(t testing.TB, sb *nodeapi.Sandbox, token, cmd string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -224,7 +225,7 @@ func run(t testing.TB, sb *node.Sandbox, token, cmd string) (string, int) {
 	return "", -1
 }
 
-func counter(t testing.TB, sb *node.Sandbox, token string) int {
+func counter(t testing.TB, sb *nodeapi.Sandbox, token string) int {
 	t.Helper()
 	out, code := run(t, sb, token, "cat /tmp/counter")
 	n, err := strconv.Atoi(strings.TrimSpace(out))
@@ -236,7 +237,7 @@ func counter(t testing.TB, sb *node.Sandbox, token string) int {
 
 // waitCounterAbove waits until the counter passes n (the counter ticks
 // every 50 ms; the wait is bounded generously for a loaded machine).
-func waitCounterAbove(t testing.TB, sb *node.Sandbox, token string, n int) int {
+func waitCounterAbove(t testing.TB, sb *nodeapi.Sandbox, token string, n int) int {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -340,7 +341,7 @@ func TestLifecycle(t *testing.T) {
 	before := waitCounterAbove(t, sb, tok, 3)
 
 	start = time.Now()
-	p, err := a.Pause(ctx, id, node.PauseRequest{Memory: true})
+	p, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +355,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	start = time.Now()
-	r, err := a.Resume(ctx, id, node.ResumeRequest{ExecutionID: "e2"})
+	r, err := a.Resume(ctx, id, nodeapi.ResumeRequest{ExecutionID: "e2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,10 +394,10 @@ func TestFilesystemPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, sb, tok, "echo kept > /home/user/f; echo gone > /tmp/f")
-	if _, err := a.Pause(ctx, id, node.PauseRequest{}); err != nil {
+	if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := a.Resume(ctx, id, node.ResumeRequest{})
+	r, err := a.Resume(ctx, id, nodeapi.ResumeRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +455,7 @@ func TestAgentRestart(t *testing.T) {
 	}
 	select {
 	case ev := <-events:
-		if ev.SandboxID != id || ev.Type != node.EventExited {
+		if ev.SandboxID != id || ev.Type != nodeapi.EventExited {
 			t.Errorf("event %+v", ev)
 		}
 	case <-time.After(60 * time.Second):
@@ -488,7 +489,7 @@ func TestFork(t *testing.T) {
 	}
 	run(t, sb, tok, "echo source > /home/user/who; echo 41 > /tmp/n")
 	start := time.Now()
-	forks, err := a.Fork(ctx, id, node.ForkRequest{IDs: kids})
+	forks, err := a.Fork(ctx, id, nodeapi.ForkRequest{IDs: kids})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +558,7 @@ func TestOOMAndStats(t *testing.T) {
 	}()
 	select {
 	case ev := <-events:
-		if ev.SandboxID != id || ev.Type != node.EventExited || ev.Reason != sandbox.KillOOM {
+		if ev.SandboxID != id || ev.Type != nodeapi.EventExited || ev.Reason != sandbox.KillOOM {
 			t.Errorf("event %+v, want %s exited with reason oom", ev, id)
 		}
 	case <-time.After(120 * time.Second):
@@ -714,13 +715,13 @@ func TestRunc(t *testing.T) {
 	if out, code := run(t, sb, tok, "id -un; cat /home/user/f"); code != 0 || strings.Join(strings.Fields(out), " ") != "user kept" {
 		t.Errorf("exec through envd on runc: %q exit %d", out, code)
 	}
-	if _, err := a.Pause(ctx, id, node.PauseRequest{Memory: true}); !errdefs.IsUnsupported(err) {
+	if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); !errdefs.IsUnsupported(err) {
 		t.Errorf("pause with memory on runc: %v, want unsupported", err)
 	}
-	if _, err := a.Pause(ctx, id, node.PauseRequest{}); err != nil {
+	if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := a.Resume(ctx, id, node.ResumeRequest{})
+	r, err := a.Resume(ctx, id, nodeapi.ResumeRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

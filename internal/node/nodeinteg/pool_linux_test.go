@@ -12,6 +12,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -29,7 +30,7 @@ func waitPoolReady(t testing.TB, a *node.Agent, tmpl string, n int) {
 }
 
 // claim reserves a member of the pool and creates sandbox req from it.
-func claim(t testing.TB, a *node.Agent, req node.CreateRequest) *node.Sandbox {
+func claim(t testing.TB, a *node.Agent, req nodeapi.CreateRequest) *nodeapi.Sandbox {
 	t.Helper()
 	id, ok := a.Reserve(req.Template, req.Resources)
 	if !ok {
@@ -64,10 +65,10 @@ func TestWarmPoolRunsc(t *testing.T) {
 	if out, code := run(t, sb, "tok-"+sb.ID, "echo $FROM_CREATE"); code != 0 || strings.TrimSpace(out) != "claimed" {
 		t.Fatalf("command in the claimed sandbox: %q (exit %d), want the create's env", out, code)
 	}
-	if _, err := a.Pause(ctx, sb.ID, node.PauseRequest{Memory: true}); err != nil {
+	if _, err := a.Pause(ctx, sb.ID, nodeapi.PauseRequest{Memory: true}); err != nil {
 		t.Fatalf("pause: %v", err)
 	}
-	rs, err := a.Resume(ctx, sb.ID, node.ResumeRequest{})
+	rs, err := a.Resume(ctx, sb.ID, nodeapi.ResumeRequest{})
 	if err != nil {
 		t.Fatalf("resume: %v", err)
 	}
@@ -141,10 +142,10 @@ func TestWarmPoolClaimResizesRunsc(t *testing.T) {
 	if _, code := runAs(t, sb, tok, "user", "echo kept > /tmp/mark"); code != 0 {
 		t.Fatal("write /tmp/mark")
 	}
-	if _, err := a.Pause(ctx, sb.ID, node.PauseRequest{Memory: true}); err != nil {
+	if _, err := a.Pause(ctx, sb.ID, nodeapi.PauseRequest{Memory: true}); err != nil {
 		t.Fatalf("pause of a resized member: %v", err)
 	}
-	rs, err := a.Resume(ctx, sb.ID, node.ResumeRequest{})
+	rs, err := a.Resume(ctx, sb.ID, nodeapi.ResumeRequest{})
 	if err != nil {
 		t.Fatalf("resume of a resized member: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 func TestMuxMetrics(t *testing.T) {
@@ -35,11 +36,11 @@ func TestMuxMetrics(t *testing.T) {
 
 	// The RPCs are served beside /metrics, health included.
 	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token})
-	sb, err := c.Create(t.Context(), node.CreateRequest{ID: "sb1", Template: node.Template{ID: "t", RootFS: "/rootfs"}})
+	sb, err := c.Create(t.Context(), nodeapi.CreateRequest{ID: "sb1", Template: nodeapi.Template{ID: "t", RootFS: "/rootfs"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.Health != node.HealthUnknown {
+	if sb.Health != nodeapi.HealthUnknown {
 		t.Errorf("health over RPC = %q, want unknown before any probe", sb.Health)
 	}
 
@@ -84,15 +85,15 @@ func TestMuxMetrics(t *testing.T) {
 
 func TestHealthConversion(t *testing.T) {
 	t.Parallel()
-	for _, h := range []node.Health{node.HealthHealthy, node.HealthUnhealthy, node.HealthUnknown, ""} {
+	for _, h := range []nodeapi.Health{nodeapi.HealthHealthy, nodeapi.HealthUnhealthy, nodeapi.HealthUnknown, ""} {
 		t.Run(string(h), func(t *testing.T) {
-			out, err := noderpc.SandboxFromProto(noderpc.SandboxToProto(&node.Sandbox{ID: "sb1", State: "running", Health: h}))
+			out, err := noderpc.SandboxFromProto(noderpc.SandboxToProto(&nodeapi.Sandbox{ID: "sb1", State: "running", Health: h}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := h
 			if want == "" {
-				want = node.HealthUnknown
+				want = nodeapi.HealthUnknown
 			}
 			if out.Health != want {
 				t.Errorf("health %q after the round trip, want %q", out.Health, want)
