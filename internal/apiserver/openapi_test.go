@@ -398,7 +398,10 @@ func TestClientTypesInSpec(t *testing.T) {
 		"NewTemplate": client.NewTemplate{}, "TemplateCreated": client.TemplateCreated{}, "FilesUpload": client.FilesUpload{},
 		"TemplateStep": client.TemplateStep{}, "RegistryAuth": client.RegistryAuth{}, "TemplateBuild": client.TemplateBuild{},
 		"BuildLogEntry": client.BuildLogEntry{}, "BuildReason": client.BuildReason{}, "TemplateBuildInfo": client.TemplateBuildInfo{},
-		"Template": client.Template{}, "TemplateAlias": client.TemplateAlias{},
+		"Template": client.Template{}, "TemplateAlias": client.TemplateAlias{}, "BuildLogs": client.BuildLogs{},
+		"TemplateWithBuilds": client.TemplateWithBuilds{}, "TemplateBuildSummary": client.TemplateBuildSummary{},
+		"TemplateUpdate": client.TemplateUpdate{}, "TemplateNames": client.TemplateNames{}, "TagsRequest": client.TagsRequest{},
+		"TagsAssigned": client.TagsAssigned{}, "TemplateTag": client.TemplateTag{},
 	} {
 		s := doc.Components.Schemas[name]
 		if s == nil {

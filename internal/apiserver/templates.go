@@ -73,23 +73,14 @@ func (s *Server) templateErr(w http.ResponseWriter, r *http.Request, id string, 
 	}
 }
 
-// templateCreateRequest is TemplateBuildRequestV3. Fields it does not
+// The template routes encode and decode pkg/client's types, the one
+// definition of their wire shapes (api/warren-openapi.json describes them;
+// openapi_test.go holds both to it). Fields of a request body they do not
 // name (teamID, anything newer) are ignored.
-type templateCreateRequest struct {
-	Name     string   `json:"name"`
-	Alias    string   `json:"alias"`
-	Tags     []string `json:"tags"`
-	CPUCount *int     `json:"cpuCount"`
-	MemoryMB *int64   `json:"memoryMB"`
-	// MinFreeDiskMB (SDK and CLI --min-free-disk-mb) is the free space
-	// wanted after the build steps; it raises the template's disk size and
-	// never lowers it (diskMB).
-	MinFreeDiskMB *int64 `json:"minFreeDiskMb"`
-}
 
 // diskMB is the disk size to record for req: minFreeDiskMb when it is
 // above the default, else 0 (the catalog's default).
-func (req templateCreateRequest) diskMB() (int64, error) {
+func diskMB(req client.NewTemplate) (int64, error) {
 	if req.MinFreeDiskMB == nil {
 		return 0, nil
 	}
@@ -101,18 +92,8 @@ func (req templateCreateRequest) diskMB() (int64, error) {
 	return 0, nil
 }
 
-// templateCreateResponse is TemplateRequestResponseV3.
-type templateCreateResponse struct {
-	TemplateID string   `json:"templateID"`
-	BuildID    string   `json:"buildID"`
-	Public     bool     `json:"public"`
-	Names      []string `json:"names"`
-	Tags       []string `json:"tags"`
-	Aliases    []string `json:"aliases"`
-}
-
 func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
-	var req templateCreateRequest
+	var req client.NewTemplate
 	if err := decode(r, &req, true); err != nil {
 		s.fail(w, r, err)
 		return
@@ -129,7 +110,7 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *calle
 		s.fail(w, r, err)
 		return
 	}
-	disk, err := req.diskMB()
+	disk, err := diskMB(req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -143,7 +124,7 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *calle
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, templateCreateResponse{
+	writeJSON(w, http.StatusAccepted, client.TemplateCreated{
 		TemplateID: t.ID, BuildID: b.ID, Public: t.Public, Names: names(t), Tags: nonNil(b.Tags), Aliases: nonNil(t.Aliases),
 	})
 }
@@ -180,10 +161,7 @@ func (s *Server) templateFiles(w http.ResponseWriter, r *http.Request, c *caller
 		s.templateErr(w, r, id, err)
 		return
 	}
-	out := struct {
-		Present bool   `json:"present"`
-		URL     string `json:"url,omitempty"`
-	}{Present: present}
+	out := client.FilesUpload{Present: present}
 	if !present {
 		out.URL = s.baseURL(r) + path
 	}
@@ -272,36 +250,12 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
-// logEntry is BuildLogEntry.
-type logEntry struct {
-	Timestamp time.Time `json:"timestamp"`
-	Level     string    `json:"level"`
-	Message   string    `json:"message"`
-	Step      string    `json:"step,omitempty"`
-}
-
-func logEntries(in []templates.LogEntry) []logEntry {
-	out := make([]logEntry, 0, len(in))
+func logEntries(in []templates.LogEntry) []client.BuildLogEntry {
+	out := make([]client.BuildLogEntry, 0, len(in))
 	for _, e := range in {
-		out = append(out, logEntry{Timestamp: e.Timestamp.UTC(), Level: string(e.Level), Message: e.Message, Step: e.Step})
+		out = append(out, client.BuildLogEntry{Timestamp: e.Timestamp.UTC(), Level: string(e.Level), Message: e.Message, Step: e.Step})
 	}
 	return out
-}
-
-// buildInfo is TemplateBuildInfo.
-type buildInfo struct {
-	TemplateID string       `json:"templateID"`
-	BuildID    string       `json:"buildID"`
-	Status     string       `json:"status"`
-	Logs       []string     `json:"logs"`
-	LogEntries []logEntry   `json:"logEntries"`
-	Reason     *buildReason `json:"reason,omitempty"`
-}
-
-type buildReason struct {
-	Message    string     `json:"message"`
-	Step       string     `json:"step,omitempty"`
-	LogEntries []logEntry `json:"logEntries"`
 }
 
 func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -330,12 +284,12 @@ func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request, c *caller) 
 	if minLevel != "" {
 		entries = slices.DeleteFunc(slices.Clone(entries), func(e templates.LogEntry) bool { return levelRank[e.Level] < levelRank[minLevel] })
 	}
-	out := buildInfo{TemplateID: st.TemplateID, BuildID: st.BuildID, Status: string(st.Status), Logs: []string{}, LogEntries: logEntries(entries)}
+	out := client.TemplateBuildInfo{TemplateID: st.TemplateID, BuildID: st.BuildID, Status: string(st.Status), Logs: []string{}, LogEntries: logEntries(entries)}
 	for _, e := range entries {
 		out.Logs = append(out.Logs, e.Message)
 	}
 	if st.Reason != nil {
-		out.Reason = &buildReason{Message: st.Reason.Message, Step: st.Reason.Step, LogEntries: []logEntry{}}
+		out.Reason = &client.BuildReason{Message: st.Reason.Message, Step: st.Reason.Step, LogEntries: []client.BuildLogEntry{}}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -400,32 +354,11 @@ func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.buildErr(w, r, id, buildID, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"logs": logEntries(entries)})
+	writeJSON(w, http.StatusOK, client.BuildLogs{Logs: logEntries(entries)})
 }
 
-// templateJSON is Template (and, with the deprecated fields, what the
-// CLI's `template list` reads).
-type templateJSON struct {
-	TemplateID    string     `json:"templateID"`
-	BuildID       string     `json:"buildID"`
-	CPUCount      int        `json:"cpuCount"`
-	MemoryMB      int64      `json:"memoryMB"`
-	DiskSizeMB    int64      `json:"diskSizeMB"`
-	Public        bool       `json:"public"`
-	Aliases       []string   `json:"aliases"`
-	Names         []string   `json:"names"`
-	CreatedAt     time.Time  `json:"createdAt"`
-	UpdatedAt     time.Time  `json:"updatedAt"`
-	CreatedBy     *struct{}  `json:"createdBy"`
-	LastSpawnedAt *time.Time `json:"lastSpawnedAt"`
-	SpawnCount    int64      `json:"spawnCount"`
-	BuildCount    int        `json:"buildCount"`
-	EnvdVersion   string     `json:"envdVersion"`
-	BuildStatus   string     `json:"buildStatus"`
-}
-
-func (s *Server) templateOf(ctx context.Context, t *templates.Template) (templateJSON, error) {
-	out := templateJSON{
+func (s *Server) templateOf(ctx context.Context, t *templates.Template) (client.Template, error) {
+	out := client.Template{
 		TemplateID: t.ID, CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskMB, Public: t.Public,
 		Aliases: names(t), Names: names(t), CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(), BuildStatus: string(templates.BuildWaiting),
 	}
@@ -460,12 +393,12 @@ func (s *Server) templateOf(ctx context.Context, t *templates.Template) (templat
 const defaultEnvdVersion = envdproto.Version
 
 // teamTemplates returns the templates team owns, oldest first.
-func (s *Server) teamTemplates(ctx context.Context, teamID string) ([]templateJSON, error) {
+func (s *Server) teamTemplates(ctx context.Context, teamID string) ([]client.Template, error) {
 	all, err := s.cfg.Catalog.List(ctx, teamID)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]templateJSON, 0, len(all))
+	out := make([]client.Template, 0, len(all))
 	for _, t := range all {
 		if teamID == "" && t.TeamID != "" {
 			continue
@@ -547,19 +480,6 @@ func (s *Server) listTemplatesV2(w http.ResponseWriter, r *http.Request, c *call
 	writeJSON(w, http.StatusOK, page)
 }
 
-// templateBuildJSON is TemplateBuild.
-type templateBuildJSON struct {
-	BuildID     string     `json:"buildID"`
-	Status      string     `json:"status"`
-	CreatedAt   time.Time  `json:"createdAt"`
-	UpdatedAt   time.Time  `json:"updatedAt"`
-	FinishedAt  *time.Time `json:"finishedAt,omitempty"`
-	CPUCount    int        `json:"cpuCount"`
-	MemoryMB    int64      `json:"memoryMB"`
-	DiskSizeMB  int64      `json:"diskSizeMB"`
-	EnvdVersion string     `json:"envdVersion,omitempty"`
-}
-
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
 	id := r.PathValue("id")
 	t, err := s.cfg.Catalog.Find(r.Context(), c.teamID, id)
@@ -572,10 +492,10 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *caller) 
 		s.fail(w, r, err)
 		return
 	}
-	bs := make([]templateBuildJSON, 0, len(builds))
+	bs := make([]client.TemplateBuildSummary, 0, len(builds))
 	for i := len(builds) - 1; i >= 0; i-- { // newest first
 		b := builds[i]
-		j := templateBuildJSON{
+		j := client.TemplateBuildSummary{
 			BuildID: b.ID, Status: string(b.Status), CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC(),
 			CPUCount: b.CPUCount, MemoryMB: b.MemoryMB, DiskSizeMB: b.DiskMB, EnvdVersion: b.EnvdVersion,
 		}
@@ -590,10 +510,9 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *caller) 
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"templateID": t.ID, "public": t.Public, "aliases": names(t), "names": names(t),
-		"createdAt": t.CreatedAt.UTC(), "updatedAt": t.UpdatedAt.UTC(), "lastSpawnedAt": nil, "spawnCount": 0,
-		"builds": page,
+	writeJSON(w, http.StatusOK, client.TemplateWithBuilds{
+		TemplateID: t.ID, Public: t.Public, Aliases: names(t), Names: names(t),
+		CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(), Builds: page,
 	})
 }
 
@@ -623,9 +542,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, c *calle
 
 func (s *Server) patchTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
 	id := r.PathValue("id")
-	var req struct {
-		Public *bool `json:"public"`
-	}
+	var req client.TemplateUpdate
 	if err := decode(r, &req, true); err != nil {
 		s.fail(w, r, err)
 		return
@@ -641,7 +558,7 @@ func (s *Server) patchTemplate(w http.ResponseWriter, r *http.Request, c *caller
 		s.templateErr(w, r, id, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"names": names(t)})
+	writeJSON(w, http.StatusOK, client.TemplateNames{Names: names(t)})
 }
 
 func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, c *caller, alias string) {
@@ -652,14 +569,11 @@ func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, c *caller
 		s.templateErr(w, r, alias, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"templateID": t.ID, "public": t.Public})
+	writeJSON(w, http.StatusOK, client.TemplateAlias{TemplateID: t.ID, Public: t.Public})
 }
 
 func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, c *caller) {
-	var req struct {
-		Target string   `json:"target"`
-		Tags   []string `json:"tags"`
-	}
+	var req client.TagsRequest
 	if err := decode(r, &req, true); err != nil {
 		s.fail(w, r, err)
 		return
@@ -681,14 +595,11 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.templateErr(w, r, req.Target, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"buildID": buildID, "tags": req.Tags})
+	writeJSON(w, http.StatusCreated, client.TagsAssigned{BuildID: buildID, Tags: req.Tags})
 }
 
 func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, c *caller) {
-	var req struct {
-		Name string   `json:"name"`
-		Tags []string `json:"tags"`
-	}
+	var req client.TagsRequest
 	if err := decode(r, &req, true); err != nil {
 		s.fail(w, r, err)
 		return
@@ -722,14 +633,9 @@ func (s *Server) listTags(w http.ResponseWriter, r *http.Request, c *caller, id 
 		s.templateErr(w, r, id, err)
 		return
 	}
-	type tagJSON struct {
-		Tag       string    `json:"tag"`
-		BuildID   string    `json:"buildID"`
-		CreatedAt time.Time `json:"createdAt"`
-	}
-	out := make([]tagJSON, 0, len(tags))
+	out := make([]client.TemplateTag, 0, len(tags))
 	for _, tg := range tags {
-		out = append(out, tagJSON{Tag: tg.Tag, BuildID: tg.BuildID, CreatedAt: tg.CreatedAt.UTC()})
+		out = append(out, client.TemplateTag{Tag: tg.Tag, BuildID: tg.BuildID, CreatedAt: tg.CreatedAt.UTC()})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

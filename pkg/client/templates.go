@@ -29,12 +29,17 @@ const (
 )
 
 // NewTemplate is the body of POST /v3/templates. Name is "alias" or
-// "alias:tag"; an existing name of the team gets a new build.
+// "alias:tag"; an existing name of the team gets a new build. Alias is the
+// older SDKs' field for Name, taken when Name is empty. MinFreeDiskMB (the
+// SDK's and CLI's --min-free-disk-mb) is the free space wanted after the
+// build steps: it raises the template's disk size and never lowers it.
 type NewTemplate struct {
-	Name     string   `json:"name"`
-	Tags     []string `json:"tags,omitempty"`
-	CPUCount *int     `json:"cpuCount,omitempty"`
-	MemoryMB *int64   `json:"memoryMB,omitempty"`
+	Name          string   `json:"name"`
+	Alias         string   `json:"alias,omitempty"`
+	Tags          []string `json:"tags,omitempty"`
+	CPUCount      *int     `json:"cpuCount,omitempty"`
+	MemoryMB      *int64   `json:"memoryMB,omitempty"`
+	MinFreeDiskMB *int64   `json:"minFreeDiskMb,omitempty"`
 }
 
 // TemplateCreated is the answer to POST /v3/templates: the template and
@@ -118,43 +123,119 @@ type BuildLogEntry struct {
 	Step      string    `json:"step,omitempty"`
 }
 
-// BuildReason says why a build failed.
+// BuildReason says why a build failed. The server sends LogEntries
+// empty: the build's lines are in TemplateBuildInfo.LogEntries.
 type BuildReason struct {
-	Message string `json:"message"`
-	Step    string `json:"step,omitempty"`
+	Message    string          `json:"message"`
+	Step       string          `json:"step,omitempty"`
+	LogEntries []BuildLogEntry `json:"logEntries"`
 }
 
 // TemplateBuildInfo is the answer to GET
-// /templates/{id}/builds/{buildID}/status.
+// /templates/{id}/builds/{buildID}/status. Logs are the messages of
+// LogEntries (the older SDKs read them).
 type TemplateBuildInfo struct {
 	TemplateID string          `json:"templateID"`
 	BuildID    string          `json:"buildID"`
 	Status     string          `json:"status"`
+	Logs       []string        `json:"logs"`
 	LogEntries []BuildLogEntry `json:"logEntries"`
 	Reason     *BuildReason    `json:"reason,omitempty"`
 }
 
-// Template is one entry of GET /templates.
+// BuildLogs is the answer to GET /templates/{id}/builds/{buildID}/logs.
+type BuildLogs struct {
+	Logs []BuildLogEntry `json:"logs"`
+}
+
+// Template is one entry of GET /templates (and GET /v2/templates).
+// CreatedBy and LastSpawnedAt are always null from Warren and SpawnCount 0
+// (E2B's API has them; the CLI's `template list` reads them).
 type Template struct {
-	TemplateID  string    `json:"templateID"`
-	BuildID     string    `json:"buildID"`
-	CPUCount    int       `json:"cpuCount"`
-	MemoryMB    int64     `json:"memoryMB"`
-	DiskSizeMB  int64     `json:"diskSizeMB"`
-	Public      bool      `json:"public"`
-	Aliases     []string  `json:"aliases"`
-	Names       []string  `json:"names"`
-	CreatedAt   time.Time `json:"createdAt"`
-	UpdatedAt   time.Time `json:"updatedAt"`
-	BuildCount  int       `json:"buildCount"`
-	BuildStatus string    `json:"buildStatus"`
-	EnvdVersion string    `json:"envdVersion"`
+	TemplateID    string     `json:"templateID"`
+	BuildID       string     `json:"buildID"`
+	CPUCount      int        `json:"cpuCount"`
+	MemoryMB      int64      `json:"memoryMB"`
+	DiskSizeMB    int64      `json:"diskSizeMB"`
+	Public        bool       `json:"public"`
+	Aliases       []string   `json:"aliases"`
+	Names         []string   `json:"names"`
+	CreatedAt     time.Time  `json:"createdAt"`
+	UpdatedAt     time.Time  `json:"updatedAt"`
+	CreatedBy     *struct{}  `json:"createdBy"`
+	LastSpawnedAt *time.Time `json:"lastSpawnedAt"`
+	SpawnCount    int64      `json:"spawnCount"`
+	BuildCount    int        `json:"buildCount"`
+	EnvdVersion   string     `json:"envdVersion"`
+	BuildStatus   string     `json:"buildStatus"`
+}
+
+// TemplateWithBuilds is the answer to GET /templates/{id}: the template
+// and a page of its builds, newest first. LastSpawnedAt is always null
+// from Warren and SpawnCount 0.
+type TemplateWithBuilds struct {
+	TemplateID    string                 `json:"templateID"`
+	Public        bool                   `json:"public"`
+	Aliases       []string               `json:"aliases"`
+	Names         []string               `json:"names"`
+	CreatedAt     time.Time              `json:"createdAt"`
+	UpdatedAt     time.Time              `json:"updatedAt"`
+	LastSpawnedAt *time.Time             `json:"lastSpawnedAt"`
+	SpawnCount    int64                  `json:"spawnCount"`
+	Builds        []TemplateBuildSummary `json:"builds"`
+}
+
+// TemplateBuildSummary is one build of TemplateWithBuilds.
+type TemplateBuildSummary struct {
+	BuildID     string     `json:"buildID"`
+	Status      string     `json:"status"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	UpdatedAt   time.Time  `json:"updatedAt"`
+	FinishedAt  *time.Time `json:"finishedAt,omitempty"`
+	CPUCount    int        `json:"cpuCount"`
+	MemoryMB    int64      `json:"memoryMB"`
+	DiskSizeMB  int64      `json:"diskSizeMB"`
+	EnvdVersion string     `json:"envdVersion,omitempty"`
+}
+
+// TemplateUpdate is the body of PATCH /templates/{id} (and /v2/...);
+// TemplateNames is its answer.
+type TemplateUpdate struct {
+	Public *bool `json:"public,omitempty"`
+}
+
+// TemplateNames is the answer to PATCH /templates/{id}.
+type TemplateNames struct {
+	Names []string `json:"names"`
 }
 
 // TemplateAlias is the answer to GET /templates/aliases/{alias}.
 type TemplateAlias struct {
 	TemplateID string `json:"templateID"`
 	Public     bool   `json:"public"`
+}
+
+// TagsRequest is the body of POST /templates/tags (Tags to point at the
+// build behind Target, "alias:tag" or "alias" for its default tag) and of DELETE /templates/tags (Name, the
+// template, and the Tags to remove).
+type TagsRequest struct {
+	Target string   `json:"target,omitempty"`
+	Name   string   `json:"name,omitempty"`
+	Tags   []string `json:"tags"`
+}
+
+// TagsAssigned is the answer to POST /templates/tags: the build the tags
+// now point at.
+type TagsAssigned struct {
+	BuildID string   `json:"buildID"`
+	Tags    []string `json:"tags"`
+}
+
+// TemplateTag is one entry of GET /templates/{id}/tags.
+type TemplateTag struct {
+	Tag       string    `json:"tag"`
+	BuildID   string    `json:"buildID"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 // BuildFailedError is a build that ended in status error.
