@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -228,7 +229,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, c *caller, v2 bool
 func (s *Server) listV1(w http.ResponseWriter, r *http.Request, c *caller) { s.list(w, r, c, false) }
 func (s *Server) listV2(w http.ResponseWriter, r *http.Request, c *caller) { s.list(w, r, c, true) }
 
-func metricOf(st *nodeStats) client.Metric {
+func metricOf(st *nodeapi.Stats) client.Metric {
 	return client.Metric{
 		Timestamp: st.At.UTC(), TimestampUnix: st.At.Unix(), CPUCount: st.CPUCount, CPUUsedPct: st.CPUUsedPct,
 		MemUsed: st.MemoryUsedBytes, MemTotal: st.MemoryTotal, DiskUsed: st.DiskUsedBytes, DiskTotal: st.DiskTotalBytes,

@@ -6,12 +6,9 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
-
-type nodeStats = nodeapi.Stats
 
 type teamJSON struct {
 	TeamID    string `json:"teamID"`
