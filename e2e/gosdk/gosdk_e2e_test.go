@@ -325,7 +325,13 @@ func TestFilesSurface(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// startedAfter is "at or after" (E2B's API): the first sandbox's own
+	// start keeps both, a nanosecond later only the second.
 	list, _, err := e2b.List(ctx, e2b.ListOptions{Config: cfg, StartedAfter: firstInfo.StartedAt})
+	if err != nil || len(list) != 2 {
+		t.Fatalf("started at or after the first sandbox: %+v %v, want both", list, err)
+	}
+	list, _, err = e2b.List(ctx, e2b.ListOptions{Config: cfg, StartedAfter: firstInfo.StartedAt.Add(time.Nanosecond)})
 	if err != nil || len(list) != 1 || list[0].SandboxID != sb.ID {
 		t.Fatalf("started after the first sandbox: %+v %v, want only %s", list, err, sb.ID)
 	}

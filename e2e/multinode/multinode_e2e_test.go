@@ -327,13 +327,23 @@ func TestTwoNodes(t *testing.T) {
 	}
 	_ = b.p.cmd.Wait()
 	waitNodes(t, "node B lost", time.Minute, func(m map[string]nodeInfo) bool { return m["mn-b"].Status == "lost" })
+	// The node reads as lost first; its sandboxes are then killed with
+	// node_lost by the same liveness check.
 	for _, sb := range sbs {
 		if onNode[sb.ID] != b.id {
 			continue
 		}
-		info, err := sb.Info(ctx)
-		if err == nil && string(info.State) == "running" {
-			t.Errorf("sandbox %s of the lost node still running: %+v", sb.ID, info)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			info, err := sb.Info(ctx)
+			if err != nil || string(info.State) != "running" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("sandbox %s of the lost node still running: %+v", sb.ID, info)
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
 	}
 	before := nodes(t)["mn-a"].Sandboxes

@@ -65,7 +65,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 // the layer after its sandbox was gone.
 func (m *Manager) waitDetached(ctx context.Context, img string) error {
 	waited, err := waitDetached(ctx, img, m.cfg.DetachWait)
-	if waited > 0 && (err != nil || waited >= 5*time.Millisecond) {
+	if waited > 0 || err != nil {
 		m.log.Info("waited for a layer's file system that outlived its mounts", "image", img, "waited", waited, "error", err)
 	}
 	return err

@@ -139,7 +139,7 @@ func loopsBacking(img string) ([]string, error) {
 // layer without them, and its writes would later be overwritten; a copy of
 // the image would miss them. Auto-clear detaches the device when the last
 // holder lets go, after the file system is written back.
-// It reports how long it waited.
+// It reports how long it waited (0 when nothing held the image).
 func waitDetached(ctx context.Context, img string, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
 	deadline := start.Add(timeout)
@@ -150,6 +150,9 @@ func waitDetached(ctx context.Context, img string, timeout time.Duration) (time.
 			return time.Since(start), fmt.Errorf("image %s: loop devices: %w", img, errors.Join(errdefs.ErrUnavailable, err))
 		}
 		if len(devs) == 0 {
+			if delay == 5*time.Millisecond {
+				return 0, nil // not held: no wait
+			}
 			return time.Since(start), nil
 		}
 		if time.Now().After(deadline) {
