@@ -35,8 +35,9 @@ const (
 
 // Leases is the store's lease row (store.SQL implements it).
 type Leases interface {
-	AcquireLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (bool, error)
+	AcquireLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (held bool, requests int64, err error)
 	ReleaseLease(ctx context.Context, name, holder string) error
+	PokeLease(ctx context.Context, name string) error
 }
 
 // Config configures an Elector. Leases is required.
@@ -66,6 +67,9 @@ type Elector struct {
 	mu      sync.Mutex
 	until   time.Time     // leader until then; zero when not
 	changed chan struct{} // closed and replaced when leadership changes
+
+	requests int64         // the lease's request count at the last renewal
+	pokes    chan struct{} // signalled when it grew, and at each new term
 }
 
 // New returns an Elector.
@@ -92,7 +96,7 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	e := &Elector{cfg: cfg, log: cfg.Logger.With("lease", cfg.Name, "holder", cfg.Holder), changed: make(chan struct{}),
+	e := &Elector{cfg: cfg, log: cfg.Logger.With("lease", cfg.Name, "holder", cfg.Holder), changed: make(chan struct{}), pokes: make(chan struct{}, 1),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "api_leader", Help: "1 while this replica holds the singletons' lease."})}
 	if cfg.Registry != nil {
 		if err := cfg.Registry.Register(e.gauge); err != nil {
@@ -151,7 +155,7 @@ func (e *Elector) Run(ctx context.Context) {
 	defer stepDown.Stop()
 	for {
 		start := time.Now()
-		ok, err := e.cfg.Leases.AcquireLease(ctx, e.cfg.Name, e.cfg.Holder, start, e.cfg.TTL)
+		ok, requests, err := e.cfg.Leases.AcquireLease(ctx, e.cfg.Name, e.cfg.Holder, start, e.cfg.TTL)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			// Keep what we had until it runs out: the row may still be ours.
@@ -159,6 +163,10 @@ func (e *Elector) Run(ctx context.Context) {
 		case err != nil:
 		case ok:
 			until := start.Add(e.cfg.TTL - e.cfg.Renew)
+			if !e.IsLeader() || requests != e.requests {
+				e.poked()
+			}
+			e.requests = requests
 			e.set(until)
 			stepDown.Reset(time.Until(until))
 		default:
@@ -180,6 +188,24 @@ func (e *Elector) Run(ctx context.Context) {
 				e.set(time.Time{})
 			}
 		}
+	}
+}
+
+// Poke asks the leader, whichever replica it is, to signal Pokes at its
+// next renewal (within Renew). Pokes made while no replica leads are lost;
+// the next leader signals Pokes as its term starts.
+func (e *Elector) Poke(ctx context.Context) error {
+	return e.cfg.Leases.PokeLease(ctx, e.cfg.Name)
+}
+
+// Pokes is signalled on the leader when a term starts and after a renewal
+// that saw new Poke calls; several pokes may make one signal.
+func (e *Elector) Pokes() <-chan struct{} { return e.pokes }
+
+func (e *Elector) poked() {
+	select {
+	case e.pokes <- struct{}{}:
+	default:
 	}
 }
 

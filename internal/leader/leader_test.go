@@ -94,6 +94,25 @@ func TestOneLeaderThenHandover(t *testing.T) {
 				lead.e.Holder(), lead.e.IsLeader(), other.e.Holder(), other.e.IsLeader(), other.running.Load())
 		}
 	}
+	// A poke by the follower reaches the leader (a term start signals too).
+	waitPoke := func(what string) {
+		t.Helper()
+		select {
+		case <-lead.e.Pokes():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no poke signalled: %s", what)
+		}
+	}
+	waitPoke("at the start of the term")
+	if err := other.e.Poke(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitPoke("after the follower's poke")
+	select {
+	case <-other.e.Pokes():
+		t.Fatal("the follower was signalled a poke")
+	default:
+	}
 	lead.stop()
 	<-lead.done
 	eventually(t, "the stopped replica's singletons end", func() bool { return !lead.running.Load() })

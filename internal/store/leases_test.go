@@ -11,7 +11,7 @@ import (
 
 // TestLease: of two holders one gets the lease; the other gets it only
 // once it has expired, and the first then has lost it; a release frees it
-// at once.
+// at once; pokes count up for the holder.
 func TestLease(t *testing.T) {
 	t.Parallel()
 	for name, open := range map[string]func(*testing.T) (a, b *store.SQL){
@@ -29,7 +29,7 @@ func TestLease(t *testing.T) {
 			ttl := 10 * time.Second
 			acquire := func(s *store.SQL, holder string, at time.Time, want bool) {
 				t.Helper()
-				got, err := s.AcquireLease(ctx, "leader", holder, at, ttl)
+				got, _, err := s.AcquireLease(ctx, "leader", holder, at, ttl)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -57,7 +57,7 @@ func TestLease(t *testing.T) {
 			acquire(b, "b", t0.Add(15*time.Second), true)
 			acquire(a, "a", t0.Add(16*time.Second), false)
 			holder(t0.Add(16*time.Second), "b")
-			if _, err := b.AcquireLease(ctx, "other", "b", t0, 0); err == nil {
+			if _, _, err := b.AcquireLease(ctx, "other", "b", t0, 0); err == nil {
 				t.Fatal("a zero ttl was accepted")
 			}
 			// A release by a non-holder does nothing; by the holder frees it.
@@ -70,6 +70,20 @@ func TestLease(t *testing.T) {
 			}
 			holder(t0.Add(16*time.Second), "")
 			acquire(a, "a", t0.Add(16*time.Second), true)
+
+			// Pokes by any replica reach the holder with its next renewal.
+			for range 2 {
+				if err := b.PokeLease(ctx, "leader"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.PokeLease(ctx, "no-such-lease"); err != nil {
+				t.Fatal(err)
+			}
+			held, requests, err := a.AcquireLease(ctx, "leader", "a", t0.Add(17*time.Second), ttl)
+			if err != nil || !held || requests != 2 {
+				t.Fatalf("renewal after two pokes: held %v requests %d err %v, want held, 2", held, requests, err)
+			}
 		})
 	}
 }

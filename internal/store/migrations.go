@@ -138,7 +138,9 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 	},
 	{
 		// Version 5: leases, by which API replicas sharing a database
-		// elect the one that runs the singletons (internal/leader).
+		// elect the one that runs the singletons (internal/leader); a
+		// lease's requests count what the other replicas asked its holder
+		// to do (e.g. reconcile after a node came back).
 		version:  5,
 		sqlite:   migration5,
 		postgres: migration5,
@@ -151,7 +153,8 @@ CREATE TABLE leases (
   name TEXT PRIMARY KEY,
   holder TEXT NOT NULL,
   expires_at BIGINT NOT NULL,
-  renewed_at BIGINT NOT NULL
+  renewed_at BIGINT NOT NULL,
+  requests BIGINT NOT NULL DEFAULT 0
 );
 `
 
