@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/leader"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodereg"
@@ -29,7 +30,8 @@ import (
 
 // APIConfig is the configuration of `warren api`: the REST API, the edge
 // proxy and the lifecycle over the registered nodes (internal/placement),
-// with no node of its own. Several may share one Postgres database.
+// with no node of its own. Several may share one Postgres database; the
+// one holding the leader lease runs the singletons (apisingletons.go).
 type APIConfig struct {
 	// Listen is the address of the one listener (default 127.0.0.1:3000).
 	Listen string
@@ -132,7 +134,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return err
 	}
 	lc, err := lifecycle.New(lifecycle.Config{Store: pokingStore{Store: st, poke: disp.Poke}, Node: places, AllNodes: true, Logger: log.With("component", "lifecycle"),
-		Registry: reg, TeamLimits: apiserver.LifecycleLimits(st, cfg.Limits)})
+		Registry: reg, StartGrace: apiStartGrace, TeamLimits: apiserver.LifecycleLimits(st, cfg.Limits)})
 	if err != nil {
 		return err
 	}
@@ -147,6 +149,10 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
 		Metrics: metricsHandler, Registry: reg,
 	})
+	if err != nil {
+		return err
+	}
+	el, err := leader.New(leader.Config{Leases: st, Logger: log.With("component", "leader"), Registry: reg})
 	if err != nil {
 		return err
 	}
@@ -166,12 +172,12 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	defer func() { stopRun(); <-lcDone }()
 	waitEvents := startEvents(runCtx, cfg.Events, eg, st, disp, api, log)
 	defer func() { stopRun(); waitEvents() }()
-	livenessDone := make(chan struct{})
-	go func() { defer close(livenessDone); nodes.RunLiveness(runCtx, cfg.Liveness) }()
-	defer func() { stopRun(); <-livenessDone }()
-	reconcileDone := make(chan struct{})
-	nodes.SetOnNodeBack(reconcileOnNodeBack(runCtx, reconcileDone, lc, log))
-	defer func() { stopRun(); <-reconcileDone }()
+	electionDone := make(chan struct{})
+	go func() { defer close(electionDone); el.Run(runCtx) }()
+	defer func() { stopRun(); <-electionDone }()
+	onNodeBack, waitSingletons := runSingletons(runCtx, el, nodes, cfg.Liveness, lc, log)
+	nodes.SetOnNodeBack(onNodeBack)
+	defer func() { stopRun(); waitSingletons() }()
 
 	srv := &http.Server{
 		Handler:           Dispatch(withNodeRegistration(api, nodes.Handler(cfg.NodeToken)), px),
@@ -206,34 +212,6 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 			cfg.Ready(addr.String())
 		}
 	}, lcDone, log)
-}
-
-// reconcileOnNodeBack returns the registry's node-back hook: each node
-// that registers, restarts or comes back makes the lifecycle reconcile
-// with the nodes (one run at a time; the calls during a run make one
-// more). It runs until ctx ends, then closes done.
-func reconcileOnNodeBack(ctx context.Context, done chan<- struct{}, lc *lifecycle.Manager, log *slog.Logger) func(string) {
-	wake := make(chan struct{}, 1)
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-wake:
-			}
-			if err := lc.Reconcile(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("reconcile after a node came back", "error", err)
-			}
-		}
-	}()
-	return func(nodeID string) {
-		log.Info("node came back: reconciling", "node_id", nodeID)
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // apiTemplates resolves the base template for the nodes: each node finds

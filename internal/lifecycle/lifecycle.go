@@ -52,6 +52,12 @@ type Config struct {
 	// degrades to filesystem-only (default 120 s). docs/lifecycle.md §3.
 	PauseRetry    time.Duration
 	PauseOverstay time.Duration
+	// StartGrace, when positive, is how long Reconcile leaves a sandbox in
+	// state starting to its creator, which may be another Manager sharing
+	// the store (API replicas); after it, a start that never finished is
+	// settled. Zero (one Manager per store) settles every start that is
+	// not this Manager's own at once.
+	StartGrace time.Duration
 	// AutoResumeTimeout is the TTL given to a sandbox woken by traffic
 	// (default 5 min).
 	AutoResumeTimeout time.Duration

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -46,6 +47,8 @@ func (m *Manager) isStarting(id string) bool {
 // the two listings can be out of date by the time they are compared. A
 // sandbox that a Create or Fork of this Manager is still starting is left
 // to its creator: its row says starting and the node may not list it yet.
+// So is a row in state starting updated within StartGrace, which another
+// Manager sharing the store (an API replica) may be starting.
 // Every other disagreement is decided again under the sandbox's lock from
 // a fresh read of the store and the node, so a kill, pause or resume that
 // ran since the listings is not undone or counted twice.
@@ -71,7 +74,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			continue
 		}
 		known[sb.ID] = true
-		if m.isStarting(sb.ID) {
+		if m.isStarting(sb.ID) || sb.State == sandbox.StateStarting && m.cfg.StartGrace > 0 && time.Since(sb.UpdatedAt) < m.cfg.StartGrace {
 			continue
 		}
 		if ns, ok := byID[sb.ID]; ok && nodeState(sb, ns) == sb.State {

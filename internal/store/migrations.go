@@ -136,7 +136,27 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		sqlite:   migration4 + `UPDATE sandboxes SET node_id = COALESCE(json_extract(spec, '$.nodeId'), '');`,
 		postgres: migration4 + `UPDATE sandboxes SET node_id = COALESCE(spec->>'nodeId', '');`,
 	},
+	{
+		// Version 5: leases, by which API replicas sharing a database
+		// elect the one that runs the singletons (internal/leader); a
+		// lease's requests count what the other replicas asked its holder
+		// to do (e.g. reconcile after a node came back).
+		version:  5,
+		sqlite:   migration5,
+		postgres: migration5,
+	},
 }
+
+// migration5 is plain SQL both dialects accept.
+const migration5 = `
+CREATE TABLE leases (
+  name TEXT PRIMARY KEY,
+  holder TEXT NOT NULL,
+  expires_at BIGINT NOT NULL,
+  renewed_at BIGINT NOT NULL,
+  requests BIGINT NOT NULL DEFAULT 0
+);
+`
 
 // migration4 is plain SQL both dialects accept (each then copies the node
 // of existing sandboxes from their spec to the new column). A node's allocated_*
