@@ -360,6 +360,34 @@ func (s *Service) Kill(ctx context.Context, id string, reason sandbox.KillReason
 	return s.kill(ctx, id, func(svc nodeapi.Service) error { return svc.Kill(ctx, id, reason) })
 }
 
+// killAnywhere kills sandbox id, which the store has no row of (an orphan
+// that a reconcile found on some node: the listing merges every node's),
+// on every live node that runs it. Not found on any is ErrNotFound.
+func (s *Service) killAnywhere(ctx context.Context, id string, call func(nodeapi.Service) error) error {
+	nodes, err := s.liveNodes(ctx)
+	if err != nil {
+		return err
+	}
+	killed := false
+	var errs []error
+	for _, n := range nodes {
+		err := call(s.client(n))
+		switch {
+		case err == nil:
+			killed = true
+		case !errdefs.IsNotFound(err):
+			errs = append(errs, fmt.Errorf("node %q: %w", n.ID, err))
+		}
+	}
+	switch {
+	case killed:
+		return nil
+	case len(errs) > 0:
+		return fmt.Errorf("sandbox %q (no store row): %w", id, errors.Join(errs...))
+	}
+	return fmt.Errorf("sandbox %q: on no node: %w", id, errdefs.ErrNotFound)
+}
+
 // KillExecution implements nodeapi.ExecutionKiller (a node without it is
 // asked for a plain Kill).
 func (s *Service) KillExecution(ctx context.Context, id, executionID string, reason sandbox.KillReason) error {
@@ -373,6 +401,11 @@ func (s *Service) KillExecution(ctx context.Context, id, executionID string, rea
 
 func (s *Service) kill(ctx context.Context, id string, call func(nodeapi.Service) error) error {
 	n, svc, err := s.holder(ctx, id)
+	if errdefs.IsNotFound(err) {
+		if _, gerr := s.st.GetSandbox(ctx, id); errdefs.IsNotFound(gerr) {
+			return s.killAnywhere(ctx, id, call)
+		}
+	}
 	if err != nil {
 		return err
 	}

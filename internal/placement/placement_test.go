@@ -428,3 +428,33 @@ func TestUnreachableNodeFailsFast(t *testing.T) {
 		t.Fatal("s1 still runs after the kill")
 	}
 }
+
+// TestKillOrphan: a sandbox a node runs with no store row (an orphan a
+// reconcile found through List, which merges every node's) is killed on
+// the node that runs it; one no node runs is not found. The holder lookup
+// alone answered not found for both, so orphans of warren api kept running.
+func TestKillOrphan(t *testing.T) {
+	t.Parallel()
+	for name, open := range backends() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st, f := open(t), fleet{}
+			ctx := context.Background()
+			register(t, st, f, "a", 2, 4096)
+			b := register(t, st, f, "b", 2, 4096)
+			p := newPlacement(t, st, f)
+			if _, err := b.Create(ctx, createReq("orphan")); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Kill(ctx, "orphan", sandbox.KillOrphaned); err != nil {
+				t.Fatalf("kill of an orphan on node b: %v", err)
+			}
+			if onNode(t, b)["orphan"] {
+				t.Error("the orphan still runs on node b")
+			}
+			if err := p.Kill(ctx, "nowhere", sandbox.KillOrphaned); !errdefs.IsNotFound(err) {
+				t.Errorf("kill of a sandbox on no node: %v, want not found", err)
+			}
+		})
+	}
+}
