@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -179,23 +177,8 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	nodes.SetOnNodeBack(onNodeBack)
 	defer func() { stopRun(); waitSingletons() }()
 
-	srv := &http.Server{
-		Handler:           Dispatch(withNodeRegistration(api, nodes.Handler(cfg.NodeToken)), px),
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	scheme := "http"
-	if cfg.TLSCert != "" {
-		scheme = "https"
-		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-	}
-	host := addr.IP.String()
-	if addr.IP.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	base := fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, fmt.Sprint(addr.Port)))
+	srv := newHTTPServer(Dispatch(withNodeRegistration(api, nodes.Handler(cfg.NodeToken)), px), cfg.TLSCert != "", log)
+	base := baseURL(addr, cfg.TLSCert != "")
 	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
 	if key != "" {
 		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)

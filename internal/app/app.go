@@ -10,7 +10,6 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -303,25 +302,8 @@ func Run(ctx context.Context, cfg Config) error {
 	waitLocalNode := startLocalNode(runCtx, nodes, parts.node, log.With("component", "nodereg"))
 	defer func() { stopRun(); waitLocalNode() }()
 
-	srv := &http.Server{
-		Handler:           Dispatch(apiHandler, px),
-		ReadHeaderTimeout: 30 * time.Second,
-		// Idle keep-alive connections and request headers are bounded so
-		// a client cannot hold connections or memory without end.
-		IdleTimeout:    2 * time.Minute,
-		MaxHeaderBytes: 64 << 10,
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	scheme := "http"
-	if cfg.TLSCert != "" {
-		scheme = "https"
-		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-	}
-	host := addr.IP.String()
-	if addr.IP.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	base := fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, fmt.Sprint(addr.Port)))
+	srv := newHTTPServer(Dispatch(apiHandler, px), cfg.TLSCert != "", log)
+	base := baseURL(addr, cfg.TLSCert != "")
 	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
 	if key != "" {
 		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)
