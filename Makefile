@@ -41,6 +41,16 @@ $(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum
 $(BIN)/staticcheck: tools/staticcheck/go.mod tools/staticcheck/go.sum
 	cd tools/staticcheck && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
 
+# govulncheck, the database indexer of golang.org/x/vulndb and the verdict
+# filter are pinned in tools/vuln/go.mod, for the lint tier (scripts/vulncheck.sh).
+VULN_TOOLS := $(BIN)/govulncheck $(BIN)/indexdb $(BIN)/vulngate
+$(BIN)/govulncheck: tools/vuln/go.mod tools/vuln/go.sum
+	cd tools/vuln && $(GO) build -o $@ golang.org/x/vuln/cmd/govulncheck
+$(BIN)/indexdb: tools/vuln/go.mod tools/vuln/go.sum
+	cd tools/vuln && $(GO) build -o $@ golang.org/x/vulndb/cmd/indexdb
+$(BIN)/vulngate: tools/vuln/go.mod tools/vuln/go.sum tools/vuln/vulngate/main.go
+	cd tools/vuln && $(GO) build -o $@ ./vulngate
+
 base-rootfs: $(BASE_ROOTFS)
 
 $(BASE_ROOTFS): scripts/build-base-rootfs.sh | $(VAR)/go.mod
@@ -65,7 +75,7 @@ generate:
 check-generate:
 	scripts/check-generate.sh
 
-lint: $(BIN)/staticcheck
+lint: $(BIN)/staticcheck $(VULN_TOOLS)
 	scripts/lint.sh
 
 run: deps build code-interpreter-rootfs | $(VAR)/go.mod

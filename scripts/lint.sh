@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The lint tier of `make test`: gofmt, go vet under every build tag and
 # platform the tree has (linux, the e2e tag, darwin for the CLI and the Go
-# client), and staticcheck (pinned in tools/staticcheck/go.mod, configured by
-# staticcheck.conf). Fails on the first finding.
+# client), staticcheck (pinned in tools/staticcheck/go.mod, configured by
+# staticcheck.conf) and govulncheck (scripts/vulncheck.sh). Fails on the
+# first finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 staticcheck=${STATICCHECK:-bin/staticcheck}
@@ -19,3 +20,5 @@ GOOS=darwin go vet ./cmd/warren/... ./pkg/...
 echo "# staticcheck"
 "$staticcheck" ./...
 "$staticcheck" -tags e2e ./e2e/...
+echo "# govulncheck"
+scripts/vulncheck.sh
