@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -23,7 +23,7 @@ var errAsleep = errors.New("sandbox is not running")
 // command's output, envd's own lines) from start on, or nil when it is
 // paused or unreachable (what the control plane recorded is still served).
 func (s *Server) envdLogs(ctx context.Context, id string, start time.Time) []client.LogEntry {
-	route, err := s.lc.Route(ctx, id, func(a *lifecycle.Admission) error {
+	route, err := s.lc.Route(ctx, id, func(a *route.Admission) error {
 		if a.Paused {
 			return errAsleep
 		}

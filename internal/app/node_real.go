@@ -18,7 +18,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/rootfslayers"
-	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -74,22 +73,8 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 	} else if n > 0 {
 		log.Info("reclaimed build sandboxes left by a crash", "count", n)
 	}
-	// The catalog and the build engine; the build engine's snapshot on
-	// ready goes to the node agent, made below.
-	snap := &lateSnapshotter{}
-	local, err := builder.OpenLocal(builder.LocalConfig{
-		DataDir: cfg.DataDir, BaseRootFSTar: cfg.BaseRootFSTar, Runner: bs.runner,
-		Snapshotter: snap, Logger: cfg.Logger.With("component", "templates"), MaxTemplateDiskMB: cfg.MaxTemplateDiskMB,
-		Transport: (&egress.Dialer{Policy: eg}).Transport(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	log.Info("preparing the base template (the first start unpacks or builds its root filesystem)")
-	if err := local.Catalog.EnsureBase(ctx, templates.PrintProgress(cfg.Out, "# base template: ")); err != nil {
-		local.Service.Close()
-		return nil, fmt.Errorf("base template: %w", err)
-	}
+	// The node agent first: the build engine takes its snapshots on ready
+	// through it.
 	nc := node.Config{
 		DataDir: filepath.Join(cfg.DataDir, "node"), Driver: drv, Cgroups: cg, Net: pool,
 		Layers: rootfslayers.New(rm, layersRoot), EnvdPath: cfg.EnvdPath, Logger: log, Registry: reg,
@@ -97,10 +82,23 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 	cfg.Node.apply(&nc)
 	a, err := node.New(ctx, nc)
 	if err != nil {
-		local.Service.Close()
 		return nil, fmt.Errorf("node agent: %w", err)
 	}
-	snap.a = a
+	local, err := builder.OpenLocal(builder.LocalConfig{
+		DataDir: cfg.DataDir, BaseRootFSTar: cfg.BaseRootFSTar, Runner: bs.runner,
+		Snapshotter: a, Logger: cfg.Logger.With("component", "templates"), MaxTemplateDiskMB: cfg.MaxTemplateDiskMB,
+		Transport: (&egress.Dialer{Policy: eg}).Transport(),
+	})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	log.Info("preparing the base template (the first start unpacks or builds its root filesystem)")
+	if err := local.Catalog.EnsureBase(ctx, templates.PrintProgress(cfg.Out, "# base template: ")); err != nil {
+		local.Service.Close()
+		a.Close()
+		return nil, fmt.Errorf("base template: %w", err)
+	}
 	ensureCodeInterpreter(ctx, cfg, local.Catalog, a, log)
 	if err := local.Service.Recover(ctx); err != nil {
 		local.Service.Close()
@@ -120,15 +118,4 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 	}}, nil
 }
 
-// lateSnapshotter hands the build engine's snapshots on ready to the node
-// agent, which is made after the catalog.
-type lateSnapshotter struct{ a *node.Agent }
-
-func (l *lateSnapshotter) Snapshot(ctx context.Context, t nodeapi.Template, readyCmd, dir string) error {
-	if l.a == nil {
-		return fmt.Errorf("snapshot on ready: node agent not started: %w", errdefs.ErrUnavailable)
-	}
-	return l.a.Snapshot(ctx, t, readyCmd, dir)
-}
-
-var _ builder.Snapshotter = (*lateSnapshotter)(nil)
+var _ builder.Snapshotter = (*node.Agent)(nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
@@ -276,7 +277,7 @@ func TestConnectAndRoute(t *testing.T) {
 		if err := h.m.Pause(ctx, "team", sb2.ID, true); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.m.Route(ctx, sb2.ID, nil); !errors.Is(err, lifecycle.ErrPaused) {
+		if _, err := h.m.Route(ctx, sb2.ID, nil); !errors.Is(err, route.ErrPaused) {
 			t.Fatalf("route paused without auto-resume: %v", err)
 		}
 		if err := h.m.Kill(ctx, "team", sb2.ID, sandbox.KillRequest); err != nil {

@@ -3,36 +3,13 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
-
-// Route is where the edge proxy sends a sandbox's traffic.
-type Route struct {
-	SandboxID string
-	TeamID    string
-	// Address is envd's host:port; Host is where the other ports are.
-	Address            string
-	Host               string
-	EnvdAccessToken    string
-	TrafficAccessToken string
-	// Woken is set when the sandbox was paused as the request came: its
-	// ports may take a moment to answer.
-	Woken bool
-	// MaskRequestHost replaces the Host header of requests to the
-	// sandbox's own ports ("${PORT}" is the port); HTTPSPorts are spoken
-	// to over TLS (network.maskRequestHost, network.httpsPorts).
-	MaskRequestHost string
-	HTTPSPorts      []int
-	// NodeProxy, when set, is the proxy listener of the sandbox's node
-	// (nodeapi.Sandbox.NodeProxy): Address and Host are reachable from
-	// that node only.
-	NodeProxy string
-}
 
 // routeNetwork is what routing reads of a sandbox's network document.
 type routeNetwork struct {
@@ -40,36 +17,19 @@ type routeNetwork struct {
 	HTTPSPorts      []int  `json:"httpsPorts"`
 }
 
-// ErrPaused is returned (wrapped with ErrConflict) by Route for a paused
-// sandbox that does not allow auto-resume.
-var ErrPaused = errors.New("sandbox is paused")
-
-// Admission is what Route knows of a sandbox before it routes: its access
-// tokens and whether a request would wake it. The proxy decides from it
-// whether the request may go on.
-type Admission struct {
-	SandboxID          string
-	EnvdAccessToken    string
-	TrafficAccessToken string
-	// Paused is set for a paused (or pausing) sandbox; CanAutoResume when
-	// traffic would resume it.
-	Paused        bool
-	CanAutoResume bool
-}
-
 // Route finds where a sandbox's traffic goes, resuming a paused sandbox
 // that allows auto-resume. admit, when not nil, is called first with the
 // sandbox's tokens and state; its error is returned as is and nothing is
 // resumed, so a request without the right token never wakes a sandbox. A
 // missing or killed sandbox is ErrNotFound.
-func (m *Manager) Route(ctx context.Context, id string, admit func(*Admission) error) (*Route, error) {
+func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admission) error) (*route.Route, error) {
 	sb, err := m.Get(ctx, "", id)
 	if err != nil {
 		return nil, err
 	}
 	paused := sb.State == sandbox.StatePaused || sb.State == sandbox.StatePausing
 	if admit != nil {
-		a := &Admission{SandboxID: id, EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken,
+		a := &route.Admission{SandboxID: id, EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken,
 			Paused: paused, CanAutoResume: paused && sb.Spec.AutoResume && (sb.Spec.PausedWithMemory || sb.State == sandbox.StatePausing)}
 		if err := admit(a); err != nil {
 			return nil, err
@@ -77,12 +37,12 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*Admission) e
 	}
 	if paused {
 		if !sb.Spec.AutoResume || !sb.Spec.PausedWithMemory && sb.State == sandbox.StatePaused {
-			return nil, fmt.Errorf("sandbox %q: %w: %w", id, ErrPaused, errdefs.ErrConflict)
+			return nil, fmt.Errorf("sandbox %q: %w: %w", id, route.ErrPaused, errdefs.ErrConflict)
 		}
 		unlock := m.lock(id)
 		sb, err = m.Get(ctx, "", id)
 		if err == nil && sb.State == sandbox.StatePaused && !sb.Spec.PausedWithMemory {
-			err = fmt.Errorf("sandbox %q: %w: %w", id, ErrPaused, errdefs.ErrConflict)
+			err = fmt.Errorf("sandbox %q: %w: %w", id, route.ErrPaused, errdefs.ErrConflict)
 		}
 		if err == nil && sb.State == sandbox.StatePaused {
 			sb, err = m.resumeLocked(ctx, sb, m.cfg.AutoResumeTimeout)
@@ -106,7 +66,7 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*Admission) e
 	if len(sb.Spec.Network) > 0 {
 		_ = json.Unmarshal(sb.Spec.Network, &nw) // written by the API; a bad document routes plainly
 	}
-	return &Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
+	return &route.Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
 		EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken, Woken: paused,
 		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts, NodeProxy: ns.NodeProxy}, nil
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/envdproto"
-	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/route"
 )
 
 // denied is a refusal decided before routing; the proxy answers it as is.
@@ -38,7 +38,7 @@ func pausedBody(id string, canAutoResume bool) errBody {
 //     running sandbox's envd checks its own token (the same rule).
 //
 // Tokens are compared in constant time.
-func admit(r *http.Request, port int, a *lifecycle.Admission) error {
+func admit(r *http.Request, port int, a *route.Admission) error {
 	if port != EnvdPort {
 		if a.TrafficAccessToken == "" {
 			return nil

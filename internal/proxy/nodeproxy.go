@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -96,7 +96,7 @@ func NewNode(cfg NodeConfig) (*NodeProxy, error) {
 
 type noRouter struct{}
 
-func (noRouter) Route(context.Context, string, func(*lifecycle.Admission) error) (*lifecycle.Route, error) {
+func (noRouter) Route(context.Context, string, func(*route.Admission) error) (*route.Route, error) {
 	return nil, fmt.Errorf("node proxy: no routing: %w", errdefs.ErrUnsupported)
 }
 

@@ -48,16 +48,10 @@ import (
 	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// Router finds where a sandbox's traffic goes (lifecycle.Manager.Route).
-type Router interface {
-	// Route calls admit before it resumes a paused sandbox, and returns
-	// admit's error as is.
-	Route(ctx context.Context, sandboxID string, admit func(*lifecycle.Admission) error) (*lifecycle.Route, error)
-}
 
 // sandboxTLS is how the proxy speaks TLS to a sandbox's httpsPorts: the
 // server in the sandbox has a certificate of its own making, and the hop
@@ -79,7 +73,7 @@ var internalRoutes = []string{"/init"}
 
 // Config configures a Proxy. Router is required.
 type Config struct {
-	Router Router
+	Router route.Router
 	// Domain is the sandbox domain: hosts <port>-<id>.<Domain> are routed
 	// (a port inside it is ignored for matching).
 	Domain string
@@ -289,7 +283,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	route, err := p.cfg.Router.Route(r.Context(), id, func(a *lifecycle.Admission) error { return admit(r, port, a) })
+	route, err := p.cfg.Router.Route(r.Context(), id, func(a *route.Admission) error { return admit(r, port, a) })
 	if err != nil {
 		p.routeError(w, r, id, err)
 		return
@@ -320,17 +314,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (p *Proxy) routeError(w http.ResponseWriter, r *http.Request, id string, err error) {
 	var d *denied
-	var limit *lifecycle.LimitError
 	switch {
 	case errors.As(err, &d):
 		writeJSONError(w, r, d.status, d.body)
-	case errors.Is(err, lifecycle.ErrPaused):
+	case errors.Is(err, route.ErrPaused):
 		writeJSONError(w, r, http.StatusBadGateway, pausedBody(id, false))
-	case errors.As(err, &limit):
-		// Waking it would take a concurrency slot the team does not have:
-		// it stays paused, as a resume through the API would (429).
+	case errors.Is(err, errdefs.ErrExhausted):
+		// Waking it would take a concurrency slot the team does not have
+		// (lifecycle.LimitError) or room no node has: it stays paused, as
+		// a resume through the API would (429).
 		w.Header().Set("Retry-After", "5")
-		writeJSONError(w, r, http.StatusTooManyRequests, errBody{SandboxID: id, Message: "The sandbox cannot be resumed: its team is at its limit of concurrent sandboxes", Code: 429})
+		writeJSONError(w, r, http.StatusTooManyRequests, errBody{SandboxID: id, Message: errdefs.ClientMessage(err), Code: 429})
 	case errdefs.IsNotFound(err), errdefs.IsUnavailable(err):
 		writeJSONError(w, r, http.StatusBadGateway, errBody{SandboxID: id, Message: "The sandbox was not found", Code: 502})
 	default:

@@ -21,14 +21,15 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/proxy"
+	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 )
 
-type fakeRouter map[string]*lifecycle.Route
+type fakeRouter map[string]*route.Route
 
-func (f fakeRouter) Route(_ context.Context, id string, admit func(*lifecycle.Admission) error) (*lifecycle.Route, error) {
+func (f fakeRouter) Route(_ context.Context, id string, admit func(*route.Admission) error) (*route.Route, error) {
 	if id == "pausedsbx" {
-		return nil, fmt.Errorf("sandbox %q: %w: %w", id, lifecycle.ErrPaused, errdefs.ErrConflict)
+		return nil, fmt.Errorf("sandbox %q: %w: %w", id, route.ErrPaused, errdefs.ErrConflict)
 	}
 	if id == "atlimit" { // an auto-resume over the team's concurrency limit
 		return nil, fmt.Errorf("resume sandbox %q: %w", id, &lifecycle.LimitError{Limit: 5})
@@ -37,7 +38,7 @@ func (f fakeRouter) Route(_ context.Context, id string, admit func(*lifecycle.Ad
 	if !ok {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	if err := admit(&lifecycle.Admission{SandboxID: id, EnvdAccessToken: r.EnvdAccessToken, TrafficAccessToken: r.TrafficAccessToken}); err != nil {
+	if err := admit(&route.Admission{SandboxID: id, EnvdAccessToken: r.EnvdAccessToken, TrafficAccessToken: r.TrafficAccessToken}); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -158,7 +159,7 @@ func TestRouting(t *testing.T) {
 			`{"sandboxId":"sbx1","message":"The sandbox is running but port is not open","port":"` + strconv.Itoa(closed) + `","code":502}`, ""},
 		{"paused", "GET", "/health", envd + "-pausedsbx.e2b.test", nil, 502, `{"sandboxId":"pausedsbx","message":"The sandbox is paused","code":502,"canAutoResume":false}`, ""},
 		{"auto-resume over the team's limit", "GET", "/health", envd + "-atlimit.e2b.test", nil, 429,
-			`{"sandboxId":"atlimit","message":"The sandbox cannot be resumed: its team is at its limit of concurrent sandboxes","code":429}`, ""},
+			`{"sandboxId":"atlimit","message":"resume sandbox \"atlimit\": you have reached the maximum number of concurrent sandboxes (5); kill a sandbox or ask for a higher limit","code":429}`, ""},
 		{"internal route refused", "POST", "/init", envd + "-sbx1.e2b.test", nil, 404, "", `"path":"/init"`},
 		{"missing port header", "GET", "/health", "", map[string]string{"E2b-Sandbox-Id": "sbx1"}, 400, "", "E2b-Sandbox-Port"},
 		{"not sandbox traffic", "GET", "/health", "api.e2b.test", nil, 400, "", "not sandbox traffic"},
