@@ -52,7 +52,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-
 // sandboxTLS is how the proxy speaks TLS to a sandbox's httpsPorts: the
 // server in the sandbox has a certificate of its own making, and the hop
 // stays on the node, so it is not verified.
