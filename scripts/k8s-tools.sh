@@ -20,6 +20,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${WARREN_K8S_CACHE:-$HOME/.cache/warren-k8s}
 mkdir -p "$cache"
 export CGO_ENABLED=0
+# The machine's Go, whatever the Makefile pins for Warren's own code: these
+# are test tools, cached by their pins alone.
+export GOTOOLCHAIN=local
 
 # pinkey DIR: a short hash of DIR's go.mod and go.sum, so that a change of
 # pin builds anew instead of reusing an older binary.

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 staticcheck=${STATICCHECK:-bin/staticcheck}
 echo "# gofmt"
-unformatted=$(gofmt -l $(git ls-files '*.go'))
+unformatted=$("$(go env GOROOT)/bin/gofmt" -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then
   echo "not gofmt'd: $unformatted" >&2
   exit 1

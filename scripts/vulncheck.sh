@@ -4,9 +4,8 @@
 # vulnerability database's own source, pinned in tools/vuln/go.mod and
 # fetched through the Go module proxy; vuln.go.dev is not reachable from
 # every machine that runs this). tools/vuln/vulngate decides: a called
-# vulnerable function of a required module fails the step; called
-# standard-library ones are listed as warnings, since only a newer Go
-# toolchain fixes them.
+# vulnerable function, of a required module or of the standard library of
+# the Go that builds (GOTOOLCHAIN in the Makefile), fails the step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${BIN:-$PWD/bin}

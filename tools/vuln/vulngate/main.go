@@ -1,11 +1,9 @@
 // Command vulngate reads `govulncheck -format json` on stdin and decides
 // the lint tier's verdict: it fails (exit 1) when the code calls a
-// vulnerable function of a required module, which `go get` of the fixed
-// version cures, and warns about vulnerable standard-library functions it
-// calls, which only a newer Go toolchain cures (the Go this machine has is
-// what `make` builds with; scripts/vulncheck.sh says which release fixes
-// them). Findings that the code does not call are not counted, as in
-// govulncheck's own text output.
+// vulnerable function, of a required module (`go get` of the fixed version
+// cures it) or of the standard library (a newer GOTOOLCHAIN in the
+// Makefile cures it). Findings that the code does not call are not counted,
+// as in govulncheck's own text output.
 package main
 
 import (
@@ -43,27 +41,33 @@ type verdict struct {
 	modules, stdlib map[string]string
 }
 
-func main() {
-	v, err := read(os.Stdin)
+func main() { os.Exit(run(os.Stdin, os.Stdout)) }
+
+// run writes the verdict on the stream r to w and returns the exit code:
+// 0 for no called vulnerability, 1 for some, 2 for an unreadable stream.
+func run(r io.Reader, w io.Writer) int {
+	v, err := read(r)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "vulngate:", err)
-		os.Exit(2)
+		fmt.Fprintln(w, "vulngate:", err)
+		return 2
 	}
 	for _, line := range sorted(v.stdlib) {
-		fmt.Println("warning: standard library:", line)
+		fmt.Fprintln(w, "standard library:", line)
 	}
 	for _, line := range sorted(v.modules) {
-		fmt.Println("vulnerable module:", line)
+		fmt.Fprintln(w, "module:", line)
 	}
-	switch {
-	case len(v.modules) > 0:
-		fmt.Printf("%d vulnerabilities in required modules are called: upgrade them (go get MODULE@FIXED)\n", len(v.modules))
-		os.Exit(1)
-	case len(v.stdlib) > 0:
-		fmt.Printf("no vulnerable module is called; %d standard-library vulnerabilities are, fixed by a newer Go toolchain\n", len(v.stdlib))
-	default:
-		fmt.Println("no called vulnerability")
+	if len(v.modules) > 0 {
+		fmt.Fprintf(w, "%d called vulnerabilities of required modules: upgrade them (go get MODULE@FIXED)\n", len(v.modules))
 	}
+	if len(v.stdlib) > 0 {
+		fmt.Fprintf(w, "%d called vulnerabilities of the standard library: build with a Go that fixes them (GOTOOLCHAIN in the Makefile)\n", len(v.stdlib))
+	}
+	if len(v.modules)+len(v.stdlib) > 0 {
+		return 1
+	}
+	fmt.Fprintln(w, "no called vulnerability")
+	return 0
 }
 
 // read decodes the JSON stream and keeps the findings whose trace reaches

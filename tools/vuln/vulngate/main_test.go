@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"strings"
 	"testing"
 )
@@ -31,6 +32,22 @@ func TestReadRefusesEmptyAndBrokenStreams(t *testing.T) {
 	for _, in := range []string{"", `{"finding": `} {
 		if _, err := read(strings.NewReader(in)); err == nil {
 			t.Errorf("read(%q) = nil error, want one", in)
+		}
+	}
+}
+
+func TestRunFailsOnCalledFindings(t *testing.T) {
+	clean := `{"config": {"protocol_version": "v1.0.0"}}` + "\n" + strings.Split(stream, "\n")[4] + "\n"
+	for _, c := range []struct {
+		name, in string
+		want     int
+	}{
+		{"called module and stdlib findings", stream, 1},
+		{"uncalled finding only", clean, 0},
+		{"empty stream", "", 2},
+	} {
+		if got := run(strings.NewReader(c.in), io.Discard); got != c.want {
+			t.Errorf("%s: run = %d, want %d", c.name, got, c.want)
 		}
 	}
 }
