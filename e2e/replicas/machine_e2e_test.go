@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -36,6 +39,7 @@ func ip(t *testing.T, args ...string) {
 func newMachine(t *testing.T, name, ifPrefix, addr string) *machine {
 	t.Helper()
 	m := &machine{ns: fmt.Sprintf("warren-e2e-rp%s-%d", name, os.Getpid()), hostIf: ifPrefix + "h", nodeIf: ifPrefix + "n", addr: addr}
+	removeStale(name)
 	m.remove() // a link left by a run that was killed
 	t.Cleanup(m.remove)
 	ip(t, "netns", "add", m.ns)
@@ -48,6 +52,19 @@ func newMachine(t *testing.T, name, ifPrefix, addr string) *machine {
 	ip(t, "-n", m.ns, "link", "set", m.nodeIf, "up")
 	ip(t, "-n", m.ns, "route", "add", hostAddr+"/32", "dev", m.nodeIf, "src", addr)
 	return m
+}
+
+// removeStale deletes the namespaces of machine name that a killed run of
+// this package left (their process is gone).
+func removeStale(name string) {
+	stale, _ := filepath.Glob("/run/netns/warren-e2e-rp" + name + "-*")
+	for _, ns := range stale {
+		pid, err := strconv.Atoi(ns[strings.LastIndex(ns, "-")+1:])
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		_ = exec.Command("ip", "netns", "del", filepath.Base(ns)).Run()
+	}
 }
 
 // remove deletes the namespace (and with it its end of the veth pair and
