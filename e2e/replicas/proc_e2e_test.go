@@ -135,7 +135,7 @@ func (p *proc) exports(t *testing.T, names ...string) map[string]string {
 	return env
 }
 
-// call sends an admin request to base and returns the body of its 2xx answer.
+// call sends an admin request to url and returns the body of its 2xx answer.
 func call(t *testing.T, method, url string) []byte {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, nil)
@@ -161,8 +161,8 @@ type nodeInfo struct {
 	Sandboxes    int    `json:"sandboxes"`
 }
 
-// waitFor polls cond every 250 ms until it holds, failing the test with
-// what's description after timeout (generous: the machine is loaded).
+// waitFor polls cond every 250 ms until it holds; after timeout (generous:
+// the machine is loaded) it fails the test with what and cond's last state.
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, any)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
