@@ -11,16 +11,18 @@ import (
 	"testing"
 )
 
-// reserved are the address ranges other tests take sandboxes from: the
-// integration tests' pools (netslottest) and warren bench's servers.
+// reserved are the address ranges other tests take addresses from: the
+// integration tests' pools (netslottest), warren bench's servers, and the
+// links between the host and the node machines of e2e/replicas.
 var reserved = map[string]netip.Prefix{
-	"netslottest": netip.MustParsePrefix("100.80.0.0/12"),
-	"bench":       netip.MustParsePrefix("100.100.0.0/14"),
+	"netslottest":         netip.MustParsePrefix("100.80.0.0/12"),
+	"bench":               netip.MustParsePrefix("100.100.0.0/14"),
+	"replicas node links": netip.MustParsePrefix("100.109.0.0/24"),
 }
 
 // isolationCall is one e2e package's NewIsolation("name", "cidr", "veth").
 type isolationCall struct {
-	pos        string
+	pos, file  string
 	name, veth string
 	cidr       netip.Prefix
 	listen     []string // literal Listen addresses of the same file
@@ -67,7 +69,7 @@ func TestIsolationsDistinct(t *testing.T) {
 					t.Errorf("%s: %v", fset.Position(n.Pos()), err)
 					return true
 				}
-				found = append(found, isolationCall{pos: fset.Position(n.Pos()).String(), name: args[0], cidr: p.Masked(), veth: args[2]})
+				found = append(found, isolationCall{pos: fset.Position(n.Pos()).String(), file: f, name: args[0], cidr: p.Masked(), veth: args[2]})
 			case *ast.KeyValueExpr:
 				if k, ok := n.Key.(*ast.Ident); ok && k.Name == "Listen" {
 					if lit, ok := n.Value.(*ast.BasicLit); ok && lit.Kind == token.STRING {
@@ -93,11 +95,11 @@ func TestIsolationsDistinct(t *testing.T) {
 				t.Errorf("%s: %s overlaps %s's %s", a.pos, a.cidr, name, r)
 			}
 		}
-		for _, l := range a.listen {
-			if other, ok := listenAt[l]; ok && other != a.pos {
-				t.Errorf("%s and %s both listen on %s", other, a.pos, l)
+		for _, l := range a.listen { // a file's calls share its listen addresses
+			if other, ok := listenAt[l]; ok && other != a.file {
+				t.Errorf("%s and %s both listen on %s", other, a.file, l)
 			}
-			listenAt[l] = a.pos
+			listenAt[l] = a.file
 		}
 		for _, b := range calls[i+1:] {
 			if a.name == b.name {
