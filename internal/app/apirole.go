@@ -132,7 +132,8 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return err
 	}
 	lc, err := lifecycle.New(lifecycle.Config{Store: pokingStore{Store: st, poke: disp.Poke}, Node: places, AllNodes: true, Logger: log.With("component", "lifecycle"),
-		Registry: reg, StartGrace: apiStartGrace, TeamLimits: apiserver.LifecycleLimits(st, cfg.Limits)})
+		SandboxChanges: st.WatchSandboxes,
+		Registry:       reg, StartGrace: apiStartGrace, TeamLimits: apiserver.LifecycleLimits(st, cfg.Limits)})
 	if err != nil {
 		return err
 	}

@@ -246,7 +246,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	lc, err := lifecycle.New(lifecycle.Config{Store: pokingStore{Store: st, poke: disp.Poke}, Node: parts.node, Logger: log.With("component", "lifecycle"), Registry: reg,
-		TeamLimits: apiserver.LifecycleLimits(st, cfg.Limits)})
+		SandboxChanges: st.WatchSandboxes,
+		TeamLimits:     apiserver.LifecycleLimits(st, cfg.Limits)})
 	if err != nil {
 		return err
 	}

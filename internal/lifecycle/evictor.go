@@ -61,6 +61,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	m.wg.Go(func() { m.watch(ctx, events) })
+	m.wg.Go(func() { m.watchChanges(ctx) })
 	defer m.wg.Wait()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

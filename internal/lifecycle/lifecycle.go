@@ -68,6 +68,13 @@ type Config struct {
 	// resume and auto-resume take a concurrency slot) and pauses (a bound
 	// on paused sandboxes); nil bounds neither.
 	TeamLimits func(ctx context.Context, teamID string) (TeamLimits, error)
+	// SandboxChanges, when set, tells of every change of a sandbox's row,
+	// made by this process or another on the same database
+	// (store.SQL.WatchSandboxes); with it, Route serves running sandboxes'
+	// routes from memory for RouteCacheTTL (default DefaultRouteCacheTTL;
+	// negative: no cache).
+	SandboxChanges func(ctx context.Context, fn func(id string)) error
+	RouteCacheTTL  time.Duration
 }
 
 // Manager runs sandbox lifecycles. Create it with New and start its
@@ -94,6 +101,7 @@ type Manager struct {
 	wg        sync.WaitGroup
 
 	killed *prometheus.CounterVec
+	routes *routeCache // nil without Config.SandboxChanges
 }
 
 // New returns a Manager.
@@ -116,6 +124,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.AutoResumeTimeout <= 0 {
 		cfg.AutoResumeTimeout = 5 * time.Minute
 	}
+	if cfg.RouteCacheTTL == 0 {
+		cfg.RouteCacheTTL = DefaultRouteCacheTTL
+	}
 	m := &Manager{
 		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
 		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{}, resuming: map[string]int{},
@@ -123,6 +134,9 @@ func New(cfg Config) (*Manager, error) {
 			Name: "sandbox_killed_total",
 			Help: "Sandboxes killed, by kill reason.",
 		}, []string{"kill_reason"}),
+	}
+	if cfg.SandboxChanges != nil && cfg.RouteCacheTTL > 0 {
+		m.routes = newRouteCache(cfg.RouteCacheTTL)
 	}
 	if cfg.Registry != nil {
 		if err := cfg.Registry.Register(m.killed); err != nil {

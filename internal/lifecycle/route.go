@@ -23,6 +23,15 @@ type routeNetwork struct {
 // resumed, so a request without the right token never wakes a sandbox. A
 // missing or killed sandbox is ErrNotFound.
 func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admission) error) (*route.Route, error) {
+	cached, gen, ok := m.routes.get(id)
+	if ok {
+		if admit != nil {
+			if err := admit(&route.Admission{SandboxID: id, EnvdAccessToken: cached.EnvdAccessToken, TrafficAccessToken: cached.TrafficAccessToken}); err != nil {
+				return nil, err
+			}
+		}
+		return cached, nil
+	}
 	sb, err := m.Get(ctx, "", id)
 	if err != nil {
 		return nil, err
@@ -66,9 +75,13 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admiss
 	if len(sb.Spec.Network) > 0 {
 		_ = json.Unmarshal(sb.Spec.Network, &nw) // written by the API; a bad document routes plainly
 	}
-	return &route.Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
+	r := &route.Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
 		EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken, Woken: paused,
-		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts, NodeProxy: ns.NodeProxy}, nil
+		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts, NodeProxy: ns.NodeProxy}
+	if !paused {
+		m.routes.put(gen, r)
+	}
+	return r, nil
 }
 
 // EnvdTokens returns the envd access tokens by ID of running sandboxes and

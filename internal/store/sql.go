@@ -53,9 +53,10 @@ var (
 
 // SQL is the Store over database/sql, for SQLite and Postgres.
 type SQL struct {
-	db  *sql.DB
-	d   dialect
-	log *slog.Logger
+	db    *sql.DB
+	d     dialect
+	log   *slog.Logger
+	watch watchers // WatchSandboxes's subscribers (watch.go)
 }
 
 var _ Store = (*SQL)(nil)
@@ -356,9 +357,13 @@ func (s *SQL) TransitionSandbox(ctx context.Context, id string, fn func(*Sandbox
 			return nil, err
 		}
 	}
+	if err := s.notifyTx(ctx, tx, id); err != nil {
+		return nil, classify(err, what)
+	}
 	if err := tx.Commit(); err != nil {
 		return nil, classify(err, what)
 	}
+	s.watch.notify(id)
 	return sb, nil
 }
 
@@ -475,5 +480,12 @@ func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
 	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM events WHERE sandbox_id = ?`), id); err != nil {
 		return classify(err, what)
 	}
-	return classify(tx.Commit(), what)
+	if err := s.notifyTx(ctx, tx, id); err != nil {
+		return classify(err, what)
+	}
+	if err := tx.Commit(); err != nil {
+		return classify(err, what)
+	}
+	s.watch.notify(id)
+	return nil
 }

@@ -37,6 +37,10 @@ func PostgresDSN(t testing.TB) string {
 	return dsn
 }
 
+// PostgresAvailable reports whether a test server is configured
+// (benchmarks run without one).
+func PostgresAvailable() bool { return os.Getenv("WARREN_TEST_POSTGRES_DSN") != "" }
+
 // Postgres opens a store on a new, empty schema of the test server; the
 // schema is dropped when the test ends.
 func Postgres(t testing.TB) *store.SQL {
