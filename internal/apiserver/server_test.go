@@ -187,7 +187,7 @@ func TestEndpoints(t *testing.T) {
 		{"create no template", "POST", "/v2/sandboxes", `{}`, "", nil, 400, "'templateID'"},
 		{"create unknown template", "POST", "/v2/sandboxes", `{"templateID":"nope"}`, "", nil, 404, "template 'nope' not found"},
 		{"create wrong type", "POST", "/v2/sandboxes", `{"templateID":"base","timeout":"x"}`, "", nil, 400, "'timeout'"},
-		{"create metadata not string", "POST", "/v2/sandboxes", `{"templateID":"base","metadata":{"a":1}}`, "", nil, 400, "'metadata'"},
+		{"create metadata not string", "POST", "/v2/sandboxes", `{"templateID":"base","metadata":{"a":1}}`, "", nil, 400, "'metadata"}, // Go 1.27 names the key too ('metadata.a')
 		{"create negative timeout", "POST", "/v2/sandboxes", `{"templateID":"base","timeout":-1}`, "", nil, 400, "'timeout'"},
 		{"create timeout over max", "POST", "/v2/sandboxes", `{"templateID":"base","timeout":3601}`, "", nil, 400, "Timeout cannot be greater than 1 hours"},
 		{"create bad cidr", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":["example.com"]}}`, "", nil, 400, "'network.allowOut[0]'"},
