@@ -282,6 +282,17 @@ func ValidateResources(cpu *int, memoryMB *int64, lim Limits) (int, int64, error
 	return c, m, nil
 }
 
+// CheckID refuses an ID no template or build can have: empty, "." or
+// "..", containing a slash, or over 128 bytes. IDs come from clients and
+// peers; one that passes names no file but its own (it is a single path
+// element) and no other object. kind names the object in the error.
+func CheckID(kind, id string) error {
+	if id == "" || id == "." || id == ".." || len(id) > 128 || strings.ContainsAny(id, "/\\\x00") {
+		return fmt.Errorf("%s %q: bad ID: %w", kind, id, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
 // NewTemplateID returns a new random template ID (20 lowercase
 // alphanumerics, like E2B's).
 func NewTemplateID() string {
