@@ -116,6 +116,14 @@ type Build struct {
 	// SnapshotDir, when set, is a memory image taken once the ready
 	// command passed (snapshot on ready).
 	SnapshotDir string `json:"snapshotDir,omitempty"`
+	// NodeID, under `warren api`, is the node that ran the build and
+	// holds its artifact.
+	NodeID string `json:"nodeId,omitempty"`
+	// RootFSSHA256 and RootFSSize identify the root filesystem's artifact
+	// as nodes exchange it (internal/nodebuild): a tar whose sha256 a node
+	// that pulls it checks before use.
+	RootFSSHA256 string `json:"rootfsSha256,omitempty"`
+	RootFSSize   int64  `json:"rootfsSize,omitempty"`
 	// EnvdVersion is the envd the template was built with, when known.
 	EnvdVersion string `json:"envdVersion,omitempty"`
 	// Reason tells why a build failed.

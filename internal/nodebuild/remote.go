@@ -1,0 +1,481 @@
+package nodebuild
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// Nodes is what Remote reads of the node registry.
+type Nodes interface {
+	ListNodes(ctx context.Context) ([]*store.Node, error)
+	GetNode(ctx context.Context, id string) (*store.Node, error)
+}
+
+// RemoteConfig configures a Remote.
+type RemoteConfig struct {
+	// Catalog is the control plane's catalog (over store.TemplateStore).
+	Catalog *templates.Catalog
+	Nodes   Nodes
+	// Token is the node token, presented to nodes and asked of them.
+	Token string
+	// HTTP carries the calls to nodes (default: a client without proxy).
+	HTTP *http.Client
+	// MaxTemplateDiskMB is the largest disk a template may ask for
+	// (default 65536, as builder.ServiceConfig).
+	MaxTemplateDiskMB int64
+	// PollInterval is how often a started build's node is asked for its
+	// progress (default 500 ms).
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// Remote is the build service of `warren api` (what the API server's
+// template routes call, as builder.Service in `warren serve`): a build
+// runs on one ready node, chosen by free capacity, and the replica that
+// started it copies the node's progress and log into the shared catalog
+// until the build ends.
+type Remote struct {
+	cfg    RemoteConfig
+	cat    *templates.Catalog
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewRemote returns a Remote; Close it.
+func NewRemote(cfg RemoteConfig) (*Remote, error) {
+	if cfg.Catalog == nil || cfg.Nodes == nil {
+		return nil, fmt.Errorf("nodebuild: a catalog and the nodes are required: %w", errdefs.ErrInvalid)
+	}
+	if cfg.HTTP == nil {
+		cfg.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil}}
+	}
+	if cfg.MaxTemplateDiskMB <= 0 {
+		cfg.MaxTemplateDiskMB = 64 << 10
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 500 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Remote{cfg: cfg, cat: cfg.Catalog, log: cfg.Logger, ctx: ctx, cancel: cancel}, nil
+}
+
+// Close stops following builds (they go on on their nodes).
+func (r *Remote) Close() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// CreateTemplate makes a waiting build (POST /v3/templates).
+func (r *Remote) CreateTemplate(ctx context.Context, req templates.CreateRequest) (*templates.Template, *templates.Build, error) {
+	if req.DiskMB > r.cfg.MaxTemplateDiskMB {
+		return nil, nil, fmt.Errorf("disk size %d MiB (minFreeDiskMb) is more than this server allows for a template (%d MiB): %w", req.DiskMB, r.cfg.MaxTemplateDiskMB, errdefs.ErrInvalid)
+	}
+	return r.cat.CreateBuild(ctx, req)
+}
+
+// errNoUploads is the answer to COPY contexts, which builds through
+// warren api do not take yet.
+var errNoUploads = errdefs.Publicf(errdefs.ErrUnsupported, "COPY of uploaded files is not supported by warren api yet: build without COPY steps, or on warren serve")
+
+// Files implements the upload check (GET /templates/{id}/files/{hash}).
+func (r *Remote) Files(ctx context.Context, teamID, templateID, hash string) (bool, string, error) {
+	if _, err := r.owned(ctx, teamID, templateID); err != nil {
+		return false, "", err
+	}
+	return false, "", errNoUploads
+}
+
+func (r *Remote) owned(ctx context.Context, teamID, templateID string) (*templates.Template, error) {
+	t, err := r.cat.Find(ctx, teamID, templateID)
+	if err != nil {
+		return nil, err
+	}
+	if t.TeamID != teamID {
+		return nil, fmt.Errorf("template %q belongs to another team: %w", templateID, errdefs.ErrForbidden)
+	}
+	return t, nil
+}
+
+// StartBuild starts the waiting build req.BuildID on a node and returns
+// its ID; the build's progress reaches the catalog as the node reports it.
+func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (string, error) {
+	if req.BuildID == "" {
+		req.Create.TeamID = req.TeamID
+		t, b, err := r.CreateTemplate(ctx, req.Create)
+		if err != nil {
+			return "", err
+		}
+		req.TemplateID, req.BuildID = t.ID, b.ID
+	}
+	t, err := r.owned(ctx, req.TeamID, req.TemplateID)
+	if err != nil {
+		return "", err
+	}
+	bd, err := r.cat.Build(ctx, req.BuildID)
+	if err != nil {
+		return "", err
+	}
+	if bd.TemplateID != t.ID {
+		return "", fmt.Errorf("build %q of template %q: %w", req.BuildID, req.TemplateID, errdefs.ErrNotFound)
+	}
+	if bd.Status != templates.BuildWaiting {
+		return "", fmt.Errorf("build %q is %s, not waiting: %w", req.BuildID, bd.Status, errdefs.ErrConflict)
+	}
+	if err := builder.ValidateSteps(req.Spec.Steps); err != nil {
+		return "", err
+	}
+	for _, st := range req.Spec.Steps {
+		if st.FilesHash != "" {
+			return "", errNoUploads
+		}
+	}
+	if req.Spec.RegistryAuth != nil {
+		return "", errdefs.Publicf(errdefs.ErrUnsupported, "registry credentials (fromImageRegistry) are not supported by warren api yet")
+	}
+	nodes, err := r.buildNodes(ctx)
+	if err != nil {
+		return "", err
+	}
+	// The claim (waiting → building on a node) is one row update: of two
+	// replicas starting one build, one gets it.
+	waiting := *bd
+	var refusals []error
+	for _, n := range nodes {
+		if _, err := r.cat.UpdateBuild(ctx, bd.ID, func(b *templates.Build) error {
+			if b.Status != templates.BuildWaiting {
+				return fmt.Errorf("build %q is %s, not waiting: %w", b.ID, b.Status, errdefs.ErrConflict)
+			}
+			b.Status, b.NodeID = templates.BuildBuilding, n.ID
+			return nil
+		}); err != nil {
+			return "", err
+		}
+		err := r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: *t, Build: waiting, Spec: req.Spec})
+		if err == nil {
+			r.log.Info("build started on a node", "template_id", t.ID, "build_id", bd.ID, "node_id", n.ID)
+			r.wg.Go(func() { r.follow(bd.ID, n.ID) })
+			return bd.ID, nil
+		}
+		r.log.Warn("node refused a build", "build_id", bd.ID, "node_id", n.ID, "error", err)
+		refusals = append(refusals, fmt.Errorf("node %q: %w", n.ID, err))
+		if _, err := r.cat.UpdateBuild(context.WithoutCancel(ctx), bd.ID, func(b *templates.Build) error {
+			b.Status, b.NodeID = templates.BuildWaiting, ""
+			return nil
+		}); err != nil {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("build %q: every node refused it: %w: %w", bd.ID, errdefs.ErrUnavailable, errors.Join(refusals...))
+}
+
+// buildNodes returns the nodes a build may run on, most free first.
+func (r *Remote) buildNodes(ctx context.Context) ([]*store.Node, error) {
+	all, err := r.cfg.Nodes.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes := slices.DeleteFunc(all, func(n *store.Node) bool { return !n.Schedulable() })
+	if len(nodes) == 0 {
+		return nil, errdefs.Publicf(errdefs.ErrUnavailable, "no ready node to run the build on")
+	}
+	slices.SortStableFunc(nodes, func(a, b *store.Node) int { return int(free(b) - free(a)) })
+	return nodes, nil
+}
+
+func free(n *store.Node) int64 { return n.Capacity.MemoryMB - n.Allocated.MemoryMB }
+
+// follow copies the progress of build id on node nodeID into the catalog
+// until the build ends, the node is lost, or r closes.
+func (r *Remote) follow(id, nodeID string) {
+	log := r.log.With("build_id", id, "node_id", nodeID)
+	copied := 0
+	t := time.NewTicker(r.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := r.cfg.Nodes.GetNode(r.ctx, nodeID)
+		if err != nil {
+			log.Warn("build's node", "error", err)
+			continue
+		}
+		if n.Liveness == store.NodeLost {
+			r.finish(log, id, nil, &templates.Reason{Message: "the node running the build was lost"})
+			return
+		}
+		var st BuildStatus
+		if err := r.get(r.ctx, n, PathPrefix+"builds/"+id+"?logsOffset="+strconv.Itoa(copied), &st); err != nil {
+			log.Info("build progress not read from its node", "error", err)
+			continue
+		}
+		if len(st.Logs) > 0 {
+			if err := r.cat.Store().AppendLogs(r.ctx, id, st.Logs...); err != nil {
+				log.Warn("build log not copied", "error", err)
+				continue
+			}
+			copied += len(st.Logs)
+		}
+		switch st.Build.Status {
+		case templates.BuildReady:
+			r.finish(log, id, &st.Build, nil)
+			return
+		case templates.BuildError:
+			reason := st.Build.Reason
+			if reason == nil {
+				reason = &templates.Reason{Message: "the build failed"}
+			}
+			r.finish(log, id, &st.Build, reason)
+			return
+		}
+	}
+}
+
+// finish records the end of build id: its metadata from the node's
+// record nb (when known) and its outcome.
+func (r *Remote) finish(log *slog.Logger, id string, nb *templates.Build, reason *templates.Reason) {
+	ctx := context.WithoutCancel(r.ctx)
+	if nb != nil {
+		if _, err := r.cat.UpdateBuild(ctx, id, func(b *templates.Build) error {
+			b.Env, b.User, b.Workdir, b.StartCmd, b.ReadyCmd = nb.Env, nb.User, nb.Workdir, nb.StartCmd, nb.ReadyCmd
+			b.EnvdVersion, b.RootFSSHA256, b.RootFSSize = nb.EnvdVersion, nb.RootFSSHA256, nb.RootFSSize
+			return nil
+		}); err != nil {
+			log.Warn("build metadata not recorded", "error", err)
+		}
+	}
+	if _, err := r.cat.FinishBuild(ctx, id, reason); err != nil {
+		log.Warn("build end not recorded", "error", err)
+		return
+	}
+	log.Info("build finished on its node", "ok", reason == nil)
+}
+
+// Status reports a build with its log from logsOffset on, from the
+// catalog.
+func (r *Remote) Status(ctx context.Context, teamID, templateID, buildID string, logsOffset int) (*builder.Status, error) {
+	t, err := r.cat.Find(ctx, teamID, templateID)
+	if err != nil {
+		return nil, err
+	}
+	bd, err := r.cat.Build(ctx, buildID)
+	if err != nil {
+		return nil, err
+	}
+	if bd.TemplateID != t.ID {
+		return nil, fmt.Errorf("build %q of template %q: %w", buildID, templateID, errdefs.ErrNotFound)
+	}
+	entries, err := r.cat.Store().Logs(ctx, buildID, max(logsOffset, 0))
+	if err != nil {
+		return nil, err
+	}
+	return &builder.Status{TemplateID: t.ID, BuildID: bd.ID, Status: bd.Status, LogEntries: entries, Reason: bd.Reason}, nil
+}
+
+// Logs returns a build's log entries selected by q.
+func (r *Remote) Logs(ctx context.Context, teamID, templateID, buildID string, q builder.LogsQuery) ([]templates.LogEntry, error) {
+	st, err := r.Status(ctx, teamID, templateID, buildID, 0)
+	if err != nil {
+		return nil, err
+	}
+	return builder.SelectLogs(st.LogEntries, q), nil
+}
+
+// Resolve turns ref, as team sees it, into the template a node is to
+// start: a ready build of the catalog, by build ID (the node resolves it
+// from its copy, pulled first when it lacks one; placement prefers the
+// nodes that hold it). Templates not in the catalog go to fallback (the
+// system templates each node prepares itself).
+func (r *Remote) Resolve(ctx context.Context, teamID, ref string, fallback func(ctx context.Context, teamID, ref string) (nodeapi.Template, error)) (nodeapi.Template, error) {
+	t, b, err := r.cat.Lookup(ctx, teamID, ref)
+	if errdefs.IsNotFound(err) && fallback != nil {
+		if nt, ferr := fallback(ctx, teamID, ref); ferr == nil {
+			return nt, nil
+		}
+	}
+	if err != nil {
+		return nodeapi.Template{}, err
+	}
+	nt := b.NodeTemplate()
+	nt.ID, nt.RootFS, nt.SnapshotDir = t.ID, "", ""
+	return nt, nil
+}
+
+// LocatePath is where the control plane answers nodes asking where a
+// build can be had (behind the node token).
+const LocatePath = PathPrefix + "locate/"
+
+// LocateHandler answers GET LocatePath+"<buildID>" with the build's
+// Source: its records and the RPC addresses of the ready nodes that hold
+// it, the node that built it first.
+func (r *Remote) LocateHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodGet {
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if !authorized(req, r.cfg.Token) || r.cfg.Token == "" {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		src, err := r.locate(req.Context(), strings.TrimPrefix(req.URL.Path, LocatePath))
+		if err != nil {
+			status := errdefs.HTTPStatus(err)
+			r.log.Info("locate build", "path", req.URL.Path, "status", status, "error", err)
+			http.Error(w, http.StatusText(status), status)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(src) //nolint:errcheck
+	})
+}
+
+func (r *Remote) locate(ctx context.Context, buildID string) (*Source, error) {
+	if err := templates.CheckID("build", buildID); err != nil {
+		return nil, err
+	}
+	b, err := r.cat.Build(ctx, buildID)
+	if err != nil {
+		return nil, err
+	}
+	if b.Status != templates.BuildReady {
+		return nil, fmt.Errorf("build %q is %s: %w", buildID, b.Status, errdefs.ErrConflict)
+	}
+	t, err := r.cat.Store().GetTemplate(ctx, b.TemplateID)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := r.cfg.Nodes.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	src := &Source{Template: *t, Build: *b, Holders: []string{}}
+	for _, n := range nodes {
+		if n.Liveness != store.NodeReady {
+			continue
+		}
+		switch {
+		case n.ID == b.NodeID:
+			src.Holders = append([]string{n.RPCAddress}, src.Holders...)
+		case n.HoldsTemplate(buildID):
+			src.Holders = append(src.Holders, n.RPCAddress)
+		}
+	}
+	return src, nil
+}
+
+func (r *Remote) post(ctx context.Context, n *store.Node, path string, body any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	return r.do(ctx, http.MethodPost, n, path, bytes.NewReader(b), nil)
+}
+
+func (r *Remote) get(ctx context.Context, n *store.Node, path string, out any) error {
+	return r.do(ctx, http.MethodGet, n, path, nil, out)
+}
+
+func (r *Remote) do(ctx context.Context, method string, n *store.Node, path string, body io.Reader, out any) error {
+	return call(ctx, r.cfg.HTTP, method, n.RPCAddress+path, r.cfg.Token, body, out)
+}
+
+// call makes one request of a node or of the control plane and decodes
+// a JSON answer into out (when set); an error status is the class it
+// stands for, with the peer's message.
+func call(ctx context.Context, c *http.Client, method, url, token string, body io.Reader, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %w", method, url, errdefs.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("%s %s: %s: %w", method, url, strings.TrimSpace(string(msg)), statusClass(resp.StatusCode))
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode: %w", method, url, err)
+	}
+	return nil
+}
+
+// Locator asks the control plane at APIURL where builds can be had (a
+// node's NodeConfig.Locate).
+type Locator struct {
+	APIURL string
+	Token  string
+	HTTP   *http.Client
+}
+
+// Locate implements NodeConfig.Locate.
+func (l *Locator) Locate(ctx context.Context, buildID string) (*Source, error) {
+	if err := templates.CheckID("build", buildID); err != nil {
+		return nil, err
+	}
+	c := l.HTTP
+	if c == nil {
+		c = &http.Client{Transport: &http.Transport{Proxy: nil}}
+	}
+	var src Source
+	if err := call(ctx, c, http.MethodGet, strings.TrimSuffix(l.APIURL, "/")+LocatePath+buildID, l.Token, nil, &src); err != nil {
+		return nil, err
+	}
+	return &src, nil
+}
+
+// statusClass is the error class an HTTP status of a peer stands for.
+func statusClass(code int) error {
+	switch code {
+	case http.StatusBadRequest:
+		return errdefs.ErrInvalid
+	case http.StatusNotFound:
+		return errdefs.ErrNotFound
+	case http.StatusConflict:
+		return errdefs.ErrConflict
+	case http.StatusNotImplemented:
+		return errdefs.ErrUnsupported
+	case http.StatusForbidden, http.StatusUnauthorized:
+		return errdefs.ErrForbidden
+	default:
+		return errdefs.ErrUnavailable
+	}
+}
