@@ -218,7 +218,9 @@ func TestPullResolvesAndCoalesces(t *testing.T) {
 	got := make([]nodeapi.Template, n)
 	errs := make([]error, n)
 	for i := range n {
-		wg.Go(func() { got[i], errs[i] = puller.node.Resolve(ctx, "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID}) })
+		wg.Go(func() {
+			got[i], errs[i] = puller.node.Resolve(ctx, "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID})
+		})
 	}
 	wg.Wait()
 	for i := range n {
