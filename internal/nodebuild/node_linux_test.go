@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,8 +20,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
-
-const token = "node-token-0123456789"
 
 // peer is one node's catalog and build routes, served over real HTTP.
 type peer struct {
@@ -97,21 +94,6 @@ func sourceFrom(t *testing.T, holder *peer, addr string) func(context.Context, s
 		}
 		return &nodebuild.Source{Template: *t, Build: *b, Holders: []string{addr}}, nil
 	}
-}
-
-func get(t *testing.T, url, tok string) (int, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, body
 }
 
 // TestRoutesNeedTheNodeToken: without the node token nothing of a build

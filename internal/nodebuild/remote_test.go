@@ -1,0 +1,135 @@
+package nodebuild_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodebuild"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// newRemote is the build service of warren api over a fresh Postgres
+// schema, with the store for registering nodes.
+func newRemote(t *testing.T) (*nodebuild.Remote, *templates.Catalog, *store.SQL, *httptest.Server) {
+	t.Helper()
+	st := storetest.Postgres(t)
+	cat, err := templates.New(templates.Config{Store: st.Templates()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := nodebuild.NewRemote(nodebuild.RemoteConfig{Catalog: cat, Nodes: st, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	srv := httptest.NewServer(r.LocateHandler())
+	t.Cleanup(srv.Close)
+	return r, cat, st, srv
+}
+
+func heartbeat(t *testing.T, st *store.SQL, id, rpc string, held ...string) {
+	t.Helper()
+	if _, err := st.HeartbeatNode(context.Background(), &store.Node{ID: id, RPCAddress: rpc, ProxyAddress: "127.0.0.1:1", BootID: "b", Version: "v",
+		Capacity: store.NodeResources{VCPUs: 8, MemoryMB: 8192}, Templates: held}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLocate: nodes ask the control plane where a build is with the node
+// token only; the answer names the builder first, then other holders.
+func TestLocate(t *testing.T) {
+	t.Parallel()
+	r, cat, st, srv := newRemote(t)
+	ctx := context.Background()
+	tm, b, err := r.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, srv.URL+nodebuild.LocatePath+b.ID, token); code != http.StatusConflict {
+		t.Errorf("locate of a waiting build = %d, want 409", code)
+	}
+	if _, err := cat.UpdateBuild(ctx, b.ID, func(b *templates.Build) error { b.NodeID = "n-2"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.FinishBuild(ctx, b.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat(t, st, "n-1", "http://n-1", b.ID)
+	heartbeat(t, st, "n-2", "http://n-2")
+	heartbeat(t, st, "n-3", "http://n-3")
+	for _, tok := range []string{"", "wrong-token-0123456789", "Bearer"} {
+		if code, body := get(t, srv.URL+nodebuild.LocatePath+b.ID, tok); code != http.StatusUnauthorized {
+			t.Errorf("locate with token %q = %d %s, want 401", tok, code, body)
+		}
+	}
+	for _, id := range []string{"..%2Fx", "nope"} {
+		if code, body := get(t, srv.URL+nodebuild.LocatePath+id, token); code != http.StatusBadRequest && code != http.StatusNotFound {
+			t.Errorf("locate %q = %d %s, want 400 or 404", id, code, body)
+		}
+	}
+	code, body := get(t, srv.URL+nodebuild.LocatePath+b.ID, token)
+	var src nodebuild.Source
+	if code != http.StatusOK || json.Unmarshal(body, &src) != nil {
+		t.Fatalf("locate = %d %s", code, body)
+	}
+	if src.Template.ID != tm.ID || src.Build.ID != b.ID || len(src.Holders) != 2 || src.Holders[0] != "http://n-2" || src.Holders[1] != "http://n-1" {
+		t.Fatalf("locate = %+v, want the builder n-2 then n-1", src)
+	}
+	loc := &nodebuild.Locator{APIURL: srv.URL, Token: token}
+	if got, err := loc.Locate(ctx, b.ID); err != nil || got.Build.ID != b.ID {
+		t.Fatalf("Locator.Locate = %+v, %v", got, err)
+	}
+	if _, err := loc.Locate(ctx, "../x"); !errdefs.IsInvalid(err) {
+		t.Fatalf("Locator.Locate of a bad ID: %v", err)
+	}
+}
+
+// TestStartBuildRefusals: what warren api cannot build says so, and
+// leaves the build waiting.
+func TestStartBuildRefusals(t *testing.T) {
+	t.Parallel()
+	r, cat, st, _ := newRemote(t)
+	ctx := context.Background()
+	tm, b, err := r.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(team string, spec builder.Spec) error {
+		_, err := r.StartBuild(ctx, builder.StartRequest{TeamID: team, TemplateID: tm.ID, BuildID: b.ID, Spec: spec})
+		return err
+	}
+	run := builder.Spec{Steps: []builder.Step{{Type: builder.StepRun, Args: []string{"true"}}}}
+	if err := start("team-a", run); !errdefs.IsUnavailable(err) || errdefs.ClientMessage(err) != "no ready node to run the build on" {
+		t.Errorf("with no node: %v (client sees %q)", err, errdefs.ClientMessage(err))
+	}
+	if err := start("team-b", run); !errdefs.IsNotFound(err) && !errors.Is(err, errdefs.ErrForbidden) {
+		t.Errorf("another team's start: %v", err)
+	}
+	if err := start("team-a", builder.Spec{Steps: []builder.Step{{Type: builder.StepCopy, Args: []string{"a", "/a"}, FilesHash: "abc"}}}); !errdefs.IsUnsupported(err) {
+		t.Errorf("COPY of uploaded files: %v, want unsupported", err)
+	}
+	if _, _, err := r.Files(ctx, "team-a", tm.ID, "abc"); !errdefs.IsUnsupported(err) {
+		t.Errorf("upload check: %v, want unsupported", err)
+	}
+	if err := start("team-a", builder.Spec{Steps: []builder.Step{{Type: builder.StepRun}}}); !errdefs.IsInvalid(err) {
+		t.Errorf("a bad step: %v, want invalid", err)
+	}
+	// A node that refuses (here: nothing listens) leaves the build waiting.
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	heartbeat(t, st, "n-1", dead.URL)
+	if err := start("team-a", run); !errdefs.IsUnavailable(err) {
+		t.Errorf("with the only node down: %v, want unavailable", err)
+	}
+	if got, err := cat.Build(ctx, b.ID); err != nil || got.Status != templates.BuildWaiting || got.NodeID != "" {
+		t.Fatalf("after refusals the build is %+v, %v; want waiting on no node", got, err)
+	}
+}
