@@ -155,6 +155,9 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return err
 	}
 	defer builds.Close()
+	if err := builds.Resume(ctx); err != nil {
+		return fmt.Errorf("template builds on nodes: %w", err)
+	}
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: apiResolver{builds}, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,

@@ -50,7 +50,10 @@ type RemoteConfig struct {
 // template routes call, as builder.Service in `warren serve`): a build
 // runs on one ready node, chosen by free capacity, and the replica that
 // started it copies the node's progress and log into the shared catalog
-// until the build ends.
+// until the build ends; every replica, at its start, follows the builds
+// it finds running on nodes (Resume), so a build outlives the replica
+// that started it. Followers of one build append each batch of its log
+// once (LogAppender).
 type Remote struct {
 	cfg    RemoteConfig
 	cat    *templates.Catalog
@@ -60,10 +63,20 @@ type Remote struct {
 	wg     sync.WaitGroup
 }
 
+// LogAppender is the catalog store's conditional append
+// (store.TemplateStore): entries go at offset only if the log has that
+// many, and the log's length is returned.
+type LogAppender interface {
+	AppendLogsAt(ctx context.Context, buildID string, offset int, entries ...templates.LogEntry) (int, error)
+}
+
 // NewRemote returns a Remote; Close it.
 func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if cfg.Catalog == nil || cfg.Nodes == nil {
 		return nil, fmt.Errorf("nodebuild: a catalog and the nodes are required: %w", errdefs.ErrInvalid)
+	}
+	if _, ok := cfg.Catalog.Store().(LogAppender); !ok {
+		return nil, fmt.Errorf("nodebuild: the catalog's store has no conditional log append (store.TemplateStore): %w", errdefs.ErrInvalid)
 	}
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil}}
@@ -79,6 +92,28 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Remote{cfg: cfg, cat: cfg.Catalog, log: cfg.Logger, ctx: ctx, cancel: cancel}, nil
+}
+
+// Resume follows every build the catalog records as building on a node,
+// as the replica that started it did.
+func (r *Remote) Resume(ctx context.Context) error {
+	all, err := r.cat.List(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, t := range all {
+		builds, err := r.cat.Builds(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		for _, b := range builds {
+			if b.Status == templates.BuildBuilding && b.NodeID != "" {
+				r.log.Info("following a build on its node", "template_id", t.ID, "build_id", b.ID, "node_id", b.NodeID)
+				r.wg.Go(func() { r.follow(b.ID, b.NodeID) })
+			}
+		}
+	}
+	return nil
 }
 
 // Close stops following builds (they go on on their nodes).
@@ -233,13 +268,16 @@ func (r *Remote) follow(id, nodeID string) {
 			log.Info("build progress not read from its node", "error", err)
 			continue
 		}
-		if len(st.Logs) > 0 {
-			if err := r.cat.Store().AppendLogs(r.ctx, id, st.Logs...); err != nil {
-				log.Warn("build log not copied", "error", err)
-				continue
-			}
-			copied += len(st.Logs)
+		next, err := r.cat.Store().(LogAppender).AppendLogsAt(r.ctx, id, copied, st.Logs...)
+		if err != nil {
+			log.Warn("build log not copied", "error", err)
+			continue
 		}
+		if next != copied+len(st.Logs) {
+			copied = next // another follower was first: read on from its end
+			continue
+		}
+		copied = next
 		switch st.Build.Status {
 		case templates.BuildReady:
 			r.finish(log, id, &st.Build, nil)
@@ -264,11 +302,15 @@ func (r *Remote) finish(log *slog.Logger, id string, nb *templates.Build, reason
 			b.Env, b.User, b.Workdir, b.StartCmd, b.ReadyCmd = nb.Env, nb.User, nb.Workdir, nb.StartCmd, nb.ReadyCmd
 			b.EnvdVersion, b.RootFSSHA256, b.RootFSSize = nb.EnvdVersion, nb.RootFSSHA256, nb.RootFSSize
 			return nil
-		}); err != nil {
+		}); errdefs.IsConflict(err) {
+			return // another follower recorded its end
+		} else if err != nil {
 			log.Warn("build metadata not recorded", "error", err)
 		}
 	}
-	if _, err := r.cat.FinishBuild(ctx, id, reason); err != nil {
+	if _, err := r.cat.FinishBuild(ctx, id, reason); errdefs.IsConflict(err) {
+		return // another follower recorded it
+	} else if err != nil {
 		log.Warn("build end not recorded", "error", err)
 		return
 	}

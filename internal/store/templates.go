@@ -331,6 +331,44 @@ func (t *TemplateStore) AppendLogs(ctx context.Context, buildID string, entries 
 	if err := tx.QueryRowContext(ctx, t.s.d.rebind(`SELECT COALESCE(MAX(seq), 0) FROM template_build_logs WHERE build_id = ?`), buildID).Scan(&last); err != nil {
 		return classify(err, what)
 	}
+	if err := t.insertLogs(ctx, tx, buildID, last, entries); err != nil {
+		return err
+	}
+	return classify(tx.Commit(), what)
+}
+
+// AppendLogsAt appends entries to a build's log if it has offset entries,
+// and returns how many it has then: several copiers of one log (the
+// replicas following a build on its node) each append a batch at most
+// once, whoever comes first.
+func (t *TemplateStore) AppendLogsAt(ctx context.Context, buildID string, offset int, entries ...templates.LogEntry) (int, error) {
+	what := fmt.Sprintf("build %q log", buildID)
+	if err := templates.CheckID("build", buildID); err != nil {
+		return 0, err
+	}
+	tx, err := t.s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, classify(err, what)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	if err := t.lock(ctx, tx, "warren-build-log:"+buildID); err != nil {
+		return 0, classify(err, what)
+	}
+	var last int64
+	if err := tx.QueryRowContext(ctx, t.s.d.rebind(`SELECT COALESCE(MAX(seq), 0) FROM template_build_logs WHERE build_id = ?`), buildID).Scan(&last); err != nil {
+		return 0, classify(err, what)
+	}
+	if int(last) != offset || len(entries) == 0 {
+		return int(last), nil
+	}
+	if err := t.insertLogs(ctx, tx, buildID, last, entries); err != nil {
+		return 0, err
+	}
+	return int(last) + len(entries), classify(tx.Commit(), what)
+}
+
+func (t *TemplateStore) insertLogs(ctx context.Context, tx *sql.Tx, buildID string, last int64, entries []templates.LogEntry) error {
+	what := fmt.Sprintf("build %q log", buildID)
 	for i, e := range entries {
 		line, err := json.Marshal(e)
 		if err != nil {
@@ -341,7 +379,7 @@ func (t *TemplateStore) AppendLogs(ctx context.Context, buildID string, entries 
 			return classify(err, what)
 		}
 	}
-	return classify(tx.Commit(), what)
+	return nil
 }
 
 // Logs implements templates.Store.
