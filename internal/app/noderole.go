@@ -183,7 +183,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 			locate = (&nodebuild.Locator{APIURL: cfg.APIURL, Token: cfg.NodeToken}).Locate
 		}
 		builds, err = nodebuild.NewNode(nodebuild.NodeConfig{Catalog: parts.local.Catalog, Service: parts.local.Service,
-			Token: cfg.NodeToken, Locate: locate, Logger: log.With("component", "nodebuild")})
+			Token: cfg.NodeToken, Locate: locate, Logger: log.With("component", "nodebuild"), Registry: reg})
 		if err != nil {
 			return err
 		}

@@ -74,9 +74,11 @@ func TestReplicasFollowABuild(t *testing.T) {
 	if _, err := p.local.Catalog.FinishBuild(ctx, b.ID, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the build ready in the catalog", func() bool {
+	// FinishBuild marks the build ready, then tags it.
+	waitFor(t, "the build ready and tagged in the catalog", func() bool {
 		got, err := cat.Build(ctx, b.ID)
-		return err == nil && got.Status == templates.BuildReady
+		tm, terr := cat.Find(ctx, "team-a", "mine")
+		return err == nil && got.Status == templates.BuildReady && terr == nil && tm.Tags[templates.DefaultTag].BuildID == b.ID
 	})
 	got, _ := cat.Build(ctx, b.ID)
 	nb, _ := p.local.Catalog.Build(ctx, b.ID)

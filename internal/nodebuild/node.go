@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -61,6 +63,9 @@ type NodeConfig struct {
 	// HTTP carries pulls from peers (default: a client without proxy).
 	HTTP   *http.Client
 	Logger *slog.Logger
+	// Registry, when set, receives node_template_pulls_total and
+	// node_template_pull_bytes_total.
+	Registry prometheus.Registerer
 }
 
 // Node serves a node's builds and artifacts to the control plane and to
@@ -72,6 +77,9 @@ type Node struct {
 	mu      sync.Mutex
 	exports map[string]*flight // artifacts being written
 	pulls   map[string]*flight // builds being pulled
+
+	pulled    *prometheus.CounterVec // by result
+	pullBytes prometheus.Counter
 }
 
 // flight is one export or pull in progress; others wait for done.
@@ -91,7 +99,20 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil}}
 	}
-	return &Node{cfg: cfg, log: cfg.Logger, exports: map[string]*flight{}, pulls: map[string]*flight{}}, nil
+	n := &Node{cfg: cfg, log: cfg.Logger, exports: map[string]*flight{}, pulls: map[string]*flight{},
+		pulled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "node_template_pulls_total",
+			Help: "Builds a node pulled from a peer, by result (pulled, digest_mismatch, failed)."}, []string{"result"}),
+		pullBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "node_template_pull_bytes_total",
+			Help: "Bytes of build artifacts a node received from its peers and kept."}),
+	}
+	if cfg.Registry != nil {
+		for _, c := range []prometheus.Collector{n.pulled, n.pullBytes} {
+			if err := cfg.Registry.Register(c); err != nil {
+				return nil, fmt.Errorf("nodebuild metrics: %w", err)
+			}
+		}
+	}
+	return n, nil
 }
 
 // coalesce runs fn once for key among concurrent callers, who all get its
@@ -301,7 +322,18 @@ func (n *Node) Resolve(ctx context.Context, teamID string, t nodeapi.Template) (
 	if n.cfg.Locate == nil {
 		return nodeapi.Template{}, fmt.Errorf("template %q: this node lacks build %s and cannot pull it: %w", t.ID, t.BuildID, errdefs.ErrUnavailable)
 	}
-	if err := n.coalesce(ctx, n.pulls, t.BuildID, func() error { return n.pull(context.WithoutCancel(ctx), t.BuildID) }); err != nil {
+	if err := n.coalesce(ctx, n.pulls, t.BuildID, func() error {
+		err := n.pull(context.WithoutCancel(ctx), t.BuildID)
+		switch {
+		case err == nil:
+			n.pulled.WithLabelValues("pulled").Inc()
+		case errors.Is(err, ErrDigestMismatch):
+			n.pulled.WithLabelValues("digest_mismatch").Inc()
+		default:
+			n.pulled.WithLabelValues("failed").Inc()
+		}
+		return err
+	}); err != nil {
 		return nodeapi.Template{}, fmt.Errorf("template %q: this node lacks build %s and could not pull it: %w", t.ID, t.BuildID, err)
 	}
 	return n.cfg.Catalog.ResolveBuild(ctx, teamID, t.BuildID)
@@ -349,6 +381,7 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 	if err := n.cfg.Catalog.Mirror(ctx, &src.Template, &b); err != nil {
 		return err
 	}
+	n.pullBytes.Add(float64(want.Size))
 	n.log.Info("build pulled from a peer", "build_id", buildID, "size", want.Size, "sha256", want.SHA256)
 	return nil
 }

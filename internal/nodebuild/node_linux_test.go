@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -26,6 +28,7 @@ type peer struct {
 	local *builder.Local
 	node  *nodebuild.Node
 	srv   *httptest.Server
+	reg   *prometheus.Registry
 	// rootfsHits counts the artifact streams served.
 	rootfsHits atomic.Int64
 }
@@ -37,11 +40,12 @@ func newPeer(t *testing.T, locate func(context.Context, string) (*nodebuild.Sour
 		t.Fatal(err)
 	}
 	t.Cleanup(local.Service.Close)
-	n, err := nodebuild.NewNode(nodebuild.NodeConfig{Catalog: local.Catalog, Service: local.Service, Token: token, Locate: locate})
+	reg := prometheus.NewRegistry()
+	n, err := nodebuild.NewNode(nodebuild.NodeConfig{Catalog: local.Catalog, Service: local.Service, Token: token, Locate: locate, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &peer{local: local, node: n}
+	p := &peer{local: local, node: n, reg: reg}
 	h := n.Handler()
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/rootfs") {
@@ -71,6 +75,27 @@ func (p *peer) holdBuild(t *testing.T) {
 	b := build
 	b.RootFSDir = rootfs
 	must(t, p.local.Catalog.Mirror(context.Background(), &tmpl, &b))
+}
+
+// counter returns the value of the counter name{result=result} ("" for
+// a counter without labels).
+func (p *peer) counter(t *testing.T, name, result string) float64 {
+	t.Helper()
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if result == "" || len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func must(t *testing.T, err error) {
@@ -177,6 +202,9 @@ func TestPullChecksTheArtifact(t *testing.T) {
 			if _, err := puller.local.Catalog.Build(context.Background(), build.ID); !errdefs.IsNotFound(err) {
 				t.Fatalf("a refused pull recorded the build: %v", err)
 			}
+			if got := puller.counter(t, "node_template_pulls_total", "digest_mismatch"); got != 1 {
+				t.Fatalf("node_template_pulls_total{result=digest_mismatch} = %v, want 1", got)
+			}
 		})
 	}
 }
@@ -213,6 +241,13 @@ func TestPullResolvesAndCoalesces(t *testing.T) {
 	if h := holder.rootfsHits.Load(); h != 1 {
 		t.Errorf("%d artifact streams for %d concurrent creates, want 1", h, n)
 	}
+	hb, _ := holder.local.Catalog.Build(ctx, build.ID)
+	if got := puller.counter(t, "node_template_pulls_total", "pulled"); got != 1 {
+		t.Errorf("node_template_pulls_total{result=pulled} = %v, want 1", got)
+	}
+	if got := puller.counter(t, "node_template_pull_bytes_total", ""); got != float64(hb.RootFSSize) {
+		t.Errorf("node_template_pull_bytes_total = %v, want %d", got, hb.RootFSSize)
+	}
 	root := got[0].RootFS
 	if !strings.HasPrefix(root, puller.local.Catalog.BuildsDir()) || got[0].BuildID != build.ID || got[0].User != "user" {
 		t.Fatalf("resolved %+v, want the puller's own copy", got[0])
@@ -245,7 +280,6 @@ func TestPullResolvesAndCoalesces(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(body, &st) != nil {
 		t.Fatalf("status on the puller = %d %s", code, body)
 	}
-	hb, _ := holder.local.Catalog.Build(ctx, build.ID)
 	if st.Build.RootFSSHA256 == "" || st.Build.RootFSSHA256 != hb.RootFSSHA256 || st.Build.RootFSSize != hb.RootFSSize {
 		t.Fatalf("puller's artifact %s/%d, holder's %s/%d", st.Build.RootFSSHA256, st.Build.RootFSSize, hb.RootFSSHA256, hb.RootFSSize)
 	}
