@@ -313,11 +313,19 @@ func (n *Node) Resolve(ctx context.Context, teamID string, t nodeapi.Template) (
 		return nodeapi.Template{}, err
 	}
 	nt, err := n.cfg.Catalog.ResolveBuild(ctx, teamID, t.BuildID)
-	if err == nil || !errdefs.IsNotFound(err) {
-		return nt, err
-	}
-	if _, gerr := n.cfg.Catalog.Build(ctx, t.BuildID); gerr == nil {
+	_, gerr := n.cfg.Catalog.Build(ctx, t.BuildID)
+	switch {
+	case err == nil:
+		return nt, nil
+	case errdefs.IsNotFound(err) && gerr == nil:
 		return nodeapi.Template{}, err // held here, of a template the team may not use
+	case errdefs.IsNotFound(err):
+		// Not here: pull it.
+	case errdefs.IsUnavailable(err) && gerr == nil:
+		// Recorded, its files gone (the template collector frees the
+		// copies no sandbox uses): pull it again.
+	default:
+		return nodeapi.Template{}, err
 	}
 	if n.cfg.Locate == nil {
 		return nodeapi.Template{}, fmt.Errorf("template %q: this node lacks build %s and cannot pull it: %w", t.ID, t.BuildID, errdefs.ErrUnavailable)

@@ -274,6 +274,15 @@ func TestPullResolvesAndCoalesces(t *testing.T) {
 	if _, err := puller.node.Resolve(ctx, "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID}); err != nil || locates.Load() != 1 {
 		t.Fatalf("second Resolve: %v, %d locates", err, locates.Load())
 	}
+	// The template collector frees the copy (no sandbox uses it): the
+	// next create pulls it again.
+	must(t, os.RemoveAll(puller.local.Catalog.BuildDir(build.ID)))
+	if again, err := puller.node.Resolve(ctx, "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID}); err != nil || again.RootFS != root {
+		t.Fatalf("Resolve after the copy was collected: %+v, %v", again, err)
+	}
+	if h := holder.rootfsHits.Load(); h != 2 {
+		t.Errorf("%d artifact streams after the copy was collected, want 2", h)
+	}
 	// The puller serves the same artifact on.
 	code, body := get(t, puller.srv.URL+nodebuild.PathPrefix+"builds/"+build.ID, token)
 	var st nodebuild.BuildStatus
