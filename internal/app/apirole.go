@@ -193,7 +193,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	nodes.SetOnNodeBack(onNodeBack)
 	defer func() { stopRun(); waitSingletons() }()
 
-	srv := newHTTPServer(Dispatch(withNodeRegistration(api, nodes.Handler(cfg.NodeToken), builds.LocateHandler()), px), cfg.TLSCert != "", log)
+	srv := newHTTPServer(Dispatch(withUploads(withNodeRegistration(api, nodes.Handler(cfg.NodeToken), builds.LocateHandler()), builds.UploadHandler()), px), cfg.TLSCert != "", log)
 	base := baseURL(addr, cfg.TLSCert != "")
 	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
 	if key != "" {

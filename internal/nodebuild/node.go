@@ -145,6 +145,8 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathPrefix+"builds", n.start)
 	mux.HandleFunc("GET "+PathPrefix+"builds/{id}", n.status)
 	mux.HandleFunc("GET "+PathPrefix+"builds/{id}/rootfs", n.rootfs)
+	mux.HandleFunc("POST "+PathPrefix+"templates/{id}/files/{hash}", n.filesPresent)
+	mux.HandleFunc("PUT "+PathPrefix+"templates/{id}/files/{hash}", n.putFiles)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !authorized(r, n.cfg.Token) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
@@ -197,6 +199,55 @@ func (n *Node) start(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// FilesPresence answers whether a node has a build context.
+type FilesPresence struct {
+	Present bool `json:"present"`
+}
+
+// filesPresent mirrors the template in the body and answers whether the
+// COPY context hash of it is here (the team's upload quota checked, as
+// builder.Service.Files does).
+func (n *Node) filesPresent(w http.ResponseWriter, r *http.Request) {
+	var t templates.Template
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&t); err != nil {
+		n.fail(w, r, fmt.Errorf("files: %w: %w", errdefs.ErrInvalid, err))
+		return
+	}
+	if t.ID != r.PathValue("id") {
+		n.fail(w, r, fmt.Errorf("files: template %q in the body, %q in the path: %w", t.ID, r.PathValue("id"), errdefs.ErrInvalid))
+		return
+	}
+	if err := n.cfg.Catalog.MirrorTemplate(r.Context(), &t); err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	present, _, err := n.cfg.Service.Files(r.Context(), t.TeamID, t.ID, r.PathValue("hash"))
+	if err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(FilesPresence{Present: present}) //nolint:errcheck
+}
+
+// MaxUploadBytes bounds one build context a node takes (as
+// builder.ServiceConfig's default).
+const MaxUploadBytes = 4 << 30
+
+// putFiles stores a build context of a template mirrored by filesPresent.
+func (n *Node) putFiles(w http.ResponseWriter, r *http.Request) {
+	id, hash := r.PathValue("id"), r.PathValue("hash")
+	if err := n.cfg.Service.PutFiles(r.Context(), id, hash, http.MaxBytesReader(w, r.Body, MaxUploadBytes)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			err = errdefs.Publicf(errdefs.ErrInvalid, "upload larger than %d bytes", int64(MaxUploadBytes))
+		}
+		n.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
 }
 
 func (n *Node) status(w http.ResponseWriter, r *http.Request) {

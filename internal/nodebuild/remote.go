@@ -3,6 +3,9 @@ package nodebuild
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,16 +133,136 @@ func (r *Remote) CreateTemplate(ctx context.Context, req templates.CreateRequest
 	return r.cat.CreateBuild(ctx, req)
 }
 
-// errNoUploads is the answer to COPY contexts, which builds through
-// warren api do not take yet.
-var errNoUploads = errdefs.Publicf(errdefs.ErrUnsupported, "COPY of uploaded files is not supported by warren api yet: build without COPY steps, or on warren serve")
-
 // Files implements the upload check (GET /templates/{id}/files/{hash}).
+// A template's build contexts go to the node its newest waiting build is
+// pinned to (chosen now when it has none), where that build then runs:
+// present when the node has the context, else the path of the API's
+// signed upload URL (UploadHandler), which streams the PUT to that node.
 func (r *Remote) Files(ctx context.Context, teamID, templateID, hash string) (bool, string, error) {
-	if _, err := r.owned(ctx, teamID, templateID); err != nil {
+	t, err := r.owned(ctx, teamID, templateID)
+	if err != nil {
 		return false, "", err
 	}
-	return false, "", errNoUploads
+	if !validHash(hash) {
+		return false, "", fmt.Errorf("files %q of template %q: bad name: %w", hash, templateID, errdefs.ErrInvalid)
+	}
+	n, err := r.uploadNode(ctx, t)
+	if err != nil {
+		return false, "", err
+	}
+	var fp FilesPresence
+	if err := r.do(ctx, http.MethodPost, n, PathPrefix+"templates/"+t.ID+"/files/"+hash, jsonBody(t), &fp); err != nil {
+		return false, "", err
+	}
+	if fp.Present {
+		return true, "", nil
+	}
+	return false, builder.UploadPathPrefix + t.ID + "/" + hash + "?token=" + r.uploadToken(t.ID, hash), nil
+}
+
+func validHash(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func jsonBody(v any) io.Reader {
+	b, _ := json.Marshal(v)
+	return bytes.NewReader(b)
+}
+
+// uploadToken signs an upload URL with a key every replica derives from
+// the node token, so that the PUT may reach any replica.
+func (r *Remote) uploadToken(templateID, hash string) string {
+	k := hmac.New(sha256.New, []byte(r.cfg.Token))
+	k.Write([]byte("warren build upload v1"))
+	m := hmac.New(sha256.New, k.Sum(nil))
+	m.Write([]byte(templateID + "/" + hash))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// uploadNode returns the node the newest waiting build of t is pinned to,
+// pinning it to the most free ready node first.
+func (r *Remote) uploadNode(ctx context.Context, t *templates.Template) (*store.Node, error) {
+	builds, err := r.cat.Builds(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	var waiting *templates.Build
+	for _, b := range builds {
+		if b.Status == templates.BuildWaiting && (waiting == nil || !b.CreatedAt.Before(waiting.CreatedAt)) {
+			waiting = b
+		}
+	}
+	if waiting == nil {
+		return nil, errdefs.Publicf(errdefs.ErrConflict, "template '%s' has no waiting build to upload files for: create one first (POST /v3/templates)", t.ID)
+	}
+	if waiting.NodeID == "" {
+		nodes, err := r.buildNodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// Of two replicas pinning at once, the first one's node stays.
+		if waiting, err = r.cat.UpdateBuild(ctx, waiting.ID, func(b *templates.Build) error {
+			if b.NodeID == "" {
+				b.NodeID = nodes[0].ID
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	n, err := r.cfg.Nodes.GetNode(ctx, waiting.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if !n.Schedulable() {
+		return nil, errdefs.Publicf(errdefs.ErrUnavailable, "the node that holds this build's files (%s) is %s", n.ID, n.Status())
+	}
+	return n, nil
+}
+
+// UploadHandler takes the PUTs of build contexts at the paths Files hands
+// out (mount it at builder.UploadPathPrefix, outside the API's key
+// checks: the signed token is their authentication) and streams each to
+// the node the template's waiting build is pinned to.
+func (r *Remote) UploadHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPut {
+			w.Header().Set("Allow", http.MethodPut)
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		templateID, hash, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, builder.UploadPathPrefix), "/")
+		if !ok || !validHash(hash) || templates.CheckID("template", templateID) != nil ||
+			!hmac.Equal([]byte(req.URL.Query().Get("token")), []byte(r.uploadToken(templateID, hash))) {
+			http.Error(w, "invalid upload URL", http.StatusForbidden)
+			return
+		}
+		err := func() error {
+			t, err := r.cat.Store().GetTemplate(req.Context(), templateID)
+			if err != nil {
+				return err
+			}
+			n, err := r.uploadNode(req.Context(), t)
+			if err != nil {
+				return err
+			}
+			return r.do(req.Context(), http.MethodPut, n, PathPrefix+"templates/"+templateID+"/files/"+hash, req.Body, nil)
+		}()
+		if err != nil {
+			r.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
+			http.Error(w, errdefs.ClientMessage(err), errdefs.HTTPStatus(err))
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
 }
 
 func (r *Remote) owned(ctx context.Context, teamID, templateID string) (*templates.Template, error) {
@@ -181,18 +304,24 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 	if err := builder.ValidateSteps(req.Spec.Steps); err != nil {
 		return "", err
 	}
-	for _, st := range req.Spec.Steps {
-		if st.FilesHash != "" {
-			return "", errNoUploads
-		}
-	}
 	if req.Spec.RegistryAuth != nil {
 		return "", errdefs.Publicf(errdefs.ErrUnsupported, "registry credentials (fromImageRegistry) are not supported by warren api yet")
 	}
-	nodes, err := r.buildNodes(ctx)
-	if err != nil {
+	var nodes []*store.Node
+	if bd.NodeID != "" {
+		// Pinned by its uploads: it runs where its files are.
+		n, err := r.cfg.Nodes.GetNode(ctx, bd.NodeID)
+		if err != nil {
+			return "", err
+		}
+		if !n.Schedulable() {
+			return "", errdefs.Publicf(errdefs.ErrUnavailable, "the node that holds this build's files (%s) is %s", n.ID, n.Status())
+		}
+		nodes = []*store.Node{n}
+	} else if nodes, err = r.buildNodes(ctx); err != nil {
 		return "", err
 	}
+	pinned := bd.NodeID
 	// The claim (waiting → building on a node) is one row update: of two
 	// replicas starting one build, one gets it.
 	waiting := *bd
@@ -216,7 +345,7 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 		r.log.Warn("node refused a build", "build_id", bd.ID, "node_id", n.ID, "error", err)
 		refusals = append(refusals, fmt.Errorf("node %q: %w", n.ID, err))
 		if _, err := r.cat.UpdateBuild(context.WithoutCancel(ctx), bd.ID, func(b *templates.Build) error {
-			b.Status, b.NodeID = templates.BuildWaiting, ""
+			b.Status, b.NodeID = templates.BuildWaiting, pinned
 			return nil
 		}); err != nil {
 			return "", err

@@ -113,11 +113,11 @@ func TestStartBuildRefusals(t *testing.T) {
 	if err := start("team-b", run); !errdefs.IsNotFound(err) && !errors.Is(err, errdefs.ErrForbidden) {
 		t.Errorf("another team's start: %v", err)
 	}
-	if err := start("team-a", builder.Spec{Steps: []builder.Step{{Type: builder.StepCopy, Args: []string{"a", "/a"}, FilesHash: "abc"}}}); !errdefs.IsUnsupported(err) {
-		t.Errorf("COPY of uploaded files: %v, want unsupported", err)
+	if _, _, err := r.Files(ctx, "team-a", tm.ID, "abc"); !errdefs.IsUnavailable(err) {
+		t.Errorf("upload check with no node: %v, want unavailable", err)
 	}
-	if _, _, err := r.Files(ctx, "team-a", tm.ID, "abc"); !errdefs.IsUnsupported(err) {
-		t.Errorf("upload check: %v, want unsupported", err)
+	if _, _, err := r.Files(ctx, "team-a", tm.ID, "../x"); !errdefs.IsInvalid(err) {
+		t.Errorf("upload check of a bad hash: %v, want invalid", err)
 	}
 	if err := start("team-a", builder.Spec{Steps: []builder.Step{{Type: builder.StepRun}}}); !errdefs.IsInvalid(err) {
 		t.Errorf("a bad step: %v, want invalid", err)

@@ -27,6 +27,21 @@ func (c *Catalog) Mirror(ctx context.Context, t *Template, b *Build) error {
 	if b.TemplateID != t.ID {
 		return fmt.Errorf("build %q is of template %q, not %q: %w", b.ID, b.TemplateID, t.ID, errdefs.ErrInvalid)
 	}
+	if err := c.MirrorTemplate(ctx, t); err != nil {
+		return err
+	}
+	if err := c.store.CreateBuild(ctx, b); err != nil && !errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("mirror build %q: %w", b.ID, err)
+	}
+	return nil
+}
+
+// MirrorTemplate stores t (without aliases or tags) in the catalog,
+// replacing a mirror of the same ID.
+func (c *Catalog) MirrorTemplate(ctx context.Context, t *Template) error {
+	if err := CheckID("template", t.ID); err != nil {
+		return err
+	}
 	m := *t
 	m.Aliases, m.Tags = nil, map[string]Tag{}
 	_, err := c.store.UpdateTemplate(ctx, t.ID, func(old *Template) error {
@@ -40,9 +55,6 @@ func (c *Catalog) Mirror(ctx context.Context, t *Template, b *Build) error {
 	}
 	if err != nil && !errdefs.IsAlreadyExists(err) {
 		return fmt.Errorf("mirror template %q: %w", t.ID, err)
-	}
-	if err := c.store.CreateBuild(ctx, b); err != nil && !errdefs.IsAlreadyExists(err) {
-		return fmt.Errorf("mirror build %q: %w", b.ID, err)
 	}
 	return nil
 }
