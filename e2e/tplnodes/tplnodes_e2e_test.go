@@ -5,7 +5,8 @@
 // gVisor sandboxes. A template built through the API runs on one node;
 // both replicas answer for it; sandboxes of it start on the node that
 // built it and, that node cordoned, on the other, which pulls the build
-// from the first. The client is the Go SDK (pkg/e2b).
+// from the first. The client is the Go SDK (pkg/e2b), whose COPY files
+// go through the API to the node that builds.
 package tplnodes
 
 import (
@@ -216,10 +217,11 @@ func waitNodes(t *testing.T, what string, timeout time.Duration, cond func(map[s
 	}
 }
 
-// TestTemplateAcrossNodes: a template built through warren api runs on
-// one node, is listed alike by both replicas, and its sandboxes have the
-// build's file on the node that built it and on the other, which pulls
-// the build; another team neither sees the template nor starts it.
+// TestTemplateAcrossNodes: a template built through warren api (a RUN
+// step and a COPY of an uploaded file) runs on one node, is listed alike
+// by both replicas, and its sandboxes have the build's files on the node
+// that built it and on the other, which pulls the build; another team
+// neither sees the template nor starts it.
 func TestTemplateAcrossNodes(t *testing.T) {
 	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
 	for _, env := range []string{"WARREN_WARREN", "WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
@@ -258,9 +260,16 @@ func TestTemplateAcrossNodes(t *testing.T) {
 	ctx := context.Background()
 	cfg := e2b.Config{APIKey: apiKey, APIURL: "http://" + api1Addr, SandboxURL: "http://" + api1Addr, Domain: "localhost:3950"}
 	var logs []string
+	contextDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(contextDir, "copied.txt"), []byte("from the build context\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	info, err := e2b.BuildTemplate(ctx, e2b.TemplateOptions{
-		Config: cfg, Name: "hi-across", FromTemplate: "base",
-		Steps: []e2b.TemplateStep{e2b.StepRun("echo hi > /hi && echo built-the-file", "root")},
+		Config: cfg, Name: "hi-across", FromTemplate: "base", ContextDir: contextDir,
+		Steps: []e2b.TemplateStep{
+			e2b.StepRun("echo hi > /hi && echo built-the-file", "root"),
+			e2b.StepCopy("copied.txt", "/home/user/copied.txt", "user"),
+		},
 		OnLog: func(e e2b.BuildLogEntry) { logs = append(logs, e.Message) },
 	})
 	if err != nil {
@@ -298,9 +307,9 @@ func TestTemplateAcrossNodes(t *testing.T) {
 	}
 	hasHi := func(sb *e2b.Sandbox, where string) {
 		t.Helper()
-		r, err := sb.Commands.Run(ctx, "cat /hi", e2b.RunOptions{})
-		if err != nil || r.Stdout != "hi\n" {
-			t.Fatalf("cat /hi in a sandbox on %s: %+v %v", where, r, err)
+		r, err := sb.Commands.Run(ctx, "cat /hi /home/user/copied.txt", e2b.RunOptions{})
+		if err != nil || r.Stdout != "hi\nfrom the build context\n" {
+			t.Fatalf("cat /hi /home/user/copied.txt in a sandbox on %s: %+v %v", where, r, err)
 		}
 	}
 	onNode := func(n *node, id string) bool {
