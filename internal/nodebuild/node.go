@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -32,6 +33,51 @@ type StartRequest struct {
 	Template templates.Template `json:"template"`
 	Build    templates.Build    `json:"build"`
 	Spec     builder.Spec       `json:"spec"`
+	// RegistryAuth carries Spec.RegistryAuth (which Spec's own encoding
+	// leaves out): the credentials of a private base image's registry,
+	// for this build only.
+	RegistryAuth *RegistryAuth `json:"registryAuth,omitempty"`
+}
+
+// RegistryAuth is builder.RegistryAuth on the wire.
+type RegistryAuth struct {
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	// ECR, when set, is exchanged for a token at the region's ECR.
+	ECR *ECRAuth `json:"ecr,omitempty"`
+}
+
+// ECRAuth is an AWS key for ECR's token exchange.
+type ECRAuth struct {
+	AccessKeyID     string `json:"accessKeyId"`
+	SecretAccessKey string `json:"secretAccessKey"`
+	SessionToken    string `json:"sessionToken,omitempty"`
+	Region          string `json:"region"`
+}
+
+// WireAuth returns a on the wire (nil for none).
+func WireAuth(a *builder.RegistryAuth) *RegistryAuth {
+	if a == nil {
+		return nil
+	}
+	w := &RegistryAuth{Username: a.Username, Password: a.Password}
+	if a.ECR != nil {
+		c := a.ECR.Credentials
+		w.ECR = &ECRAuth{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken, Region: a.ECR.Region}
+	}
+	return w
+}
+
+// Auth returns w as the builder takes it (nil for none).
+func (w *RegistryAuth) Auth() *builder.RegistryAuth {
+	if w == nil {
+		return nil
+	}
+	a := &builder.RegistryAuth{Username: w.Username, Password: w.Password}
+	if w.ECR != nil {
+		a.ECR = &awsauth.ECR{Credentials: awsauth.Credentials{AccessKeyID: w.ECR.AccessKeyID, SecretAccessKey: w.ECR.SecretAccessKey, SessionToken: w.ECR.SessionToken}, Region: w.ECR.Region}
+	}
+	return a
 }
 
 // BuildStatus is a build on a node with its log from an offset.
@@ -192,6 +238,7 @@ func (n *Node) start(w http.ResponseWriter, r *http.Request) {
 		n.fail(w, r, err)
 		return
 	}
+	req.Spec.RegistryAuth = req.RegistryAuth.Auth()
 	if _, err := n.cfg.Service.StartBuild(r.Context(), builder.StartRequest{
 		TeamID: req.Template.TeamID, TemplateID: req.Template.ID, BuildID: b.ID, Spec: req.Spec,
 	}); err != nil {

@@ -304,9 +304,6 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 	if err := builder.ValidateSteps(req.Spec.Steps); err != nil {
 		return "", err
 	}
-	if req.Spec.RegistryAuth != nil {
-		return "", errdefs.Publicf(errdefs.ErrUnsupported, "registry credentials (fromImageRegistry) are not supported by warren api yet")
-	}
 	var nodes []*store.Node
 	if bd.NodeID != "" {
 		// Pinned by its uploads: it runs where its files are.
@@ -336,7 +333,7 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 		}); err != nil {
 			return "", err
 		}
-		err := r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: *t, Build: waiting, Spec: req.Spec})
+		err := r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: *t, Build: waiting, Spec: req.Spec, RegistryAuth: WireAuth(req.Spec.RegistryAuth)})
 		if err == nil {
 			r.log.Info("build started on a node", "template_id", t.ID, "build_id", bd.ID, "node_id", n.ID)
 			r.wg.Go(func() { r.follow(bd.ID, n.ID) })

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodebuild"
@@ -131,5 +132,39 @@ func TestStartBuildRefusals(t *testing.T) {
 	}
 	if got, err := cat.Build(ctx, b.ID); err != nil || got.Status != templates.BuildWaiting || got.NodeID != "" {
 		t.Fatalf("after refusals the build is %+v, %v; want waiting on no node", got, err)
+	}
+}
+
+// TestRegistryAuthTravels: the credentials of a private base image reach
+// the node with the build (builder.Spec's own encoding leaves them out).
+func TestRegistryAuthTravels(t *testing.T) {
+	t.Parallel()
+	for _, a := range []*builder.RegistryAuth{
+		nil,
+		{Username: "u", Password: "p"},
+		{ECR: &awsauth.ECR{Credentials: awsauth.Credentials{AccessKeyID: "AKIA", SecretAccessKey: "s", SessionToken: "tok"}, Region: "eu-west-1"}},
+	} {
+		spec := builder.Spec{FromImage: "reg.example/x:1", RegistryAuth: a}
+		b, err := json.Marshal(nodebuild.StartRequest{Spec: spec, RegistryAuth: nodebuild.WireAuth(a)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got nodebuild.StartRequest
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.RegistryAuth != nil {
+			t.Fatal("the spec carried credentials itself")
+		}
+		back := got.RegistryAuth.Auth()
+		switch {
+		case a == nil && back != nil, a != nil && back == nil:
+			t.Fatalf("auth %+v came back as %+v", a, back)
+		case a == nil:
+		case back.Username != a.Username || back.Password != a.Password || (a.ECR == nil) != (back.ECR == nil):
+			t.Fatalf("auth %+v came back as %+v", a, back)
+		case a.ECR != nil && (back.ECR.Credentials != a.ECR.Credentials || back.ECR.Region != a.ECR.Region):
+			t.Fatalf("ECR %+v came back as %+v", a.ECR, back.ECR)
+		}
 	}
 }
