@@ -572,12 +572,20 @@ func (r *Remote) do(ctx context.Context, method string, n *store.Node, path stri
 	return call(ctx, r.cfg.HTTP, method, n.RPCAddress+path, r.cfg.Token, body, out)
 }
 
+// callTimeout bounds a call to a node or the control plane; a build
+// context's upload is bounded by its client's request instead.
+const callTimeout = 5 * time.Minute
+
 // call makes one request of a node or of the control plane and decodes
 // a JSON answer into out (when set); an error status is the class it
-// stands for, with the peer's message.
+// stands for, with the peer's message. A PUT streams a tar (no timeout:
+// its request bounds it); another body is JSON.
 func call(ctx context.Context, c *http.Client, method, url, token string, body io.Reader, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
+	if method != http.MethodPut {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+	}
 	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		return err
@@ -585,7 +593,10 @@ func call(ctx context.Context, c *http.Client, method, url, token string, body i
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	if body != nil {
+	switch {
+	case method == http.MethodPut:
+		req.Header.Set("Content-Type", "application/x-tar")
+	case body != nil:
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.Do(req)
