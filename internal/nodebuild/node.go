@@ -210,16 +210,13 @@ func authorized(r *http.Request, token string) bool {
 	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
-// fail answers err with its class's status and a message without
-// internal detail (logged).
+// fail answers err with its class's status and the message a client may
+// see (errdefs.ClientMessage; the control plane passes it on), the rest
+// logged.
 func (n *Node) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := errdefs.HTTPStatus(err)
 	n.log.Info("nodebuild request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
-	msg := http.StatusText(status)
-	if status < 500 {
-		msg = err.Error()
-	}
-	http.Error(w, msg, status)
+	http.Error(w, errdefs.ClientMessage(err), status)
 }
 
 func (n *Node) start(w http.ResponseWriter, r *http.Request) {

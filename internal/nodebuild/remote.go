@@ -341,11 +341,14 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 		}
 		r.log.Warn("node refused a build", "build_id", bd.ID, "node_id", n.ID, "error", err)
 		refusals = append(refusals, fmt.Errorf("node %q: %w", n.ID, err))
-		if _, err := r.cat.UpdateBuild(context.WithoutCancel(ctx), bd.ID, func(b *templates.Build) error {
+		if _, uerr := r.cat.UpdateBuild(context.WithoutCancel(ctx), bd.ID, func(b *templates.Build) error {
 			b.Status, b.NodeID = templates.BuildWaiting, pinned
 			return nil
-		}); err != nil {
-			return "", err
+		}); uerr != nil {
+			return "", uerr
+		}
+		if !errdefs.IsUnavailable(err) {
+			return "", err // the build's own fault (a bad step, files not uploaded): no other node does better
 		}
 	}
 	return "", fmt.Errorf("build %q: every node refused it: %w: %w", bd.ID, errdefs.ErrUnavailable, errors.Join(refusals...))
@@ -606,7 +609,13 @@ func call(ctx context.Context, c *http.Client, method, url, token string, body i
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return fmt.Errorf("%s %s: %s: %w", method, url, strings.TrimSpace(string(msg)), statusClass(resp.StatusCode))
+		class := statusClass(resp.StatusCode)
+		if resp.StatusCode >= 500 {
+			return fmt.Errorf("%s %s: %s: %w", method, url, strings.TrimSpace(string(msg)), class)
+		}
+		// The peer's answer to a client error is a client message
+		// (Node.fail); the peer's address stays in the log.
+		return fmt.Errorf("%s %s: %w", method, url, errdefs.Publicf(class, "%s", strings.TrimSpace(string(msg))))
 	}
 	if out == nil {
 		return nil
@@ -652,7 +661,7 @@ func statusClass(code int) error {
 		return errdefs.ErrConflict
 	case http.StatusNotImplemented:
 		return errdefs.ErrUnsupported
-	case http.StatusForbidden, http.StatusUnauthorized:
+	case http.StatusForbidden:
 		return errdefs.ErrForbidden
 	default:
 		return errdefs.ErrUnavailable

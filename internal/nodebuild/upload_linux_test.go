@@ -106,4 +106,15 @@ func TestUploadsGoToTheBuildNode(t *testing.T) {
 	if got, _ := cat.Build(ctx, b.ID); got.Status != templates.BuildWaiting || got.NodeID != "n-1" {
 		t.Fatalf("build after the refused start = %+v", got)
 	}
+	// The node refuses a COPY of files never uploaded: the client gets
+	// the node's reason, not its address, and the build stays waiting.
+	must(t, st.SetNodeAdminStatus(ctx, "n-1", ""))
+	_, err = r.StartBuild(ctx, builder.StartRequest{TeamID: "team-a", TemplateID: tm.ID, BuildID: b.ID,
+		Spec: builder.Spec{Steps: []builder.Step{{Type: builder.StepCopy, Args: []string{"b.txt", "/b.txt"}, FilesHash: "h9"}}}})
+	if msg := errdefs.ClientMessage(err); !errdefs.IsInvalid(err) || !strings.Contains(msg, "h9 were not uploaded") || strings.Contains(msg, "http") {
+		t.Fatalf("start with files never uploaded: %v (client sees %q)", err, msg)
+	}
+	if got, _ := cat.Build(ctx, b.ID); got.Status != templates.BuildWaiting || got.NodeID != "n-1" {
+		t.Fatalf("build after the node's refusal = %+v", got)
+	}
 }
