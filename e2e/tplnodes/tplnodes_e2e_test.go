@@ -370,4 +370,23 @@ func TestTemplateAcrossNodes(t *testing.T) {
 			t.Errorf("another team's create of %q: %v, want not found", ref, err)
 		}
 	}
+
+	// A Dockerfile built with `warren template build` through the other
+	// replica, started on whichever node placement picks.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM base\nRUN echo dockerfile > /hi-df\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli := exec.Command(os.Getenv("WARREN_WARREN"), "template", "build", "--name", "hi-df", dir)
+	cli.Env = append(os.Environ(), "E2B_API_URL=http://"+api2Addr, "E2B_API_KEY="+apiKey)
+	if out, err := cli.CombinedOutput(); err != nil {
+		t.Fatalf("warren template build through warren api: %v\n%s", err, out)
+	}
+	df, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Template: "hi-df", Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := df.Commands.Run(ctx, "cat /hi-df", e2b.RunOptions{}); err != nil || r.Stdout != "dockerfile\n" {
+		t.Fatalf("cat /hi-df: %+v %v", r, err)
+	}
 }

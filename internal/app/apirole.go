@@ -19,7 +19,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/leader"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
-	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/placement"
@@ -150,6 +149,9 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	if err != nil {
 		return err
 	}
+	if err := tcat.EnsureBaseRecord(ctx); err != nil {
+		return err
+	}
 	builds, err := nodebuild.NewRemote(nodebuild.RemoteConfig{Catalog: tcat, Nodes: st, Token: cfg.NodeToken, Logger: log.With("component", "nodebuild")})
 	if err != nil {
 		return err
@@ -159,7 +161,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return fmt.Errorf("template builds on nodes: %w", err)
 	}
 	api, err := apiserver.New(apiserver.Config{
-		Store: st, Lifecycle: lc, Templates: apiResolver{builds}, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
+		Store: st, Lifecycle: lc, Templates: builds, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
 		Metrics: metricsHandler, Registry: reg,
 	})
@@ -211,18 +213,6 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 			cfg.Ready(addr.String())
 		}
 	}, lcDone, log)
-}
-
-// apiTemplates resolves the base template for the nodes: each node
-// prepares it itself and finds the build's files by its ID.
-var apiTemplates = StaticTemplates{"base": nodeapi.Template{ID: "base", BuildID: "base", User: "user", Workdir: "/home/user"}}
-
-// apiResolver resolves the templates of the shared catalog by build ID
-// (a node pulls a build it lacks), and base through apiTemplates.
-type apiResolver struct{ r *nodebuild.Remote }
-
-func (a apiResolver) Resolve(ctx context.Context, teamID, ref string) (nodeapi.Template, error) {
-	return a.r.Resolve(ctx, teamID, ref, apiTemplates.Resolve)
 }
 
 // withNodeRegistration serves nodes' heartbeats (nodereg.HeartbeatPath)

@@ -95,11 +95,11 @@ func TestReplicasFollowABuild(t *testing.T) {
 		t.Fatalf("template after the build = %+v, %v", tmpl, err)
 	}
 	// A create of it names the build, for placement and the node.
-	nt, err := remotes[1].Resolve(ctx, "team-a", "mine", nil)
+	nt, err := remotes[1].Resolve(ctx, "team-a", "mine")
 	if err != nil || nt.BuildID != b.ID || nt.ID != tm.ID || nt.RootFS != "" || nt.User != "root" {
 		t.Fatalf("Resolve = %+v, %v", nt, err)
 	}
-	if _, err := remotes[1].Resolve(ctx, "team-b", tm.ID, nil); err == nil {
+	if _, err := remotes[1].Resolve(ctx, "team-b", tm.ID); err == nil {
 		t.Fatal("team-b resolved team-a's template by ID")
 	}
 }

@@ -477,17 +477,12 @@ func (r *Remote) Logs(ctx context.Context, teamID, templateID, buildID string, q
 }
 
 // Resolve turns ref, as team sees it, into the template a node is to
-// start: a ready build of the catalog, by build ID (the node resolves it
-// from its copy, pulled first when it lacks one; placement prefers the
-// nodes that hold it). Templates not in the catalog go to fallback (the
-// system templates each node prepares itself).
-func (r *Remote) Resolve(ctx context.Context, teamID, ref string, fallback func(ctx context.Context, teamID, ref string) (nodeapi.Template, error)) (nodeapi.Template, error) {
+// start (apiserver.TemplateResolver): a ready build of the catalog, by
+// build ID (the node resolves it from its copy, pulled first when it
+// lacks one; placement prefers the nodes that hold it). Base's record
+// (Catalog.EnsureBaseRecord) names each node's own base.
+func (r *Remote) Resolve(ctx context.Context, teamID, ref string) (nodeapi.Template, error) {
 	t, b, err := r.cat.Lookup(ctx, teamID, ref)
-	if errdefs.IsNotFound(err) && fallback != nil {
-		if nt, ferr := fallback(ctx, teamID, ref); ferr == nil {
-			return nt, nil
-		}
-	}
 	if err != nil {
 		return nodeapi.Template{}, err
 	}

@@ -168,3 +168,29 @@ func TestRegistryAuthTravels(t *testing.T) {
 		}
 	}
 }
+
+// TestBaseRecord: warren api's catalog names base (every team may use
+// it, by name, as `FROM base` does), and a create of it names each
+// node's own base (build ID equal to the template's).
+func TestBaseRecord(t *testing.T) {
+	t.Parallel()
+	r, cat, _, _ := newRemote(t)
+	ctx := context.Background()
+	for range 2 { // a second replica starting
+		if err := cat.EnsureBaseRecord(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, team := range []string{"team-a", "team-b"} {
+		nt, err := r.Resolve(ctx, team, "base")
+		if err != nil || nt.ID != templates.BaseID || nt.BuildID != templates.BaseID || nt.RootFS != "" || nt.User != templates.DefaultUser {
+			t.Fatalf("Resolve(%s, base) = %+v, %v", team, nt, err)
+		}
+		if tm, err := cat.Find(ctx, team, "base"); err != nil || tm.ID != templates.BaseID {
+			t.Fatalf("Find(%s, base) = %+v, %v", team, tm, err)
+		}
+	}
+	if err := cat.Delete(ctx, "team-a", "base"); err == nil {
+		t.Fatal("a team deleted base")
+	}
+}

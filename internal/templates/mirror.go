@@ -111,3 +111,29 @@ func (c *Catalog) HeldBuilds(ctx context.Context) ([]string, error) {
 	}
 	return out, nil
 }
+
+// EnsureBaseRecord makes sure a catalog of records only (that of `warren
+// api`, whose nodes each prepare base themselves) has the base template:
+// public, with one ready build whose ID is BaseID, which a node resolves
+// to its own base build (a build ID equal to its template's ID names a
+// template each node holds itself). Replicas may race: one record wins.
+func (c *Catalog) EnsureBaseRecord(ctx context.Context) error {
+	now := c.now()
+	t := &Template{
+		ID: BaseID, Aliases: []string{BaseID}, Public: true,
+		Tags:     map[string]Tag{DefaultTag: {BuildID: BaseID, CreatedAt: now}},
+		CPUCount: DefaultCPU, MemoryMB: DefaultMemoryMB, DiskMB: DefaultDiskMB, CreatedAt: now, UpdatedAt: now,
+	}
+	if err := c.store.CreateTemplate(ctx, t); err != nil && !errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("base template record: %w", err)
+	}
+	b := &Build{
+		ID: BaseID, TemplateID: BaseID, Status: BuildReady, Tags: []string{DefaultTag},
+		Env: map[string]string{"PATH": DefaultPath}, User: DefaultUser, Workdir: DefaultWorkdir,
+		CPUCount: DefaultCPU, MemoryMB: DefaultMemoryMB, DiskMB: DefaultDiskMB, CreatedAt: now, UpdatedAt: now, FinishedAt: now,
+	}
+	if err := c.store.CreateBuild(ctx, b); err != nil && !errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("base template record: %w", err)
+	}
+	return nil
+}
