@@ -143,7 +143,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.HTTP == nil {
-		cfg.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil}}
+		cfg.HTTP = peerClient()
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, exports: map[string]*flight{}, pulls: map[string]*flight{},
 		pulled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "node_template_pulls_total",

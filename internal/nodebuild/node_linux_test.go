@@ -313,15 +313,22 @@ func TestPullKeepsTeams(t *testing.T) {
 }
 
 // TestPullWithoutHolder: a node that cannot get a build says so.
+// (Redirects are refused: a peer answers for itself.)
 func TestPullWithoutHolder(t *testing.T) {
 	t.Parallel()
 	holder := newPeer(t, nil)
 	holder.holdBuild(t)
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
+	// A holder that redirects is not followed, even to the real artifact.
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, holder.srv.URL+r.URL.Path, http.StatusFound)
+	}))
+	t.Cleanup(redirect.Close)
 	for name, p := range map[string]*peer{
-		"no control plane": newPeer(t, nil),
-		"dead holder":      newPeer(t, sourceFrom(t, holder, dead.URL)),
+		"no control plane":   newPeer(t, nil),
+		"dead holder":        newPeer(t, sourceFrom(t, holder, dead.URL)),
+		"redirecting holder": newPeer(t, sourceFrom(t, holder, redirect.URL)),
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		_, err := p.node.Resolve(ctx, "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID})

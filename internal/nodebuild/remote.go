@@ -82,7 +82,7 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		return nil, fmt.Errorf("nodebuild: the catalog's store has no conditional log append (store.TemplateStore): %w", errdefs.ErrInvalid)
 	}
 	if cfg.HTTP == nil {
-		cfg.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil}}
+		cfg.HTTP = peerClient()
 	}
 	if cfg.MaxTemplateDiskMB <= 0 {
 		cfg.MaxTemplateDiskMB = 64 << 10
@@ -636,13 +636,23 @@ func (l *Locator) Locate(ctx context.Context, buildID string) (*Source, error) {
 	}
 	c := l.HTTP
 	if c == nil {
-		c = &http.Client{Transport: &http.Transport{Proxy: nil}}
+		c = peerClient()
 	}
 	var src Source
 	if err := call(ctx, c, http.MethodGet, strings.TrimSuffix(l.APIURL, "/")+LocatePath+buildID, l.Token, nil, &src); err != nil {
 		return nil, err
 	}
 	return &src, nil
+}
+
+// peerClient is the HTTP client of calls between the control plane and
+// nodes: no proxy, and no redirects (a peer answers itself; a redirect
+// is its failure, never a fetch elsewhere).
+func peerClient() *http.Client {
+	return &http.Client{
+		Transport:     &http.Transport{Proxy: nil},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // statusClass is the error class an HTTP status of a peer stands for.
