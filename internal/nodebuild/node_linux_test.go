@@ -98,13 +98,6 @@ func (p *peer) counter(t *testing.T, name, result string) float64 {
 	return 0
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // sourceFrom is the control plane's answer naming holder as the node
 // that holds the build, with the digest holder's export recorded.
 func sourceFrom(t *testing.T, holder *peer, addr string) func(context.Context, string) (*nodebuild.Source, error) {

@@ -2,6 +2,7 @@ package nodebuild
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -204,7 +205,7 @@ func (r *Remote) uploadNode(ctx context.Context, t *templates.Template) (*store.
 		return nil, errdefs.Publicf(errdefs.ErrConflict, "template '%s' has no waiting build to upload files for: create one first (POST /v3/templates)", t.ID)
 	}
 	if waiting.NodeID == "" {
-		nodes, err := r.buildNodes(ctx)
+		nodes, err := r.buildNodes(ctx, waiting)
 		if err != nil {
 			return nil, err
 		}
@@ -315,7 +316,7 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 			return "", errdefs.Publicf(errdefs.ErrUnavailable, "the node that holds this build's files (%s) is %s", n.ID, n.Status())
 		}
 		nodes = []*store.Node{n}
-	} else if nodes, err = r.buildNodes(ctx); err != nil {
+	} else if nodes, err = r.buildNodes(ctx, bd); err != nil {
 		return "", err
 	}
 	pinned := bd.NodeID
@@ -354,8 +355,11 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 	return "", fmt.Errorf("build %q: every node refused it: %w: %w", bd.ID, errdefs.ErrUnavailable, errors.Join(refusals...))
 }
 
-// buildNodes returns the nodes a build may run on, most free first.
-func (r *Remote) buildNodes(ctx context.Context) ([]*store.Node, error) {
+// buildNodes returns the ready nodes a build may run on: those with room
+// for its vCPUs and memory beside what placement reserved there first,
+// then the others, each most free memory first. (A build's sandboxes are
+// the node's own: placement reserves nothing for them.)
+func (r *Remote) buildNodes(ctx context.Context, b *templates.Build) ([]*store.Node, error) {
 	all, err := r.cfg.Nodes.ListNodes(ctx)
 	if err != nil {
 		return nil, err
@@ -364,7 +368,17 @@ func (r *Remote) buildNodes(ctx context.Context) ([]*store.Node, error) {
 	if len(nodes) == 0 {
 		return nil, errdefs.Publicf(errdefs.ErrUnavailable, "no ready node to run the build on")
 	}
-	slices.SortStableFunc(nodes, func(a, b *store.Node) int { return int(free(b) - free(a)) })
+	want := store.NodeResources{VCPUs: int64(b.CPUCount), MemoryMB: b.MemoryMB}
+	slices.SortStableFunc(nodes, func(x, y *store.Node) int {
+		fx, fy := x.Capacity.Fits(x.Allocated, want), y.Capacity.Fits(y.Allocated, want)
+		switch {
+		case fx && !fy:
+			return -1
+		case fy && !fx:
+			return 1
+		}
+		return cmp.Compare(free(y), free(x))
+	})
 	return nodes, nil
 }
 

@@ -194,3 +194,39 @@ func TestBaseRecord(t *testing.T) {
 		t.Fatal("a team deleted base")
 	}
 }
+
+// TestBuildNodeHasRoom: a build goes to a ready node with room for it
+// beside the sandboxes placement put there, before a node with more
+// memory free but too few vCPUs.
+func TestBuildNodeHasRoom(t *testing.T) {
+	t.Parallel()
+	r, cat, st, _ := newRemote(t)
+	ctx := context.Background()
+	cpu := 4
+	_, b, err := r.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "mine", CPUCount: &cpu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heartbeat(t, st, "n-big", "http://127.0.0.1:1")
+	heartbeat(t, st, "n-small", "http://127.0.0.1:1")
+	heartbeat(t, st, "n-cordoned", "http://127.0.0.1:1")
+	must(t, st.SetNodeAdminStatus(ctx, "n-cordoned", store.NodeCordoned))
+	// n-big: memory free, its vCPUs taken; n-small: little memory used.
+	must(t, st.ReserveOnNode(ctx, "n-big", "sb-1", store.NodeResources{VCPUs: 6, MemoryMB: 512}))
+	must(t, st.ReserveOnNode(ctx, "n-small", "sb-2", store.NodeResources{VCPUs: 1, MemoryMB: 2048}))
+	// The upload check pins the build to the node it chose; the node
+	// itself does not answer here.
+	if _, _, err := r.Files(ctx, "team-a", b.TemplateID, "h1"); err == nil {
+		t.Fatal("the upload check succeeded against a node that does not listen")
+	}
+	if got, err := cat.Build(ctx, b.ID); err != nil || got.NodeID != "n-small" {
+		t.Fatalf("build pinned to %q (%v), want n-small: n-big has 2 of 8 vCPUs free for a 4-vCPU build", got.NodeID, err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
