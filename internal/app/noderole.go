@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/hostlock"
@@ -196,6 +198,14 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	if builds != nil {
 		rpcMux.Handle(nodebuild.PathPrefix, builds.Handler())
+		// The copies the control plane let go go with the template
+		// collector, which runs as often.
+		if every := cmp.Or(cfg.TemplateGCInterval, builder.DefaultGCInterval); every > 0 {
+			syncCtx, stopSync := context.WithCancel(ctx)
+			syncDone := make(chan struct{})
+			go func() { defer close(syncDone); builds.SyncLoop(syncCtx, every) }()
+			defer func() { stopSync(); <-syncDone }()
+		}
 	}
 	np, err := proxy.NewNode(proxy.NodeConfig{Node: parts.node, Token: cfg.NodeToken, Logger: log.With("component", "nodeproxy")})
 	if err != nil {

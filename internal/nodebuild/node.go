@@ -93,6 +93,9 @@ type Source struct {
 	Template templates.Template `json:"template"`
 	Build    templates.Build    `json:"build"`
 	Holders  []string           `json:"holders"`
+	// Current tells whether a tag of the template points at the build
+	// (what a create can still name).
+	Current bool `json:"current"`
 }
 
 // NodeConfig configures a Node.

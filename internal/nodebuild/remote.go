@@ -554,6 +554,9 @@ func (r *Remote) locate(ctx context.Context, buildID string) (*Source, error) {
 		return nil, err
 	}
 	src := &Source{Template: *t, Build: *b, Holders: []string{}}
+	for _, tg := range t.Tags {
+		src.Current = src.Current || tg.BuildID == b.ID
+	}
 	for _, n := range nodes {
 		if n.Liveness != store.NodeReady {
 			continue
