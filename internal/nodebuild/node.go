@@ -487,6 +487,17 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 	if err := n.cfg.Catalog.Mirror(ctx, &src.Template, &b); err != nil {
 		return err
 	}
+	// Tagged here, the copy stays until Sync finds the control plane let
+	// the build go.
+	if _, err := n.cfg.Catalog.Store().UpdateTemplate(ctx, src.Template.ID, func(t *templates.Template) error {
+		if t.Tags == nil {
+			t.Tags = map[string]templates.Tag{}
+		}
+		t.Tags[buildID] = templates.Tag{BuildID: buildID, CreatedAt: b.FinishedAt}
+		return nil
+	}); err != nil {
+		return err
+	}
 	n.pullBytes.Add(float64(want.Size))
 	n.log.Info("build pulled from a peer", "build_id", buildID, "size", want.Size, "sha256", want.SHA256)
 	return nil

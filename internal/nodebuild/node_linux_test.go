@@ -263,6 +263,11 @@ func TestPullResolvesAndCoalesces(t *testing.T) {
 	if err != nil || len(held) != 1 || held[0] != build.ID {
 		t.Fatalf("HeldBuilds = %v, %v", held, err)
 	}
+	// The copy is no collector's candidate until the control plane lets
+	// the build go (Sync).
+	if plan, err := puller.local.Catalog.PlanGC(ctx); err != nil || len(plan.Candidates) != 0 {
+		t.Fatalf("collector candidates after a pull: %+v, %v", plan, err)
+	}
 	// A second resolve uses the copy: no new pull.
 	if _, err := puller.node.Resolve(ctx, "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID}); err != nil || locates.Load() != 1 {
 		t.Fatalf("second Resolve: %v, %d locates", err, locates.Load())
