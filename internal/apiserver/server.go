@@ -43,6 +43,18 @@ type TemplateResolver interface {
 	Resolve(ctx context.Context, teamID, ref string) (nodeapi.Template, error)
 }
 
+// BuildService runs template builds: builder.Service on this machine,
+// nodebuild.Remote on the nodes of warren api.
+type BuildService interface {
+	CreateTemplate(ctx context.Context, req templates.CreateRequest) (*templates.Template, *templates.Build, error)
+	Files(ctx context.Context, teamID, templateID, hash string) (present bool, uploadPath string, err error)
+	StartBuild(ctx context.Context, req builder.StartRequest) (string, error)
+	Status(ctx context.Context, teamID, templateID, buildID string, logsOffset int) (*builder.Status, error)
+	Logs(ctx context.Context, teamID, templateID, buildID string, q builder.LogsQuery) ([]templates.LogEntry, error)
+}
+
+var _ BuildService = (*builder.Service)(nil)
+
 // Config configures the API server. Store, Lifecycle and Templates are
 // required.
 type Config struct {
@@ -73,9 +85,10 @@ type Config struct {
 	Registry prometheus.Registerer
 
 	// Builds and Catalog, when both set, serve E2B's template API
-	// (templates.go): builds run in Builds, whose upload handler must be
-	// mounted at builder.UploadPathPrefix outside this server's auth.
-	Builds  *builder.Service
+	// (templates.go): builds run in Builds (builder.Service, whose upload
+	// handler must be mounted at builder.UploadPathPrefix outside this
+	// server's auth; or nodebuild.Remote, builds on nodes).
+	Builds  BuildService
 	Catalog *templates.Catalog
 	// PublicURL is the absolute URL clients reach the API at, used in the
 	// upload URLs handed out; empty takes the request's scheme and Host.

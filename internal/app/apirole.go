@@ -19,11 +19,12 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/leader"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
-	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/placement"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/templates"
 )
 
 // APIConfig is the configuration of `warren api`: the REST API, the edge
@@ -143,8 +144,25 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return fmt.Errorf("metrics listen %s: %w", cfg.MetricsListen, err)
 	}
 	defer stopMetrics()
+	// The template catalog is the database's, shared by the replicas;
+	// builds run on nodes (internal/nodebuild).
+	tcat, err := templates.New(templates.Config{Store: st.Templates(), Logger: log.With("component", "templates")})
+	if err != nil {
+		return err
+	}
+	if err := tcat.EnsureBaseRecord(ctx); err != nil {
+		return err
+	}
+	builds, err := nodebuild.NewRemote(nodebuild.RemoteConfig{Catalog: tcat, Nodes: st, Token: cfg.NodeToken, Logger: log.With("component", "nodebuild")})
+	if err != nil {
+		return err
+	}
+	defer builds.Close()
+	if err := builds.Resume(ctx); err != nil {
+		return fmt.Errorf("template builds on nodes: %w", err)
+	}
 	api, err := apiserver.New(apiserver.Config{
-		Store: st, Lifecycle: lc, Templates: apiTemplates, Logger: log.With("component", "api"),
+		Store: st, Lifecycle: lc, Templates: builds, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
 		Metrics: metricsHandler, Registry: reg,
 	})
@@ -178,7 +196,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	nodes.SetOnNodeBack(onNodeBack)
 	defer func() { stopRun(); waitSingletons() }()
 
-	srv := newHTTPServer(Dispatch(withNodeRegistration(api, nodes.Handler(cfg.NodeToken)), px), cfg.TLSCert != "", log)
+	srv := newHTTPServer(Dispatch(withUploads(withNodeRegistration(api, nodes.Handler(cfg.NodeToken), builds.LocateHandler()), builds.UploadHandler()), px), cfg.TLSCert != "", log)
 	base := baseURL(addr, cfg.TLSCert != "")
 	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
 	if key != "" {
@@ -198,19 +216,18 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	}, lcDone, log)
 }
 
-// apiTemplates resolves the base template for the nodes: each node finds
-// the build's files itself. Templates across nodes (builds, catalogs,
-// artifacts pulled on demand) are not part of the api role yet.
-var apiTemplates = StaticTemplates{"base": nodeapi.Template{ID: "base", BuildID: "base", User: "user", Workdir: "/home/user"}}
-
-// withNodeRegistration serves nodes' heartbeats (nodereg.HeartbeatPath,
-// authenticated with the node token) beside the API.
-func withNodeRegistration(api, heartbeats http.Handler) http.Handler {
+// withNodeRegistration serves nodes' heartbeats (nodereg.HeartbeatPath)
+// and their questions about builds (nodebuild.LocatePath), both
+// authenticated with the node token, beside the API.
+func withNodeRegistration(api, heartbeats, locate http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == nodereg.HeartbeatPath {
+		switch {
+		case r.URL.Path == nodereg.HeartbeatPath:
 			heartbeats.ServeHTTP(w, r)
-			return
+		case strings.HasPrefix(r.URL.Path, nodebuild.LocatePath):
+			locate.ServeHTTP(w, r)
+		default:
+			api.ServeHTTP(w, r)
 		}
-		api.ServeHTTP(w, r)
 	})
 }

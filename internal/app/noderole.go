@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,17 +9,20 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/hostlock"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/proxy"
 )
@@ -169,13 +173,40 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	}
 	defer parts.close()
 
+	resolve := func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error) {
+		return parts.templates.Resolve(ctx, teamID, t.ID)
+	}
+	var builds *nodebuild.Node
+	if parts.local != nil {
+		// Builds of the control plane's catalog run here; the builds this
+		// node lacks are pulled from the nodes that hold them.
+		var locate func(context.Context, string) (*nodebuild.Source, error)
+		if cfg.APIURL != "" {
+			locate = (&nodebuild.Locator{APIURL: cfg.APIURL, Token: cfg.NodeToken}).Locate
+		}
+		builds, err = nodebuild.NewNode(nodebuild.NodeConfig{Catalog: parts.local.Catalog, Service: parts.local.Service,
+			Token: cfg.NodeToken, Locate: locate, Logger: log.With("component", "nodebuild"), Registry: reg})
+		if err != nil {
+			return err
+		}
+		resolve = builds.Resolve
+	}
 	rpcMux := noderpc.NewMux(parts.node, noderpc.Options{
 		Token: cfg.NodeToken, Logger: log.With("component", "noderpc"), NodeProxy: nodeProxy, SnapshotRoot: cfg.DataDir,
-		ResolveTemplate: func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error) {
-			return parts.templates.Resolve(ctx, teamID, t.ID)
-		},
+		ResolveTemplate: resolve,
 	}, reg)
 	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	if builds != nil {
+		rpcMux.Handle(nodebuild.PathPrefix, builds.Handler())
+		// The copies the control plane let go go with the template
+		// collector, which runs as often.
+		if every := cmp.Or(cfg.TemplateGCInterval, builder.DefaultGCInterval); every > 0 {
+			syncCtx, stopSync := context.WithCancel(ctx)
+			syncDone := make(chan struct{})
+			go func() { defer close(syncDone); builds.SyncLoop(syncCtx, every) }()
+			defer func() { stopSync(); <-syncDone }()
+		}
+	}
 	np, err := proxy.NewNode(proxy.NodeConfig{Node: parts.node, Token: cfg.NodeToken, Logger: log.With("component", "nodeproxy")})
 	if err != nil {
 		return err
@@ -194,7 +225,11 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	hbCtx, stopHeartbeats := context.WithCancel(ctx)
 	hbDone := make(chan struct{})
 	defer func() { stopHeartbeats(); <-hbDone }()
-	if err := cfg.startHeartbeats(hbCtx, hbDone, parts.node, rpcLn, nodeProxy); err != nil {
+	var held func(context.Context) ([]string, error)
+	if parts.local != nil {
+		held = parts.local.Catalog.HeldBuilds
+	}
+	if err := cfg.startHeartbeats(hbCtx, hbDone, parts.node, held, rpcLn, nodeProxy); err != nil {
 		return err
 	}
 	select {
@@ -226,7 +261,9 @@ func nodeServer(h http.Handler, log *slog.Logger) *http.Server {
 // startHeartbeats registers the node with the API at APIURL and keeps
 // sending heartbeats (its capacity, allocation, templates and pools) until
 // ctx ends, closing done then; without an APIURL it closes done at once.
-func (c *NodeConfig) startHeartbeats(ctx context.Context, done chan<- struct{}, svc nodeapi.Service, rpcLn net.Listener, nodeProxy string) error {
+// held, when set, names the builds whose files the node holds (reported
+// with those its sandboxes use).
+func (c *NodeConfig) startHeartbeats(ctx context.Context, done chan<- struct{}, svc nodeapi.Service, held func(context.Context) ([]string, error), rpcLn net.Listener, nodeProxy string) error {
 	if c.APIURL == "" {
 		close(done)
 		return nil
@@ -257,7 +294,17 @@ func (c *NodeConfig) startHeartbeats(ctx context.Context, done chan<- struct{}, 
 		"boot_id", base.BootID, "capacity_vcpus", capacity.VCPUs, "capacity_memory_mb", capacity.MemoryMB)
 	go func() {
 		defer close(done)
-		client.Run(ctx, 0, func(ctx context.Context) (nodereg.Status, error) { return nodereg.Collect(ctx, svc, base) }, nil)
+		client.Run(ctx, 0, func(ctx context.Context) (nodereg.Status, error) {
+			st := base
+			if held != nil {
+				ids, err := held(ctx)
+				if err != nil {
+					return nodereg.Status{}, fmt.Errorf("node %q templates held: %w", c.NodeID, err)
+				}
+				st.Templates = append(slices.Clone(base.Templates), ids...)
+			}
+			return nodereg.Collect(ctx, svc, st)
+		}, nil)
 	}()
 	return nil
 }

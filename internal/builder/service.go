@@ -483,10 +483,14 @@ func (s *Service) Logs(ctx context.Context, teamID, templateID, buildID string, 
 	if err != nil {
 		return nil, err
 	}
+	return SelectLogs(st.LogEntries, q), nil
+}
+
+// SelectLogs returns the entries of a build's log that q selects.
+func SelectLogs(entries []templates.LogEntry, q LogsQuery) []templates.LogEntry {
 	if q.Limit <= 0 || q.Limit > 100 {
 		q.Limit = 100
 	}
-	entries := st.LogEntries
 	if q.Backward {
 		entries = slices.Clone(entries)
 		slices.Reverse(entries)
@@ -504,5 +508,5 @@ func (s *Service) Logs(ctx context.Context, teamID, templateID, buildID string, 
 			break
 		}
 	}
-	return out, nil
+	return out
 }

@@ -601,3 +601,14 @@ func (b *Builder) checkReady(ctx context.Context, buildID, rootfs string, st *st
 
 // flattenLayers is layer.Flatten; a variable so tests can count calls.
 var flattenLayers = layer.Flatten
+
+// ValidateSteps checks the steps of a build as StartBuild does, for a
+// build service that runs them elsewhere (internal/nodebuild).
+func ValidateSteps(steps []Step) error {
+	for i, st := range steps {
+		if err := validateStep(st); err != nil {
+			return fmt.Errorf("step %d: %w", i+1, err)
+		}
+	}
+	return nil
+}

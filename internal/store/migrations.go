@@ -145,7 +145,48 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		sqlite:   migration5,
 		postgres: migration5,
 	},
+	{
+		// Version 6: the template catalog (templates.Store), shared by
+		// the replicas of `warren api`: templates with their aliases,
+		// builds and build logs, each object a JSON document beside the
+		// columns it is looked up by.
+		version:  6,
+		sqlite:   migration6,
+		postgres: migration6,
+	},
 }
+
+// migration6 is plain SQL both dialects accept. An alias row per
+// (team, alias) makes names unique within a team; a log line's seq
+// counts from 1 within its build.
+const migration6 = `
+CREATE TABLE templates (
+  id TEXT PRIMARY KEY,
+  team_id TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  doc TEXT NOT NULL
+);
+CREATE TABLE template_aliases (
+  team_id TEXT NOT NULL,
+  alias TEXT NOT NULL,
+  template_id TEXT NOT NULL,
+  PRIMARY KEY (team_id, alias)
+);
+CREATE INDEX template_aliases_template ON template_aliases(template_id);
+CREATE TABLE template_builds (
+  id TEXT PRIMARY KEY,
+  template_id TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  doc TEXT NOT NULL
+);
+CREATE INDEX template_builds_template ON template_builds(template_id, created_at);
+CREATE TABLE template_build_logs (
+  build_id TEXT NOT NULL,
+  seq BIGINT NOT NULL,
+  entry TEXT NOT NULL,
+  PRIMARY KEY (build_id, seq)
+);
+`
 
 // migration5 is plain SQL both dialects accept.
 const migration5 = `

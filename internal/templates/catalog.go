@@ -25,6 +25,8 @@ import (
 type Config struct {
 	// DataDir holds the catalog's files: the file store (store/), unpacked
 	// build root filesystems (builds/<buildID>/rootfs) and the base tar.
+	// It may be empty with a Store: a catalog of records only (that of
+	// `warren api`, whose builds' files are on its nodes).
 	DataDir string
 	// Store, when set, replaces the file store under DataDir/store.
 	Store Store
@@ -57,7 +59,7 @@ type Catalog struct {
 
 // New opens the catalog in cfg.DataDir.
 func New(cfg Config) (*Catalog, error) {
-	if cfg.DataDir == "" {
+	if cfg.DataDir == "" && cfg.Store == nil {
 		return nil, fmt.Errorf("template catalog: no data directory: %w", errdefs.ErrInvalid)
 	}
 	if cfg.Logger == nil {
@@ -80,8 +82,10 @@ func New(cfg Config) (*Catalog, error) {
 		}
 		st = fs
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "builds"), 0o755); err != nil {
-		return nil, fmt.Errorf("template catalog: %w", err)
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(filepath.Join(cfg.DataDir, "builds"), 0o755); err != nil {
+			return nil, fmt.Errorf("template catalog: %w", err)
+		}
 	}
 	return &Catalog{cfg: cfg, store: st, log: cfg.Logger, now: cfg.Now}, nil
 }

@@ -55,7 +55,7 @@ func NewFileStore(dir string) (*FileStore, error) {
 }
 
 func (s *FileStore) path(kind, id string) (string, error) {
-	if id == "" || id == "." || id == ".." || filepath.Base(id) != id {
+	if err := CheckID(kind, id); err != nil || filepath.Base(id) != id {
 		return "", fmt.Errorf("%s %q: bad ID: %w", kind, id, errdefs.ErrInvalid)
 	}
 	return filepath.Join(s.dir, kind+"s", id+".json"), nil

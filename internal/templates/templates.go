@@ -116,6 +116,14 @@ type Build struct {
 	// SnapshotDir, when set, is a memory image taken once the ready
 	// command passed (snapshot on ready).
 	SnapshotDir string `json:"snapshotDir,omitempty"`
+	// NodeID, under `warren api`, is the node that ran the build and
+	// holds its artifact.
+	NodeID string `json:"nodeId,omitempty"`
+	// RootFSSHA256 and RootFSSize identify the root filesystem's artifact
+	// as nodes exchange it (internal/nodebuild): a tar whose sha256 a node
+	// that pulls it checks before use.
+	RootFSSHA256 string `json:"rootfsSha256,omitempty"`
+	RootFSSize   int64  `json:"rootfsSize,omitempty"`
 	// EnvdVersion is the envd the template was built with, when known.
 	EnvdVersion string `json:"envdVersion,omitempty"`
 	// Reason tells why a build failed.
@@ -280,6 +288,17 @@ func ValidateResources(cpu *int, memoryMB *int64, lim Limits) (int, int64, error
 		}
 	}
 	return c, m, nil
+}
+
+// CheckID refuses an ID no template or build can have: empty, "." or
+// "..", containing a slash, or over 128 bytes. IDs come from clients and
+// peers; one that passes names no file but its own (it is a single path
+// element) and no other object. kind names the object in the error.
+func CheckID(kind, id string) error {
+	if id == "" || id == "." || id == ".." || len(id) > 128 || strings.ContainsAny(id, "/\\\x00") {
+		return fmt.Errorf("%s %q: bad ID: %w", kind, id, errdefs.ErrInvalid)
+	}
+	return nil
 }
 
 // NewTemplateID returns a new random template ID (20 lowercase

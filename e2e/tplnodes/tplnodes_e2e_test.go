@@ -1,0 +1,392 @@
+//go:build e2e
+
+// Package tplnodes runs template builds across nodes: two `warren api`
+// replicas on one Postgres and two `warren node` processes with real
+// gVisor sandboxes. A template built through the API runs on one node;
+// both replicas answer for it; sandboxes of it start on the node that
+// built it and, that node cordoned, on the other, which pulls the build
+// from the first. The client is the Go SDK (pkg/e2b), whose COPY files
+// go through the API to the node that builds.
+package tplnodes
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/e2e/e2eserve"
+	"github.com/warren-sandbox/warren/internal/node/nodeclient"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/pkg/e2b"
+)
+
+// The two nodes' host objects, apart from every other test's.
+var (
+	isoA = e2eserve.NewIsolation("tna", "100.104.0.0/16", "ua")
+	isoB = e2eserve.NewIsolation("tnb", "100.105.0.0/16", "ub")
+)
+
+// TestMain removes the nodes' cgroup roots and nftables tables at the end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	isoA.Cleanup()
+	isoB.Cleanup()
+	os.Exit(code)
+}
+
+const (
+	apiKey     = "e2b_b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3"
+	adminToken = "tplnodes-admin-token"
+	nodeToken  = "tplnodes-node-token-0123456789"
+	api1Addr   = "127.0.0.1:3950"
+	api2Addr   = "127.0.0.1:3951"
+)
+
+// proc is a started warren process and what it wrote to stderr.
+type proc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs bytes.Buffer
+	out  chan string // stdout lines
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.Write(b)
+}
+
+func (p *proc) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// start runs the warren binary with args; the test's end stops it
+// (SIGTERM, SIGKILL after 30 s) and logs its stderr when the test failed.
+func start(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(os.Getenv("WARREN_WARREN"), args...), out: make(chan string, 64)}
+	p.cmd.Env = append(os.Environ(), "WARREN_NODE_TOKEN="+nodeToken)
+	p.cmd.Stderr = p
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case p.out <- sc.Text():
+			default:
+			}
+		}
+		close(p.out)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, p.Logs())
+		}
+	})
+	return p
+}
+
+// startAPI starts a replica of warren api and waits for its exports.
+func startAPI(t *testing.T, addr, dsn string) {
+	t.Helper()
+	p := start(t, "warren api "+addr, "api", "--listen", addr, "--database-url", dsn, "--api-key", apiKey,
+		"--admin-token", adminToken, "--metrics-listen", "")
+	re := regexp.MustCompile(`^export E2B_API_URL=`)
+	for {
+		select {
+		case l, ok := <-p.out:
+			if !ok {
+				t.Fatalf("warren api exited:\n%s", p.Logs())
+			}
+			if re.MatchString(l) {
+				return
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("warren api printed no exports:\n%s", p.Logs())
+		}
+	}
+}
+
+// node is one `warren node` of the test.
+type node struct {
+	id, rpc, proxy, dataDir string
+	iso                     e2eserve.Isolation
+}
+
+func (n *node) run(t *testing.T) {
+	t.Helper()
+	start(t, "warren node "+n.id,
+		"node", "--node-id", n.id, "--rpc-listen", n.rpc, "--proxy-listen", n.proxy, "--api-url", "http://"+api1Addr,
+		"--data-dir", n.dataDir, "--runsc", os.Getenv("WARREN_RUNSC"), "--envd", os.Getenv("WARREN_ENVD"),
+		"--base-rootfs", os.Getenv("WARREN_TEST_ROOTFS_TAR"), "--cgroup-root", n.iso.CgroupRoot,
+		"--nft-table", n.iso.Table, "--net-cidr", n.iso.CIDR, "--veth-prefix", n.iso.VethPrefix)
+}
+
+func (n *node) client() *nodeclient.Client {
+	return nodeclient.New("http://"+n.rpc, nodeclient.Options{Token: nodeToken})
+}
+
+// call makes a request of the API at addr and returns the status and body.
+func call(t *testing.T, addr, method, path string, header map[string]string, body ...string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(strings.Join(body, "")))
+	if len(body) > 0 {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func admin(t *testing.T, method, path string) []byte {
+	t.Helper()
+	code, b := call(t, api1Addr, method, path, map[string]string{"X-Admin-Token": adminToken})
+	if code/100 != 2 {
+		t.Fatalf("%s %s: %d %s", method, path, code, b)
+	}
+	return b
+}
+
+// nodeInfo is what the test reads of GET /admin/nodes.
+type nodeInfo struct {
+	ID        string   `json:"id"`
+	Status    string   `json:"status"`
+	Sandboxes int      `json:"sandboxes"`
+	Templates []string `json:"templates"`
+}
+
+// waitNodes waits until cond holds of the registered nodes.
+func waitNodes(t *testing.T, what string, timeout time.Duration, cond func(map[string]nodeInfo) bool) map[string]nodeInfo {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var list []nodeInfo
+		if err := json.Unmarshal(admin(t, "GET", "/admin/nodes"), &list); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]nodeInfo{}
+		for _, n := range list {
+			m[n.ID] = n
+		}
+		if cond(m) {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; nodes %+v", what, timeout, m)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestTemplateAcrossNodes: a template built through warren api (a RUN
+// step and a COPY of an uploaded file) runs on one node, is listed alike
+// by both replicas, and its sandboxes have the build's files on the node
+// that built it and on the other, which pulls the build; another team
+// neither sees the template nor starts it.
+func TestTemplateAcrossNodes(t *testing.T) {
+	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
+	for _, env := range []string{"WARREN_WARREN", "WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
+		e2eserve.Require(t, e2eserve.Exists(os.Getenv(env)), "$"+env+" does not exist; run make build base-rootfs")
+	}
+	dsn := storetest.PostgresSchema(t)
+	if err := os.MkdirAll("../../var", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base, err := os.MkdirTemp("../../var", "tplnodes-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _ = filepath.Abs(base)
+	t.Cleanup(func() { os.RemoveAll(base) })
+
+	startAPI(t, api1Addr, dsn)
+	startAPI(t, api2Addr, dsn)
+	a := &node{id: "tn-a", rpc: "127.0.0.1:3952", proxy: "127.0.0.1:3953", dataDir: filepath.Join(base, "a"), iso: isoA}
+	b := &node{id: "tn-b", rpc: "127.0.0.1:3954", proxy: "127.0.0.1:3955", dataDir: filepath.Join(base, "b"), iso: isoB}
+	t.Cleanup(func() { e2eserve.UnmountUnder(t, base) })
+	for _, n := range []*node{a, b} {
+		n.run(t)
+		t.Cleanup(func() { // before the node stops: kill what is left on it
+			if list, err := n.client().List(context.Background()); err == nil {
+				for _, sb := range list {
+					n.client().Kill(context.Background(), sb.ID, "request") //nolint:errcheck
+				}
+			}
+		})
+	}
+	waitNodes(t, "both nodes ready", 3*time.Minute, func(m map[string]nodeInfo) bool {
+		return m["tn-a"].Status == "ready" && m["tn-b"].Status == "ready"
+	})
+
+	ctx := context.Background()
+	cfg := e2b.Config{APIKey: apiKey, APIURL: "http://" + api1Addr, SandboxURL: "http://" + api1Addr, Domain: "localhost:3950"}
+	var logs []string
+	contextDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(contextDir, "copied.txt"), []byte("from the build context\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e2b.BuildTemplate(ctx, e2b.TemplateOptions{
+		Config: cfg, Name: "hi-across", FromTemplate: "base", ContextDir: contextDir,
+		Steps: []e2b.TemplateStep{
+			e2b.StepRun("echo hi > /hi && echo built-the-file", "root"),
+			e2b.StepCopy("copied.txt", "/home/user/copied.txt", "user"),
+		},
+		OnLog: func(e e2b.BuildLogEntry) { logs = append(logs, e.Message) },
+	})
+	if err != nil {
+		t.Fatalf("build through warren api: %v\nlogs: %s", err, strings.Join(logs, "\n"))
+	}
+	if !slices.ContainsFunc(logs, func(l string) bool { return strings.Contains(l, "built-the-file") }) {
+		t.Errorf("the build's own output is not in the log the API streamed: %q", logs)
+	}
+
+	// Both replicas answer for the template, from the shared catalog.
+	key := map[string]string{"X-API-Key": apiKey}
+	var seen []string
+	for _, addr := range []string{api1Addr, api2Addr} {
+		code, body := call(t, addr, "GET", "/templates/"+info.TemplateID, key)
+		if code != http.StatusOK || !bytes.Contains(body, []byte(info.BuildID)) || !bytes.Contains(body, []byte(`"ready"`)) {
+			t.Fatalf("GET /templates/%s on %s: %d %s", info.TemplateID, addr, code, body)
+		}
+		code, body = call(t, addr, "GET", "/templates/"+info.TemplateID+"/builds/"+info.BuildID+"/status", key)
+		if code != http.StatusOK || !bytes.Contains(body, []byte("built-the-file")) {
+			t.Fatalf("build status on %s: %d %s", addr, code, body)
+		}
+		seen = append(seen, string(body))
+	}
+	if seen[0] != seen[1] {
+		t.Errorf("the replicas answer the build's status differently:\n%s\n%s", seen[0], seen[1])
+	}
+
+	// The node that built it says it holds it; a create goes there.
+	held := waitNodes(t, "the builder reports the build", time.Minute, func(m map[string]nodeInfo) bool {
+		return slices.Contains(m["tn-a"].Templates, info.BuildID) != slices.Contains(m["tn-b"].Templates, info.BuildID)
+	})
+	builder, other := a, b
+	if slices.Contains(held["tn-b"].Templates, info.BuildID) {
+		builder, other = b, a
+	}
+	hasHi := func(sb *e2b.Sandbox, where string) {
+		t.Helper()
+		r, err := sb.Commands.Run(ctx, "cat /hi /home/user/copied.txt", e2b.RunOptions{})
+		if err != nil || r.Stdout != "hi\nfrom the build context\n" {
+			t.Fatalf("cat /hi /home/user/copied.txt in a sandbox on %s: %+v %v", where, r, err)
+		}
+	}
+	onNode := func(n *node, id string) bool {
+		t.Helper()
+		list, err := n.client().List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(list, func(s *nodeapi.Sandbox) bool { return s.ID == id })
+	}
+	first, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Template: "hi-across", Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !onNode(builder, first.ID) {
+		t.Errorf("the first sandbox of the template is not on %s, the node that holds it", builder.id)
+	}
+	hasHi(first, builder.id)
+
+	// The builder cordoned, the next create goes to the other node, which
+	// pulls the build (through replica 2, to show it is the database's).
+	admin(t, "POST", "/admin/nodes/"+builder.id+"/cordon")
+	cfg2 := cfg
+	cfg2.APIURL, cfg2.SandboxURL, cfg2.Domain = "http://"+api2Addr, "http://"+api2Addr, "localhost:3951"
+	second, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg2, Template: "hi-across", Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatalf("create on the node that lacks the build: %v", err)
+	}
+	if !onNode(other, second.ID) {
+		t.Fatalf("the second sandbox is not on %s", other.id)
+	}
+	hasHi(second, other.id)
+	waitNodes(t, "both nodes report the build", time.Minute, func(m map[string]nodeInfo) bool {
+		return slices.Contains(m["tn-a"].Templates, info.BuildID) && slices.Contains(m["tn-b"].Templates, info.BuildID)
+	})
+	admin(t, "POST", "/admin/nodes/"+builder.id+"/uncordon")
+
+	// Another team neither sees the template nor starts it, by name or ID.
+	var team struct {
+		ID     string `json:"id"`
+		APIKey string `json:"apiKey"`
+	}
+	code, body := call(t, api1Addr, "POST", "/admin/teams", map[string]string{"X-Admin-Token": adminToken}, `{"name":"other"}`)
+	if code/100 != 2 || json.Unmarshal(body, &team) != nil || team.APIKey == "" {
+		t.Fatalf("create a team: %d %s", code, body)
+	}
+	otherKey := map[string]string{"X-API-Key": team.APIKey}
+	if code, body := call(t, api2Addr, "GET", "/templates/"+info.TemplateID, otherKey); code != http.StatusNotFound {
+		t.Errorf("another team's GET of the template: %d %s", code, body)
+	}
+	cfgOther := cfg
+	cfgOther.APIKey = team.APIKey
+	for _, ref := range []string{"hi-across", info.TemplateID} {
+		if sb, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfgOther, Template: ref}); err == nil {
+			sb.Kill(ctx) //nolint:errcheck
+			t.Errorf("another team started the template as %q", ref)
+		} else if !strings.Contains(fmt.Sprint(err), "404") && !strings.Contains(strings.ToLower(fmt.Sprint(err)), "not found") {
+			t.Errorf("another team's create of %q: %v, want not found", ref, err)
+		}
+	}
+
+	// A Dockerfile built with `warren template build` through the other
+	// replica, started on whichever node placement picks.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM base\nRUN echo dockerfile > /hi-df\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli := exec.Command(os.Getenv("WARREN_WARREN"), "template", "build", "--name", "hi-df", dir)
+	cli.Env = append(os.Environ(), "E2B_API_URL=http://"+api2Addr, "E2B_API_KEY="+apiKey)
+	if out, err := cli.CombinedOutput(); err != nil {
+		t.Fatalf("warren template build through warren api: %v\n%s", err, out)
+	}
+	df, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Template: "hi-df", Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := df.Commands.Run(ctx, "cat /hi-df", e2b.RunOptions{}); err != nil || r.Stdout != "dockerfile\n" {
+		t.Fatalf("cat /hi-df: %+v %v", r, err)
+	}
+}

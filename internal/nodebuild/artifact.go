@@ -1,0 +1,210 @@
+// Package nodebuild carries template builds across the nodes of
+// `warren api`: a build requested through the API runs on one node (its
+// own build sandboxes and builder), whose status and logs the API copies
+// into the shared catalog (Remote); the built root filesystem stays on
+// that node as an artifact, a tar recorded with its size and sha256,
+// which another node pulls by build ID when it is to start a sandbox of
+// the build (Node.Resolve): from a node that holds it, over the node RPC
+// listener behind the node token, checked against the sha256 before use.
+package nodebuild
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/warren-sandbox/warren/internal/builder/layer"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// ArtifactName is the file, in a build's directory, that holds its root
+// filesystem's tar.
+const ArtifactName = "rootfs.tar"
+
+// WriteTar writes the tree at root as a tar to w: directories, regular
+// files (hard links as links), symbolic links, with their modes, owners
+// and modification times, in lexical order. Device nodes, sockets and
+// pipes are left out: a sandbox gets its /dev from gVisor, and a node
+// that unpacks the tar makes none.
+func WriteTar(ctx context.Context, root string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	links := map[[2]uint64]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		var target string
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if target, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case fi.Mode().IsDir(), fi.Mode().IsRegular():
+		default:
+			return nil
+		}
+		h, err := tar.FileInfoHeader(fi, target)
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			h.Name += "/"
+		}
+		h.Uname, h.Gname = "", ""
+		h.AccessTime, h.ChangeTime = fi.ModTime(), fi.ModTime()
+		h.Format = tar.FormatPAX
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			h.Uid, h.Gid = int(st.Uid), int(st.Gid)
+			if fi.Mode().IsRegular() && st.Nlink > 1 {
+				key := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
+				if first, ok := links[key]; ok {
+					h.Typeflag, h.Linkname, h.Size = tar.TypeLink, first, 0
+				} else {
+					links[key] = h.Name
+				}
+			}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag != tar.TypeReg {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("tar %s: %w", root, err)
+	}
+	return tw.Close()
+}
+
+// Digest is an artifact's identity: its sha256 (hex) and size in bytes.
+type Digest struct {
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// writeArtifact writes the tar of the tree at root to path, atomically,
+// and returns its digest.
+func writeArtifact(ctx context.Context, root, path string) (Digest, error) {
+	tmp := path + ".partial"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return Digest{}, err
+	}
+	defer os.Remove(tmp)
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, h)}
+	if err := WriteTar(ctx, root, cw); err != nil {
+		f.Close()
+		return Digest{}, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return Digest{}, err
+	}
+	if err := f.Close(); err != nil {
+		return Digest{}, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return Digest{}, err
+	}
+	return Digest{SHA256: hex.EncodeToString(h.Sum(nil)), Size: cw.n}, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// ErrDigestMismatch is what Receive returns for a stream that is not the
+// artifact it claims to be (its class is errdefs.ErrUnavailable: the
+// artifact could not be had from that peer).
+var ErrDigestMismatch = errors.New("artifact does not match its recorded sha256 and size")
+
+// Receive copies the artifact want from r to path, reading at most
+// want.Size bytes and one more to tell a longer stream, and keeps it only
+// when its size and sha256 are want's: otherwise nothing is left at path
+// and the error wraps ErrDigestMismatch.
+func Receive(r io.Reader, want Digest, path string) error {
+	if want.Size <= 0 || len(want.SHA256) != sha256.Size*2 {
+		return fmt.Errorf("artifact %s: no recorded digest: %w", filepath.Base(filepath.Dir(path)), errdefs.ErrUnavailable)
+	}
+	tmp := path + ".receiving"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, want.Size+1))
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("receive artifact: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != want.Size || got != want.SHA256 {
+		return fmt.Errorf("received %d bytes (sha256 %s), want %d (sha256 %s): %w: %w", n, got, want.Size, want.SHA256, ErrDigestMismatch, errdefs.ErrUnavailable)
+	}
+	return os.Rename(tmp, path)
+}
+
+// unpack unpacks the tar at path into dir, atomically (a sibling first,
+// renamed into place when complete), making no device nodes.
+func unpack(ctx context.Context, path, dir string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tmp := dir + ".unpacking"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := layer.Unpack(ctx, f, tmp, layer.Options{}); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("unpack artifact: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,524 @@
+package nodebuild
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warren-sandbox/warren/internal/awsauth"
+	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// PathPrefix is where a node serves Node's routes, on its RPC listener.
+const PathPrefix = "/warren.nodebuild.v1/"
+
+// StartRequest asks a node to run a build of the control plane's catalog:
+// the template and the waiting build (mirrored into the node's catalog)
+// and what to build.
+type StartRequest struct {
+	Template templates.Template `json:"template"`
+	Build    templates.Build    `json:"build"`
+	Spec     builder.Spec       `json:"spec"`
+	// RegistryAuth carries Spec.RegistryAuth (which Spec's own encoding
+	// leaves out): the credentials of a private base image's registry,
+	// for this build only.
+	RegistryAuth *RegistryAuth `json:"registryAuth,omitempty"`
+}
+
+// RegistryAuth is builder.RegistryAuth on the wire.
+type RegistryAuth struct {
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	// ECR, when set, is exchanged for a token at the region's ECR.
+	ECR *ECRAuth `json:"ecr,omitempty"`
+}
+
+// ECRAuth is an AWS key for ECR's token exchange.
+type ECRAuth struct {
+	AccessKeyID     string `json:"accessKeyId"`
+	SecretAccessKey string `json:"secretAccessKey"`
+	SessionToken    string `json:"sessionToken,omitempty"`
+	Region          string `json:"region"`
+}
+
+// WireAuth returns a on the wire (nil for none).
+func WireAuth(a *builder.RegistryAuth) *RegistryAuth {
+	if a == nil {
+		return nil
+	}
+	w := &RegistryAuth{Username: a.Username, Password: a.Password}
+	if a.ECR != nil {
+		c := a.ECR.Credentials
+		w.ECR = &ECRAuth{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken, Region: a.ECR.Region}
+	}
+	return w
+}
+
+// Auth returns w as the builder takes it (nil for none).
+func (w *RegistryAuth) Auth() *builder.RegistryAuth {
+	if w == nil {
+		return nil
+	}
+	a := &builder.RegistryAuth{Username: w.Username, Password: w.Password}
+	if w.ECR != nil {
+		a.ECR = &awsauth.ECR{Credentials: awsauth.Credentials{AccessKeyID: w.ECR.AccessKeyID, SecretAccessKey: w.ECR.SecretAccessKey, SessionToken: w.ECR.SessionToken}, Region: w.ECR.Region}
+	}
+	return a
+}
+
+// BuildStatus is a build on a node with its log from an offset.
+type BuildStatus struct {
+	Build templates.Build      `json:"build"`
+	Logs  []templates.LogEntry `json:"logs"`
+}
+
+// Source is where a node that lacks a build gets it: the control plane's
+// records of the build and its template, and the RPC addresses of nodes
+// that hold its artifact.
+type Source struct {
+	Template templates.Template `json:"template"`
+	Build    templates.Build    `json:"build"`
+	Holders  []string           `json:"holders"`
+	// Current tells whether a tag of the template points at the build
+	// (what a create can still name).
+	Current bool `json:"current"`
+}
+
+// NodeConfig configures a Node.
+type NodeConfig struct {
+	// Catalog and Service are the node's own catalog and build service.
+	Catalog *templates.Catalog
+	Service *builder.Service
+	// Token is the node token, asked of every request and presented to
+	// peers.
+	Token string
+	// Locate tells where a build the node lacks can be had (the control
+	// plane's answer; APIClient.Locate); nil: the node pulls nothing.
+	Locate func(ctx context.Context, buildID string) (*Source, error)
+	// HTTP carries pulls from peers (default: a client without proxy).
+	HTTP   *http.Client
+	Logger *slog.Logger
+	// Registry, when set, receives node_template_pulls_total and
+	// node_template_pull_bytes_total.
+	Registry prometheus.Registerer
+}
+
+// Node serves a node's builds and artifacts to the control plane and to
+// its peers, and gets the builds it lacks (Resolve).
+type Node struct {
+	cfg NodeConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	exports map[string]*flight // artifacts being written
+	pulls   map[string]*flight // builds being pulled
+
+	pulled    *prometheus.CounterVec // by result
+	pullBytes prometheus.Counter
+}
+
+// flight is one export or pull in progress; others wait for done.
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+// NewNode returns a Node over the node's catalog and build service.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Catalog == nil || cfg.Service == nil {
+		return nil, fmt.Errorf("nodebuild: a catalog and a build service are required: %w", errdefs.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HTTP == nil {
+		cfg.HTTP = peerClient()
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, exports: map[string]*flight{}, pulls: map[string]*flight{},
+		pulled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "node_template_pulls_total",
+			Help: "Builds a node pulled from a peer, by result (pulled, digest_mismatch, failed)."}, []string{"result"}),
+		pullBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "node_template_pull_bytes_total",
+			Help: "Bytes of build artifacts a node received from its peers and kept."}),
+	}
+	if cfg.Registry != nil {
+		for _, c := range []prometheus.Collector{n.pulled, n.pullBytes} {
+			if err := cfg.Registry.Register(c); err != nil {
+				return nil, fmt.Errorf("nodebuild metrics: %w", err)
+			}
+		}
+	}
+	return n, nil
+}
+
+// coalesce runs fn once for key among concurrent callers, who all get its
+// error.
+func (n *Node) coalesce(ctx context.Context, m map[string]*flight, key string, fn func() error) error {
+	n.mu.Lock()
+	if f, ok := m[key]; ok {
+		n.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f := &flight{done: make(chan struct{})}
+	m[key] = f
+	n.mu.Unlock()
+	f.err = fn()
+	n.mu.Lock()
+	delete(m, key)
+	n.mu.Unlock()
+	close(f.done)
+	return f.err
+}
+
+// Handler serves the routes under PathPrefix, each behind the node token.
+func (n *Node) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathPrefix+"builds", n.start)
+	mux.HandleFunc("GET "+PathPrefix+"builds/{id}", n.status)
+	mux.HandleFunc("GET "+PathPrefix+"builds/{id}/rootfs", n.rootfs)
+	mux.HandleFunc("POST "+PathPrefix+"templates/{id}/files/{hash}", n.filesPresent)
+	mux.HandleFunc("PUT "+PathPrefix+"templates/{id}/files/{hash}", n.putFiles)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !authorized(r, n.cfg.Token) {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func authorized(r *http.Request, token string) bool {
+	if token == "" {
+		return true // loopback-only node (NodeConfig.NodeToken)
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// fail answers err with its class's status and the message a client may
+// see (errdefs.ClientMessage; the control plane passes it on), the rest
+// logged.
+func (n *Node) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := errdefs.HTTPStatus(err)
+	n.log.Info("nodebuild request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
+	http.Error(w, errdefs.ClientMessage(err), status)
+}
+
+func (n *Node) start(w http.ResponseWriter, r *http.Request) {
+	var req StartRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(&req); err != nil {
+		n.fail(w, r, fmt.Errorf("start build: %w: %w", errdefs.ErrInvalid, err))
+		return
+	}
+	b := req.Build
+	if b.Status != templates.BuildWaiting {
+		n.fail(w, r, fmt.Errorf("build %q is %s, not waiting: %w", b.ID, b.Status, errdefs.ErrConflict))
+		return
+	}
+	b.NodeID, b.RootFSDir, b.RootFSTar, b.SnapshotDir, b.RootFSTarFingerprint = "", "", "", "", nil
+	if err := n.cfg.Catalog.Mirror(r.Context(), &req.Template, &b); err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	req.Spec.RegistryAuth = req.RegistryAuth.Auth()
+	if _, err := n.cfg.Service.StartBuild(r.Context(), builder.StartRequest{
+		TeamID: req.Template.TeamID, TemplateID: req.Template.ID, BuildID: b.ID, Spec: req.Spec,
+	}); err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// FilesPresence answers whether a node has a build context.
+type FilesPresence struct {
+	Present bool `json:"present"`
+}
+
+// filesPresent mirrors the template in the body and answers whether the
+// COPY context hash of it is here (the team's upload quota checked, as
+// builder.Service.Files does).
+func (n *Node) filesPresent(w http.ResponseWriter, r *http.Request) {
+	var t templates.Template
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&t); err != nil {
+		n.fail(w, r, fmt.Errorf("files: %w: %w", errdefs.ErrInvalid, err))
+		return
+	}
+	if t.ID != r.PathValue("id") {
+		n.fail(w, r, fmt.Errorf("files: template %q in the body, %q in the path: %w", t.ID, r.PathValue("id"), errdefs.ErrInvalid))
+		return
+	}
+	if err := n.cfg.Catalog.MirrorTemplate(r.Context(), &t); err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	present, _, err := n.cfg.Service.Files(r.Context(), t.TeamID, t.ID, r.PathValue("hash"))
+	if err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(FilesPresence{Present: present}) //nolint:errcheck
+}
+
+// MaxUploadBytes bounds one build context a node takes (as
+// builder.ServiceConfig's default).
+const MaxUploadBytes = 4 << 30
+
+// putFiles stores a build context of a template mirrored by filesPresent.
+func (n *Node) putFiles(w http.ResponseWriter, r *http.Request) {
+	id, hash := r.PathValue("id"), r.PathValue("hash")
+	if err := n.cfg.Service.PutFiles(r.Context(), id, hash, http.MaxBytesReader(w, r.Body, MaxUploadBytes)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			err = errdefs.Publicf(errdefs.ErrInvalid, "upload larger than %d bytes", int64(MaxUploadBytes))
+		}
+		n.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+}
+
+func (n *Node) status(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	offset, err := strconv.Atoi(r.URL.Query().Get("logsOffset"))
+	if err != nil || offset < 0 {
+		offset = 0
+	}
+	if err := templates.CheckID("build", id); err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	b, err := n.cfg.Catalog.Build(r.Context(), id)
+	if err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	if b.Status == templates.BuildReady {
+		if b, err = n.Export(r.Context(), id); err != nil {
+			n.fail(w, r, err)
+			return
+		}
+	}
+	logs, err := n.cfg.Catalog.Store().Logs(r.Context(), id, offset)
+	if err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(BuildStatus{Build: *b, Logs: logs}) //nolint:errcheck // the peer sees a short body
+}
+
+func (n *Node) rootfs(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := templates.CheckID("build", id); err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	b, err := n.Export(r.Context(), id)
+	if err != nil {
+		n.fail(w, r, err)
+		return
+	}
+	f, err := os.Open(n.artifactPath(id))
+	if err != nil {
+		n.fail(w, r, fmt.Errorf("build %q artifact: %w: %w", id, errdefs.ErrUnavailable, err))
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("Content-Length", strconv.FormatInt(b.RootFSSize, 10))
+	w.Header().Set(HeaderSHA256, b.RootFSSHA256)
+	if _, err := f.WriteTo(w); err != nil {
+		n.log.Info("artifact stream ended early", "build_id", id, "error", err)
+	}
+}
+
+// HeaderSHA256 carries an artifact's sha256 with its stream.
+const HeaderSHA256 = "X-Warren-Artifact-Sha256"
+
+func (n *Node) artifactPath(buildID string) string {
+	return filepath.Join(n.cfg.Catalog.BuildDir(buildID), ArtifactName)
+}
+
+// Export makes sure the ready build buildID has its artifact on this node
+// (written once, on first need) and its digest recorded, and returns the
+// build.
+func (n *Node) Export(ctx context.Context, buildID string) (*templates.Build, error) {
+	b, err := n.cfg.Catalog.Build(ctx, buildID)
+	if err != nil {
+		return nil, err
+	}
+	if b.Status != templates.BuildReady {
+		return nil, fmt.Errorf("build %q is %s: %w", buildID, b.Status, errdefs.ErrConflict)
+	}
+	if _, err := os.Stat(n.artifactPath(buildID)); b.RootFSSHA256 != "" && err == nil {
+		return b, nil
+	}
+	err = n.coalesce(ctx, n.exports, buildID, func() error {
+		dir := b.RootFSDir
+		if dir == "" {
+			dir = filepath.Join(n.cfg.Catalog.BuildDir(buildID), "rootfs")
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("build %q: root filesystem %s is not on this node: %w", buildID, dir, errdefs.ErrUnavailable)
+		}
+		d, err := writeArtifact(context.WithoutCancel(ctx), dir, n.artifactPath(buildID))
+		if err != nil {
+			return fmt.Errorf("build %q artifact: %w", buildID, err)
+		}
+		_, err = n.cfg.Catalog.Store().UpdateBuild(context.WithoutCancel(ctx), buildID, func(b *templates.Build) error {
+			b.RootFSSHA256, b.RootFSSize = d.SHA256, d.Size
+			return nil
+		})
+		n.log.Info("build artifact written", "build_id", buildID, "size", d.Size, "sha256", d.SHA256)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return n.cfg.Catalog.Build(ctx, buildID)
+}
+
+// Resolve is the node RPC's template resolver (noderpc
+// Options.ResolveTemplate): a create naming build t.BuildID starts from
+// the node's copy of it, pulled first from a node that holds it when this
+// node lacks it. The system templates (BuildID equal to their ID, e.g.
+// base) each node prepared itself resolve by ID.
+func (n *Node) Resolve(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error) {
+	if t.BuildID == "" || t.BuildID == t.ID {
+		return n.cfg.Catalog.Resolve(ctx, teamID, t.ID)
+	}
+	if err := templates.CheckID("build", t.BuildID); err != nil {
+		return nodeapi.Template{}, err
+	}
+	nt, err := n.cfg.Catalog.ResolveBuild(ctx, teamID, t.BuildID)
+	_, gerr := n.cfg.Catalog.Build(ctx, t.BuildID)
+	switch {
+	case err == nil:
+		return nt, nil
+	case errdefs.IsNotFound(err) && gerr == nil:
+		return nodeapi.Template{}, err // held here, of a template the team may not use
+	case errdefs.IsNotFound(err):
+		// Not here: pull it.
+	case errdefs.IsUnavailable(err) && gerr == nil:
+		// Recorded, its files gone (the template collector frees the
+		// copies no sandbox uses): pull it again.
+	default:
+		return nodeapi.Template{}, err
+	}
+	if n.cfg.Locate == nil {
+		return nodeapi.Template{}, fmt.Errorf("template %q: this node lacks build %s and cannot pull it: %w", t.ID, t.BuildID, errdefs.ErrUnavailable)
+	}
+	if err := n.coalesce(ctx, n.pulls, t.BuildID, func() error {
+		err := n.pull(context.WithoutCancel(ctx), t.BuildID)
+		switch {
+		case err == nil:
+			n.pulled.WithLabelValues("pulled").Inc()
+		case errors.Is(err, ErrDigestMismatch):
+			n.pulled.WithLabelValues("digest_mismatch").Inc()
+		default:
+			n.pulled.WithLabelValues("failed").Inc()
+		}
+		return err
+	}); err != nil {
+		return nodeapi.Template{}, fmt.Errorf("template %q: this node lacks build %s and could not pull it: %w", t.ID, t.BuildID, err)
+	}
+	return n.cfg.Catalog.ResolveBuild(ctx, teamID, t.BuildID)
+}
+
+// pull gets build buildID from a node that holds it: the artifact
+// received and checked, unpacked, then the build mirrored into this
+// node's catalog, ready.
+func (n *Node) pull(ctx context.Context, buildID string) error {
+	src, err := n.cfg.Locate(ctx, buildID)
+	if err != nil {
+		return err
+	}
+	b := src.Build
+	if b.ID != buildID || b.Status != templates.BuildReady {
+		return fmt.Errorf("build %q is not ready: %w", buildID, errdefs.ErrUnavailable)
+	}
+	if len(src.Holders) == 0 {
+		return fmt.Errorf("build %q: no node holds it: %w", buildID, errdefs.ErrUnavailable)
+	}
+	dir := n.cfg.Catalog.BuildDir(buildID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	want := Digest{SHA256: b.RootFSSHA256, Size: b.RootFSSize}
+	var errs []error
+	for _, h := range src.Holders {
+		err := n.fetch(ctx, h, buildID, want)
+		if err == nil {
+			errs = nil
+			break
+		}
+		n.log.Warn("pull of a build from a peer failed", "build_id", buildID, "peer", h, "error", err)
+		errs = append(errs, fmt.Errorf("from %s: %w", h, err))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := unpack(ctx, n.artifactPath(buildID), rootfs); err != nil {
+		os.Remove(n.artifactPath(buildID))
+		return err
+	}
+	b.RootFSDir, b.RootFSTar, b.SnapshotDir, b.RootFSTarFingerprint = rootfs, "", "", nil
+	if err := n.cfg.Catalog.Mirror(ctx, &src.Template, &b); err != nil {
+		return err
+	}
+	// Tagged here, the copy stays until Sync finds the control plane let
+	// the build go.
+	if _, err := n.cfg.Catalog.Store().UpdateTemplate(ctx, src.Template.ID, func(t *templates.Template) error {
+		if t.Tags == nil {
+			t.Tags = map[string]templates.Tag{}
+		}
+		t.Tags[buildID] = templates.Tag{BuildID: buildID, CreatedAt: b.FinishedAt}
+		return nil
+	}); err != nil {
+		return err
+	}
+	n.pullBytes.Add(float64(want.Size))
+	n.log.Info("build pulled from a peer", "build_id", buildID, "size", want.Size, "sha256", want.SHA256)
+	return nil
+}
+
+// fetch receives the artifact of buildID from the node at rpcAddr.
+func (n *Node) fetch(ctx context.Context, rpcAddr, buildID string, want Digest) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(rpcAddr, "/")+PathPrefix+"builds/"+buildID+"/rootfs", nil)
+	if err != nil {
+		return err
+	}
+	if n.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+n.cfg.Token)
+	}
+	resp, err := n.cfg.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("peer answered %s: %w", resp.Status, errdefs.ErrUnavailable)
+	}
+	return Receive(resp.Body, want, n.artifactPath(buildID))
+}

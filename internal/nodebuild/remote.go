@@ -1,0 +1,691 @@
+package nodebuild
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// Nodes is what Remote reads of the node registry.
+type Nodes interface {
+	ListNodes(ctx context.Context) ([]*store.Node, error)
+	GetNode(ctx context.Context, id string) (*store.Node, error)
+}
+
+// RemoteConfig configures a Remote.
+type RemoteConfig struct {
+	// Catalog is the control plane's catalog (over store.TemplateStore).
+	Catalog *templates.Catalog
+	Nodes   Nodes
+	// Token is the node token, presented to nodes and asked of them.
+	Token string
+	// HTTP carries the calls to nodes (default: a client without proxy).
+	HTTP *http.Client
+	// MaxTemplateDiskMB is the largest disk a template may ask for
+	// (default 65536, as builder.ServiceConfig).
+	MaxTemplateDiskMB int64
+	// PollInterval is how often a started build's node is asked for its
+	// progress (default 500 ms).
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// Remote is the build service of `warren api` (what the API server's
+// template routes call, as builder.Service in `warren serve`): a build
+// runs on one ready node, chosen by free capacity, and the replica that
+// started it copies the node's progress and log into the shared catalog
+// until the build ends; every replica, at its start, follows the builds
+// it finds running on nodes (Resume), so a build outlives the replica
+// that started it. Followers of one build append each batch of its log
+// once (LogAppender).
+type Remote struct {
+	cfg    RemoteConfig
+	cat    *templates.Catalog
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// LogAppender is the catalog store's conditional append
+// (store.TemplateStore): entries go at offset only if the log has that
+// many, and the log's length is returned.
+type LogAppender interface {
+	AppendLogsAt(ctx context.Context, buildID string, offset int, entries ...templates.LogEntry) (int, error)
+}
+
+// NewRemote returns a Remote; Close it.
+func NewRemote(cfg RemoteConfig) (*Remote, error) {
+	if cfg.Catalog == nil || cfg.Nodes == nil {
+		return nil, fmt.Errorf("nodebuild: a catalog and the nodes are required: %w", errdefs.ErrInvalid)
+	}
+	if _, ok := cfg.Catalog.Store().(LogAppender); !ok {
+		return nil, fmt.Errorf("nodebuild: the catalog's store has no conditional log append (store.TemplateStore): %w", errdefs.ErrInvalid)
+	}
+	if cfg.HTTP == nil {
+		cfg.HTTP = peerClient()
+	}
+	if cfg.MaxTemplateDiskMB <= 0 {
+		cfg.MaxTemplateDiskMB = 64 << 10
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 500 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Remote{cfg: cfg, cat: cfg.Catalog, log: cfg.Logger, ctx: ctx, cancel: cancel}, nil
+}
+
+// Resume follows every build the catalog records as building on a node,
+// as the replica that started it did.
+func (r *Remote) Resume(ctx context.Context) error {
+	all, err := r.cat.List(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, t := range all {
+		builds, err := r.cat.Builds(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		for _, b := range builds {
+			if b.Status == templates.BuildBuilding && b.NodeID != "" {
+				r.log.Info("following a build on its node", "template_id", t.ID, "build_id", b.ID, "node_id", b.NodeID)
+				r.wg.Go(func() { r.follow(b.ID, b.NodeID) })
+			}
+		}
+	}
+	return nil
+}
+
+// Close stops following builds (they go on on their nodes).
+func (r *Remote) Close() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// CreateTemplate makes a waiting build (POST /v3/templates).
+func (r *Remote) CreateTemplate(ctx context.Context, req templates.CreateRequest) (*templates.Template, *templates.Build, error) {
+	if req.DiskMB > r.cfg.MaxTemplateDiskMB {
+		return nil, nil, fmt.Errorf("disk size %d MiB (minFreeDiskMb) is more than this server allows for a template (%d MiB): %w", req.DiskMB, r.cfg.MaxTemplateDiskMB, errdefs.ErrInvalid)
+	}
+	return r.cat.CreateBuild(ctx, req)
+}
+
+// Files implements the upload check (GET /templates/{id}/files/{hash}).
+// A template's build contexts go to the node its newest waiting build is
+// pinned to (chosen now when it has none), where that build then runs:
+// present when the node has the context, else the path of the API's
+// signed upload URL (UploadHandler), which streams the PUT to that node.
+func (r *Remote) Files(ctx context.Context, teamID, templateID, hash string) (bool, string, error) {
+	t, err := r.owned(ctx, teamID, templateID)
+	if err != nil {
+		return false, "", err
+	}
+	if !validHash(hash) {
+		return false, "", fmt.Errorf("files %q of template %q: bad name: %w", hash, templateID, errdefs.ErrInvalid)
+	}
+	n, err := r.uploadNode(ctx, t)
+	if err != nil {
+		return false, "", err
+	}
+	var fp FilesPresence
+	if err := r.do(ctx, http.MethodPost, n, PathPrefix+"templates/"+t.ID+"/files/"+hash, jsonBody(t), &fp); err != nil {
+		return false, "", err
+	}
+	if fp.Present {
+		return true, "", nil
+	}
+	return false, builder.UploadPathPrefix + t.ID + "/" + hash + "?token=" + r.uploadToken(t.ID, hash), nil
+}
+
+func validHash(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func jsonBody(v any) io.Reader {
+	b, _ := json.Marshal(v)
+	return bytes.NewReader(b)
+}
+
+// uploadToken signs an upload URL with a key every replica derives from
+// the node token, so that the PUT may reach any replica.
+func (r *Remote) uploadToken(templateID, hash string) string {
+	k := hmac.New(sha256.New, []byte(r.cfg.Token))
+	k.Write([]byte("warren build upload v1"))
+	m := hmac.New(sha256.New, k.Sum(nil))
+	m.Write([]byte(templateID + "/" + hash))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// uploadNode returns the node the newest waiting build of t is pinned to,
+// pinning it to the most free ready node first.
+func (r *Remote) uploadNode(ctx context.Context, t *templates.Template) (*store.Node, error) {
+	builds, err := r.cat.Builds(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	var waiting *templates.Build
+	for _, b := range builds {
+		if b.Status == templates.BuildWaiting && (waiting == nil || !b.CreatedAt.Before(waiting.CreatedAt)) {
+			waiting = b
+		}
+	}
+	if waiting == nil {
+		return nil, errdefs.Publicf(errdefs.ErrConflict, "template '%s' has no waiting build to upload files for: create one first (POST /v3/templates)", t.ID)
+	}
+	if waiting.NodeID == "" {
+		nodes, err := r.buildNodes(ctx, waiting)
+		if err != nil {
+			return nil, err
+		}
+		// Of two replicas pinning at once, the first one's node stays.
+		if waiting, err = r.cat.UpdateBuild(ctx, waiting.ID, func(b *templates.Build) error {
+			if b.NodeID == "" {
+				b.NodeID = nodes[0].ID
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	n, err := r.cfg.Nodes.GetNode(ctx, waiting.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if !n.Schedulable() {
+		return nil, errdefs.Publicf(errdefs.ErrUnavailable, "the node that holds this build's files (%s) is %s", n.ID, n.Status())
+	}
+	return n, nil
+}
+
+// UploadHandler takes the PUTs of build contexts at the paths Files hands
+// out (mount it at builder.UploadPathPrefix, outside the API's key
+// checks: the signed token is their authentication) and streams each to
+// the node the template's waiting build is pinned to.
+func (r *Remote) UploadHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPut {
+			w.Header().Set("Allow", http.MethodPut)
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		templateID, hash, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, builder.UploadPathPrefix), "/")
+		if !ok || !validHash(hash) || templates.CheckID("template", templateID) != nil ||
+			!hmac.Equal([]byte(req.URL.Query().Get("token")), []byte(r.uploadToken(templateID, hash))) {
+			http.Error(w, "invalid upload URL", http.StatusForbidden)
+			return
+		}
+		err := func() error {
+			t, err := r.cat.Store().GetTemplate(req.Context(), templateID)
+			if err != nil {
+				return err
+			}
+			n, err := r.uploadNode(req.Context(), t)
+			if err != nil {
+				return err
+			}
+			return r.do(req.Context(), http.MethodPut, n, PathPrefix+"templates/"+templateID+"/files/"+hash, req.Body, nil)
+		}()
+		if err != nil {
+			r.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
+			http.Error(w, errdefs.ClientMessage(err), errdefs.HTTPStatus(err))
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+}
+
+func (r *Remote) owned(ctx context.Context, teamID, templateID string) (*templates.Template, error) {
+	t, err := r.cat.Find(ctx, teamID, templateID)
+	if err != nil {
+		return nil, err
+	}
+	if t.TeamID != teamID {
+		return nil, fmt.Errorf("template %q belongs to another team: %w", templateID, errdefs.ErrForbidden)
+	}
+	return t, nil
+}
+
+// StartBuild starts the waiting build req.BuildID on a node and returns
+// its ID; the build's progress reaches the catalog as the node reports it.
+func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (string, error) {
+	if req.BuildID == "" {
+		req.Create.TeamID = req.TeamID
+		t, b, err := r.CreateTemplate(ctx, req.Create)
+		if err != nil {
+			return "", err
+		}
+		req.TemplateID, req.BuildID = t.ID, b.ID
+	}
+	t, err := r.owned(ctx, req.TeamID, req.TemplateID)
+	if err != nil {
+		return "", err
+	}
+	bd, err := r.cat.Build(ctx, req.BuildID)
+	if err != nil {
+		return "", err
+	}
+	if bd.TemplateID != t.ID {
+		return "", fmt.Errorf("build %q of template %q: %w", req.BuildID, req.TemplateID, errdefs.ErrNotFound)
+	}
+	if bd.Status != templates.BuildWaiting {
+		return "", fmt.Errorf("build %q is %s, not waiting: %w", req.BuildID, bd.Status, errdefs.ErrConflict)
+	}
+	if err := builder.ValidateSteps(req.Spec.Steps); err != nil {
+		return "", err
+	}
+	var nodes []*store.Node
+	if bd.NodeID != "" {
+		// Pinned by its uploads: it runs where its files are.
+		n, err := r.cfg.Nodes.GetNode(ctx, bd.NodeID)
+		if err != nil {
+			return "", err
+		}
+		if !n.Schedulable() {
+			return "", errdefs.Publicf(errdefs.ErrUnavailable, "the node that holds this build's files (%s) is %s", n.ID, n.Status())
+		}
+		nodes = []*store.Node{n}
+	} else if nodes, err = r.buildNodes(ctx, bd); err != nil {
+		return "", err
+	}
+	pinned := bd.NodeID
+	// The claim (waiting → building on a node) is one row update: of two
+	// replicas starting one build, one gets it.
+	waiting := *bd
+	var refusals []error
+	for _, n := range nodes {
+		if _, err := r.cat.UpdateBuild(ctx, bd.ID, func(b *templates.Build) error {
+			if b.Status != templates.BuildWaiting {
+				return fmt.Errorf("build %q is %s, not waiting: %w", b.ID, b.Status, errdefs.ErrConflict)
+			}
+			b.Status, b.NodeID = templates.BuildBuilding, n.ID
+			return nil
+		}); err != nil {
+			return "", err
+		}
+		err := r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: *t, Build: waiting, Spec: req.Spec, RegistryAuth: WireAuth(req.Spec.RegistryAuth)})
+		if err == nil {
+			r.log.Info("build started on a node", "template_id", t.ID, "build_id", bd.ID, "node_id", n.ID)
+			r.wg.Go(func() { r.follow(bd.ID, n.ID) })
+			return bd.ID, nil
+		}
+		r.log.Warn("node refused a build", "build_id", bd.ID, "node_id", n.ID, "error", err)
+		refusals = append(refusals, fmt.Errorf("node %q: %w", n.ID, err))
+		if _, uerr := r.cat.UpdateBuild(context.WithoutCancel(ctx), bd.ID, func(b *templates.Build) error {
+			b.Status, b.NodeID = templates.BuildWaiting, pinned
+			return nil
+		}); uerr != nil {
+			return "", uerr
+		}
+		if !errdefs.IsUnavailable(err) {
+			return "", err // the build's own fault (a bad step, files not uploaded): no other node does better
+		}
+	}
+	return "", fmt.Errorf("build %q: every node refused it: %w: %w", bd.ID, errdefs.ErrUnavailable, errors.Join(refusals...))
+}
+
+// buildNodes returns the ready nodes a build may run on: those with room
+// for its vCPUs and memory beside what placement reserved there first,
+// then the others, each most free memory first. (A build's sandboxes are
+// the node's own: placement reserves nothing for them.)
+func (r *Remote) buildNodes(ctx context.Context, b *templates.Build) ([]*store.Node, error) {
+	all, err := r.cfg.Nodes.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes := slices.DeleteFunc(all, func(n *store.Node) bool { return !n.Schedulable() })
+	if len(nodes) == 0 {
+		return nil, errdefs.Publicf(errdefs.ErrUnavailable, "no ready node to run the build on")
+	}
+	want := store.NodeResources{VCPUs: int64(b.CPUCount), MemoryMB: b.MemoryMB}
+	slices.SortStableFunc(nodes, func(x, y *store.Node) int {
+		fx, fy := x.Capacity.Fits(x.Allocated, want), y.Capacity.Fits(y.Allocated, want)
+		switch {
+		case fx && !fy:
+			return -1
+		case fy && !fx:
+			return 1
+		}
+		return cmp.Compare(free(y), free(x))
+	})
+	return nodes, nil
+}
+
+func free(n *store.Node) int64 { return n.Capacity.MemoryMB - n.Allocated.MemoryMB }
+
+// follow copies the progress of build id on node nodeID into the catalog
+// until the build ends, the node is lost, or r closes.
+func (r *Remote) follow(id, nodeID string) {
+	log := r.log.With("build_id", id, "node_id", nodeID)
+	copied := 0
+	t := time.NewTicker(r.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := r.cfg.Nodes.GetNode(r.ctx, nodeID)
+		if err != nil {
+			log.Warn("build's node", "error", err)
+			continue
+		}
+		if n.Liveness == store.NodeLost {
+			r.finish(log, id, nil, &templates.Reason{Message: "the node running the build was lost"})
+			return
+		}
+		var st BuildStatus
+		if err := r.get(r.ctx, n, PathPrefix+"builds/"+id+"?logsOffset="+strconv.Itoa(copied), &st); err != nil {
+			log.Info("build progress not read from its node", "error", err)
+			continue
+		}
+		next, err := r.cat.Store().(LogAppender).AppendLogsAt(r.ctx, id, copied, st.Logs...)
+		if err != nil {
+			log.Warn("build log not copied", "error", err)
+			continue
+		}
+		if next != copied+len(st.Logs) {
+			copied = next // another follower was first: read on from its end
+			continue
+		}
+		copied = next
+		switch st.Build.Status {
+		case templates.BuildReady:
+			r.finish(log, id, &st.Build, nil)
+			return
+		case templates.BuildError:
+			reason := st.Build.Reason
+			if reason == nil {
+				reason = &templates.Reason{Message: "the build failed"}
+			}
+			r.finish(log, id, &st.Build, reason)
+			return
+		}
+	}
+}
+
+// finish records the end of build id: its metadata from the node's
+// record nb (when known) and its outcome.
+func (r *Remote) finish(log *slog.Logger, id string, nb *templates.Build, reason *templates.Reason) {
+	ctx := context.WithoutCancel(r.ctx)
+	if nb != nil {
+		if _, err := r.cat.UpdateBuild(ctx, id, func(b *templates.Build) error {
+			b.Env, b.User, b.Workdir, b.StartCmd, b.ReadyCmd = nb.Env, nb.User, nb.Workdir, nb.StartCmd, nb.ReadyCmd
+			b.EnvdVersion, b.RootFSSHA256, b.RootFSSize = nb.EnvdVersion, nb.RootFSSHA256, nb.RootFSSize
+			return nil
+		}); errdefs.IsConflict(err) {
+			return // another follower recorded its end
+		} else if err != nil {
+			log.Warn("build metadata not recorded", "error", err)
+		}
+	}
+	if _, err := r.cat.FinishBuild(ctx, id, reason); errdefs.IsConflict(err) {
+		return // another follower recorded it
+	} else if err != nil {
+		log.Warn("build end not recorded", "error", err)
+		return
+	}
+	log.Info("build finished on its node", "ok", reason == nil)
+}
+
+// Status reports a build with its log from logsOffset on, from the
+// catalog.
+func (r *Remote) Status(ctx context.Context, teamID, templateID, buildID string, logsOffset int) (*builder.Status, error) {
+	t, err := r.cat.Find(ctx, teamID, templateID)
+	if err != nil {
+		return nil, err
+	}
+	bd, err := r.cat.Build(ctx, buildID)
+	if err != nil {
+		return nil, err
+	}
+	if bd.TemplateID != t.ID {
+		return nil, fmt.Errorf("build %q of template %q: %w", buildID, templateID, errdefs.ErrNotFound)
+	}
+	entries, err := r.cat.Store().Logs(ctx, buildID, max(logsOffset, 0))
+	if err != nil {
+		return nil, err
+	}
+	return &builder.Status{TemplateID: t.ID, BuildID: bd.ID, Status: bd.Status, LogEntries: entries, Reason: bd.Reason}, nil
+}
+
+// Logs returns a build's log entries selected by q.
+func (r *Remote) Logs(ctx context.Context, teamID, templateID, buildID string, q builder.LogsQuery) ([]templates.LogEntry, error) {
+	st, err := r.Status(ctx, teamID, templateID, buildID, 0)
+	if err != nil {
+		return nil, err
+	}
+	return builder.SelectLogs(st.LogEntries, q), nil
+}
+
+// Resolve turns ref, as team sees it, into the template a node is to
+// start (apiserver.TemplateResolver): a ready build of the catalog, by
+// build ID (the node resolves it from its copy, pulled first when it
+// lacks one; placement prefers the nodes that hold it). Base's record
+// (Catalog.EnsureBaseRecord) names each node's own base.
+func (r *Remote) Resolve(ctx context.Context, teamID, ref string) (nodeapi.Template, error) {
+	t, b, err := r.cat.Lookup(ctx, teamID, ref)
+	if err != nil {
+		return nodeapi.Template{}, err
+	}
+	nt := b.NodeTemplate()
+	nt.ID, nt.RootFS, nt.SnapshotDir = t.ID, "", ""
+	return nt, nil
+}
+
+// LocatePath is where the control plane answers nodes asking where a
+// build can be had (behind the node token).
+const LocatePath = PathPrefix + "locate/"
+
+// LocateHandler answers GET LocatePath+"<buildID>" with the build's
+// Source: its records and the RPC addresses of the ready nodes that hold
+// it, the node that built it first.
+func (r *Remote) LocateHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodGet {
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if !authorized(req, r.cfg.Token) || r.cfg.Token == "" {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		src, err := r.locate(req.Context(), strings.TrimPrefix(req.URL.Path, LocatePath))
+		if err != nil {
+			status := errdefs.HTTPStatus(err)
+			r.log.Info("locate build", "path", req.URL.Path, "status", status, "error", err)
+			http.Error(w, http.StatusText(status), status)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(src) //nolint:errcheck
+	})
+}
+
+func (r *Remote) locate(ctx context.Context, buildID string) (*Source, error) {
+	if err := templates.CheckID("build", buildID); err != nil {
+		return nil, err
+	}
+	b, err := r.cat.Build(ctx, buildID)
+	if err != nil {
+		return nil, err
+	}
+	if b.Status != templates.BuildReady {
+		return nil, fmt.Errorf("build %q is %s: %w", buildID, b.Status, errdefs.ErrConflict)
+	}
+	t, err := r.cat.Store().GetTemplate(ctx, b.TemplateID)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := r.cfg.Nodes.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	src := &Source{Template: *t, Build: *b, Holders: []string{}}
+	for _, tg := range t.Tags {
+		src.Current = src.Current || tg.BuildID == b.ID
+	}
+	for _, n := range nodes {
+		if n.Liveness != store.NodeReady {
+			continue
+		}
+		switch {
+		case n.ID == b.NodeID:
+			src.Holders = append([]string{n.RPCAddress}, src.Holders...)
+		case n.HoldsTemplate(buildID):
+			src.Holders = append(src.Holders, n.RPCAddress)
+		}
+	}
+	return src, nil
+}
+
+func (r *Remote) post(ctx context.Context, n *store.Node, path string, body any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	return r.do(ctx, http.MethodPost, n, path, bytes.NewReader(b), nil)
+}
+
+func (r *Remote) get(ctx context.Context, n *store.Node, path string, out any) error {
+	return r.do(ctx, http.MethodGet, n, path, nil, out)
+}
+
+func (r *Remote) do(ctx context.Context, method string, n *store.Node, path string, body io.Reader, out any) error {
+	return call(ctx, r.cfg.HTTP, method, n.RPCAddress+path, r.cfg.Token, body, out)
+}
+
+// callTimeout bounds a call to a node or the control plane; a build
+// context's upload is bounded by its client's request instead.
+const callTimeout = 5 * time.Minute
+
+// call makes one request of a node or of the control plane and decodes
+// a JSON answer into out (when set); an error status is the class it
+// stands for, with the peer's message. A PUT streams a tar (no timeout:
+// its request bounds it); another body is JSON.
+func call(ctx context.Context, c *http.Client, method, url, token string, body io.Reader, out any) error {
+	if method != http.MethodPut {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	switch {
+	case method == http.MethodPut:
+		req.Header.Set("Content-Type", "application/x-tar")
+	case body != nil:
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %w", method, url, errdefs.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		class := statusClass(resp.StatusCode)
+		if resp.StatusCode >= 500 {
+			return fmt.Errorf("%s %s: %s: %w", method, url, strings.TrimSpace(string(msg)), class)
+		}
+		// The peer's answer to a client error is a client message
+		// (Node.fail); the peer's address stays in the log.
+		return fmt.Errorf("%s %s: %w", method, url, errdefs.Publicf(class, "%s", strings.TrimSpace(string(msg))))
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode: %w", method, url, err)
+	}
+	return nil
+}
+
+// Locator asks the control plane at APIURL where builds can be had (a
+// node's NodeConfig.Locate).
+type Locator struct {
+	APIURL string
+	Token  string
+	HTTP   *http.Client
+}
+
+// Locate implements NodeConfig.Locate.
+func (l *Locator) Locate(ctx context.Context, buildID string) (*Source, error) {
+	if err := templates.CheckID("build", buildID); err != nil {
+		return nil, err
+	}
+	c := l.HTTP
+	if c == nil {
+		c = peerClient()
+	}
+	var src Source
+	if err := call(ctx, c, http.MethodGet, strings.TrimSuffix(l.APIURL, "/")+LocatePath+buildID, l.Token, nil, &src); err != nil {
+		return nil, err
+	}
+	return &src, nil
+}
+
+// peerClient is the HTTP client of calls between the control plane and
+// nodes: no proxy, and no redirects (a peer answers itself; a redirect
+// is its failure, never a fetch elsewhere).
+func peerClient() *http.Client {
+	return &http.Client{
+		Transport:     &http.Transport{Proxy: nil},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// statusClass is the error class an HTTP status of a peer stands for.
+func statusClass(code int) error {
+	switch code {
+	case http.StatusBadRequest:
+		return errdefs.ErrInvalid
+	case http.StatusNotFound:
+		return errdefs.ErrNotFound
+	case http.StatusConflict:
+		return errdefs.ErrConflict
+	case http.StatusNotImplemented:
+		return errdefs.ErrUnsupported
+	case http.StatusForbidden:
+		return errdefs.ErrForbidden
+	default:
+		return errdefs.ErrUnavailable
+	}
+}

@@ -1,0 +1,232 @@
+package nodebuild_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/awsauth"
+	"github.com/warren-sandbox/warren/internal/builder"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodebuild"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/internal/templates"
+)
+
+// newRemote is the build service of warren api over a fresh Postgres
+// schema, with the store for registering nodes.
+func newRemote(t *testing.T) (*nodebuild.Remote, *templates.Catalog, *store.SQL, *httptest.Server) {
+	t.Helper()
+	st := storetest.Postgres(t)
+	cat, err := templates.New(templates.Config{Store: st.Templates()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := nodebuild.NewRemote(nodebuild.RemoteConfig{Catalog: cat, Nodes: st, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	srv := httptest.NewServer(r.LocateHandler())
+	t.Cleanup(srv.Close)
+	return r, cat, st, srv
+}
+
+func heartbeat(t *testing.T, st *store.SQL, id, rpc string, held ...string) {
+	t.Helper()
+	if _, err := st.HeartbeatNode(context.Background(), &store.Node{ID: id, RPCAddress: rpc, ProxyAddress: "127.0.0.1:1", BootID: "b", Version: "v",
+		Capacity: store.NodeResources{VCPUs: 8, MemoryMB: 8192}, Templates: held}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLocate: nodes ask the control plane where a build is with the node
+// token only; the answer names the builder first, then other holders.
+func TestLocate(t *testing.T) {
+	t.Parallel()
+	r, cat, st, srv := newRemote(t)
+	ctx := context.Background()
+	tm, b, err := r.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, srv.URL+nodebuild.LocatePath+b.ID, token); code != http.StatusConflict {
+		t.Errorf("locate of a waiting build = %d, want 409", code)
+	}
+	if _, err := cat.UpdateBuild(ctx, b.ID, func(b *templates.Build) error { b.NodeID = "n-2"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.FinishBuild(ctx, b.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat(t, st, "n-1", "http://n-1", b.ID)
+	heartbeat(t, st, "n-2", "http://n-2")
+	heartbeat(t, st, "n-3", "http://n-3")
+	for _, tok := range []string{"", "wrong-token-0123456789", "Bearer"} {
+		if code, body := get(t, srv.URL+nodebuild.LocatePath+b.ID, tok); code != http.StatusUnauthorized {
+			t.Errorf("locate with token %q = %d %s, want 401", tok, code, body)
+		}
+	}
+	for _, id := range []string{"..%2Fx", "nope"} {
+		if code, body := get(t, srv.URL+nodebuild.LocatePath+id, token); code != http.StatusBadRequest && code != http.StatusNotFound {
+			t.Errorf("locate %q = %d %s, want 400 or 404", id, code, body)
+		}
+	}
+	code, body := get(t, srv.URL+nodebuild.LocatePath+b.ID, token)
+	var src nodebuild.Source
+	if code != http.StatusOK || json.Unmarshal(body, &src) != nil {
+		t.Fatalf("locate = %d %s", code, body)
+	}
+	if src.Template.ID != tm.ID || src.Build.ID != b.ID || len(src.Holders) != 2 || src.Holders[0] != "http://n-2" || src.Holders[1] != "http://n-1" {
+		t.Fatalf("locate = %+v, want the builder n-2 then n-1", src)
+	}
+	loc := &nodebuild.Locator{APIURL: srv.URL, Token: token}
+	if got, err := loc.Locate(ctx, b.ID); err != nil || got.Build.ID != b.ID {
+		t.Fatalf("Locator.Locate = %+v, %v", got, err)
+	}
+	if _, err := loc.Locate(ctx, "../x"); !errdefs.IsInvalid(err) {
+		t.Fatalf("Locator.Locate of a bad ID: %v", err)
+	}
+}
+
+// TestStartBuildRefusals: what warren api cannot build says so, and
+// leaves the build waiting.
+func TestStartBuildRefusals(t *testing.T) {
+	t.Parallel()
+	r, cat, st, _ := newRemote(t)
+	ctx := context.Background()
+	tm, b, err := r.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(team string, spec builder.Spec) error {
+		_, err := r.StartBuild(ctx, builder.StartRequest{TeamID: team, TemplateID: tm.ID, BuildID: b.ID, Spec: spec})
+		return err
+	}
+	run := builder.Spec{Steps: []builder.Step{{Type: builder.StepRun, Args: []string{"true"}}}}
+	if err := start("team-a", run); !errdefs.IsUnavailable(err) || errdefs.ClientMessage(err) != "no ready node to run the build on" {
+		t.Errorf("with no node: %v (client sees %q)", err, errdefs.ClientMessage(err))
+	}
+	if err := start("team-b", run); !errdefs.IsNotFound(err) && !errors.Is(err, errdefs.ErrForbidden) {
+		t.Errorf("another team's start: %v", err)
+	}
+	if _, _, err := r.Files(ctx, "team-a", tm.ID, "abc"); !errdefs.IsUnavailable(err) {
+		t.Errorf("upload check with no node: %v, want unavailable", err)
+	}
+	if _, _, err := r.Files(ctx, "team-a", tm.ID, "../x"); !errdefs.IsInvalid(err) {
+		t.Errorf("upload check of a bad hash: %v, want invalid", err)
+	}
+	if err := start("team-a", builder.Spec{Steps: []builder.Step{{Type: builder.StepRun}}}); !errdefs.IsInvalid(err) {
+		t.Errorf("a bad step: %v, want invalid", err)
+	}
+	// A node that refuses (here: nothing listens) leaves the build waiting.
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	heartbeat(t, st, "n-1", dead.URL)
+	if err := start("team-a", run); !errdefs.IsUnavailable(err) {
+		t.Errorf("with the only node down: %v, want unavailable", err)
+	}
+	if got, err := cat.Build(ctx, b.ID); err != nil || got.Status != templates.BuildWaiting || got.NodeID != "" {
+		t.Fatalf("after refusals the build is %+v, %v; want waiting on no node", got, err)
+	}
+}
+
+// TestRegistryAuthTravels: the credentials of a private base image reach
+// the node with the build (builder.Spec's own encoding leaves them out).
+func TestRegistryAuthTravels(t *testing.T) {
+	t.Parallel()
+	for _, a := range []*builder.RegistryAuth{
+		nil,
+		{Username: "u", Password: "p"},
+		{ECR: &awsauth.ECR{Credentials: awsauth.Credentials{AccessKeyID: "AKIA", SecretAccessKey: "s", SessionToken: "tok"}, Region: "eu-west-1"}},
+	} {
+		spec := builder.Spec{FromImage: "reg.example/x:1", RegistryAuth: a}
+		b, err := json.Marshal(nodebuild.StartRequest{Spec: spec, RegistryAuth: nodebuild.WireAuth(a)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got nodebuild.StartRequest
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.RegistryAuth != nil {
+			t.Fatal("the spec carried credentials itself")
+		}
+		back := got.RegistryAuth.Auth()
+		switch {
+		case a == nil && back != nil, a != nil && back == nil:
+			t.Fatalf("auth %+v came back as %+v", a, back)
+		case a == nil:
+		case back.Username != a.Username || back.Password != a.Password || (a.ECR == nil) != (back.ECR == nil):
+			t.Fatalf("auth %+v came back as %+v", a, back)
+		case a.ECR != nil && (back.ECR.Credentials != a.ECR.Credentials || back.ECR.Region != a.ECR.Region):
+			t.Fatalf("ECR %+v came back as %+v", a.ECR, back.ECR)
+		}
+	}
+}
+
+// TestBaseRecord: warren api's catalog names base (every team may use
+// it, by name, as `FROM base` does), and a create of it names each
+// node's own base (build ID equal to the template's).
+func TestBaseRecord(t *testing.T) {
+	t.Parallel()
+	r, cat, _, _ := newRemote(t)
+	ctx := context.Background()
+	for range 2 { // a second replica starting
+		if err := cat.EnsureBaseRecord(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, team := range []string{"team-a", "team-b"} {
+		nt, err := r.Resolve(ctx, team, "base")
+		if err != nil || nt.ID != templates.BaseID || nt.BuildID != templates.BaseID || nt.RootFS != "" || nt.User != templates.DefaultUser {
+			t.Fatalf("Resolve(%s, base) = %+v, %v", team, nt, err)
+		}
+		if tm, err := cat.Find(ctx, team, "base"); err != nil || tm.ID != templates.BaseID {
+			t.Fatalf("Find(%s, base) = %+v, %v", team, tm, err)
+		}
+	}
+	if err := cat.Delete(ctx, "team-a", "base"); err == nil {
+		t.Fatal("a team deleted base")
+	}
+}
+
+// TestBuildNodeHasRoom: a build goes to a ready node with room for it
+// beside the sandboxes placement put there, before a node with more
+// memory free but too few vCPUs.
+func TestBuildNodeHasRoom(t *testing.T) {
+	t.Parallel()
+	r, cat, st, _ := newRemote(t)
+	ctx := context.Background()
+	cpu := 4
+	_, b, err := r.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "mine", CPUCount: &cpu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heartbeat(t, st, "n-big", "http://127.0.0.1:1")
+	heartbeat(t, st, "n-small", "http://127.0.0.1:1")
+	heartbeat(t, st, "n-cordoned", "http://127.0.0.1:1")
+	must(t, st.SetNodeAdminStatus(ctx, "n-cordoned", store.NodeCordoned))
+	// n-big: memory free, its vCPUs taken; n-small: little memory used.
+	must(t, st.ReserveOnNode(ctx, "n-big", "sb-1", store.NodeResources{VCPUs: 6, MemoryMB: 512}))
+	must(t, st.ReserveOnNode(ctx, "n-small", "sb-2", store.NodeResources{VCPUs: 1, MemoryMB: 2048}))
+	// The upload check pins the build to the node it chose; the node
+	// itself does not answer here.
+	if _, _, err := r.Files(ctx, "team-a", b.TemplateID, "h1"); err == nil {
+		t.Fatal("the upload check succeeded against a node that does not listen")
+	}
+	if got, err := cat.Build(ctx, b.ID); err != nil || got.NodeID != "n-small" {
+		t.Fatalf("build pinned to %q (%v), want n-small: n-big has 2 of 8 vCPUs free for a 4-vCPU build", got.NodeID, err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
