@@ -466,8 +466,11 @@ type CreateRequest struct {
 	EnvVars         map[string]string      `protobuf:"bytes,8,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	EnvdAccessToken string                 `protobuf:"bytes,9,opt,name=envd_access_token,json=envdAccessToken,proto3" json:"envd_access_token,omitempty"`
 	Metadata        map[string]string      `protobuf:"bytes,10,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// timeout_ms, when positive, makes the end time ready + timeout_ms on
+	// the node's clock instead of end_at (nodeapi.CreateRequest.Timeout).
+	TimeoutMs     int64 `protobuf:"varint,11,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
@@ -568,6 +571,13 @@ func (x *CreateRequest) GetMetadata() map[string]string {
 		return x.Metadata
 	}
 	return nil
+}
+
+func (x *CreateRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
 }
 
 type SandboxResponse struct {
@@ -2638,7 +2648,7 @@ const file_node_proto_rawDesc = "" +
 	"node_proxy\x18\x12 \x01(\tR\tnodeProxy\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x83\x05\n" +
 	"\rCreateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x17\n" +
@@ -2650,7 +2660,9 @@ const file_node_proto_rawDesc = "" +
 	"\benv_vars\x18\b \x03(\v2*.warren.node.v1.CreateRequest.EnvVarsEntryR\aenvVars\x12*\n" +
 	"\x11envd_access_token\x18\t \x01(\tR\x0fenvdAccessToken\x12G\n" +
 	"\bmetadata\x18\n" +
-	" \x03(\v2+.warren.node.v1.CreateRequest.MetadataEntryR\bmetadata\x1a:\n" +
+	" \x03(\v2+.warren.node.v1.CreateRequest.MetadataEntryR\bmetadata\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\v \x01(\x03R\ttimeoutMs\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +

@@ -208,11 +208,12 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, e
 		return nil, err
 	}
 	log := m.log.With("sandbox_id", sb.ID, "team_id", sb.TeamID, "template_id", sb.TemplateID)
-	ns, err := m.node.Create(ctx, nodeapi.CreateRequest{
+	req := nodeapi.CreateRequest{
 		ID: sb.ID, ExecutionID: sb.Spec.ExecutionID, TeamID: sb.TeamID, Template: p.Template,
-		Resources: p.Resources, EndAt: sb.EndAt, Network: p.Policy, EnvVars: p.EnvVars,
+		Resources: p.Resources, EndAt: sb.EndAt, Timeout: p.Timeout, Network: p.Policy, EnvVars: p.EnvVars,
 		EnvdAccessToken: sb.Spec.EnvdAccessToken, Metadata: p.Metadata,
-	})
+	}
+	ns, err := m.node.Create(ctx, req)
 	if err != nil {
 		// The sandbox never ran: forget it rather than list a corpse.
 		if derr := m.st.DeleteSandbox(context.WithoutCancel(ctx), sb.ID); derr != nil {
@@ -239,8 +240,13 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, e
 		m.node.Kill(context.WithoutCancel(ctx), ns.ID, sandbox.KillRequest) //nolint:errcheck
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	if err := m.node.SetEndTime(context.WithoutCancel(ctx), sb.ID, sb.EndAt); err != nil {
-		log.Warn("node set end time", "error", err)
+	// The node armed its backstop at its own ready + Timeout, no later
+	// than the end time just stored (docs/lifecycle.md §2); a node that
+	// answers the EndAt it was given does not know Timeout and is told.
+	if ns.EndAt.Equal(req.EndAt) {
+		if err := m.node.SetEndTime(context.WithoutCancel(ctx), sb.ID, sb.EndAt); err != nil {
+			log.Warn("node set end time", "error", err)
+		}
 	}
 	m.arm(sb.ID, sb.Spec.ExecutionID, sb.EndAt)
 	log.Info("sandbox created", "execution_id", sb.Spec.ExecutionID, "end_at", sb.EndAt)

@@ -319,6 +319,40 @@ func TestConcurrencyLimit(t *testing.T) {
 	})
 }
 
+// TestCreateEndFromReady: the TTL counts from when the sandbox is ready
+// (the start below takes a second), in the store and on the node, and a
+// node that arms its backstop from ready + Timeout is sent no SetEndTime
+// after the create; one that keeps the request's EndAt is (docs/lifecycle.md §2).
+func TestCreateEndFromReady(t *testing.T) {
+	t.Parallel()
+	for _, ignore := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := context.Background()
+			n := fakenode.New()
+			n.IgnoreTimeout = ignore
+			n.BeforeCreate = func(nodeapi.CreateRequest) { time.Sleep(time.Second) }
+			h := start(t, storetest.SQLite(t), n, nil)
+			t0 := time.Now()
+			sb := h.create(lifecycle.CreateParams{Timeout: time.Minute})
+			want := t0.Add(time.Second + time.Minute)
+			if !sb.EndAt.Equal(want) || !h.get(sb.ID).EndAt.Equal(want) {
+				t.Errorf("node ignores Timeout %t: stored end %v, want %v (ready + timeout)", ignore, h.get(sb.ID).EndAt, want)
+			}
+			ns, err := n.Get(ctx, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ns.EndAt.Equal(want) {
+				t.Errorf("node ignores Timeout %t: node's end %v, want %v", ignore, ns.EndAt, want)
+			}
+			set := slices.Contains(n.Calls(), "setendtime "+sb.ID)
+			if set != ignore {
+				t.Errorf("node ignores Timeout %t: SetEndTime sent %t, want %t (calls %v)", ignore, set, ignore, n.Calls())
+			}
+		})
+	}
+}
+
 // TestRestart runs a second Manager on the same store and node, as a
 // restarted warren serve does: deadlines still fire, lost sandboxes are
 // marked, orphans are killed.

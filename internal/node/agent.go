@@ -584,6 +584,21 @@ func (a *Agent) persist(s *sbx) error {
 	return writeRecord(sandboxDir(a.cfg.DataDir, r.ID), &r)
 }
 
+// persistRecord writes r as the record of s before s.rec takes it (a
+// claim writes beside its /init); the caller holds s.op, so no other
+// change of s.rec is written in between.
+func (a *Agent) persistRecord(s *sbx, r record) error {
+	s.persistMu.Lock()
+	defer s.persistMu.Unlock()
+	a.mu.Lock()
+	gone := s.gone
+	a.mu.Unlock()
+	if gone {
+		return nil
+	}
+	return writeRecord(sandboxDir(a.cfg.DataDir, r.ID), &r)
+}
+
 func (a *Agent) countReclaimed(kind string, n int) {
 	if n <= 0 {
 		return

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
@@ -152,6 +153,7 @@ func (a *Agent) create(ctx context.Context, req nodeapi.CreateRequest, internal 
 	s.rec.State = sandbox.StateRunning
 	s.rec.Epoch++
 	s.rec.StartedAt = a.clock.Now()
+	s.rec.EndAt = endAt(req, s.rec.StartedAt)
 	a.armBackstopLocked(s)
 	a.startWatcherLocked(s)
 	v := a.viewLocked(s)
@@ -161,6 +163,15 @@ func (a *Agent) create(ctx context.Context, req nodeapi.CreateRequest, internal 
 	}
 	log.Info("sandbox created", "address", v.Address)
 	return v, nil
+}
+
+// endAt is the end time of a sandbox of req that became ready at ready:
+// ready plus req.Timeout when it is given, req.EndAt otherwise.
+func endAt(req nodeapi.CreateRequest, ready time.Time) time.Time {
+	if req.Timeout > 0 {
+		return ready.Add(req.Timeout)
+	}
+	return req.EndAt
 }
 
 // forget removes s from the agent's map and stops its timers.

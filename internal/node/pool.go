@@ -422,7 +422,11 @@ func (a *Agent) claim(ctx context.Context, req nodeapi.CreateRequest) (*nodeapi.
 // network (only when the create's policy is not the member's), resize
 // (only when the create's CPUs or task limit differ from the member's),
 // init (envd's /init with the create's environment, token and task limit)
-// and record (the state record).
+// and record: the claimed state record is written (and synced) beside the
+// /init, so record is only what is left of the write once /init answered.
+// The claim's start, from which the end time counts (endAt), is when both
+// begin. A record written for a claim that then fails goes with the
+// member, which the caller destroys.
 func (a *Agent) claimLocked(ctx context.Context, s *sbx, req nodeapi.CreateRequest, ph *phaseTimer) (*nodeapi.Sandbox, error) {
 	s.op.Lock()
 	defer s.op.Unlock()
@@ -448,6 +452,9 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req nodeapi.CreateReque
 		}
 		ph.done("resize")
 	}
+	claimed := claimedRecord(r, req, res, a.clock.Now())
+	written := make(chan error, 1)
+	go func() { written <- a.persistRecord(s, claimed) }()
 	addr := a.envdAddr(r.Slot)
 	rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
 	defer cancel()
@@ -459,40 +466,49 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req nodeapi.CreateReque
 		Timestamp:      a.clock.Now().UTC(),
 		TasksLimit:     res.TasksPerUser(),
 	}
-	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
-		return nil, fmt.Errorf("envd init at %s: %w", addr, err)
+	initErr := a.cfg.Envd.Init(rctx, addr, r.InitToken, init)
+	if initErr != nil {
+		<-written
+		return nil, fmt.Errorf("envd init at %s: %w", addr, initErr)
 	}
 	ph.done("init")
-	execID := req.ExecutionID
-	if execID == "" {
-		execID = sandbox.NewExecutionID()
-	}
 	a.mu.Lock()
-	s.rec.ExecutionID = execID
-	s.rec.TeamID = req.TeamID
-	s.rec.Template = req.Template
-	if res.MemoryMB != r.Resources.MemoryMB && s.rec.GuestMemoryMB == 0 {
-		s.rec.GuestMemoryMB = r.Resources.MemoryMB
-	}
-	s.rec.Resources = res
-	s.rec.EndAt = req.EndAt
-	s.rec.Network = clonePolicy(req.Network)
-	s.rec.EnvVars = maps.Clone(req.EnvVars)
-	s.rec.Metadata = maps.Clone(req.Metadata)
-	s.rec.AccessToken = req.EnvdAccessToken
-	s.rec.Internal = false
+	s.rec = claimed
 	s.internal = false
-	s.rec.Epoch++
-	s.rec.StartedAt = a.clock.Now()
 	s.lastCPU, s.lastCPUAt = 0, a.clock.Now()
 	a.armBackstopLocked(s)
 	v := a.viewLocked(s)
 	a.mu.Unlock()
-	if err := a.persist(s); err != nil {
+	if err := <-written; err != nil {
 		a.log.Warn("persist claimed pool member", "sandbox_id", r.ID, "error", err)
 	}
 	ph.done("record")
 	return v, nil
+}
+
+// claimedRecord is pool member record r once claimed by req with
+// resources res, at now: an ordinary sandbox of the create, in a new
+// epoch, started now and ending at endAt(req, now).
+func claimedRecord(r record, req nodeapi.CreateRequest, res sandbox.Resources, now time.Time) record {
+	r.ExecutionID = req.ExecutionID
+	if r.ExecutionID == "" {
+		r.ExecutionID = sandbox.NewExecutionID()
+	}
+	r.TeamID = req.TeamID
+	r.Template = req.Template
+	if res.MemoryMB != r.Resources.MemoryMB && r.GuestMemoryMB == 0 {
+		r.GuestMemoryMB = r.Resources.MemoryMB
+	}
+	r.Resources = res
+	r.Network = clonePolicy(req.Network)
+	r.EnvVars = maps.Clone(req.EnvVars)
+	r.Metadata = maps.Clone(req.Metadata)
+	r.AccessToken = req.EnvdAccessToken
+	r.Internal = false
+	r.Epoch++
+	r.StartedAt = now
+	r.EndAt = endAt(req, now)
+	return r
 }
 
 // resize sets the limits of running sandbox id, whose cgroup is cg, to

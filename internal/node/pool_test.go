@@ -2,6 +2,10 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -488,6 +492,119 @@ func TestWarmPoolFollowsRebuildWhileMaking(t *testing.T) {
 		}
 		if ids := runtimeIDs(t, e); len(ids) != 1 {
 			t.Errorf("runtime sandboxes %v, want the one member of build2", ids)
+		}
+	})
+}
+
+// TestWarmPoolClaimRecord: the state record a claim writes beside its
+// /init is the claimed sandbox's (a user sandbox of the create's team,
+// execution and token, ending Timeout after the claim), so an agent that
+// starts after it adopts the sandbox as claimed.
+func TestWarmPoolClaimRecord(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a1 := e.start()
+		req := createReq("ignored")
+		if err := a1.SetPool(ctx, req.Template, req.Resources, 1); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a1, "tmpl", 1)
+		id, ok := a1.Reserve(req.Template, req.Resources)
+		if !ok {
+			t.Fatal("no member reserved from a full pool")
+		}
+		req.ID, req.ExecutionID, req.Timeout = id, "exec-claimed", 10*time.Minute
+		before := time.Now()
+		sb, err := a1.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := before.Add(10 * time.Minute); !sb.EndAt.Equal(want) {
+			t.Errorf("claimed sandbox ends %v, want %v (claim + timeout)", sb.EndAt, want)
+		}
+		b, err := os.ReadFile(filepath.Join(e.dir, "sandboxes", sandbox.HostName(id), "state.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec struct {
+			ExecutionID, TeamID, AccessToken string
+			EndAt                            time.Time
+			Internal                         bool
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Internal || rec.ExecutionID != "exec-claimed" || rec.TeamID != "team1" || rec.AccessToken != req.EnvdAccessToken || !rec.EndAt.Equal(sb.EndAt) {
+			t.Errorf("state record after the claim: %s", b)
+		}
+		a1.Close() // a claimed member is an ordinary sandbox: it stays
+
+		a2 := e.start()
+		got, err := a2.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("claimed sandbox after a restart: %v", err)
+		}
+		if got.ExecutionID != "exec-claimed" || got.TeamID != "team1" || !got.EndAt.Equal(sb.EndAt) || got.State != sandbox.StateRunning {
+			t.Errorf("claimed sandbox adopted as %+v", got)
+		}
+	})
+}
+
+// TestWarmPoolClaimInitFails: a claim whose /init fails has written its
+// record already; the member is destroyed with it and the create starts
+// a sandbox of that ID the usual way, whose record is then the one on disk.
+func TestWarmPoolClaimInitFails(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		req := createReq("ignored")
+		if err := a.SetPool(ctx, req.Template, req.Resources, 1); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 1)
+		id, ok := a.Reserve(req.Template, req.Resources)
+		if !ok {
+			t.Fatal("no member reserved from a full pool")
+		}
+		if err := a.SetPool(ctx, req.Template, req.Resources, 0); err != nil {
+			t.Fatal(err) // no refill beside the claim
+		}
+		calls := 0
+		e.envd.InitFunc = func(context.Context, string, node.EnvdInit) {
+			calls++
+			if calls == 1 { // the claim's
+				e.envd.SetErrors(nil, errors.New("init refused"), nil)
+			} else {
+				e.envd.SetErrors(nil, nil, nil)
+			}
+		}
+		starts := len(e.fake.CallsOf("start"))
+		req.ID, req.ExecutionID = id, "exec-cold"
+		sb, err := a.Create(ctx, req)
+		if err != nil {
+			t.Fatalf("create after a failed claim: %v", err)
+		}
+		if calls != 2 || len(e.fake.CallsOf("start")) != starts+1 {
+			t.Errorf("%d inits and %d starts, want the claim's and a cold start's", calls, len(e.fake.CallsOf("start"))-starts)
+		}
+		b, err := os.ReadFile(filepath.Join(e.dir, "sandboxes", sandbox.HostName(id), "state.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec struct {
+			ExecutionID string
+			Epoch       int64
+			Internal    bool
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Internal || rec.ExecutionID != "exec-cold" || rec.Epoch != sb.Epoch {
+			t.Errorf("state record after the cold start: %s (sandbox %+v)", b, sb)
 		}
 	})
 }

@@ -101,7 +101,14 @@ type CreateRequest struct {
 	Template    Template
 	Resources   sandbox.Resources
 	EndAt       time.Time
-	Network     netslot.Policy
+	// Timeout, when positive, sets the end time to when the sandbox is
+	// ready plus Timeout (on the node's clock) in place of EndAt, and the
+	// answer's EndAt is that time: the TTL counts from ready and the
+	// node's backstop (docs/lifecycle.md §2) is armed with it, so the
+	// create needs no SetEndTime after it. A node that does not know the
+	// field keeps EndAt and answers it.
+	Timeout time.Duration
+	Network netslot.Policy
 	// EnvVars are the create-time environment; they override the template's.
 	EnvVars map[string]string
 	// EnvdAccessToken, when set, is required by envd on every request.

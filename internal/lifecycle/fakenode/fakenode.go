@@ -37,6 +37,9 @@ type Node struct {
 	ResumeErr error
 	// Caps is returned by Capabilities.
 	Caps nodeapi.Capabilities
+	// IgnoreTimeout makes Create keep the request's EndAt whatever its
+	// Timeout, as a node that does not know the field does.
+	IgnoreTimeout bool
 	// BeforeCreate and BeforeFork, when set, run at the start of Create
 	// and Fork; BeforeList and AfterList before List takes its listing and
 	// after, just before it returns it. They run outside the fake's lock,
@@ -91,9 +94,14 @@ func (n *Node) Create(_ context.Context, req nodeapi.CreateRequest) (*nodeapi.Sa
 	if _, ok := n.sandboxes[req.ID]; ok {
 		return nil, fmt.Errorf("sandbox %q: %w", req.ID, errdefs.ErrAlreadyExists)
 	}
+	now := time.Now()
+	end := req.EndAt
+	if req.Timeout > 0 && !n.IgnoreTimeout {
+		end = now.Add(req.Timeout)
+	}
 	s := &nodeapi.Sandbox{
 		ID: req.ID, ExecutionID: req.ExecutionID, TemplateID: req.Template.ID, BuildID: req.Template.BuildID,
-		TeamID: req.TeamID, State: sandbox.StateRunning, Epoch: 1, StartedAt: time.Now(), EndAt: req.EndAt,
+		TeamID: req.TeamID, State: sandbox.StateRunning, Epoch: 1, StartedAt: now, EndAt: end,
 		Resources: req.Resources, Network: req.Network, Address: n.Address, Host: n.Host,
 		EnvdVersion: envdproto.Version, Metadata: maps.Clone(req.Metadata), Health: nodeapi.HealthUnknown,
 	}

@@ -102,7 +102,7 @@ func CreateToProto(r nodeapi.CreateRequest) *nodepb.CreateRequest {
 	return &nodepb.CreateRequest{
 		Id: r.ID, ExecutionId: r.ExecutionID, TeamId: r.TeamID, Template: TemplateToProto(r.Template),
 		Resources: ResourcesToProto(r.Resources), EndAt: Timestamp(r.EndAt), Network: PolicyToProto(r.Network),
-		EnvVars: r.EnvVars, EnvdAccessToken: r.EnvdAccessToken, Metadata: r.Metadata,
+		EnvVars: r.EnvVars, EnvdAccessToken: r.EnvdAccessToken, Metadata: r.Metadata, TimeoutMs: r.Timeout.Milliseconds(),
 	}
 }
 
@@ -116,6 +116,7 @@ func CreateFromProto(r *nodepb.CreateRequest) (nodeapi.CreateRequest, error) {
 		ID: r.GetId(), ExecutionID: r.GetExecutionId(), TeamID: r.GetTeamId(), Template: TemplateFromProto(r.GetTemplate()),
 		Resources: ResourcesFromProto(r.GetResources()), EndAt: Time(r.GetEndAt()), Network: pol,
 		EnvVars: r.GetEnvVars(), EnvdAccessToken: r.GetEnvdAccessToken(), Metadata: r.GetMetadata(),
+		Timeout: time.Duration(max(r.GetTimeoutMs(), 0)) * time.Millisecond,
 	}, nil
 }
 

@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"CreateDuplicate", testCreateDuplicate},
 		{"UnknownSandbox", testUnknown},
 		{"SetEndTime", testSetEndTime},
+		{"CreateTimeout", testCreateTimeout},
 		{"UpdateNetwork", testUpdateNetwork},
 		{"PauseResume", testPauseResume},
 		{"PauseMemory", testPauseMemory},
@@ -233,6 +234,59 @@ func testSetEndTime(t *testing.T, n Node) {
 	}
 	if got := get(t, n, "sb-end").EndAt; !got.Equal(want) {
 		t.Errorf("end after SetEndTime: %v, want %v", got, want)
+	}
+}
+
+// testCreateTimeout: a create given a Timeout ends Timeout after it is
+// ready, not at its EndAt, and answers that end time (the control plane
+// then sends no SetEndTime). A pool claim does the same (when the node
+// has pools).
+func testCreateTimeout(t *testing.T, n Node) {
+	const ttl = 3 * time.Hour
+	check := func(what string, req nodeapi.CreateRequest, before time.Time, sb *nodeapi.Sandbox) {
+		t.Helper()
+		after := time.Now()
+		// The wire carries milliseconds of the timeout and the end time.
+		lo, hi := before.Add(ttl-time.Millisecond), after.Add(ttl+time.Millisecond)
+		for _, v := range []struct {
+			how string
+			end time.Time
+		}{{"answer", sb.EndAt}, {"Get", get(t, n, req.ID).EndAt}} {
+			if v.end.Before(lo) || v.end.After(hi) {
+				t.Errorf("%s: %s end %v, want ready + %v, within [%v, %v] (EndAt asked %v)", what, v.how, v.end, ttl, lo, hi, req.EndAt)
+			}
+		}
+	}
+	req := request(n, "sb-ttl")
+	req.Timeout = ttl
+	before := time.Now()
+	sb, err := n.Service.Create(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	check("Create", req, before, sb)
+
+	pl, ok := n.Service.(nodeapi.Pooler)
+	if !ok {
+		return
+	}
+	if err := pl.SetPool(t.Context(), n.Template, req.Resources, 1); err != nil {
+		t.Fatalf("SetPool: %v", err)
+	}
+	waitReady(t, pl, n.Template, 1)
+	id, ok := pl.Reserve(n.Template, req.Resources)
+	if !ok {
+		t.Fatal("Reserve of a ready pool: a miss")
+	}
+	req = request(n, id)
+	req.Timeout = ttl
+	before = time.Now()
+	if sb, err = n.Service.Create(t.Context(), req); err != nil {
+		t.Fatalf("Create of pool member %q: %v", id, err)
+	}
+	check("Create from the pool", req, before, sb)
+	if err := pl.SetPool(t.Context(), n.Template, req.Resources, 0); err != nil {
+		t.Fatalf("SetPool 0: %v", err)
 	}
 }
 
