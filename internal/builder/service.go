@@ -188,27 +188,9 @@ type StartRequest struct {
 // StartBuild validates req and starts the build in the background; it
 // returns the build's ID at once. Poll Status, or Wait.
 func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, error) {
-	if req.BuildID == "" {
-		req.Create.TeamID = req.TeamID
-		t, b, err := s.CreateTemplate(ctx, req.Create)
-		if err != nil {
-			return "", err
-		}
-		req.TemplateID, req.BuildID = t.ID, b.ID
-	}
-	t, err := s.owned(ctx, req.TeamID, req.TemplateID)
+	t, _, err := WaitingBuild(ctx, s.cat, &req, s.CreateTemplate)
 	if err != nil {
 		return "", err
-	}
-	bd, err := s.cat.Build(ctx, req.BuildID)
-	if err != nil {
-		return "", err
-	}
-	if bd.TemplateID != t.ID {
-		return "", fmt.Errorf("build %q of template %q: %w", req.BuildID, req.TemplateID, errdefs.ErrNotFound)
-	}
-	if bd.Status != templates.BuildWaiting {
-		return "", fmt.Errorf("build %q is %s, not waiting: %w", req.BuildID, bd.Status, errdefs.ErrConflict)
 	}
 	for i, st := range req.Spec.Steps {
 		if err := validateStep(st); err != nil {
@@ -275,14 +257,7 @@ func (s *Service) Wait(ctx context.Context, buildID string) (*templates.Build, e
 }
 
 func (s *Service) owned(ctx context.Context, teamID, templateID string) (*templates.Template, error) {
-	t, err := s.cat.Find(ctx, teamID, templateID)
-	if err != nil {
-		return nil, err
-	}
-	if t.TeamID != teamID {
-		return nil, fmt.Errorf("template %q belongs to another team: %w", templateID, errdefs.ErrForbidden)
-	}
-	return t, nil
+	return OwnedTemplate(ctx, s.cat, teamID, templateID)
 }
 
 // Status is a build's state with its log entries from an offset
@@ -299,28 +274,7 @@ type Status struct {
 // Status reports a build of team's template with the log entries from
 // logsOffset on.
 func (s *Service) Status(ctx context.Context, teamID, templateID, buildID string, logsOffset int) (*Status, error) {
-	t, err := s.cat.Find(ctx, teamID, templateID)
-	if err != nil {
-		return nil, err
-	}
-	bd, err := s.cat.Build(ctx, buildID)
-	if err != nil {
-		return nil, err
-	}
-	if bd.TemplateID != t.ID {
-		return nil, fmt.Errorf("build %q of template %q: %w", buildID, templateID, errdefs.ErrNotFound)
-	}
-	if logsOffset < 0 {
-		logsOffset = 0
-	}
-	entries, err := s.cat.Store().Logs(ctx, buildID, logsOffset)
-	if err != nil {
-		return nil, err
-	}
-	if entries == nil {
-		entries = []templates.LogEntry{}
-	}
-	return &Status{TemplateID: t.ID, BuildID: bd.ID, Status: bd.Status, LogEntries: entries, Reason: bd.Reason}, nil
+	return BuildStatus(ctx, s.cat, teamID, templateID, buildID, logsOffset)
 }
 
 // Files answers GET /templates/{id}/files/{hash}: whether the COPY context
@@ -479,11 +433,7 @@ var levelRank = map[templates.LogLevel]int{templates.LogDebug: 0, templates.LogI
 
 // Logs returns a build's log entries selected by q.
 func (s *Service) Logs(ctx context.Context, teamID, templateID, buildID string, q LogsQuery) ([]templates.LogEntry, error) {
-	st, err := s.Status(ctx, teamID, templateID, buildID, 0)
-	if err != nil {
-		return nil, err
-	}
-	return SelectLogs(st.LogEntries, q), nil
+	return BuildLogs(ctx, s.cat, teamID, templateID, buildID, q)
 }
 
 // SelectLogs returns the entries of a build's log that q selects.

@@ -267,40 +267,15 @@ func (r *Remote) UploadHandler() http.Handler {
 }
 
 func (r *Remote) owned(ctx context.Context, teamID, templateID string) (*templates.Template, error) {
-	t, err := r.cat.Find(ctx, teamID, templateID)
-	if err != nil {
-		return nil, err
-	}
-	if t.TeamID != teamID {
-		return nil, fmt.Errorf("template %q belongs to another team: %w", templateID, errdefs.ErrForbidden)
-	}
-	return t, nil
+	return builder.OwnedTemplate(ctx, r.cat, teamID, templateID)
 }
 
 // StartBuild starts the waiting build req.BuildID on a node and returns
 // its ID; the build's progress reaches the catalog as the node reports it.
 func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (string, error) {
-	if req.BuildID == "" {
-		req.Create.TeamID = req.TeamID
-		t, b, err := r.CreateTemplate(ctx, req.Create)
-		if err != nil {
-			return "", err
-		}
-		req.TemplateID, req.BuildID = t.ID, b.ID
-	}
-	t, err := r.owned(ctx, req.TeamID, req.TemplateID)
+	t, bd, err := builder.WaitingBuild(ctx, r.cat, &req, r.CreateTemplate)
 	if err != nil {
 		return "", err
-	}
-	bd, err := r.cat.Build(ctx, req.BuildID)
-	if err != nil {
-		return "", err
-	}
-	if bd.TemplateID != t.ID {
-		return "", fmt.Errorf("build %q of template %q: %w", req.BuildID, req.TemplateID, errdefs.ErrNotFound)
-	}
-	if bd.Status != templates.BuildWaiting {
-		return "", fmt.Errorf("build %q is %s, not waiting: %w", req.BuildID, bd.Status, errdefs.ErrConflict)
 	}
 	if err := builder.ValidateSteps(req.Spec.Steps); err != nil {
 		return "", err
@@ -463,31 +438,12 @@ func (r *Remote) finish(log *slog.Logger, id string, nb *templates.Build, reason
 // Status reports a build with its log from logsOffset on, from the
 // catalog.
 func (r *Remote) Status(ctx context.Context, teamID, templateID, buildID string, logsOffset int) (*builder.Status, error) {
-	t, err := r.cat.Find(ctx, teamID, templateID)
-	if err != nil {
-		return nil, err
-	}
-	bd, err := r.cat.Build(ctx, buildID)
-	if err != nil {
-		return nil, err
-	}
-	if bd.TemplateID != t.ID {
-		return nil, fmt.Errorf("build %q of template %q: %w", buildID, templateID, errdefs.ErrNotFound)
-	}
-	entries, err := r.cat.Store().Logs(ctx, buildID, max(logsOffset, 0))
-	if err != nil {
-		return nil, err
-	}
-	return &builder.Status{TemplateID: t.ID, BuildID: bd.ID, Status: bd.Status, LogEntries: entries, Reason: bd.Reason}, nil
+	return builder.BuildStatus(ctx, r.cat, teamID, templateID, buildID, logsOffset)
 }
 
 // Logs returns a build's log entries selected by q.
 func (r *Remote) Logs(ctx context.Context, teamID, templateID, buildID string, q builder.LogsQuery) ([]templates.LogEntry, error) {
-	st, err := r.Status(ctx, teamID, templateID, buildID, 0)
-	if err != nil {
-		return nil, err
-	}
-	return builder.SelectLogs(st.LogEntries, q), nil
+	return builder.BuildLogs(ctx, r.cat, teamID, templateID, buildID, q)
 }
 
 // Resolve turns ref, as team sees it, into the template a node is to
