@@ -353,6 +353,15 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 		return fmt.Errorf("kill sandbox %q: %w", id, err)
 	}
 	sb, err := m.markKilled(ctx, id, reason, executionID)
+	if errdefs.IsNotFound(err) {
+		// Another replica may have recorded the end first (it heard the
+		// node's exit event): the sandbox is killed all the same.
+		if cur, gerr := m.st.GetSandbox(ctx, id); gerr == nil && cur.State == sandbox.StateKilled {
+			m.disarm(id)
+			log.Info("sandbox killed; its end was recorded by another replica", "team_id", cur.TeamID, "recorded_kill_reason", cur.KillReason.String())
+			return nil
+		}
+	}
 	if err != nil {
 		return err
 	}
