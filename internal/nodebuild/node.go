@@ -481,7 +481,10 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := unpack(ctx, n.artifactPath(buildID), rootfs); err != nil {
 		os.Remove(n.artifactPath(buildID))
-		return err
+		// Not the create's fault (the class of a tar's refusal): the
+		// artifact, as recorded, is not one a node wrote.
+		n.log.Warn("a pulled build's artifact was refused", "build_id", buildID, "error", err)
+		return fmt.Errorf("build %q: its artifact does not unpack (%v): %w", buildID, err, errdefs.ErrUnavailable)
 	}
 	b.RootFSDir, b.RootFSTar, b.SnapshotDir, b.RootFSTarFingerprint = rootfs, "", "", nil
 	if err := n.cfg.Catalog.Mirror(ctx, &src.Template, &b); err != nil {
