@@ -486,6 +486,7 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 		n.log.Warn("a pulled build's artifact was refused", "build_id", buildID, "error", err)
 		return fmt.Errorf("build %q: its artifact does not unpack (%v): %w", buildID, err, errdefs.ErrUnavailable)
 	}
+	// No snapshot: sandboxes of a pulled build start cold.
 	b.RootFSDir, b.RootFSTar, b.SnapshotDir, b.RootFSTarFingerprint = rootfs, "", "", nil
 	if err := n.cfg.Catalog.Mirror(ctx, &src.Template, &b); err != nil {
 		return err
@@ -503,6 +504,11 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 	}
 	n.pullBytes.Add(float64(want.Size))
 	n.log.Info("build pulled from a peer", "build_id", buildID, "size", want.Size, "sha256", want.SHA256)
+	if b.StartCmd != "" {
+		// Its builder took a snapshot on ready, which does not travel
+		// (docs/node.md).
+		n.log.Info("a pulled build's sandboxes start cold here, its snapshot on ready staying on its builder", "build_id", buildID)
+	}
 	return nil
 }
 
