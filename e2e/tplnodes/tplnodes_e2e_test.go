@@ -5,8 +5,10 @@
 // gVisor sandboxes. A template built through the API runs on one node;
 // both replicas answer for it; sandboxes of it start on the node that
 // built it and, that node cordoned, on the other, which pulls the build
-// from the first. The client is the Go SDK (pkg/e2b), whose COPY files
-// go through the API to the node that builds.
+// from the first (for a build FROM the template); a template's snapshot
+// on ready is restored on its builder and started cold elsewhere. The
+// client is the Go SDK (pkg/e2b), whose COPY files go through the API to
+// the node that builds.
 package tplnodes
 
 import (
@@ -217,12 +219,11 @@ func waitNodes(t *testing.T, what string, timeout time.Duration, cond func(map[s
 	}
 }
 
-// TestTemplateAcrossNodes: a template built through warren api (a RUN
-// step and a COPY of an uploaded file) runs on one node, is listed alike
-// by both replicas, and its sandboxes have the build's files on the node
-// that built it and on the other, which pulls the build; another team
-// neither sees the template nor starts it.
-func TestTemplateAcrossNodes(t *testing.T) {
+// twoNodes starts two warren api replicas over a Postgres schema of the
+// test's own and two warren node processes, waits for both nodes to be
+// ready, and returns them with the SDK's configuration for replica 1.
+func twoNodes(t *testing.T) (*node, *node, e2b.Config) {
+	t.Helper()
 	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
 	for _, env := range []string{"WARREN_WARREN", "WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
 		e2eserve.Require(t, e2eserve.Exists(os.Getenv(env)), "$"+env+" does not exist; run make build base-rootfs")
@@ -257,8 +258,29 @@ func TestTemplateAcrossNodes(t *testing.T) {
 		return m["tn-a"].Status == "ready" && m["tn-b"].Status == "ready"
 	})
 
+	return a, b, e2b.Config{APIKey: apiKey, APIURL: "http://" + api1Addr, SandboxURL: "http://" + api1Addr, Domain: "localhost:3950"}
+}
+
+// onNode reports whether sandbox id runs on n.
+func onNode(t *testing.T, n *node, id string) bool {
+	t.Helper()
+	list, err := n.client().List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(list, func(s *nodeapi.Sandbox) bool { return s.ID == id })
+}
+
+// TestTemplateAcrossNodes: a template built through warren api (RUN
+// steps, one setting a user attribute, and a COPY
+// of an uploaded file) runs on one node, is listed alike by both
+// replicas, and its sandboxes have the build's files and attributes on
+// the node that built it and on the other, which pulls the build for a
+// build FROM the template and then holds it; another team
+// neither sees the template nor starts it.
+func TestTemplateAcrossNodes(t *testing.T) {
+	a, b, cfg := twoNodes(t)
 	ctx := context.Background()
-	cfg := e2b.Config{APIKey: apiKey, APIURL: "http://" + api1Addr, SandboxURL: "http://" + api1Addr, Domain: "localhost:3950"}
 	var logs []string
 	contextDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(contextDir, "copied.txt"), []byte("from the build context\n"), 0o644); err != nil {
@@ -269,6 +291,11 @@ func TestTemplateAcrossNodes(t *testing.T) {
 		Steps: []e2b.TemplateStep{
 			e2b.StepRun("echo hi > /hi && echo built-the-file", "root"),
 			e2b.StepCopy("copied.txt", "/home/user/copied.txt", "user"),
+			// An extended attribute the artifact carries. (A file
+			// capability cannot be set in a build sandbox: gVisor answers
+			// setcap "Operation not supported"; capabilities come from
+			// image layers, TestPullKeepsExtendedAttributes.)
+			e2b.StepRun(`python3 -c "import os; os.setxattr('/hi', 'user.e2b.k', b'v')"`, "root"),
 		},
 		OnLog: func(e e2b.BuildLogEntry) { logs = append(logs, e.Message) },
 	})
@@ -311,34 +338,53 @@ func TestTemplateAcrossNodes(t *testing.T) {
 		if err != nil || r.Stdout != "hi\nfrom the build context\n" {
 			t.Fatalf("cat /hi /home/user/copied.txt in a sandbox on %s: %+v %v", where, r, err)
 		}
-	}
-	onNode := func(n *node, id string) bool {
-		t.Helper()
-		list, err := n.client().List(ctx)
-		if err != nil {
-			t.Fatal(err)
+		r, err = sb.Commands.Run(ctx, `python3 -c "import os; print(os.getxattr('/hi', 'user.e2b.k'))"`, e2b.RunOptions{})
+		if err != nil || r.Stdout != "b'v'\n" {
+			t.Errorf("the build's extended attribute in a sandbox on %s: %+v %v", where, r, err)
 		}
-		return slices.ContainsFunc(list, func(s *nodeapi.Sandbox) bool { return s.ID == id })
 	}
 	first, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Template: "hi-across", Timeout: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !onNode(builder, first.ID) {
+	if !onNode(t, builder, first.ID) {
 		t.Errorf("the first sandbox of the template is not on %s, the node that holds it", builder.id)
 	}
 	hasHi(first, builder.id)
 
-	// The builder cordoned, the next create goes to the other node, which
-	// pulls the build (through replica 2, to show it is the database's).
+	// The builder cordoned, a build FROM the template (a Dockerfile's
+	// FROM, through warren template build) goes to the other node, which
+	// pulls the parent build first.
 	admin(t, "POST", "/admin/nodes/"+builder.id+"/cordon")
+	childDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(childDir, "Dockerfile"), []byte("FROM hi-across\nRUN cat /hi > /hi-child\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli := exec.Command(os.Getenv("WARREN_WARREN"), "template", "build", "--name", "hi-child", childDir)
+	cli.Env = append(os.Environ(), "E2B_API_URL=http://"+api1Addr, "E2B_API_KEY="+apiKey)
+	if out, err := cli.CombinedOutput(); err != nil {
+		t.Fatalf("warren template build FROM a team's template through warren api: %v\n%s", err, out)
+	}
+	child, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Template: "hi-child", Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !onNode(t, other, child.ID) {
+		t.Errorf("the child template's sandbox is not on %s, which built it", other.id)
+	}
+	if r, err := child.Commands.Run(ctx, "cat /hi-child", e2b.RunOptions{}); err != nil || r.Stdout != "hi\n" {
+		t.Fatalf("cat /hi-child: %+v %v", r, err)
+	}
+
+	// The next create goes to the other node too, which holds the build
+	// now (through replica 2, to show it is the database's).
 	cfg2 := cfg
 	cfg2.APIURL, cfg2.SandboxURL, cfg2.Domain = "http://"+api2Addr, "http://"+api2Addr, "localhost:3951"
 	second, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg2, Template: "hi-across", Timeout: 5 * time.Minute})
 	if err != nil {
 		t.Fatalf("create on the node that lacks the build: %v", err)
 	}
-	if !onNode(other, second.ID) {
+	if !onNode(t, other, second.ID) {
 		t.Fatalf("the second sandbox is not on %s", other.id)
 	}
 	hasHi(second, other.id)
@@ -377,7 +423,7 @@ func TestTemplateAcrossNodes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM base\nRUN echo dockerfile > /hi-df\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cli := exec.Command(os.Getenv("WARREN_WARREN"), "template", "build", "--name", "hi-df", dir)
+	cli = exec.Command(os.Getenv("WARREN_WARREN"), "template", "build", "--name", "hi-df", dir)
 	cli.Env = append(os.Environ(), "E2B_API_URL=http://"+api2Addr, "E2B_API_KEY="+apiKey)
 	if out, err := cli.CombinedOutput(); err != nil {
 		t.Fatalf("warren template build through warren api: %v\n%s", err, out)
@@ -389,4 +435,67 @@ func TestTemplateAcrossNodes(t *testing.T) {
 	if r, err := df.Commands.Run(ctx, "cat /hi-df", e2b.RunOptions{}); err != nil || r.Stdout != "dockerfile\n" {
 		t.Fatalf("cat /hi-df: %+v %v", r, err)
 	}
+}
+
+// TestSnapshotOnReadyAcrossNodes: a template with a start and a ready
+// command starts from its snapshot on ready on the node that built it and
+// cold (its start command running) on the other, which pulls the build;
+// the log gives both creates' times.
+func TestSnapshotOnReadyAcrossNodes(t *testing.T) {
+	builder, other, cfg := twoNodes(t)
+	ctx := context.Background()
+	var logs []string
+	info, err := e2b.BuildTemplate(ctx, e2b.TemplateOptions{
+		Config: cfg, Name: "snap-across", FromTemplate: "base",
+		StartCmd: "date +%s%N > /tmp/started; sleep infinity", ReadyCmd: "test -s /tmp/started",
+		OnLog: func(e e2b.BuildLogEntry) { logs = append(logs, e.Message) },
+	})
+	if err != nil {
+		t.Fatalf("build: %v\nlogs: %s", err, strings.Join(logs, "\n"))
+	}
+	held := waitNodes(t, "the builder reports the build", time.Minute, func(m map[string]nodeInfo) bool {
+		return slices.Contains(m["tn-a"].Templates, info.BuildID) != slices.Contains(m["tn-b"].Templates, info.BuildID)
+	})
+	if slices.Contains(held[other.id].Templates, info.BuildID) {
+		builder, other = other, builder
+	}
+	// create makes a sandbox, which must land on where, and returns how
+	// long the create took and when its start command ran (Unix ns), -1
+	// for before the create began (restored from the snapshot).
+	create := func(where *node) (time.Duration, int64) {
+		t.Helper()
+		begin := time.Now()
+		sb, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Template: "snap-across", Timeout: 5 * time.Minute})
+		took := time.Since(begin)
+		if err != nil {
+			t.Fatalf("create on %s: %v", where.id, err)
+		}
+		if !onNode(t, where, sb.ID) {
+			t.Fatalf("the sandbox is not on %s", where.id)
+		}
+		r, err := sb.Commands.Run(ctx, "cat /tmp/started", e2b.RunOptions{})
+		if err != nil {
+			t.Fatalf("cat /tmp/started on %s: %+v %v", where.id, r, err)
+		}
+		var ns int64
+		if _, err := fmt.Sscan(r.Stdout, &ns); err != nil {
+			t.Fatalf("/tmp/started on %s = %q", where.id, r.Stdout)
+		}
+		if ns < begin.UnixNano() {
+			return took, -1 // from the snapshot: started before the create
+		}
+		return took, ns
+	}
+	warm, ns := create(builder)
+	if ns != -1 {
+		t.Errorf("the sandbox on the builder ran its start command after the create began: not restored from the snapshot")
+	}
+	admin(t, "POST", "/admin/nodes/"+builder.id+"/cordon")
+	cold, ns := create(other)
+	if ns == -1 {
+		t.Errorf("the sandbox on the other node has the snapshot's start time: want a cold start")
+	}
+	again, _ := create(other)
+	admin(t, "POST", "/admin/nodes/"+builder.id+"/uncordon")
+	t.Logf("create of a template with a snapshot on ready: on its builder (restore) %v; on another node, pulling it and starting cold %v, then cold from its copy %v", warm, cold, again)
 }

@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/warren-sandbox/warren/internal/builder/layer"
@@ -30,10 +31,11 @@ import (
 const ArtifactName = "rootfs.tar"
 
 // WriteTar writes the tree at root as a tar to w: directories, regular
-// files (hard links as links), symbolic links, with their modes, owners
-// and modification times, in lexical order. Device nodes, sockets and
-// pipes are left out: a sandbox gets its /dev from gVisor, and a node
-// that unpacks the tar makes none.
+// files (hard links as links), symbolic links, with their modes, owners,
+// modification times and the extended attributes an artifact carries
+// (artifactXattr; as PAX records), in lexical order. Device nodes,
+// sockets and pipes are left out: a sandbox gets its /dev from gVisor,
+// and a node that unpacks the tar makes none.
 func WriteTar(ctx context.Context, root string, w io.Writer) error {
 	tw := tar.NewWriter(w)
 	links := map[[2]uint64]string{}
@@ -84,6 +86,11 @@ func WriteTar(ctx context.Context, root string, w io.Writer) error {
 				}
 			}
 		}
+		if h.Typeflag != tar.TypeLink { // a hard link shares its source's
+			if h.PAXRecords, err = xattrs(p); err != nil {
+				return err
+			}
+		}
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
@@ -102,6 +109,30 @@ func WriteTar(ctx context.Context, root string, w io.Writer) error {
 		return fmt.Errorf("tar %s: %w", root, err)
 	}
 	return tw.Close()
+}
+
+// xattrRecord prefixes an extended attribute's name in a PAX record (as
+// GNU tar and archive/tar write them).
+const xattrRecord = "SCHILY.xattr."
+
+// artifactXattr reports whether an artifact carries the extended
+// attribute name: those a template's tree has of its own (from its image
+// layers, its steps, envd's file metadata): file capabilities
+// (security.capability, e.g. ping's cap_net_raw), POSIX ACLs and the
+// user namespace. Not the others: trusted.* and user.overlay.* are
+// overlayfs' own (a whiteout, an opaque directory, a redirect: on a tree
+// that is the lower layer of a build FROM the template they would hide
+// or conjure files), security.selinux, security.ima and security.evm
+// are labels and signatures of the host that wrote them, and the rest is
+// nothing a tree is known to use. The node that writes an artifact
+// leaves these out; the node that unpacks one refuses it when it carries
+// them, as a holder or build that forged it.
+func artifactXattr(name string) bool {
+	switch name {
+	case "security.capability", "system.posix_acl_access", "system.posix_acl_default":
+		return true
+	}
+	return strings.HasPrefix(name, "user.") && !strings.HasPrefix(name, "user.overlay.")
 }
 
 // Digest is an artifact's identity: its sha256 (hex) and size in bytes.
@@ -184,7 +215,9 @@ func Receive(r io.Reader, want Digest, path string) error {
 }
 
 // unpack unpacks the tar at path into dir, atomically (a sibling first,
-// renamed into place when complete), making no device nodes.
+// renamed into place when complete), making no device nodes, taking
+// ".wh." names as files (an artifact is a whole tree, not a layer) and
+// refusing an extended attribute an artifact does not carry.
 func unpack(ctx context.Context, path, dir string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -198,7 +231,7 @@ func unpack(ctx context.Context, path, dir string) error {
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return err
 	}
-	if err := layer.Unpack(ctx, f, tmp, layer.Options{}); err != nil {
+	if err := layer.Unpack(ctx, f, tmp, layer.Options{Tree: true, Xattr: artifactXattr}); err != nil {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("unpack artifact: %w", err)
 	}

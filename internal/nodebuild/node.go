@@ -37,6 +37,17 @@ type StartRequest struct {
 	// leaves out): the credentials of a private base image's registry,
 	// for this build only.
 	RegistryAuth *RegistryAuth `json:"registryAuth,omitempty"`
+	// From, when set, is the build of the catalog Spec.FromTemplate names
+	// (resolved by the control plane, for the build's team): the node
+	// gets it first (pulled as for a create when it lacks it) and builds
+	// from it.
+	From *FromBuild `json:"from,omitempty"`
+}
+
+// FromBuild names the parent build of a build FROM a team's template.
+type FromBuild struct {
+	TemplateID string `json:"templateId"`
+	BuildID    string `json:"buildId"`
 }
 
 // RegistryAuth is builder.RegistryAuth on the wire.
@@ -239,6 +250,14 @@ func (n *Node) start(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Spec.RegistryAuth = req.RegistryAuth.Auth()
+	if req.From != nil {
+		ref, err := n.parent(r.Context(), req.Template.TeamID, *req.From)
+		if err != nil {
+			n.fail(w, r, err)
+			return
+		}
+		req.Spec.FromTemplate = ref
+	}
 	if _, err := n.cfg.Service.StartBuild(r.Context(), builder.StartRequest{
 		TeamID: req.Template.TeamID, TemplateID: req.Template.ID, BuildID: b.ID, Spec: req.Spec,
 	}); err != nil {
@@ -350,6 +369,42 @@ func (n *Node) rootfs(w http.ResponseWriter, r *http.Request) {
 	if _, err := f.WriteTo(w); err != nil {
 		n.log.Info("artifact stream ended early", "build_id", id, "error", err)
 	}
+}
+
+// parent makes sure this node holds the build from (pulled first when it
+// lacks it, as for a create; the team's right to the template checked)
+// and returns the reference its builder resolves it by: the template's
+// ID and the tag this node gives each build it copied, the build's ID.
+func (n *Node) parent(ctx context.Context, teamID string, from FromBuild) (string, error) {
+	nt, err := n.Resolve(ctx, teamID, nodeapi.Template{ID: from.TemplateID, BuildID: from.BuildID})
+	if err != nil {
+		return "", fmt.Errorf("FROM template %s: %w", from.TemplateID, err)
+	}
+	b, err := n.cfg.Catalog.Build(ctx, from.BuildID)
+	if err != nil {
+		return "", err
+	}
+	if err := n.tagCopy(ctx, nt.ID, b); err != nil {
+		return "", err
+	}
+	return nt.ID + ":" + b.ID, nil
+}
+
+// tagCopy tags the copied build b of template templateID with its own ID
+// in this node's catalog: the collector keeps it until Sync finds the
+// control plane let the build go.
+func (n *Node) tagCopy(ctx context.Context, templateID string, b *templates.Build) error {
+	_, err := n.cfg.Catalog.Store().UpdateTemplate(ctx, templateID, func(t *templates.Template) error {
+		if _, ok := t.Tags[b.ID]; ok {
+			return nil
+		}
+		if t.Tags == nil {
+			t.Tags = map[string]templates.Tag{}
+		}
+		t.Tags[b.ID] = templates.Tag{BuildID: b.ID, CreatedAt: b.FinishedAt}
+		return nil
+	})
+	return err
 }
 
 // HeaderSHA256 carries an artifact's sha256 with its stream.
@@ -481,25 +536,26 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := unpack(ctx, n.artifactPath(buildID), rootfs); err != nil {
 		os.Remove(n.artifactPath(buildID))
-		return err
+		// Not the create's fault (the class of a tar's refusal): the
+		// artifact, as recorded, is not one a node wrote.
+		n.log.Warn("a pulled build's artifact was refused", "build_id", buildID, "error", err)
+		return fmt.Errorf("build %q: its artifact does not unpack (%v): %w", buildID, err, errdefs.ErrUnavailable)
 	}
+	// No snapshot: sandboxes of a pulled build start cold.
 	b.RootFSDir, b.RootFSTar, b.SnapshotDir, b.RootFSTarFingerprint = rootfs, "", "", nil
 	if err := n.cfg.Catalog.Mirror(ctx, &src.Template, &b); err != nil {
 		return err
 	}
-	// Tagged here, the copy stays until Sync finds the control plane let
-	// the build go.
-	if _, err := n.cfg.Catalog.Store().UpdateTemplate(ctx, src.Template.ID, func(t *templates.Template) error {
-		if t.Tags == nil {
-			t.Tags = map[string]templates.Tag{}
-		}
-		t.Tags[buildID] = templates.Tag{BuildID: buildID, CreatedAt: b.FinishedAt}
-		return nil
-	}); err != nil {
+	if err := n.tagCopy(ctx, src.Template.ID, &b); err != nil {
 		return err
 	}
 	n.pullBytes.Add(float64(want.Size))
 	n.log.Info("build pulled from a peer", "build_id", buildID, "size", want.Size, "sha256", want.SHA256)
+	if b.StartCmd != "" {
+		// Its builder took a snapshot on ready, which does not travel
+		// (docs/node.md).
+		n.log.Info("a pulled build's sandboxes start cold here, its snapshot on ready staying on its builder", "build_id", buildID)
+	}
 	return nil
 }
 

@@ -205,7 +205,7 @@ func (r *Remote) uploadNode(ctx context.Context, t *templates.Template) (*store.
 		return nil, errdefs.Publicf(errdefs.ErrConflict, "template '%s' has no waiting build to upload files for: create one first (POST /v3/templates)", t.ID)
 	}
 	if waiting.NodeID == "" {
-		nodes, err := r.buildNodes(ctx, waiting)
+		nodes, err := r.buildNodes(ctx, waiting, "") // the spec, and its parent, come with the start
 		if err != nil {
 			return nil, err
 		}
@@ -291,8 +291,16 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 			return "", errdefs.Publicf(errdefs.ErrUnavailable, "the node that holds this build's files (%s) is %s", n.ID, n.Status())
 		}
 		nodes = []*store.Node{n}
-	} else if nodes, err = r.buildNodes(ctx, bd); err != nil {
-		return "", err
+	}
+	from := r.parent(ctx, req.TeamID, req.Spec)
+	if bd.NodeID == "" {
+		parent := ""
+		if from != nil {
+			parent = from.BuildID
+		}
+		if nodes, err = r.buildNodes(ctx, bd, parent); err != nil {
+			return "", err
+		}
 	}
 	pinned := bd.NodeID
 	// The claim (waiting → building on a node) is one row update: of two
@@ -309,7 +317,7 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 		}); err != nil {
 			return "", err
 		}
-		err := r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: *t, Build: waiting, Spec: req.Spec, RegistryAuth: WireAuth(req.Spec.RegistryAuth)})
+		err := r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: *t, Build: waiting, Spec: req.Spec, RegistryAuth: WireAuth(req.Spec.RegistryAuth), From: from})
 		if err == nil {
 			r.log.Info("build started on a node", "template_id", t.ID, "build_id", bd.ID, "node_id", n.ID)
 			r.wg.Go(func() { r.follow(bd.ID, n.ID) })
@@ -330,11 +338,28 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 	return "", fmt.Errorf("build %q: every node refused it: %w: %w", bd.ID, errdefs.ErrUnavailable, errors.Join(refusals...))
 }
 
+// parent is the build of the catalog that spec's FromTemplate names for
+// team, which the node is to get before it builds; nil for none, for
+// base (each node's own) and for a name that does not resolve (the
+// node's builder fails the build saying so, as in serve).
+func (r *Remote) parent(ctx context.Context, teamID string, spec builder.Spec) *FromBuild {
+	if spec.FromTemplate == "" || spec.FromImage != "" {
+		return nil
+	}
+	t, b, err := r.cat.Lookup(ctx, teamID, spec.FromTemplate)
+	if err != nil || b.ID == t.ID {
+		return nil
+	}
+	return &FromBuild{TemplateID: t.ID, BuildID: b.ID}
+}
+
 // buildNodes returns the ready nodes a build may run on: those with room
 // for its vCPUs and memory beside what placement reserved there first,
-// then the others, each most free memory first. (A build's sandboxes are
-// the node's own: placement reserves nothing for them.)
-func (r *Remote) buildNodes(ctx context.Context, b *templates.Build) ([]*store.Node, error) {
+// of them those that hold the build's parent (when it has one, parent:
+// they need not pull it) first, then the others, each most free memory
+// first. (A build's sandboxes are the node's own: placement reserves
+// nothing for them.)
+func (r *Remote) buildNodes(ctx context.Context, b *templates.Build, parent string) ([]*store.Node, error) {
 	all, err := r.cfg.Nodes.ListNodes(ctx)
 	if err != nil {
 		return nil, err
@@ -350,6 +375,12 @@ func (r *Remote) buildNodes(ctx context.Context, b *templates.Build) ([]*store.N
 		case fx && !fy:
 			return -1
 		case fy && !fx:
+			return 1
+		}
+		if hx, hy := parent != "" && x.HoldsTemplate(parent), parent != "" && y.HoldsTemplate(parent); hx != hy {
+			if hx {
+				return -1
+			}
 			return 1
 		}
 		return cmp.Compare(free(y), free(x))

@@ -38,4 +38,6 @@ type Options struct {
 	What                 string
 	Untrusted, Devices   bool
 	Progress             func(written int64)
+	Tree                 bool
+	Xattr                func(name string) bool
 }

@@ -96,6 +96,13 @@ type Options struct {
 	// Progress, when set, receives the bytes of file content written so
 	// far.
 	Progress func(written int64)
+	// Tree marks a tar of a whole tree (a build's artifact), not a layer:
+	// ".wh." names are files like any other.
+	Tree bool
+	// Xattr, when set, is asked of every extended attribute an entry
+	// carries (a trusted tar's): one it refuses fails the unpack
+	// (errdefs.ErrInvalid). Unset, every one but trusted.* is kept.
+	Xattr func(name string) bool
 }
 
 func (o Options) what() string {
@@ -127,12 +134,13 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) (string, bool, error) 
 		return "", false, err
 	}
 	defer unix.Close(pfd)
-	// Whiteouts are layers' business: in a tenant's upload ".wh." names
-	// are files like any other.
-	if base == whiteoutOpaque && !u.opts.Untrusted {
+	// Whiteouts are layers' business: in a tenant's upload or a whole
+	// tree ".wh." names are files like any other.
+	layer := !u.opts.Untrusted && !u.opts.Tree
+	if base == whiteoutOpaque && layer {
 		return "", false, removeChildrenAt(pfd)
 	}
-	if name, ok := strings.CutPrefix(base, whiteoutPrefix); ok && !u.opts.Untrusted {
+	if name, ok := strings.CutPrefix(base, whiteoutPrefix); ok && layer {
 		return "", false, removeAt(pfd, name)
 	}
 	var st unix.Stat_t
@@ -340,7 +348,14 @@ func (u *unpacker) meta(pfd int, base string, hdr *tar.Header) error {
 	if !u.opts.Untrusted {
 		for k, v := range hdr.PAXRecords {
 			name, ok := strings.CutPrefix(k, "SCHILY.xattr.")
-			if !ok || strings.HasPrefix(name, "trusted.") {
+			switch {
+			case !ok:
+				continue
+			case u.opts.Xattr != nil:
+				if !u.opts.Xattr(name) {
+					return fmt.Errorf("extended attribute %q is not one this tar may carry: %w", name, errdefs.ErrInvalid)
+				}
+			case strings.HasPrefix(name, "trusted."):
 				continue // trusted.overlay.* would change what overlayfs shows
 			}
 			err := unix.Lsetxattr(at(pfd, base), name, []byte(v), 0)
