@@ -39,10 +39,7 @@ func TestKillRecordedByAnotherReplica(t *testing.T) {
 	t.Parallel()
 	dsn := storetest.PostgresSchema(t)
 	sa, sb := storetest.OpenPostgres(t, dsn), storetest.OpenPostgres(t, dsn)
-	m, err := lifecycle.New(lifecycle.Config{Store: sa, Node: recordedElsewhere{Node: fakenode.New(), other: sb}, StartGrace: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := startReplica(t, sa, recordedElsewhere{Node: fakenode.New(), other: sb}).m
 	ctx := context.Background()
 	s, err := m.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour})
 	if err != nil {

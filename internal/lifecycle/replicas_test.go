@@ -23,10 +23,14 @@ type replica struct {
 	stop func()
 }
 
-func startReplica(t *testing.T, st store.Store, n *fakenode.Node) *replica {
+func startReplica(t *testing.T, st store.Store, n nodeapi.Service, tune ...func(*lifecycle.Config)) *replica {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := lifecycle.New(lifecycle.Config{Store: st, Node: n, AllNodes: true, Registry: reg, StartGrace: time.Hour})
+	cfg := lifecycle.Config{Store: st, Node: n, AllNodes: true, Registry: reg, StartGrace: time.Hour}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	m, err := lifecycle.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

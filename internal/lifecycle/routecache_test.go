@@ -94,18 +94,10 @@ func TestRouteCacheAcrossReplicas(t *testing.T) {
 	sa, sb := storetest.OpenPostgres(t, dsn), storetest.OpenPostgres(t, dsn)
 	n := fakenode.New()
 	ttl := time.Hour // only an eviction can end a cached route in this test
-	run := func(st *store.SQL) *lifecycle.Manager {
-		m, err := lifecycle.New(lifecycle.Config{Store: st, Node: n, SandboxChanges: st.WatchSandboxes, RouteCacheTTL: ttl, StartGrace: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- m.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		return m
+	cache := func(st *store.SQL) func(*lifecycle.Config) {
+		return func(c *lifecycle.Config) { c.SandboxChanges, c.RouteCacheTTL = st.WatchSandboxes, ttl }
 	}
-	a, b := run(sa), run(sb)
+	a, b := startReplica(t, sa, n, cache(sa)).m, startReplica(t, sb, n, cache(sb)).m
 	ctx := context.Background()
 	s, err := a.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour})
 	if err != nil {
