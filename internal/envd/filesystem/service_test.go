@@ -285,6 +285,53 @@ func TestWatchDir(t *testing.T) {
 	want("sub/f.txt EVENT_TYPE_REMOVE")
 }
 
+// TestWatchDirNewTreeContents: a directory that appears with entries
+// already in it (made, or filled before its watch is in place, or moved in
+// whole) has those entries reported too: a recursive watch misses nothing
+// that a new directory holds (e2b TestWatchPolling missed sub/one written
+// just after mkdir sub).
+func TestWatchDirNewTreeContents(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	dir, outside := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(outside, "tree/deep"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"tree/one", "tree/deep/two"} {
+		if err := os.WriteFile(filepath.Join(outside, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.WatchDir(ctx, connect.NewRequest(&pb.WatchDirRequest{Path: dir, Recursive: true, IncludeEntry: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Receive() || s.Msg().GetStart() == nil {
+		t.Fatalf("first event not start: %v %v", s.Msg(), s.Err())
+	}
+	// Moved in whole: inotify reports the directory alone.
+	if err := os.Rename(filepath.Join(outside, "tree"), filepath.Join(dir, "tree")); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, key := range []string{"tree", "tree/one", "tree/deep", "tree/deep/two"} {
+		for !seen[key] {
+			if !s.Receive() {
+				t.Fatalf("stream ended waiting for %s (seen %v): %v", key, seen, s.Err())
+			}
+			if e := s.Msg().GetFilesystem(); e != nil && e.GetType() == pb.EventType_EVENT_TYPE_CREATE {
+				if e.GetEntry() == nil {
+					t.Fatalf("create event without entry: %v", e)
+				}
+				seen[e.GetName()] = true
+			}
+		}
+	}
+}
+
 func TestPollingWatcher(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)

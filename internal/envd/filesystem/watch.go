@@ -128,23 +128,53 @@ func (w *watch) handle(ev fsnotify.Event, emit func(*pb.FilesystemEvent)) {
 	if err != nil {
 		rel = ev.Name
 	}
+	for _, ot := range opTypes {
+		if ev.Has(ot.op) {
+			w.emit(ev.Name, rel, ot.t, emit)
+		}
+	}
 	if w.recursive && ev.Has(fsnotify.Create) {
 		if st, err := os.Lstat(ev.Name); err == nil && st.IsDir() {
-			_ = w.add(ev.Name)
+			w.addNew(ev.Name, emit)
 		}
 	}
-	for _, ot := range opTypes {
-		if !ev.Has(ot.op) {
-			continue
+}
+
+// emit sends one event of path (rel to the root), with its entry when
+// asked for and the path is still there.
+func (w *watch) emit(path, rel string, t pb.EventType, emit func(*pb.FilesystemEvent)) {
+	fe := &pb.FilesystemEvent{Name: rel, Type: t}
+	if w.includeEntry && t != pb.EventType_EVENT_TYPE_REMOVE && t != pb.EventType_EVENT_TYPE_RENAME {
+		if e, err := Entry(path); err == nil {
+			fe.Entry = e
 		}
-		fe := &pb.FilesystemEvent{Name: rel, Type: ot.t}
-		if w.includeEntry && ot.t != pb.EventType_EVENT_TYPE_REMOVE && ot.t != pb.EventType_EVENT_TYPE_RENAME {
-			if e, err := Entry(ev.Name); err == nil {
-				fe.Entry = e
-			}
-		}
-		emit(fe)
 	}
+	emit(fe)
+}
+
+// addNew watches a directory that has just appeared, and every directory
+// below it, then reports what it already holds as created: entries made
+// before its watch was in place (a file written just after the mkdir, a
+// tree moved in whole) raise no event of their own. One made after the
+// watch may be reported twice; none is missed.
+func (w *watch) addNew(dir string, emit func(*pb.FilesystemEvent)) {
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() {
+			_ = w.fsw.Add(p)
+		}
+		if p == dir {
+			return nil
+		}
+		rel, rerr := filepath.Rel(w.root, p)
+		if rerr != nil {
+			rel = p
+		}
+		w.emit(p, rel, pb.EventType_EVENT_TYPE_CREATE, emit)
+		return nil
+	})
 }
 
 // WatchDir streams changes below a directory until the client leaves.
