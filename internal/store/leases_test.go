@@ -14,13 +14,7 @@ import (
 // at once; pokes count up for the holder.
 func TestLease(t *testing.T) {
 	t.Parallel()
-	for name, open := range map[string]func(*testing.T) (a, b *store.SQL){
-		"sqlite": func(t *testing.T) (a, b *store.SQL) { s := storetest.SQLite(t); return s, s },
-		"postgres": func(t *testing.T) (a, b *store.SQL) {
-			dsn := storetest.PostgresSchema(t)
-			return storetest.OpenPostgres(t, dsn), storetest.OpenPostgres(t, dsn)
-		},
-	} {
+	for name, open := range storetest.Processes() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			a, b := open(t)

@@ -16,13 +16,7 @@ import (
 // is heard before the call that made it returns.
 func TestWatchSandboxes(t *testing.T) {
 	t.Parallel()
-	for name, open := range map[string]func(*testing.T) (a, b *store.SQL){
-		"sqlite": func(t *testing.T) (a, b *store.SQL) { s := storetest.SQLite(t); return s, s },
-		"postgres": func(t *testing.T) (a, b *store.SQL) {
-			dsn := storetest.PostgresSchema(t)
-			return storetest.OpenPostgres(t, dsn), storetest.OpenPostgres(t, dsn)
-		},
-	} {
+	for name, open := range storetest.Processes() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			a, b := open(t)

@@ -37,6 +37,19 @@ func PostgresDSN(t testing.TB) string {
 	return dsn
 }
 
+// Processes maps each database kind to a function that opens two stores
+// on one new database, as two processes sharing it would (SQLite's is one
+// store twice: one process owns the file).
+func Processes() map[string]func(*testing.T) (a, b *store.SQL) {
+	return map[string]func(*testing.T) (a, b *store.SQL){
+		"sqlite": func(t *testing.T) (a, b *store.SQL) { s := SQLite(t); return s, s },
+		"postgres": func(t *testing.T) (a, b *store.SQL) {
+			dsn := PostgresSchema(t)
+			return OpenPostgres(t, dsn), OpenPostgres(t, dsn)
+		},
+	}
+}
+
 // PostgresAvailable reports whether a test server is configured
 // (benchmarks run without one).
 func PostgresAvailable() bool { return os.Getenv("WARREN_TEST_POSTGRES_DSN") != "" }
