@@ -206,8 +206,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	if err := privateDataDir(cfg.DataDir, log); err != nil {
+		return err
 	}
 	locks, err := hostlock.Acquire(hostlock.DefaultDir, hostNames(cfg))
 	if err != nil {

@@ -142,8 +142,8 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	if err := privateDataDir(cfg.DataDir, log); err != nil {
+		return err
 	}
 	locks, err := hostlock.Acquire(hostlock.DefaultDir, hostNames(cfg.Config))
 	if err != nil {
