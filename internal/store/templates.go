@@ -124,6 +124,20 @@ func (t *TemplateStore) UpdateTemplate(ctx context.Context, id string, fn func(*
 	if err := t.lockCatalog(ctx, tx); err != nil {
 		return nil, classify(err, what)
 	}
+	tm, err := t.updateTemplateTx(ctx, tx, id, fn)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, classify(err, what)
+	}
+	return tm, nil
+}
+
+// updateTemplateTx is UpdateTemplate's change, in tx, which holds the
+// catalog's lock.
+func (t *TemplateStore) updateTemplateTx(ctx context.Context, tx *sql.Tx, id string, fn func(*templates.Template) error) (*templates.Template, error) {
+	what := fmt.Sprintf("template %q", id)
 	tm, err := scanTemplate(tx.QueryRowContext(ctx, t.s.d.rebind(`SELECT doc FROM templates WHERE id = ?`+t.s.d.forUpdate), id), what)
 	if err != nil {
 		return nil, err
@@ -146,9 +160,6 @@ func (t *TemplateStore) UpdateTemplate(ctx context.Context, id string, fn func(*
 		return nil, err
 	}
 	if _, err := tx.ExecContext(ctx, t.s.d.rebind(`UPDATE templates SET team_id = ?, doc = ? WHERE id = ?`), tm.TeamID, string(doc), id); err != nil {
-		return nil, classify(err, what)
-	}
-	if err := tx.Commit(); err != nil {
 		return nil, classify(err, what)
 	}
 	return tm, nil
@@ -249,6 +260,18 @@ func scanBuild(sc interface{ Scan(...any) error }, what string) (*templates.Buil
 
 // UpdateBuild implements templates.Store.
 func (t *TemplateStore) UpdateBuild(ctx context.Context, id string, fn func(*templates.Build) error) (*templates.Build, error) {
+	return t.finishBuild(ctx, id, fn, nil)
+}
+
+// FinishBuild implements templates.Store: both rows change in one
+// transaction, under the catalog's lock that every template change takes.
+func (t *TemplateStore) FinishBuild(ctx context.Context, id string, fnBuild func(*templates.Build) error, fnTemplate func(*templates.Template) error) (*templates.Build, error) {
+	return t.finishBuild(ctx, id, fnBuild, fnTemplate)
+}
+
+// finishBuild changes the build, and its template when fnTemplate is set,
+// in one transaction.
+func (t *TemplateStore) finishBuild(ctx context.Context, id string, fn func(*templates.Build) error, fnTemplate func(*templates.Template) error) (*templates.Build, error) {
 	what := fmt.Sprintf("build %q", id)
 	if templates.CheckID("build", id) != nil {
 		return nil, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
@@ -258,6 +281,11 @@ func (t *TemplateStore) UpdateBuild(ctx context.Context, id string, fn func(*tem
 		return nil, classify(err, what)
 	}
 	defer tx.Rollback() //nolint:errcheck
+	if fnTemplate != nil {
+		if err := t.lockCatalog(ctx, tx); err != nil {
+			return nil, classify(err, what)
+		}
+	}
 	b, err := scanBuild(tx.QueryRowContext(ctx, t.s.d.rebind(`SELECT doc FROM template_builds WHERE id = ?`+t.s.d.forUpdate), id), what)
 	if err != nil {
 		return nil, err
@@ -272,6 +300,11 @@ func (t *TemplateStore) UpdateBuild(ctx context.Context, id string, fn func(*tem
 	}
 	if _, err := tx.ExecContext(ctx, t.s.d.rebind(`UPDATE template_builds SET template_id = ?, doc = ? WHERE id = ?`), b.TemplateID, string(doc), id); err != nil {
 		return nil, classify(err, what)
+	}
+	if fnTemplate != nil {
+		if _, err := t.updateTemplateTx(ctx, tx, b.TemplateID, fnTemplate); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, classify(err, what)

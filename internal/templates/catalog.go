@@ -516,35 +516,40 @@ func (c *Catalog) UpdateBuild(ctx context.Context, buildID string, fn func(*Buil
 }
 
 // FinishBuild marks a build ready, or failed when reason is set. A ready
-// build takes its tags (and DefaultTag when the template has none yet).
+// build takes its tags (and DefaultTag when the template has none yet) in
+// the same store change, so that no crash leaves a ready build whose
+// template still points elsewhere.
 func (c *Catalog) FinishBuild(ctx context.Context, buildID string, reason *Reason) (*Build, error) {
-	b, err := c.UpdateBuild(ctx, buildID, func(b *Build) error {
-		b.FinishedAt = c.now()
-		if reason != nil {
+	finished := c.now()
+	if reason != nil {
+		return c.UpdateBuild(ctx, buildID, func(b *Build) error {
+			b.FinishedAt = finished
 			b.Status, b.Reason = BuildError, reason
 			return nil
+		})
+	}
+	var tags []string
+	return c.store.FinishBuild(ctx, buildID, func(b *Build) error {
+		if b.Status == BuildReady || b.Status == BuildError {
+			return fmt.Errorf("build %s is already %s: %w", b.ID, b.Status, errdefs.ErrConflict)
 		}
 		b.Status = BuildReady
+		b.FinishedAt, b.UpdatedAt = finished, finished
+		tags = b.Tags
 		return nil
-	})
-	if err != nil || reason != nil {
-		return b, err
-	}
-	_, err = c.store.UpdateTemplate(ctx, b.TemplateID, func(t *Template) error {
+	}, func(t *Template) error {
 		if t.Tags == nil {
 			t.Tags = map[string]Tag{}
 		}
-		tags := b.Tags
 		if _, ok := t.Tags[DefaultTag]; !ok && !slices.Contains(tags, DefaultTag) {
 			tags = append(slices.Clone(tags), DefaultTag)
 		}
 		for _, tg := range tags {
-			t.Tags[tg] = Tag{BuildID: b.ID, CreatedAt: b.FinishedAt}
+			t.Tags[tg] = Tag{BuildID: buildID, CreatedAt: finished}
 		}
-		t.UpdatedAt = b.FinishedAt
+		t.UpdatedAt = finished
 		return nil
 	})
-	return b, err
 }
 
 // AssignTags points tags at the build behind target ("alias:tag" or

@@ -38,7 +38,7 @@ const fileStoreVersion = "1"
 
 // NewFileStore opens (creating it if needed) a file store in dir.
 func NewFileStore(dir string) (*FileStore, error) {
-	for _, sub := range []string{"templates", "builds", "logs"} {
+	for _, sub := range []string{"templates", "builds", "logs", "finishing"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("template store %q: %w", dir, err)
 		}
@@ -51,7 +51,11 @@ func NewFileStore(dir string) (*FileStore, error) {
 	} else if err := atomicfile.Write(vf, []byte(fileStoreVersion+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("template store %q: %w", dir, err)
 	}
-	return &FileStore{dir: dir}, nil
+	s := &FileStore{dir: dir}
+	if err := s.replayJournals(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func (s *FileStore) path(kind, id string) (string, error) {

@@ -181,6 +181,10 @@ type Store interface {
 
 	CreateBuild(ctx context.Context, b *Build) error
 	UpdateBuild(ctx context.Context, id string, fn func(*Build) error) (*Build, error)
+	// FinishBuild applies fnBuild to the build and fnTemplate to its
+	// template as one change: after a crash both are stored or neither,
+	// and a failing fn stores neither.
+	FinishBuild(ctx context.Context, id string, fnBuild func(*Build) error, fnTemplate func(*Template) error) (*Build, error)
 	GetBuild(ctx context.Context, id string) (*Build, error)
 	// ListBuilds returns a template's builds, oldest first.
 	ListBuilds(ctx context.Context, templateID string) ([]*Build, error)

@@ -26,6 +26,7 @@ type Open func(t *testing.T) (a, b templates.Store)
 func Run(t *testing.T, open Open) {
 	t.Run("templates", func(t *testing.T) { testTemplates(t, open) })
 	t.Run("builds and logs", func(t *testing.T) { testBuilds(t, open) })
+	t.Run("finish build", func(t *testing.T) { testFinishBuild(t, open) })
 	t.Run("bad ids", func(t *testing.T) { testBadIDs(t, open) })
 	t.Run("shared", func(t *testing.T) { testShared(t, open) })
 }
@@ -227,6 +228,73 @@ func testBuilds(t *testing.T, open Open) {
 	}
 	if err := s.CreateTemplate(ctx, &templates.Template{ID: "z", Aliases: []string{"alpha"}}); err != nil {
 		t.Fatalf("alias of a deleted template is still taken: %v", err)
+	}
+}
+
+// testFinishBuild holds FinishBuild to one change of a build and its
+// template: both or, when either function fails, neither.
+func testFinishBuild(t *testing.T, open Open) {
+	ctx := context.Background()
+	s, other := open(t)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if err := s.CreateTemplate(ctx, &templates.Template{ID: "f", Aliases: []string{"fin"}, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"f1", "f2"} {
+		if err := s.CreateBuild(ctx, &templates.Build{ID: id, TemplateID: "f", Status: templates.BuildBuilding, CreatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready := func(b *templates.Build) error { b.Status = templates.BuildReady; return nil }
+	tag := func(id string) func(*templates.Template) error {
+		return func(tm *templates.Template) error {
+			tm.Tags = map[string]templates.Tag{templates.DefaultTag: {BuildID: id, CreatedAt: now}}
+			return nil
+		}
+	}
+	failing := errors.New("no")
+	if _, err := s.FinishBuild(ctx, "f1", ready, func(*templates.Template) error { return failing }); !errors.Is(err, failing) {
+		t.Fatalf("failing template change: err = %v", err)
+	}
+	if _, err := s.FinishBuild(ctx, "f1", func(*templates.Build) error { return failing }, tag("f1")); !errors.Is(err, failing) {
+		t.Fatalf("failing build change: err = %v", err)
+	}
+	if b, err := other.GetBuild(ctx, "f1"); err != nil || b.Status != templates.BuildBuilding {
+		t.Fatalf("a refused finish changed the build: %+v, %v", b, err)
+	}
+	if tm, err := other.GetTemplate(ctx, "f"); err != nil || len(tm.Tags) != 0 {
+		t.Fatalf("a refused finish changed the template: %+v, %v", tm, err)
+	}
+	b, err := s.FinishBuild(ctx, "f1", ready, tag("f1"))
+	if err != nil || b.Status != templates.BuildReady || b.ID != "f1" {
+		t.Fatalf("FinishBuild = %+v, %v", b, err)
+	}
+	if b, err := other.GetBuild(ctx, "f1"); err != nil || b.Status != templates.BuildReady {
+		t.Fatalf("finished build = %+v, %v", b, err)
+	}
+	if tm, err := other.GetTemplate(ctx, "f"); err != nil || tm.Tags[templates.DefaultTag].BuildID != "f1" || !slices.Equal(tm.Aliases, []string{"fin"}) {
+		t.Fatalf("template after the finish = %+v, %v", tm, err)
+	}
+	if _, err := s.FinishBuild(ctx, "nope", ready, tag("nope")); !errdefs.IsNotFound(err) {
+		t.Fatalf("finish of a missing build: err = %v, want not found", err)
+	}
+	// Two finishes of one template's builds at once: each lands whole.
+	var wg sync.WaitGroup
+	for _, st := range []templates.Store{s, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := st.FinishBuild(ctx, "f2", ready, func(tm *templates.Template) error {
+				tm.Tags["v2"] = templates.Tag{BuildID: "f2", CreatedAt: now}
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if tm, err := other.GetTemplate(ctx, "f"); err != nil || tm.Tags["v2"].BuildID != "f2" || tm.Tags[templates.DefaultTag].BuildID != "f1" {
+		t.Fatalf("template after two finishes at once = %+v, %v", tm, err)
 	}
 }
 
