@@ -138,7 +138,7 @@ func (r *Runner) Run(ctx context.Context) ([]*Run, error) {
 	p := r.cfg.Plan
 	before := r.poolCounts(ctx)
 	r.step("tti", func() { r.tti(ctx, p.TTIIterations) })
-	r.step("burst", func() { r.burst(ctx, p.Burst) })
+	r.step("burst", func() { r.burst(ctx, MetricBurst, p.Burst, "") })
 	r.step("running", func() { r.inRunning(ctx) })
 	r.step("density", func() { r.density(ctx) })
 	r.run.PoolClaims = r.poolCounts(ctx).since(before)
@@ -276,7 +276,7 @@ func (r *Runner) tti(ctx context.Context, n int) {
 	r.add(&Metric{Name: MetricTTI, Summary: Summarize(samples, fails)})
 }
 
-func (r *Runner) burst(ctx context.Context, n int) {
+func (r *Runner) burst(ctx context.Context, name string, n int, note string) {
 	if n <= 0 {
 		return
 	}
@@ -295,7 +295,7 @@ func (r *Runner) burst(ctx context.Context, n int) {
 			defer mu.Unlock()
 			if err != nil {
 				fails++
-				r.note(MetricBurst, err)
+				r.note(name, err)
 				return
 			}
 			samples = append(samples, d.tti)
@@ -305,8 +305,8 @@ func (r *Runner) burst(ctx context.Context, n int) {
 	close(start)
 	wg.Wait()
 	wall := time.Since(t0)
-	r.add(&Metric{Name: MetricBurst, Summary: Summarize(samples, fails), WallMs: ms(wall),
-		Note: fmt.Sprintf("%d at once", n)})
+	r.add(&Metric{Name: name, Summary: Summarize(samples, fails), WallMs: ms(wall),
+		Note: strings.TrimSpace(fmt.Sprintf("%d at once %s", n, note))})
 	r.killAll(ctx)
 }
 

@@ -11,15 +11,16 @@ import (
 
 // Metric names, in the order the table prints them.
 const (
-	MetricCreate    = "create"     // POST /v2/sandboxes alone, one at a time (create overhead)
-	MetricTTI       = "tti"        // create → first command result, one at a time
-	MetricBurst     = "burst"      // create → first command result, all at once
-	MetricExec      = "exec_true"  // Process.Start of `true` → end event
-	MetricWrite1MiB = "write_1mib" // POST /files of 1 MiB
-	MetricRead1MiB  = "read_1mib"  // GET /files of 1 MiB
-	MetricPause     = "pause"      // POST /sandboxes/{id}/pause
-	MetricResume    = "resume"     // POST /v2/sandboxes/{id}/connect of a paused sandbox
-	MetricFork10    = "fork_10"    // POST /sandboxes/{id}/fork with count 10
+	MetricCreate        = "create"          // POST /v2/sandboxes alone, one at a time (create overhead)
+	MetricTTI           = "tti"             // create → first command result, one at a time
+	MetricBurst         = "burst"           // create → first command result, all at once
+	MetricBurstOverPool = "burst_over_pool" // a burst larger than the full warm pool: its members, then cold creates
+	MetricExec          = "exec_true"       // Process.Start of `true` → end event
+	MetricWrite1MiB     = "write_1mib"      // POST /files of 1 MiB
+	MetricRead1MiB      = "read_1mib"       // GET /files of 1 MiB
+	MetricPause         = "pause"           // POST /sandboxes/{id}/pause
+	MetricResume        = "resume"          // POST /v2/sandboxes/{id}/connect of a paused sandbox
+	MetricFork10        = "fork_10"         // POST /sandboxes/{id}/fork with count 10
 )
 
 // Report is the outcome of one `warren bench` run.
