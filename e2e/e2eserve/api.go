@@ -23,6 +23,12 @@ type APIOptions struct {
 	ExtraArgs []string
 }
 
+// ShortLiveness are APIOptions.ExtraArgs that tune node liveness short,
+// for a test that kills a node: without a heartbeat for 11 s it gets no
+// new sandboxes, for 16 s it is lost and its sandboxes, paused ones too,
+// are killed with node_lost.
+var ShortLiveness = []string{"--node-unreachable-after", "11s", "--node-lost-after", "16s", "--node-paused-lost-after", "16s"}
+
 // API is a running `warren api`.
 type API struct {
 	Name string

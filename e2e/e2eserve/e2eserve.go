@@ -277,3 +277,13 @@ func (s *Server) Run(t testing.TB, env []string, name string, args ...string) (s
 		return "", -1
 	}
 }
+
+// Main runs the tests of m, removes the host objects of isos (Cleanup)
+// and exits with the tests' code; call it from TestMain.
+func Main(m *testing.M, isos ...Isolation) {
+	code := m.Run()
+	for _, i := range isos {
+		i.Cleanup()
+	}
+	os.Exit(code)
+}

@@ -9,7 +9,6 @@ package multinode
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,12 +26,7 @@ var (
 )
 
 // TestMain removes the nodes' cgroup roots and nftables tables at the end.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	isoA.Cleanup()
-	isoB.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
 
 const (
 	apiKey     = "e2b_a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3"
@@ -54,7 +48,7 @@ func TestTwoNodes(t *testing.T) {
 
 	api := e2eserve.StartAPI(t, e2eserve.APIOptions{Name: "warren api", Listen: apiAddr, DSN: dsn,
 		APIKey: apiKey, AdminToken: adminToken, NodeToken: nodeToken,
-		ExtraArgs: []string{"--node-unreachable-after", "11s", "--node-lost-after", "16s", "--node-paused-lost-after", "16s"}})
+		ExtraArgs: e2eserve.ShortLiveness})
 	adm := api.Admin
 	cfg := e2b.Config{APIKey: apiKey, APIURL: api.Env["E2B_API_URL"], SandboxURL: api.Env["E2B_SANDBOX_URL"], Domain: "localhost:3890"}
 

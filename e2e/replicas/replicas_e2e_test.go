@@ -10,7 +10,6 @@ package replicas
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -29,12 +28,7 @@ var (
 
 // TestMain removes the nodes' cgroup roots at the end (their nftables
 // tables go with their namespaces).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	isoA.Cleanup()
-	isoB.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
 
 const (
 	apiKey     = "e2b_a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4"
@@ -47,7 +41,7 @@ const (
 func startReplica(t *testing.T, dsn string, o e2eserve.APIOptions) *e2eserve.API {
 	t.Helper()
 	o.DSN, o.APIKey, o.AdminToken, o.NodeToken = dsn, apiKey, adminToken, nodeToken
-	o.ExtraArgs = []string{"--node-unreachable-after", "11s", "--node-lost-after", "16s", "--node-paused-lost-after", "16s"}
+	o.ExtraArgs = e2eserve.ShortLiveness
 	return e2eserve.StartAPI(t, o)
 }
 

@@ -38,12 +38,7 @@ var (
 )
 
 // TestMain removes the nodes' cgroup roots and nftables tables at the end.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	isoA.Cleanup()
-	isoB.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
 
 const (
 	apiKey     = "e2b_b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3"
