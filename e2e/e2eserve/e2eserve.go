@@ -1,7 +1,10 @@
-// Package e2eserve runs `warren serve` (the binary at $WARREN_WARREN, with
-// the runsc driver) for the end-to-end tests, each test process on host
-// objects of its own (cgroup root, nftables table, address range, veth
-// prefix), and runs node scripts that use the real E2B SDK against it.
+// Package e2eserve runs Warren's servers (the binary at $WARREN_WARREN,
+// with the runsc driver) for the end-to-end tests, each test process on
+// host objects of its own (cgroup root, nftables table, address range,
+// veth prefix): `warren serve`, against which it runs node scripts that
+// use the real E2B SDK, or, for the tests across machines, `warren api`
+// replicas and `warren node` processes (StartAPI, Node, StartProc), with
+// calls of their admin API (Admin) and nodes' RPC.
 package e2eserve
 
 import (
@@ -46,10 +49,7 @@ func Exists(p string) bool {
 // tests run in a subdirectory of e2e/).
 func Prerequisites(t testing.TB) {
 	t.Helper()
-	Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
-	for _, env := range []string{"WARREN_WARREN", "WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
-		Require(t, Exists(os.Getenv(env)), fmt.Sprintf("$%s (%q) does not exist; run make build base-rootfs", env, os.Getenv(env)))
-	}
+	RunscPrerequisites(t)
 	_, err := exec.LookPath("node")
 	Require(t, err == nil, "node is not installed")
 	Require(t, Exists("../node_modules/e2b/package.json"), "e2e/node_modules/e2b missing; run npm ci in e2e/")
@@ -276,4 +276,14 @@ func (s *Server) Run(t testing.TB, env []string, name string, args ...string) (s
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 		return "", -1
 	}
+}
+
+// Main runs the tests of m, removes the host objects of isos (Cleanup)
+// and exits with the tests' code; call it from TestMain.
+func Main(m *testing.M, isos ...Isolation) {
+	code := m.Run()
+	for _, i := range isos {
+		i.Cleanup()
+	}
+	os.Exit(code)
 }

@@ -12,26 +12,20 @@
 package tplnodes
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
-	"github.com/warren-sandbox/warren/internal/node/nodeclient"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/pkg/e2b"
@@ -44,12 +38,7 @@ var (
 )
 
 // TestMain removes the nodes' cgroup roots and nftables tables at the end.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	isoA.Cleanup()
-	isoB.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
 
 const (
 	apiKey     = "e2b_b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3"
@@ -59,164 +48,48 @@ const (
 	api2Addr   = "127.0.0.1:3951"
 )
 
-// proc is a started warren process and what it wrote to stderr.
-type proc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs bytes.Buffer
-	out  chan string // stdout lines
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.Write(b)
-}
-
-func (p *proc) Logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
-
-// start runs the warren binary with args; the test's end stops it
-// (SIGTERM, SIGKILL after 30 s) and logs its stderr when the test failed.
-func start(t *testing.T, name string, args ...string) *proc {
-	t.Helper()
-	p := &proc{cmd: exec.Command(os.Getenv("WARREN_WARREN"), args...), out: make(chan string, 64)}
-	p.cmd.Env = append(os.Environ(), "WARREN_NODE_TOKEN="+nodeToken)
-	p.cmd.Stderr = p
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case p.out <- sc.Text():
-			default:
-			}
-		}
-		close(p.out)
-	}()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, p.Logs())
-		}
-	})
-	return p
-}
+// api1 is the admin API of replica 1, which the nodes register with.
+var api1 = e2eserve.Admin{URL: "http://" + api1Addr, Token: adminToken}
 
 // startAPI starts a replica of warren api and waits for its exports.
 func startAPI(t *testing.T, addr, dsn string) {
 	t.Helper()
-	p := start(t, "warren api "+addr, "api", "--listen", addr, "--database-url", dsn, "--api-key", apiKey,
-		"--admin-token", adminToken, "--metrics-listen", "")
-	re := regexp.MustCompile(`^export E2B_API_URL=`)
-	for {
-		select {
-		case l, ok := <-p.out:
-			if !ok {
-				t.Fatalf("warren api exited:\n%s", p.Logs())
-			}
-			if re.MatchString(l) {
-				return
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("warren api printed no exports:\n%s", p.Logs())
-		}
-	}
+	e2eserve.StartAPI(t, e2eserve.APIOptions{Name: "warren api " + addr, Listen: addr, DSN: dsn,
+		APIKey: apiKey, AdminToken: adminToken, NodeToken: nodeToken})
 }
 
-// node is one `warren node` of the test.
+// node is one `warren node` of the test, and its ID.
 type node struct {
-	id, rpc, proxy, dataDir string
-	iso                     e2eserve.Isolation
+	*e2eserve.Node
+	id string
 }
 
-func (n *node) run(t *testing.T) {
-	t.Helper()
-	start(t, "warren node "+n.id,
-		"node", "--node-id", n.id, "--rpc-listen", n.rpc, "--proxy-listen", n.proxy, "--api-url", "http://"+api1Addr,
-		"--data-dir", n.dataDir, "--runsc", os.Getenv("WARREN_RUNSC"), "--envd", os.Getenv("WARREN_ENVD"),
-		"--base-rootfs", os.Getenv("WARREN_TEST_ROOTFS_TAR"), "--cgroup-root", n.iso.CgroupRoot,
-		"--nft-table", n.iso.Table, "--net-cidr", n.iso.CIDR, "--veth-prefix", n.iso.VethPrefix)
-}
-
-func (n *node) client() *nodeclient.Client {
-	return nodeclient.New("http://"+n.rpc, nodeclient.Options{Token: nodeToken})
+// newNode is the node id, registering with replica 1.
+func newNode(id, rpc, proxy, dataDir string, iso e2eserve.Isolation) *node {
+	return &node{id: id, Node: e2eserve.NewNode(e2eserve.NodeOptions{ID: id, RPCListen: rpc, ProxyListen: proxy,
+		APIURL: api1.URL, DataDir: dataDir, Token: nodeToken, Isolation: iso})}
 }
 
 // call makes a request of the API at addr and returns the status and body.
 func call(t *testing.T, addr, method, path string, header map[string]string, body ...string) (int, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(strings.Join(body, "")))
-	if len(body) > 0 {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return e2eserve.Call(t, method, "http://"+addr+path, header, body...)
 }
 
+// admin makes an admin request of replica 1 and returns its 2xx answer's
+// body.
 func admin(t *testing.T, method, path string) []byte {
 	t.Helper()
-	code, b := call(t, api1Addr, method, path, map[string]string{"X-Admin-Token": adminToken})
-	if code/100 != 2 {
-		t.Fatalf("%s %s: %d %s", method, path, code, b)
-	}
-	return b
+	return api1.Call(t, method, path)
 }
 
 // nodeInfo is what the test reads of GET /admin/nodes.
-type nodeInfo struct {
-	ID        string   `json:"id"`
-	Status    string   `json:"status"`
-	Sandboxes int      `json:"sandboxes"`
-	Templates []string `json:"templates"`
-}
+type nodeInfo = e2eserve.NodeInfo
 
 // waitNodes waits until cond holds of the registered nodes.
 func waitNodes(t *testing.T, what string, timeout time.Duration, cond func(map[string]nodeInfo) bool) map[string]nodeInfo {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var list []nodeInfo
-		if err := json.Unmarshal(admin(t, "GET", "/admin/nodes"), &list); err != nil {
-			t.Fatal(err)
-		}
-		m := map[string]nodeInfo{}
-		for _, n := range list {
-			m[n.ID] = n
-		}
-		if cond(m) {
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; nodes %+v", what, timeout, m)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	return api1.WaitNodes(t, what, timeout, cond)
 }
 
 // twoNodes starts two warren api replicas over a Postgres schema of the
@@ -224,35 +97,16 @@ func waitNodes(t *testing.T, what string, timeout time.Duration, cond func(map[s
 // ready, and returns them with the SDK's configuration for replica 1.
 func twoNodes(t *testing.T) (*node, *node, e2b.Config) {
 	t.Helper()
-	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
-	for _, env := range []string{"WARREN_WARREN", "WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
-		e2eserve.Require(t, e2eserve.Exists(os.Getenv(env)), "$"+env+" does not exist; run make build base-rootfs")
-	}
+	e2eserve.RunscPrerequisites(t)
 	dsn := storetest.PostgresSchema(t)
-	if err := os.MkdirAll("../../var", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	base, err := os.MkdirTemp("../../var", "tplnodes-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, _ = filepath.Abs(base)
-	t.Cleanup(func() { os.RemoveAll(base) })
+	base := e2eserve.NodesDir(t, "tplnodes-e2e-")
 
 	startAPI(t, api1Addr, dsn)
 	startAPI(t, api2Addr, dsn)
-	a := &node{id: "tn-a", rpc: "127.0.0.1:3952", proxy: "127.0.0.1:3953", dataDir: filepath.Join(base, "a"), iso: isoA}
-	b := &node{id: "tn-b", rpc: "127.0.0.1:3954", proxy: "127.0.0.1:3955", dataDir: filepath.Join(base, "b"), iso: isoB}
-	t.Cleanup(func() { e2eserve.UnmountUnder(t, base) })
+	a := newNode("tn-a", "127.0.0.1:3952", "127.0.0.1:3953", filepath.Join(base, "a"), isoA)
+	b := newNode("tn-b", "127.0.0.1:3954", "127.0.0.1:3955", filepath.Join(base, "b"), isoB)
 	for _, n := range []*node{a, b} {
-		n.run(t)
-		t.Cleanup(func() { // before the node stops: kill what is left on it
-			if list, err := n.client().List(context.Background()); err == nil {
-				for _, sb := range list {
-					n.client().Kill(context.Background(), sb.ID, "request") //nolint:errcheck
-				}
-			}
-		})
+		n.Run(t)
 	}
 	waitNodes(t, "both nodes ready", 3*time.Minute, func(m map[string]nodeInfo) bool {
 		return m["tn-a"].Status == "ready" && m["tn-b"].Status == "ready"
@@ -264,7 +118,7 @@ func twoNodes(t *testing.T) (*node, *node, e2b.Config) {
 // onNode reports whether sandbox id runs on n.
 func onNode(t *testing.T, n *node, id string) bool {
 	t.Helper()
-	list, err := n.client().List(context.Background())
+	list, err := n.Client().List(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
