@@ -15,16 +15,19 @@ import (
 // API's default), which the base pool's members get.
 const defaultMemberMiB = 512
 
-// warmPoolResult says the base warm pool `warren serve --pool-size auto`
-// keeps on this host.
+// warmPoolResult says the warm pools `warren serve --pool-size auto`
+// keeps on this host: base's, and code-interpreter-v1's when it is
+// offered.
 func warmPoolResult() doctor.Result {
 	size, why, err := app.HostPoolSize(defaultMemberMiB)
 	if err != nil {
 		return doctor.Result{Name: "warm pool", Status: doctor.Warn, Detail: fmt.Sprintf("serve --pool-size auto keeps no base pool: %v", err),
 			Fix: "give warren serve --pool-size N"}
 	}
+	ci, _, _ := app.HostPoolSize(app.CodeInterpreterMemoryMB)
 	return doctor.Result{Name: "warm pool", Status: doctor.OK,
-		Detail: fmt.Sprintf("serve --pool-size auto keeps %d ready base sandboxes: %s (--pool-size N sets it, 0 turns it off)", size, why)}
+		Detail: fmt.Sprintf("serve --pool-size auto keeps %d ready base sandboxes (%s) and %d of %s when it is offered (--pool-size N sets both, 0 turns them off)",
+			size, why, ci, app.CodeInterpreterID)}
 }
 
 // errDoctorFailed makes `warren doctor` exit non-zero without printing a

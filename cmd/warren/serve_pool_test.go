@@ -46,7 +46,7 @@ func adminGet(t *testing.T, url, token, path string) string {
 func TestServeWarmPoolRunsc(t *testing.T) {
 	const key, admin = "e2b_7761726d00000000000000000000000000000001", "warm-admin"
 	s := startServeRunsc(t, key, warmIso, "--admin-token", admin)
-	m := regexp.MustCompile(`msg="warm pool of base" size=(\d+) chosen_by="auto: [^"]+"`).FindStringSubmatch(s.errb.String())
+	m := regexp.MustCompile(`msg="default warm pool" template=base size=(\d+) chosen_by="auto: [^"]+"`).FindStringSubmatch(s.errb.String())
 	if m == nil {
 		t.Fatalf("no startup log line saying the base pool's automatic size:\n%s", s.errb.String())
 	}

@@ -3,13 +3,17 @@
 package codeinterpe2e
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
+	"github.com/warren-sandbox/warren/pkg/client"
 )
 
 // iso names the host objects of this test process's servers.
@@ -22,7 +26,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-const apiKey = "e2b_00112233445566778899aabbccddeeff00112233"
+const (
+	apiKey     = "e2b_00112233445566778899aabbccddeeff00112233"
+	adminToken = "codeinterp-e2e-admin"
+)
 
 // startServe runs warren serve with the code interpreter template's tar.
 func startServe(t *testing.T) *e2eserve.Server {
@@ -32,8 +39,11 @@ func startServe(t *testing.T) *e2eserve.Server {
 	e2eserve.Require(t, e2eserve.Exists(tar), fmt.Sprintf("$WARREN_TEST_CODE_INTERPRETER_TAR (%q) does not exist; run make code-interpreter-rootfs", tar))
 	e2eserve.Require(t, e2eserve.Exists("../node_modules/@e2b/code-interpreter/package.json"), "e2e/node_modules/@e2b/code-interpreter missing; run npm ci in e2e/")
 	dataDir := t.TempDir()
-	s := e2eserve.Start(t, e2eserve.Options{DataDir: dataDir, APIKey: apiKey, Isolation: iso,
-		ExtraArgs: []string{"--code-interpreter-rootfs", tar}})
+	// A warm pool of 1 per default template, as `warren serve` keeps by
+	// default (auto: 2 on the 2-core test host): creates claim members
+	// restored from the snapshot while one is ready, restore otherwise.
+	s := e2eserve.Start(t, e2eserve.Options{DataDir: dataDir, APIKey: apiKey, Isolation: iso, AdminToken: adminToken,
+		ExtraArgs: []string{"--code-interpreter-rootfs", tar, "--pool-size", "1"}})
 	// The snapshot on ready is taken before the server serves: sandboxes
 	// restore it (base's build has none).
 	if snaps, _ := filepath.Glob(filepath.Join(dataDir, "templates", "builds", "*", "snapshot")); len(snaps) != 1 {
@@ -43,12 +53,47 @@ func startServe(t *testing.T) *e2eserve.Server {
 }
 
 // TestCodeInterpreter runs each case of run.mjs (a sandbox of
-// code-interpreter-v1 each) against one server, then "bench", which
-// prints the time from create to the first runCode('1+1')
-// (docs/BENCHMARKS.md; $CODE_INTERPRETER_BENCH_N sandboxes, 5 by default)
-// and asserts only the results.
+// code-interpreter-v1 each) against one server with its default warm
+// pool, then "bench", which prints the time from create to the first
+// runCode('1+1') (docs/BENCHMARKS.md; $CODE_INTERPRETER_BENCH_N
+// sandboxes, 5 by default) and asserts only the results. The first case
+// waits for a ready member, so at least it claims one.
 func TestCodeInterpreter(t *testing.T) {
 	s := startServe(t)
+	c := client.New(s.Env["E2B_API_URL"], "")
+	c.Header.Set("X-Admin-Token", adminToken)
+	pool := func() (ready, hits int64) {
+		t.Helper()
+		var pools []struct {
+			TemplateID string `json:"templateID"`
+			Ready      int64  `json:"ready"`
+			Hits       int64  `json:"hits"`
+		}
+		if _, _, err := c.Do(context.Background(), http.MethodGet, "/admin/pools", nil, &pools); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pools {
+			if p.TemplateID == "code-interpreter-v1" {
+				return p.Ready, p.Hits
+			}
+		}
+		t.Fatalf("no warm pool of code-interpreter-v1: %+v", pools)
+		return 0, 0
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for ready, _ := pool(); ready < 1; ready, _ = pool() {
+		if time.Now().After(deadline) {
+			t.Fatal("the code interpreter's pool has no ready member within 3 minutes")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	defer func() {
+		_, hits := pool()
+		t.Logf("code interpreter pool hits: %d", hits)
+		if hits < 1 {
+			t.Error("no create claimed a member of the code interpreter's pool")
+		}
+	}()
 	for _, c := range []string{"result", "stdout", "state", "error", "png", "dataframe", "envs", "contexts", "bash", "javascript", "interrupt", "pause", "bench"} {
 		t.Run(c, func(t *testing.T) {
 			out := s.Node(t, "run.mjs", c)

@@ -103,10 +103,11 @@ type Config struct {
 	Limits store.Limits
 	// Node tunes the node agent; zero fields keep its defaults.
 	Node NodeTuning
-	// BasePool is the size of the base template's warm pool, set at every
-	// start (basepool.go): PoolSizeAuto sizes it from the host, 0 (the
-	// zero value; warren serve's default is auto) turns it off.
-	BasePool int
+	// DefaultPools is the size of the warm pools of base and of the code
+	// interpreter's template when it is offered, set at every start
+	// (basepool.go): PoolSizeAuto sizes each from the host, 0 (the zero
+	// value; warren serve's default is auto) turns them off.
+	DefaultPools int
 	// TemplateGCInterval is the time between two runs of the template
 	// garbage collector (default 1h; negative disables it).
 	TemplateGCInterval time.Duration
@@ -276,11 +277,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if apiCfg.Pools != nil {
-		if err := setBasePool(ctx, cfg.BasePool, apiCfg.Pools, parts.templates, api, log); err != nil {
-			if cfg.BasePool != PoolSizeAuto {
+		if err := setDefaultPools(ctx, cfg.DefaultPools, apiCfg.Pools, parts.templates, api, log); err != nil {
+			if cfg.DefaultPools != PoolSizeAuto {
 				return err // asked for explicitly
 			}
-			log.Warn("no warm pool of base", "error", err)
+			log.Warn("no default warm pool", "error", err)
 		}
 	}
 	nodes := nodereg.NewRegistry(st, lc, log.With("component", "nodereg"))

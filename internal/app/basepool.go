@@ -16,10 +16,11 @@ import (
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
-// The base template's warm pool is on by default (issue 19): creates of
-// base claim a ready sandbox instead of starting one. Config.BasePool sets
-// its size at every start; PoolSizeAuto sizes it from the host
-// (AutoPoolSize) and 0 turns it off. Pools of other templates are set
+// The warm pools of base and of the code interpreter's template (when it
+// is offered) are on by default (issue 19): their creates claim a ready
+// sandbox instead of starting one. Config.DefaultPools sets their size at
+// every start; PoolSizeAuto sizes each from the host and its members'
+// memory (AutoPoolSize) and 0 turns them off. Pools of other templates are set
 // through the admin API and kept by the node across restarts as before;
 // a size set that way for base lasts until the next start.
 
@@ -69,14 +70,36 @@ func ParsePoolSize(v string) (int, error) {
 	return n, nil
 }
 
-// setBasePool sets the base template's warm pool to size (PoolSizeAuto:
-// sized from the host) with the resources the API gives a create of base
-// with default resources, so that such creates claim its members. It
-// logs what was chosen.
-func setBasePool(ctx context.Context, size int, pools nodeapi.Pooler, tmpls apiserver.TemplateResolver, api *apiserver.Server, log *slog.Logger) error {
-	tmpl, err := tmpls.Resolve(ctx, apiserver.DefaultTeamID, "base")
+// defaultPoolTemplates are the system templates whose warm pools
+// Config.DefaultPools sizes at every start: base, and the code interpreter's
+// when it is offered (its root filesystem tar exists).
+var defaultPoolTemplates = []string{"base", CodeInterpreterID}
+
+// setDefaultPools sets the warm pool of each of defaultPoolTemplates that
+// exists to size (PoolSizeAuto: sized from the host for that template's
+// members). base must exist; a code interpreter that is not offered is
+// skipped.
+func setDefaultPools(ctx context.Context, size int, pools nodeapi.Pooler, tmpls apiserver.TemplateResolver, api *apiserver.Server, log *slog.Logger) error {
+	for _, name := range defaultPoolTemplates {
+		err := setDefaultPool(ctx, name, size, pools, tmpls, api, log)
+		if errdefs.IsNotFound(err) && name != "base" {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setDefaultPool sets the warm pool of the system template name to size
+// (PoolSizeAuto: sized from the host) with the resources the API gives a
+// create of it with default resources, so that such creates claim its
+// members. It logs what was chosen.
+func setDefaultPool(ctx context.Context, name string, size int, pools nodeapi.Pooler, tmpls apiserver.TemplateResolver, api *apiserver.Server, log *slog.Logger) error {
+	tmpl, err := tmpls.Resolve(ctx, apiserver.DefaultTeamID, name)
 	if err != nil {
-		return fmt.Errorf("warm pool of base: %w", err)
+		return fmt.Errorf("warm pool of %s: %w", name, err)
 	}
 	res := api.SandboxResources(tmpl)
 	why := "--pool-size"
@@ -84,14 +107,14 @@ func setBasePool(ctx context.Context, size int, pools nodeapi.Pooler, tmpls apis
 		var err error
 		size, why, err = HostPoolSize(res.MemoryMB)
 		if err != nil {
-			log.Warn("warm pool of base: host memory unknown; pool off", "error", err)
+			log.Warn("default warm pool off: host memory unknown", "template", name, "error", err)
 		}
 		why = "auto: " + why
 	}
 	if err := pools.SetPool(ctx, tmpl, res, size); err != nil {
-		return fmt.Errorf("warm pool of base: %w", err)
+		return fmt.Errorf("warm pool of %s: %w", name, err)
 	}
-	log.Info("warm pool of base", "size", size, "chosen_by", why, "build_id", tmpl.BuildID,
+	log.Info("default warm pool", "template", name, "size", size, "chosen_by", why, "build_id", tmpl.BuildID,
 		"vcpus", res.VCPUs, "memory_mb", res.MemoryMB)
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
@@ -55,7 +56,8 @@ func TestParsePoolSize(t *testing.T) {
 // TestSetBasePool: the base pool is set with the resources the API gives
 // a default create of base (so such creates claim its members), sized
 // from the host for PoolSizeAuto, and removed by 0, also when an earlier
-// start left one in the node's pools.json.
+// start left one in the node's pools.json. The code interpreter's
+// template is not offered here, so it has no pool and no error.
 func TestSetBasePool(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -76,7 +78,7 @@ func TestSetBasePool(t *testing.T) {
 	}
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	if err := setBasePool(ctx, PoolSizeAuto, pl, tmpl, api, log); err != nil {
+	if err := setDefaultPools(ctx, PoolSizeAuto, pl, tmpl, api, log); err != nil {
 		t.Fatal(err)
 	}
 	base, _ := tmpl.Resolve(ctx, "", "base")
@@ -89,7 +91,10 @@ func TestSetBasePool(t *testing.T) {
 	if got := pl.Pools()["base"].Size; got != want {
 		t.Errorf("automatic base pool size %d, want %d", got, want)
 	}
-	if !strings.Contains(logs.String(), `msg="warm pool of base"`) || !strings.Contains(logs.String(), "chosen_by=\"auto: ") {
+	if p, ok := pl.Pools()[CodeInterpreterID]; ok {
+		t.Errorf("a pool of the code interpreter's template, which is not offered: %+v", p)
+	}
+	if !strings.Contains(logs.String(), `msg="default warm pool" template=base`) || !strings.Contains(logs.String(), "chosen_by=\"auto: ") {
 		t.Errorf("the log does not say what was chosen:\n%s", logs.String())
 	}
 	if want > 0 {
@@ -101,7 +106,7 @@ func TestSetBasePool(t *testing.T) {
 			}
 		}
 	}
-	if err := setBasePool(ctx, 3, pl, tmpl, api, log); err != nil {
+	if err := setDefaultPools(ctx, 3, pl, tmpl, api, log); err != nil {
 		t.Fatal(err)
 	}
 	if got := pl.Pools()["base"].Size; got != 3 {
@@ -119,7 +124,7 @@ func TestSetBasePool(t *testing.T) {
 	if _, ok := pl2.Pools()["base"]; !ok {
 		t.Fatal("the base pool was not restored from pools.json")
 	}
-	if err := setBasePool(ctx, 0, pl2, tmpl, api, log); err != nil {
+	if err := setDefaultPools(ctx, 0, pl2, tmpl, api, log); err != nil {
 		t.Fatal(err)
 	}
 	if p, ok := pl2.Pools()["base"]; ok {
@@ -137,5 +142,71 @@ func waitBasePool(t *testing.T, pl nodeapi.Pooler) {
 			t.Fatalf("base pool has no ready member within a minute: %+v", pl.Pools()["base"])
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSetDefaultPoolsCodeInterpreter: when the code interpreter's
+// template is offered, its pool is on by default too, sized from the host
+// for its own members (1 GiB each), with the resources of its default
+// create; 0 turns both pools off.
+func TestSetDefaultPoolsCodeInterpreter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n, _, closeNode, err := fakeNode(ctx, Config{DataDir: t.TempDir(), Logger: testenv.Logger(t)}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeNode()
+	tmpls := StaticTemplates{
+		"base": {ID: "base", BuildID: "base", RootFS: "/nonexistent/fake-rootfs"},
+		CodeInterpreterID: {ID: CodeInterpreterID, BuildID: "ci1", RootFS: "/nonexistent/fake-rootfs",
+			Resources: sandbox.Resources{MemoryMB: 1024}},
+	}
+	pl := n.(nodeapi.Pooler)
+	st := storetest.SQLite(t)
+	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := apiserver.New(apiserver.Config{Store: st, Lifecycle: lc, Templates: tmpls, AdminToken: "adm", Pools: pl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	if err := setDefaultPools(ctx, PoolSizeAuto, pl, tmpls, api, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := hostMemoryMiB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := AutoPoolSize(runtime.NumCPU(), mem, 1024)
+	p, ok := pl.Pools()[CodeInterpreterID]
+	if !ok || p.Size != want || p.BuildID != "ci1" {
+		t.Errorf("code interpreter pool %+v (there: %v), want size %d of build ci1", p, ok, want)
+	}
+	if ci := tmpls[CodeInterpreterID]; want > 0 {
+		res := api.SandboxResources(ci)
+		deadline := time.Now().Add(time.Minute)
+		for pl.Pools()[CodeInterpreterID].Ready == 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if res.MemoryMB != 1024 {
+			t.Errorf("a default create of the code interpreter gets %d MiB, want its template's 1024", res.MemoryMB)
+		}
+		if _, ok := pl.Reserve(ci, res); !ok {
+			t.Error("a default create of the code interpreter finds no member of its pool")
+		}
+	}
+	if !strings.Contains(logs.String(), `msg="default warm pool" template=`+CodeInterpreterID) {
+		t.Errorf("the log does not say the code interpreter's pool:\n%s", logs.String())
+	}
+	if err := setDefaultPools(ctx, 0, pl, tmpls, api, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"base", CodeInterpreterID} {
+		if p, ok := pl.Pools()[name]; ok {
+			t.Errorf("pool of %s after --pool-size 0: %+v", name, p)
+		}
 	}
 }

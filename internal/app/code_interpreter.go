@@ -13,6 +13,10 @@ import (
 // by default.
 const CodeInterpreterID = "code-interpreter-v1"
 
+// CodeInterpreterMemoryMB is the memory of a code-interpreter-v1 sandbox
+// created with default resources, and of its warm pool's members.
+const CodeInterpreterMemoryMB = 1024
+
 // codeInterpreterTemplate is the code interpreter's system template over
 // the tar from scripts/build-code-interpreter-rootfs.sh: its server
 // (images/code-interpreter) is the start command and its health the ready
@@ -23,7 +27,7 @@ func codeInterpreterTemplate(tar string) templates.SystemTemplate {
 		StartCmd: "python3 /opt/warren/code-interpreter/server.py",
 		ReadyCmd: "curl -sf http://127.0.0.1:49999/health",
 		Env:      map[string]string{"MPLBACKEND": "module://matplotlib_inline.backend_inline", "PYTHONUNBUFFERED": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"},
-		CPUCount: templates.DefaultCPU, MemoryMB: 1024,
+		CPUCount: templates.DefaultCPU, MemoryMB: CodeInterpreterMemoryMB,
 	}
 }
 
