@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -161,4 +162,31 @@ func TestCreateLimitCountsStarting(t *testing.T) {
 	if _, err := m.Create(ctx, p); !errors.As(err, &le) {
 		t.Fatalf("third create after two started: %v, want a limit error", err)
 	}
+}
+
+// TestCreateExitWhileStarting: a node's exit event for a sandbox whose one
+// store write has not happened yet is not lost: the row is stored killed
+// with the event's reason, and Create fails.
+func TestCreateExitWhileStarting(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, storetest.SQLite(t), fakenode.New(), nil)
+		var id string
+		h.node.BeforeCreate = func(req nodeapi.CreateRequest) {
+			id = req.ID
+			h.node.Emit(nodeapi.Event{Type: nodeapi.EventExited, SandboxID: req.ID, ExecutionID: req.ExecutionID, Reason: sandbox.KillOOM, At: time.Now()})
+			synctest.Wait()
+		}
+		_, err := h.m.Create(context.Background(), lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour})
+		if !errdefs.IsConflict(err) {
+			t.Fatalf("create that exited while starting: %v, want a conflict", err)
+		}
+		h.wantState(id, sandbox.StateKilled, sandbox.KillOOM)
+		if h.onNode(id) {
+			t.Fatal("sandbox that exited while starting still on the node")
+		}
+		if n := h.killed(sandbox.KillOOM.String()); n != 1 {
+			t.Fatalf("sandbox_killed_total{kill_reason=oom} = %v, want 1", n)
+		}
+	})
 }
