@@ -82,17 +82,21 @@ func (m *Manager) createOneWrite(ctx context.Context, p CreateParams, sb *store.
 		m.unpool(sb.ID, pooled)
 		return nil, err
 	}
-	defer m.unadmit(sb.TeamID, p.MaxConcurrent)
+	// The slot admit took is given back by record, in the critical
+	// section of the write that stores the row holding it, or below when
+	// no row is stored running.
 	m.addPending(sb.ID, sb.TeamID, sb.Spec.ExecutionID)
 	log := m.log.With("sandbox_id", sb.ID, "team_id", sb.TeamID, "template_id", sb.TemplateID)
 	req, ns, err := m.nodeCreate(ctx, p, sb)
 	if err != nil {
 		m.takePending(sb.ID)
+		m.unadmit(sb.TeamID, p.MaxConcurrent)
 		return nil, fmt.Errorf("create sandbox %q: %w", sb.ID, nodeFailure(err))
 	}
 	unlock := m.lock(sb.ID)
 	killed := m.takePending(sb.ID)
 	if killed != "" {
+		m.unadmit(sb.TeamID, p.MaxConcurrent)
 		err = m.recordKilledStart(ctx, sb, killed)
 	} else {
 		markStarted(sb, ns, p.Timeout)
@@ -228,6 +232,11 @@ func (m *Manager) unadmit(teamID string, limit int) {
 	}
 	m.createMu.Lock()
 	defer m.createMu.Unlock()
+	m.unadmitLocked(teamID)
+}
+
+// unadmitLocked is unadmit with createMu held.
+func (m *Manager) unadmitLocked(teamID string) {
 	if m.admitted[teamID]--; m.admitted[teamID] <= 0 {
 		delete(m.admitted, teamID)
 	}
@@ -236,7 +245,9 @@ func (m *Manager) unadmit(teamID string, limit int) {
 // record inserts sb with its event e within the team's limit, counting in
 // the store and, besides this create's own slot, the other admitted
 // creates and resumes of this Manager (a second process on the same store
-// may have taken the slot since admit: ErrExhausted).
+// may have taken the slot since admit: ErrExhausted). It gives back the
+// slot admit took under the same lock: once the row is stored the store
+// counts it, and counted twice it would refuse another create's write.
 func (m *Manager) record(ctx context.Context, sb *store.Sandbox, e *store.Event, limit int) error {
 	ctx = context.WithoutCancel(ctx)
 	if limit <= 0 {
@@ -246,6 +257,7 @@ func (m *Manager) record(ctx context.Context, sb *store.Sandbox, e *store.Event,
 	defer m.createMu.Unlock()
 	within := limit - m.resuming[sb.TeamID] - (m.admitted[sb.TeamID] - 1)
 	err := m.st.RecordSandbox(ctx, sb, e, max(within, 1), store.ActiveStates...)
+	m.unadmitLocked(sb.TeamID)
 	if errdefs.IsExhausted(err) {
 		return &LimitError{Limit: limit}
 	}

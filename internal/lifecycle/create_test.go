@@ -190,3 +190,58 @@ func TestCreateExitWhileStarting(t *testing.T) {
 		}
 	})
 }
+
+// heldEndNode is a fake node whose first SetEndTime waits for release,
+// after signalling entered.
+type heldEndNode struct {
+	*fakenode.Node
+	calls            atomic.Int32
+	entered, release chan struct{}
+}
+
+func (n *heldEndNode) SetEndTime(ctx context.Context, id string, at time.Time) error {
+	if n.calls.Add(1) == 1 {
+		close(n.entered)
+		<-n.release
+	}
+	return n.Node.SetEndTime(ctx, id, at)
+}
+
+// TestCreateSlotGivenBackAtWrite: a create's concurrency slot passes to
+// its row at the one store write, not when Create returns, so a create
+// whose row is stored while another is still being answered (here its
+// node's SetEndTime) is not counted twice against a third's write.
+func TestCreateSlotGivenBackAtWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fn := fakenode.New()
+	fn.IgnoreTimeout = true // so the create sends SetEndTime after its write
+	n := &heldEndNode{Node: fn, entered: make(chan struct{}), release: make(chan struct{})}
+	var creates atomic.Int32
+	bEntered, bRelease := make(chan struct{}), make(chan struct{})
+	fn.BeforeCreate = func(nodeapi.CreateRequest) {
+		if creates.Add(1) == 1 {
+			close(bEntered)
+			<-bRelease
+		}
+	}
+	m, err := lifecycle.New(lifecycle.Config{Store: storetest.SQLite(t), Node: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour, MaxConcurrent: 2}
+	errB := make(chan error, 1)
+	go func() { _, err := m.Create(ctx, p); errB <- err }()
+	<-bEntered // b is admitted and on its node
+	errA := make(chan error, 1)
+	go func() { _, err := m.Create(ctx, p); errA <- err }()
+	<-n.entered // a's row is stored; its create has not returned
+	close(bRelease)
+	if err := <-errB; err != nil {
+		t.Errorf("second create within the limit of 2: %v", err)
+	}
+	close(n.release)
+	if err := <-errA; err != nil {
+		t.Fatal(err)
+	}
+}
