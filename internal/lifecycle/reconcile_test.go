@@ -16,12 +16,10 @@ import (
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 )
 
-// idle returns a harness whose Manager is not running: the test calls
-// Reconcile itself, at the point of another call it chooses.
-func idle(t *testing.T) *harness { return idleOf(t, false) }
-
-// idleOf is idle with a Manager of every node (the API role's, whose
-// creates insert a starting row first) when allNodes is set.
+// idleOf returns a harness whose Manager is not running: the test calls
+// Reconcile itself, at the point of another call it chooses. The Manager
+// is of every node (the API role's, whose creates insert a starting row
+// first) when allNodes is set, of one node (one store write) otherwise.
 func idleOf(t *testing.T, allNodes bool) *harness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
