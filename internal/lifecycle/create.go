@@ -104,7 +104,14 @@ func (m *Manager) createOneWrite(ctx context.Context, p CreateParams, sb *store.
 	}
 	unlock()
 	if killed != "" || err != nil {
-		m.node.Kill(context.WithoutCancel(ctx), ns.ID, sandbox.KillRequest) //nolint:errcheck
+		if err != nil && !errdefs.IsExhausted(err) {
+			log.Warn("record created sandbox; stopping it on its node", "error", err)
+		}
+		// Not recorded running: stop it. One this fails to stop is an
+		// orphan to the next reconcile.
+		if kerr := m.node.Kill(context.WithoutCancel(ctx), ns.ID, sandbox.KillRequest); kerr != nil && !errdefs.IsNotFound(kerr) {
+			log.Warn("stop sandbox not recorded running", "error", kerr)
+		}
 		if err == nil {
 			err = fmt.Errorf("sandbox %q was killed while starting: %w", sb.ID, errdefs.ErrConflict)
 		}
