@@ -104,20 +104,37 @@ func (m *Manager) createOneWrite(ctx context.Context, p CreateParams, sb *store.
 	}
 	unlock()
 	if killed != "" || err != nil {
-		if err != nil && !errdefs.IsExhausted(err) {
+		reason := sandbox.KillRequest
+		if killed != "" {
+			reason = killed
+			log = log.With("kill_reason", reason.String())
+			log.Info("sandbox killed while starting", "execution_id", sb.Spec.ExecutionID)
+		} else if !errdefs.IsExhausted(err) {
 			log.Warn("record created sandbox; stopping it on its node", "error", err)
 		}
-		// Not recorded running: stop it. One this fails to stop is an
-		// orphan to the next reconcile.
-		if kerr := m.node.Kill(context.WithoutCancel(ctx), ns.ID, sandbox.KillRequest); kerr != nil && !errdefs.IsNotFound(kerr) {
-			log.Warn("stop sandbox not recorded running", "error", kerr)
-		}
+		m.stopUnrecorded(ctx, sb, reason, log)
 		if err == nil {
 			err = fmt.Errorf("sandbox %q was killed while starting: %w", sb.ID, errdefs.ErrConflict)
 		}
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	return m.created(ctx, sb, req, ns, log), nil
+}
+
+// stopUnrecorded kills the execution of sb the node started, which is not
+// recorded running, for reason. One it fails to stop is an orphan to the
+// next reconcile.
+func (m *Manager) stopUnrecorded(ctx context.Context, sb *store.Sandbox, reason sandbox.KillReason, log *slog.Logger) {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	if ek, ok := m.node.(nodeapi.ExecutionKiller); ok {
+		err = ek.KillExecution(ctx, sb.ID, sb.Spec.ExecutionID, reason)
+	} else {
+		err = m.node.Kill(ctx, sb.ID, reason)
+	}
+	if err != nil && !errdefs.IsNotFound(err) {
+		log.Warn("stop sandbox not recorded running", "error", err)
+	}
 }
 
 // recordKilledStart stores sandbox sb, killed for reason while the node

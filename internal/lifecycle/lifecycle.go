@@ -230,6 +230,8 @@ func (m *Manager) event(ctx context.Context, e *store.Event) {
 func (m *Manager) Kill(ctx context.Context, teamID, id string, reason sandbox.KillReason) error {
 	defer m.lock(id)()
 	if m.killPending(teamID, id, "", reason) {
+		// Its create carries the kill out when the node answers.
+		m.log.Info("killing sandbox while it starts", "sandbox_id", id, "kill_reason", reason.String())
 		return nil
 	}
 	if _, err := m.Get(ctx, teamID, id); err != nil {
