@@ -11,6 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/events"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/webhooks"
 )
@@ -37,6 +38,14 @@ type pokingStore struct {
 func (p pokingStore) AppendEvent(ctx context.Context, e *store.Event) error {
 	err := p.Store.AppendEvent(ctx, e)
 	if err == nil {
+		p.poke()
+	}
+	return err
+}
+
+func (p pokingStore) RecordSandbox(ctx context.Context, sb *store.Sandbox, ev *store.Event, limit int, states ...sandbox.State) error {
+	err := p.Store.RecordSandbox(ctx, sb, ev, limit, states...)
+	if err == nil && ev != nil {
 		p.poke()
 	}
 	return err

@@ -195,6 +195,10 @@ func (m *Manager) handle(ctx context.Context, ev nodeapi.Event) {
 		reason = sandbox.KillExited
 	}
 	defer m.lock(ev.SandboxID)()
+	if m.killPending("", ev.SandboxID, ev.ExecutionID, reason) {
+		m.log.Info("sandbox ended on its node while starting", "sandbox_id", ev.SandboxID, "kill_reason", reason.String())
+		return
+	}
 	sb, err := m.markKilled(ctx, ev.SandboxID, reason, ev.ExecutionID)
 	switch {
 	case err == nil:

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -298,4 +300,63 @@ func TestOrphanKill(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestKillWhileStarting checks docs/lifecycle.md §1 for a kill that comes
+// while the node starts the sandbox, on both create paths: the kill
+// succeeds, the create fails with a conflict, and the reason is on the
+// stored row, its killed event, sandbox_killed_total and every log line
+// naming the sandbox from the kill on; nothing is left on the node. A
+// create of one store write also asks its node to kill with that reason.
+func TestKillWhileStarting(t *testing.T) {
+	t.Parallel()
+	for _, allNodes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("all nodes %t", allNodes), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				logs := &logBuf{}
+				h := start(t, storetest.SQLite(t), fakenode.New(), func(c *lifecycle.Config) {
+					c.AllNodes = allNodes
+					c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				})
+				var id string
+				h.node.BeforeCreate = func(req nodeapi.CreateRequest) {
+					id = req.ID
+					logs.Reset()
+					if err := h.m.Kill(ctx, "", req.ID, sandbox.KillAdmin); err != nil {
+						t.Errorf("kill while starting: %v", err)
+					}
+				}
+				_, err := h.m.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour})
+				if !errdefs.IsConflict(err) {
+					t.Fatalf("create killed while starting: %v, want a conflict", err)
+				}
+				synctest.Wait()
+				h.wantState(id, sandbox.StateKilled, sandbox.KillAdmin)
+				if n := h.killed(sandbox.KillAdmin.String()); n != 1 {
+					t.Fatalf("sandbox_killed_total{kill_reason=admin} = %v, want 1", n)
+				}
+				evs, err := h.st.QueryEvents(ctx, store.EventFilter{SandboxID: id, Types: []string{store.EventKilled}})
+				if err != nil || len(evs) != 1 || evs[0].Reason != sandbox.KillAdmin {
+					t.Fatalf("killed events: %+v, %v; want one, admin", evs, err)
+				}
+				if h.onNode(id) {
+					t.Fatal("sandbox killed while starting still on the node")
+				}
+				if !allNodes && !slices.Contains(h.node.Calls(), "kill "+id+" admin") {
+					t.Errorf("node not asked to kill with the reason: %v", h.node.Calls())
+				}
+				lines := logs.lines(t, id)
+				if len(lines) == 0 {
+					t.Fatal("no log line names the sandbox killed while starting")
+				}
+				for _, l := range lines {
+					if l["kill_reason"] != sandbox.KillAdmin.String() {
+						t.Errorf("log line without kill_reason=admin: %v", l)
+					}
+				}
+			})
+		})
+	}
 }

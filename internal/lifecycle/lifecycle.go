@@ -94,6 +94,11 @@ type Manager struct {
 	// their row is inserted until their start is recorded (reconcile.go).
 	startMu  sync.Mutex
 	starting map[string]struct{}
+	// pending (under startMu) holds the creates of one store write whose
+	// row is not stored yet; admitted (under createMu) counts them per
+	// team (create.go).
+	pending  map[string]*pendingCreate
+	admitted map[string]int
 
 	evMu      sync.Mutex
 	deadlines map[string]deadline
@@ -130,6 +135,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
 		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{}, resuming: map[string]int{},
+		pending: map[string]*pendingCreate{}, admitted: map[string]int{},
 		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_killed_total",
 			Help: "Sandboxes killed, by kill reason.",
@@ -180,110 +186,6 @@ type CreateParams struct {
 	MaxConcurrent int
 }
 
-// Create starts a sandbox and returns its record once it runs. A team over
-// its concurrency limit gets an ErrExhausted error wrapped in LimitError.
-func (m *Manager) Create(ctx context.Context, p CreateParams) (*store.Sandbox, error) {
-	now := time.Now().UTC()
-	id, pooled := m.poolID(p)
-	m.beginStart(id)
-	defer m.endStart(id)
-	sb := &store.Sandbox{
-		ID: id, TeamID: p.TeamID, TemplateID: p.Template.ID, State: sandbox.StateStarting,
-		Epoch: 1, StartedAt: now, EndAt: now.Add(p.Timeout),
-		Spec: store.Spec{
-			Alias: p.Alias, BuildID: p.Template.BuildID, NodeID: m.cfg.NodeID, ExecutionID: sandbox.NewExecutionID(),
-			Resources: p.Resources, Metadata: maps.Clone(p.Metadata), AutoPause: p.AutoPause,
-			AutoPauseMemory: p.AutoPauseMemory, AutoResume: p.AutoResume, AllowInternet: p.AllowInternet,
-			Network: p.Network, VolumeMounts: p.VolumeMounts,
-		},
-	}
-	if p.Secure {
-		sb.Spec.EnvdAccessToken = sandbox.RandomToken(32)
-	}
-	if p.TrafficToken {
-		sb.Spec.TrafficAccessToken = sandbox.RandomToken(32)
-	}
-	if err := m.reserve(ctx, sb, p.MaxConcurrent); err != nil {
-		m.unpool(id, pooled)
-		return nil, err
-	}
-	log := m.log.With("sandbox_id", sb.ID, "team_id", sb.TeamID, "template_id", sb.TemplateID)
-	req := nodeapi.CreateRequest{
-		ID: sb.ID, ExecutionID: sb.Spec.ExecutionID, TeamID: sb.TeamID, Template: p.Template,
-		Resources: p.Resources, EndAt: sb.EndAt, Timeout: p.Timeout, Network: p.Policy, EnvVars: p.EnvVars,
-		EnvdAccessToken: sb.Spec.EnvdAccessToken, Metadata: p.Metadata,
-	}
-	ns, err := m.node.Create(ctx, req)
-	if err != nil {
-		// The sandbox never ran: forget it rather than list a corpse.
-		if derr := m.st.DeleteSandbox(context.WithoutCancel(ctx), sb.ID); derr != nil {
-			log.Warn("forget failed sandbox", "error", derr)
-		}
-		return nil, fmt.Errorf("create sandbox %q: %w", sb.ID, nodeFailure(err))
-	}
-	sb, err = m.st.TransitionSandbox(context.WithoutCancel(ctx), sb.ID, func(s *store.Sandbox) (*store.Event, error) {
-		if s.State != sandbox.StateStarting {
-			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
-		}
-		s.State = sandbox.StateRunning
-		s.Spec.EnvdVersion = ns.EnvdVersion
-		if !ns.StartedAt.IsZero() {
-			s.StartedAt = ns.StartedAt.UTC()
-		}
-		// The TTL counts from when the sandbox is ready, not from when it
-		// was asked for: a slow start does not eat into it.
-		s.EndAt = time.Now().UTC().Add(p.Timeout)
-		return newEvent(s, store.EventCreated), nil
-	})
-	if err != nil {
-		// Killed while starting (e.g. by a concurrent DELETE): stop it.
-		m.node.Kill(context.WithoutCancel(ctx), ns.ID, sandbox.KillRequest) //nolint:errcheck
-		return nil, fmt.Errorf("create sandbox: %w", err)
-	}
-	// The node armed its backstop at its own ready + Timeout, no later
-	// than the end time just stored (docs/lifecycle.md §2); a node that
-	// answers the EndAt it was given does not know Timeout and is told.
-	if ns.EndAt.Equal(req.EndAt) {
-		if err := m.node.SetEndTime(context.WithoutCancel(ctx), sb.ID, sb.EndAt); err != nil {
-			log.Warn("node set end time", "error", err)
-		}
-	}
-	m.arm(sb.ID, sb.Spec.ExecutionID, sb.EndAt)
-	log.Info("sandbox created", "execution_id", sb.Spec.ExecutionID, "end_at", sb.EndAt)
-	return sb, nil
-}
-
-// LimitError is returned by Create when a team is at its concurrency
-// limit. It wraps errdefs.ErrExhausted.
-type LimitError struct{ Limit int }
-
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("you have reached the maximum number of concurrent sandboxes (%d); kill a sandbox or ask for a higher limit", e.Limit)
-}
-
-// Unwrap makes LimitError an ErrExhausted.
-func (e *LimitError) Unwrap() error { return errdefs.ErrExhausted }
-
-func (m *Manager) reserve(ctx context.Context, sb *store.Sandbox, limit int) error {
-	if limit <= 0 {
-		return m.st.CreateSandbox(ctx, sb)
-	}
-	// The store counts and inserts in one transaction serialized per team
-	// across processes (API replicas on one Postgres); createMu spares
-	// this process's creates the database's lock waits.
-	m.createMu.Lock()
-	defer m.createMu.Unlock()
-	within := limit - m.resuming[sb.TeamID] // slots resumes hold
-	if within <= 0 {
-		return &LimitError{Limit: limit}
-	}
-	err := m.st.CreateSandboxWithin(ctx, sb, within, store.ActiveStates...)
-	if errdefs.IsExhausted(err) {
-		return &LimitError{Limit: limit}
-	}
-	return err
-}
-
 // Get returns a live (not killed) sandbox of the team; teamID "" matches
 // any team.
 func (m *Manager) Get(ctx context.Context, teamID, id string) (*store.Sandbox, error) {
@@ -327,6 +229,11 @@ func (m *Manager) event(ctx context.Context, e *store.Event) {
 // ErrNotFound.
 func (m *Manager) Kill(ctx context.Context, teamID, id string, reason sandbox.KillReason) error {
 	defer m.lock(id)()
+	if m.killPending(teamID, id, "", reason) {
+		// Its create carries the kill out when the node answers.
+		m.log.Info("killing sandbox while it starts", "sandbox_id", id, "kill_reason", reason.String())
+		return nil
+	}
 	if _, err := m.Get(ctx, teamID, id); err != nil {
 		return err
 	}

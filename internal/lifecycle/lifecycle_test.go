@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -294,9 +295,18 @@ func TestConnectAndRoute(t *testing.T) {
 
 func TestConcurrencyLimit(t *testing.T) {
 	t.Parallel()
+	for _, allNodes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("all nodes %t", allNodes), func(t *testing.T) {
+			t.Parallel()
+			testConcurrencyLimit(t, allNodes)
+		})
+	}
+}
+
+func testConcurrencyLimit(t *testing.T, allNodes bool) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		h := start(t, storetest.SQLite(t), fakenode.New(), nil)
+		h := start(t, storetest.SQLite(t), fakenode.New(), func(c *lifecycle.Config) { c.AllNodes = allNodes })
 		p := lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Minute, MaxConcurrent: 2}
 		a := h.create(p)
 		h.create(p)

@@ -41,8 +41,9 @@ func (m *Manager) teamLimits(ctx context.Context, teamID string) (TeamLimits, er
 }
 
 // reserveResume takes a concurrency slot of sb's team for a resume, or
-// fails with LimitError when the team is at its limit. The slot counts
-// against creates (reserve) until release, when the resumed sandbox is
+// fails with LimitError when the team is at its limit, counting the
+// creates in progress without a row yet (admit). The slot counts against
+// creates (reserve, admit) until release, when the resumed sandbox is
 // running in the store (or the resume failed).
 func (m *Manager) reserveResume(ctx context.Context, sb *store.Sandbox) (release func(), err error) {
 	lim, err := m.teamLimits(ctx, sb.TeamID)
@@ -58,7 +59,7 @@ func (m *Manager) reserveResume(ctx context.Context, sb *store.Sandbox) (release
 	if err != nil {
 		return nil, err
 	}
-	if n+m.resuming[sb.TeamID] >= lim.MaxConcurrent {
+	if n+m.resuming[sb.TeamID]+m.admitted[sb.TeamID] >= lim.MaxConcurrent {
 		return nil, &LimitError{Limit: lim.MaxConcurrent}
 	}
 	m.resuming[sb.TeamID]++

@@ -9,7 +9,9 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 )
 
@@ -44,6 +46,46 @@ func TestAutoPauseOverPausedLimit(t *testing.T) {
 		other := h.create(lifecycle.CreateParams{TeamID: "other", Timeout: time.Hour})
 		if err := h.m.Pause(ctx, "other", other.ID, true); err != nil {
 			t.Fatalf("pause of another team: %v", err)
+		}
+	})
+}
+
+// TestResumeCountsCreatesInProgress: a create of one store write holds its
+// team's concurrency slot while its node starts it (no row yet), so a
+// resume meanwhile is refused as a create would be.
+func TestResumeCountsCreatesInProgress(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		h := start(t, storetest.SQLite(t), fakenode.New(), func(c *lifecycle.Config) {
+			c.TeamLimits = func(context.Context, string) (lifecycle.TeamLimits, error) {
+				return lifecycle.TeamLimits{MaxConcurrent: 2}, nil
+			}
+		})
+		p := lifecycle.CreateParams{Timeout: time.Hour, MaxConcurrent: 2}
+		paused := h.create(p)
+		if err := h.m.Pause(ctx, "team", paused.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		h.create(p)
+		entered, release := make(chan struct{}), make(chan struct{})
+		h.node.BeforeCreate = func(nodeapi.CreateRequest) { close(entered); <-release }
+		created := make(chan error, 1)
+		go func() {
+			_, err := h.m.Create(ctx, lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour, MaxConcurrent: 2})
+			created <- err
+		}()
+		<-entered
+		var le *lifecycle.LimitError
+		if _, err := h.m.Resume(ctx, "team", paused.ID, time.Hour, nil); !errors.As(err, &le) {
+			t.Errorf("resume while a create takes the last slot: %v, want a limit error", err)
+		}
+		close(release)
+		if err := <-created; err != nil {
+			t.Fatal(err)
+		}
+		if n, err := h.st.CountSandboxes(ctx, "team", store.ActiveStates...); err != nil || n != 2 {
+			t.Fatalf("active sandboxes = %d, %v; want the limit, 2", n, err)
 		}
 	})
 }

@@ -53,9 +53,12 @@ func (m *Manager) isStarting(id string) bool {
 // a fresh read of the store and the node, so a kill, pause or resume that
 // ran since the listings is not undone or counted twice.
 func (m *Manager) Reconcile(ctx context.Context) error {
-	// The node first: a sandbox it lists had its store row inserted before
-	// it was started, so the store listing that follows has it unless it
-	// has ended since.
+	// The node first: a sandbox it lists either had its store row
+	// inserted before it was started (forks, and creates of an AllNodes
+	// Manager) or is still being started by this Manager (isStarting,
+	// checked after the store listing), so the store listing that follows
+	// has it unless it has ended since. One that is neither was started
+	// by a process that died before its write: an orphan (create.go).
 	onNode, err := m.node.List(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile: list node: %w", err)

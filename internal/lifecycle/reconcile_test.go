@@ -16,13 +16,15 @@ import (
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 )
 
-// idle returns a harness whose Manager is not running: the test calls
-// Reconcile itself, at the point of another call it chooses.
-func idle(t *testing.T) *harness {
+// idleOf returns a harness whose Manager is not running: the test calls
+// Reconcile itself, at the point of another call it chooses. The Manager
+// is of every node (the API role's, whose creates insert a starting row
+// first) when allNodes is set, of one node (one store write) otherwise.
+func idleOf(t *testing.T, allNodes bool) *harness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	st, n := storetest.SQLite(t), fakenode.New()
-	m, err := lifecycle.New(lifecycle.Config{Store: st, Node: n, Registry: reg})
+	m, err := lifecycle.New(lifecycle.Config{Store: st, Node: n, Registry: reg, AllNodes: allNodes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,16 +219,23 @@ func TestReconcileRaces(t *testing.T) {
 			}
 		}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			h := idle(t)
-			tc.run(t, h)
-			for _, r := range []sandbox.KillReason{sandbox.KillNodeLost, sandbox.KillOrphaned} {
-				if n := h.killed(r.String()); n != 0 {
-					t.Errorf("sandbox_killed_total{kill_reason=%s} = %v, want 0", r, n)
+	// Both create paths: one store write (one node) and a starting row
+	// first (every node).
+	for _, mode := range []struct {
+		name     string
+		allNodes bool
+	}{{"one node", false}, {"all nodes", true}} {
+		for _, tc := range tests {
+			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				h := idleOf(t, mode.allNodes)
+				tc.run(t, h)
+				for _, r := range []sandbox.KillReason{sandbox.KillNodeLost, sandbox.KillOrphaned} {
+					if n := h.killed(r.String()); n != 0 {
+						t.Errorf("sandbox_killed_total{kill_reason=%s} = %v, want 0", r, n)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

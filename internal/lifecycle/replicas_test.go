@@ -2,6 +2,8 @@ package lifecycle_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -144,6 +146,65 @@ func TestReconcileLeavesAnotherReplicasStart(t *testing.T) {
 	for name, r := range map[string]*replica{"creator": a, "reconciler": b} {
 		if k := (&harness{t: t, reg: r.reg}).killed(sandbox.KillNodeLost.String()); k != 0 {
 			t.Fatalf("%s counted %v node_lost kills", name, k)
+		}
+	}
+}
+
+// TestReplicasKeepTeamLimit: creates of one team sent at once to two
+// Managers over one database never run more sandboxes than the team's
+// limit, on both create paths: the API replicas' (every node, a starting
+// row counted in Postgres before the node call) and one store write
+// (counted again in the write's transaction; a create refused there is
+// stopped on its node). On Postgres each Manager has its own connection
+// pool, as two processes do. The Managers do not Run: a one-write
+// Manager's reconcile would take the other's creates in progress for
+// orphans (why the API role keeps its starting row, create.go).
+func TestReplicasKeepTeamLimit(t *testing.T) {
+	t.Parallel()
+	for name, open := range storetest.Processes() {
+		for _, allNodes := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/all nodes %t", name, allNodes), func(t *testing.T) {
+				t.Parallel()
+				const limit, each = 3, 4
+				stA, stB := open(t)
+				n := fakenode.New()
+				var ms []*lifecycle.Manager
+				for _, st := range []store.Store{stA, stB} {
+					m, err := lifecycle.New(lifecycle.Config{Store: st, Node: n, AllNodes: allNodes})
+					if err != nil {
+						t.Fatal(err)
+					}
+					ms = append(ms, m)
+				}
+				ctx := context.Background()
+				p := lifecycle.CreateParams{TeamID: "team", Template: nodeapi.Template{ID: "base"}, Timeout: time.Hour, MaxConcurrent: limit}
+				errs := make(chan error, 2*each)
+				for range each {
+					for _, m := range ms {
+						go func() { _, err := m.Create(ctx, p); errs <- err }()
+					}
+				}
+				ok := 0
+				for range 2 * each {
+					err := <-errs
+					var le *lifecycle.LimitError
+					switch {
+					case err == nil:
+						ok++
+					case !errors.As(err, &le):
+						t.Errorf("create: %v, want success or a limit error", err)
+					}
+				}
+				if ok == 0 || ok > limit {
+					t.Fatalf("%d creates succeeded, want 1 to %d", ok, limit)
+				}
+				if got, err := stA.CountSandboxes(ctx, "team", store.ActiveStates...); err != nil || got != ok {
+					t.Fatalf("active sandboxes in the store = %d, %v; want the %d created", got, err, ok)
+				}
+				if onNode, err := n.List(ctx); err != nil || len(onNode) != ok {
+					t.Fatalf("%d sandboxes on the node, %v; want the %d created", len(onNode), err, ok)
+				}
+			})
 		}
 	}
 }

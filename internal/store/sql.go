@@ -437,6 +437,22 @@ func (s *SQL) countSandboxes(ctx context.Context, db execer, teamID string, stat
 
 // CreateSandboxWithin implements Store.
 func (s *SQL) CreateSandboxWithin(ctx context.Context, sb *Sandbox, limit int, states ...sandbox.State) error {
+	if limit <= 0 {
+		return fmt.Errorf("team %q has a limit of %d sandboxes: %w", sb.TeamID, limit, errdefs.ErrExhausted)
+	}
+	return s.insertWithin(ctx, sb, nil, limit, false, states...)
+}
+
+// RecordSandbox implements Store. Its row is a change WatchSandboxes
+// tells of, as an update's is.
+func (s *SQL) RecordSandbox(ctx context.Context, sb *Sandbox, ev *Event, limit int, states ...sandbox.State) error {
+	return s.insertWithin(ctx, sb, ev, limit, true, states...)
+}
+
+// insertWithin inserts sb and its event ev (nil for none) in one
+// transaction, unless the team has limit (when positive) or more
+// sandboxes in states; notify tells WatchSandboxes's watchers.
+func (s *SQL) insertWithin(ctx context.Context, sb *Sandbox, ev *Event, limit int, notify bool, states ...sandbox.State) error {
 	what := fmt.Sprintf("sandbox %q", sb.ID)
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -451,17 +467,34 @@ func (s *SQL) CreateSandboxWithin(ctx context.Context, sb *Sandbox, limit int, s
 			return classify(err, what)
 		}
 	}
-	n, err := s.countSandboxes(ctx, tx, sb.TeamID, states...)
-	if err != nil {
-		return err
-	}
-	if n >= limit {
-		return fmt.Errorf("team %q has %d of %d sandboxes: %w", sb.TeamID, n, limit, errdefs.ErrExhausted)
+	if limit > 0 {
+		n, err := s.countSandboxes(ctx, tx, sb.TeamID, states...)
+		if err != nil {
+			return err
+		}
+		if n >= limit {
+			return fmt.Errorf("team %q has %d of %d sandboxes: %w", sb.TeamID, n, limit, errdefs.ErrExhausted)
+		}
 	}
 	if err := s.insertSandbox(ctx, tx, sb); err != nil {
 		return err
 	}
-	return classify(tx.Commit(), what)
+	if ev != nil {
+		if err := s.appendEventTx(ctx, tx, ev); err != nil {
+			return err
+		}
+	}
+	if !notify {
+		return classify(tx.Commit(), what)
+	}
+	if err := s.notifyTx(ctx, tx, sb.ID); err != nil {
+		return classify(err, what)
+	}
+	if err := tx.Commit(); err != nil {
+		return classify(err, what)
+	}
+	s.watch.notify(sb.ID)
+	return nil
 }
 
 // DeleteSandbox implements Store.

@@ -60,6 +60,12 @@ type Store interface {
 	// process using the database, so API replicas together keep a team's
 	// limit.
 	CreateSandboxWithin(ctx context.Context, s *Sandbox, limit int, states ...sandbox.State) error
+	// RecordSandbox is CreateSandboxWithin that also records event ev
+	// (nil for none) in the same transaction; a limit of 0 or less counts
+	// nothing. A sandbox and its first event are stored together or not at
+	// all. A create of one store write records its sandbox with it,
+	// already running (internal/lifecycle/create.go).
+	RecordSandbox(ctx context.Context, s *Sandbox, ev *Event, limit int, states ...sandbox.State) error
 	// CountSandboxes counts a team's sandboxes in the given states.
 	CountSandboxes(ctx context.Context, teamID string, states ...sandbox.State) (int, error)
 	// DeleteSandbox removes a sandbox row and its events (used for rows of

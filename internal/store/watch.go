@@ -61,7 +61,7 @@ func (s *SQL) notifyTx(ctx context.Context, tx *sql.Tx, id string) error {
 }
 
 // WatchSandboxes calls fn with the ID of every sandbox whose row changes
-// (an update or a delete), until ctx ends. A change made through this
+// (an update, a delete, or a row stored by RecordSandbox), until ctx ends. A change made through this
 // store is told before the call that made it returns; on Postgres, changes
 // made by other processes on the database are told as they commit
 // (LISTEN/NOTIFY). fn("") means that changes made before it may have been

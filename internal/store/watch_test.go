@@ -10,10 +10,10 @@ import (
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 )
 
-// TestWatchSandboxes: a watcher of b hears every update and delete of a
-// sandbox row made through a, another process on the same database on
-// Postgres (LISTEN/NOTIFY); a change made through the watched store itself
-// is heard before the call that made it returns.
+// TestWatchSandboxes: a watcher of b hears every update, delete and
+// RecordSandbox of a sandbox row made through a, another process on the
+// same database on Postgres (LISTEN/NOTIFY); a change made through the
+// watched store itself is heard before the call that made it returns.
 func TestWatchSandboxes(t *testing.T) {
 	t.Parallel()
 	for name, open := range storetest.Processes() {
@@ -60,6 +60,14 @@ func TestWatchSandboxes(t *testing.T) {
 				t.Fatal(err)
 			}
 			await("delete", id)
+			// A row stored with its first event (a create of one write)
+			// is a change as well.
+			rid := id + "r"
+			ev := &store.Event{SandboxID: rid, TeamID: "team-w", TemplateID: "base", Type: store.EventCreated, Epoch: 1, At: time.Now()}
+			if err := a.RecordSandbox(ctx, newSandbox(rid, "team-w", sandbox.StateRunning, time.Now()), ev, 0); err != nil {
+				t.Fatal(err)
+			}
+			await("record", rid)
 			if name == "sqlite" {
 				// Synchronous: heard before UpdateSandbox returned.
 				id2 := id + "x"
