@@ -97,6 +97,14 @@ type Config struct {
 	// PoolConcurrency bounds how many warm pool members are made at once;
 	// default 2 (pool.go).
 	PoolConcurrency int
+	// SnapshotRuntime names the runtime's build and platform in what a
+	// template snapshot records of its host (nodeapi.SnapshotHost.Runtime),
+	// for another node to tell whether it can restore it; empty: the
+	// agent's template snapshots do not travel.
+	SnapshotRuntime string
+	// CPUInfo is the file the host's CPU flags are read from; default
+	// /proc/cpuinfo.
+	CPUInfo string
 	// Registry receives the agent's metrics; nil registers nothing.
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -152,6 +160,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.CPUInfo == "" {
+		c.CPUInfo = "/proc/cpuinfo"
 	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
