@@ -210,7 +210,13 @@ type Agent struct {
 	cfg   Config
 	log   *slog.Logger
 	clock Clock
-	drv   driver.Driver
+	// envdSum is the sha256 of Config.EnvdPath, for SnapshotHost.
+	envdSum struct {
+		once sync.Once
+		v    string
+		err  error
+	}
+	drv driver.Driver
 
 	// reclaimMu is held for reading while host objects of a sandbox are
 	// made (create, resume, fork) and for writing by the periodic reclaim,

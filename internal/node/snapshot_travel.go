@@ -2,9 +2,12 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -29,8 +32,12 @@ func (a *Agent) SnapshotHost(t nodeapi.Template) (nodeapi.SnapshotHost, error) {
 	if err != nil {
 		return nodeapi.SnapshotHost{}, fmt.Errorf("cpu flags: %w: %w", errdefs.ErrUnavailable, err)
 	}
+	a.envdSum.once.Do(func() { a.envdSum.v, a.envdSum.err = fileSHA256(a.cfg.EnvdPath) })
+	if a.envdSum.err != nil {
+		return nodeapi.SnapshotHost{}, fmt.Errorf("envd: %w: %w", errdefs.ErrUnavailable, a.envdSum.err)
+	}
 	r := a.resources(t.Resources)
-	return nodeapi.SnapshotHost{Runtime: a.cfg.SnapshotRuntime, CPUFlags: nodeapi.ParseCPUFlags(string(info)),
+	return nodeapi.SnapshotHost{Runtime: a.cfg.SnapshotRuntime, Envd: a.envdSum.v, CPUFlags: nodeapi.ParseCPUFlags(string(info)),
 		VCPUs: r.VCPUs, MemoryMB: r.MemoryMB, TmpMB: nodeapi.TmpMB(r.MemoryMB), DiskMB: r.DiskMB}, nil
 }
 
@@ -104,4 +111,18 @@ func (a *Agent) ImportSnapshot(ctx context.Context, t nodeapi.Template, dir stri
 		return errors.Join(fmt.Errorf("template snapshot %s: %w", dir, err), a.cfg.Layers.DeleteSaved(context.WithoutCancel(ctx), name))
 	}
 	return nil
+}
+
+// fileSHA256 is "sha256:" and the hex sha256 of the file at p.
+func fileSHA256(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -20,13 +20,16 @@ const (
 
 // SnapshotHost is what a memory snapshot was taken with that a restore
 // must have too (docs/node.md, "Snapshots on ready"): the runtime build
-// and platform that wrote the image, the host CPU's feature flags the
+// and platform that wrote the image, the envd it ran, the host CPU's feature flags the
 // guest could use, and the shape of the sandbox it saw (its vCPUs,
 // memory, /tmp, which is sized from the memory, and writable layer).
 type SnapshotHost struct {
 	// Runtime names the runtime's build and platform (for runsc its
 	// binary's sha256 and --platform).
 	Runtime string `json:"runtime"`
+	// Envd is the sha256 of the envd binary the sandbox ran (its process
+	// is in the image, its file mapped from the host).
+	Envd string `json:"envd"`
 	// CPUFlags are the flags of /proc/cpuinfo, sorted.
 	CPUFlags []string `json:"cpuFlags"`
 	VCPUs    int      `json:"vcpus"`
@@ -52,6 +55,9 @@ func (h SnapshotHost) RestorableOn(target SnapshotHost) error {
 	if h.Runtime == "" || h.Runtime != target.Runtime {
 		diffs = append(diffs, fmt.Sprintf("runtime %q, here %q", h.Runtime, target.Runtime))
 	}
+	if h.Envd == "" || h.Envd != target.Envd {
+		diffs = append(diffs, fmt.Sprintf("envd %q, here %q", h.Envd, target.Envd))
+	}
 	if h.VCPUs != target.VCPUs || h.MemoryMB != target.MemoryMB || h.TmpMB != target.TmpMB || h.DiskMB != target.DiskMB {
 		diffs = append(diffs, fmt.Sprintf("sandbox of %d vCPUs, %d MiB memory, %d MiB /tmp, %d MiB disk, here %d, %d, %d, %d",
 			h.VCPUs, h.MemoryMB, h.TmpMB, h.DiskMB, target.VCPUs, target.MemoryMB, target.TmpMB, target.DiskMB))
@@ -76,7 +82,7 @@ func (h SnapshotHost) RestorableOn(target SnapshotHost) error {
 
 // Equal reports whether h and o describe the same host.
 func (h SnapshotHost) Equal(o SnapshotHost) bool {
-	return h.Runtime == o.Runtime && slices.Equal(h.CPUFlags, o.CPUFlags) && h.VCPUs == o.VCPUs &&
+	return h.Runtime == o.Runtime && h.Envd == o.Envd && slices.Equal(h.CPUFlags, o.CPUFlags) && h.VCPUs == o.VCPUs &&
 		h.MemoryMB == o.MemoryMB && h.TmpMB == o.TmpMB && h.DiskMB == o.DiskMB
 }
 

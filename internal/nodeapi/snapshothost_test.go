@@ -25,7 +25,7 @@ func TestParseCPUFlags(t *testing.T) {
 // sandbox's shape are the same and every CPU flag it was taken with is
 // there (more are fine); otherwise the error says what differs.
 func TestRestorableOn(t *testing.T) {
-	src := nodeapi.SnapshotHost{Runtime: "runsc sha256:ab platform systrap", CPUFlags: []string{"avx2", "fpu"}, VCPUs: 2, MemoryMB: 512, TmpMB: 256, DiskMB: 1024}
+	src := nodeapi.SnapshotHost{Runtime: "runsc sha256:ab platform systrap", Envd: "sha256:ef", CPUFlags: []string{"avx2", "fpu"}, VCPUs: 2, MemoryMB: 512, TmpMB: 256, DiskMB: 1024}
 	more := src
 	more.CPUFlags = []string{"avx2", "avx512f", "fpu"}
 	if err := src.RestorableOn(more); err != nil {
@@ -38,6 +38,7 @@ func TestRestorableOn(t *testing.T) {
 		"flag missing":  {func(h *nodeapi.SnapshotHost) { h.CPUFlags = []string{"fpu"} }, "avx2"},
 		"other runtime": {func(h *nodeapi.SnapshotHost) { h.Runtime = "runsc sha256:cd platform systrap" }, "runtime"},
 		"platform":      {func(h *nodeapi.SnapshotHost) { h.Runtime = "runsc sha256:ab platform kvm" }, "runtime"},
+		"other envd":    {func(h *nodeapi.SnapshotHost) { h.Envd = "sha256:01" }, "envd"},
 		"memory":        {func(h *nodeapi.SnapshotHost) { h.MemoryMB = 1024 }, "memory"},
 		"tmp":           {func(h *nodeapi.SnapshotHost) { h.TmpMB = 128 }, "/tmp"},
 		"disk":          {func(h *nodeapi.SnapshotHost) { h.DiskMB = 2048 }, "disk"},

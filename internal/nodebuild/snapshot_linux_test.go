@@ -24,7 +24,7 @@ import (
 )
 
 // builderHost is the host the holder's snapshot was taken on.
-var builderHost = nodeapi.SnapshotHost{Runtime: "runsc sha256:00ff platform systrap", CPUFlags: []string{"avx2", "fpu", "sse4_2"},
+var builderHost = nodeapi.SnapshotHost{Runtime: "runsc sha256:00ff platform systrap", Envd: "sha256:0e", CPUFlags: []string{"avx2", "fpu", "sse4_2"},
 	VCPUs: 2, MemoryMB: 512, TmpMB: 256, DiskMB: 1024}
 
 // agentSnaps is the node agent's part of a snapshot's travel as these

@@ -169,7 +169,7 @@ func testBuilds(t *testing.T, open Open) {
 		b.RootFSDir = "/data/builds/b1/rootfs"
 		b.RootFSSHA256, b.RootFSSize = strings.Repeat("a", 64), 4096
 		b.SnapshotSHA256, b.SnapshotSize = strings.Repeat("b", 64), 8192
-		b.SnapshotHost = &nodeapi.SnapshotHost{Runtime: "runsc sha256:0 platform systrap", CPUFlags: []string{"avx2", "sse4_2"}, VCPUs: 2, MemoryMB: 512, TmpMB: 256, DiskMB: 1024}
+		b.SnapshotHost = &nodeapi.SnapshotHost{Runtime: "runsc sha256:0 platform systrap", Envd: "sha256:1", CPUFlags: []string{"avx2", "sse4_2"}, VCPUs: 2, MemoryMB: 512, TmpMB: 256, DiskMB: 1024}
 		b.FinishedAt = finished
 		b.ID = "elsewhere"
 		return nil
@@ -187,7 +187,7 @@ func testBuilds(t *testing.T, open Open) {
 	// The artifacts' digests and the snapshot's host, which a node that
 	// pulls the build checks before use.
 	if got.RootFSSHA256 != strings.Repeat("a", 64) || got.RootFSSize != 4096 || got.SnapshotSHA256 != strings.Repeat("b", 64) || got.SnapshotSize != 8192 ||
-		got.SnapshotHost == nil || !got.SnapshotHost.Equal(nodeapi.SnapshotHost{Runtime: "runsc sha256:0 platform systrap", CPUFlags: []string{"avx2", "sse4_2"}, VCPUs: 2, MemoryMB: 512, TmpMB: 256, DiskMB: 1024}) {
+		got.SnapshotHost == nil || !got.SnapshotHost.Equal(nodeapi.SnapshotHost{Runtime: "runsc sha256:0 platform systrap", Envd: "sha256:1", CPUFlags: []string{"avx2", "sse4_2"}, VCPUs: 2, MemoryMB: 512, TmpMB: 256, DiskMB: 1024}) {
 		t.Fatalf("artifacts after updates = %+v", got)
 	}
 	if _, err := s.UpdateBuild(ctx, "nope", func(*templates.Build) error { return nil }); !errdefs.IsNotFound(err) {
