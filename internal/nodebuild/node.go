@@ -472,7 +472,7 @@ func (n *Node) Export(ctx context.Context, buildID string) (*templates.Build, er
 
 // exported reports whether b's artifacts are written and recorded: its
 // root filesystem's, and its snapshot's when it has one (a snapshot that
-// cannot travel is looked at once per process).
+// does not travel is looked at once per process: exportSnapshot).
 func (n *Node) exported(b *templates.Build) bool {
 	if _, err := os.Stat(n.artifactPath(b.ID)); b.RootFSSHA256 == "" || err != nil {
 		return false
@@ -485,11 +485,7 @@ func (n *Node) exported(b *templates.Build) bool {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.localSnaps[b.ID] {
-		return true
-	}
-	n.localSnaps[b.ID] = true
-	return false
+	return n.localSnaps[b.ID]
 }
 
 // Resolve is the node RPC's template resolver (noderpc

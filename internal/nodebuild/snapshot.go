@@ -81,13 +81,17 @@ func (n *Node) exportSnapshot(ctx context.Context, b *templates.Build) error {
 		return nil
 	}
 	host, err := readSnapshotHost(b.SnapshotDir)
-	if err != nil || host == nil {
-		// Taken for this node alone (no layer tar, no host).
-		n.log.Info("a build's snapshot on ready stays on this node", "build_id", b.ID, "error", err)
-		return nil
+	if err == nil && host == nil {
+		err = errors.New("taken for this node alone")
 	}
-	if _, err := os.Stat(filepath.Join(b.SnapshotDir, nodeapi.SnapshotLayerTar)); err != nil {
+	if err == nil {
+		_, err = os.Stat(filepath.Join(b.SnapshotDir, nodeapi.SnapshotLayerTar))
+	}
+	if err != nil {
 		n.log.Info("a build's snapshot on ready stays on this node", "build_id", b.ID, "error", err)
+		n.mu.Lock()
+		n.localSnaps[b.ID] = true
+		n.mu.Unlock()
 		return nil
 	}
 	tmp := n.snapshotArtifactPath(b.ID) + ".partial"

@@ -414,3 +414,35 @@ func TestPulledSnapshotRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotDigestInEveryStatus: the statuses the control plane reads
+// of a ready build each name its snapshot's artifact, also those asked
+// while it is being written (the control plane records the first ready
+// status it reads).
+func TestSnapshotDigestInEveryStatus(t *testing.T) {
+	t.Parallel()
+	holder := newPeer(t, nil)
+	holder.holdBuild(t)
+	ctx := context.Background()
+	if _, err := holder.node.Export(ctx, build.ID); err != nil { // the root filesystem's first
+		t.Fatal(err)
+	}
+	holder.holdSnapshot(t, &builderHost, goodLayer(t))
+	const n = 8
+	var wg sync.WaitGroup
+	sts := make([]nodebuild.BuildStatus, n)
+	for i := range n {
+		wg.Go(func() {
+			code, body := get(t, holder.srv.URL+nodebuild.PathPrefix+"builds/"+build.ID, token)
+			if code != http.StatusOK || json.Unmarshal(body, &sts[i]) != nil {
+				t.Errorf("status %d = %d %s", i, code, body)
+			}
+		})
+	}
+	wg.Wait()
+	for i, st := range sts {
+		if st.Build.SnapshotSHA256 == "" || st.Build.SnapshotSize == 0 || st.Build.SnapshotHost == nil || !st.Build.SnapshotHost.Equal(builderHost) {
+			t.Errorf("status %d: snapshot %q, %d, %+v; want its artifact and host", i, st.Build.SnapshotSHA256, st.Build.SnapshotSize, st.Build.SnapshotHost)
+		}
+	}
+}
