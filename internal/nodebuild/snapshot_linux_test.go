@@ -301,7 +301,7 @@ func TestPulledSnapshotStartsCold(t *testing.T) {
 // TestPulledSnapshotRefused: a snapshot artifact that is not what its
 // builder recorded (a stream changed, longer or shorter, a recorded
 // digest that is not the stream's, a description whose host is not the
-// recorded one), or whose tar a node does not write (a link, a
+// recorded one, a redirect, even to the real artifact), or whose tar a node does not write (a link, a
 // directory, a climbing name, no memory image) or whose layer does not
 // stay inside a sandbox's tree (a climbing or absolute path, a path
 // through a symbolic link, a hard link to a file it did not write, a
@@ -316,6 +316,9 @@ func TestPulledSnapshotRefused(t *testing.T) {
 		record func(*templates.Build)               // the control plane's record
 		layer  []byte                               // the builder's layer tar
 		outer  func(files map[string][]byte) []byte // the artifact itself
+		// redirect makes the holder answer the snapshot with a redirect
+		// to itself (the real artifact).
+		redirect bool
 	}
 	layer := func(es ...entry) []byte { return tarOf(t, es...) }
 	outer := func(es ...entry) func(map[string][]byte) []byte {
@@ -352,7 +355,8 @@ func TestPulledSnapshotRefused(t *testing.T) {
 			delete(files, "checkpoint.img")
 			return outer()(files)
 		}},
-		"artifact with a device": {outer: outer(entry{tar.Header{Typeflag: tar.TypeBlock, Name: "disk", Devmajor: 8}, ""})},
+		"redirect to the artifact": {redirect: true},
+		"artifact with a device":   {outer: outer(entry{tar.Header{Typeflag: tar.TypeBlock, Name: "disk", Devmajor: 8}, ""})},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -381,6 +385,17 @@ func TestPulledSnapshotRefused(t *testing.T) {
 				}
 			}
 			addr := holder.srv.URL
+			if c.redirect {
+				redir := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if strings.HasSuffix(r.URL.Path, "/snapshot") {
+						http.Redirect(w, r, holder.srv.URL+r.URL.Path, http.StatusFound)
+						return
+					}
+					holder.node.Handler().ServeHTTP(w, r)
+				}))
+				t.Cleanup(redir.Close)
+				addr = redir.URL
+			}
 			if c.stream != nil {
 				bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					if !strings.HasSuffix(r.URL.Path, "/snapshot") {
