@@ -30,6 +30,7 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 	log := cfg.Logger.With("component", "node")
 	cgRoot := cfg.CgroupRoot
 	var drv driver.Driver
+	var snapshotRuntime string // what this node's template snapshots are tied to
 	switch cfg.Driver {
 	case "runsc":
 		d, err := runsc.New(runsc.Config{Path: cfg.RunscPath, StateDir: filepath.Join(cfg.DataDir, "runsc"), CgroupRoot: "/" + cgRoot, Logger: log})
@@ -37,6 +38,9 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 			return nil, fmt.Errorf("runsc driver: %w", err)
 		}
 		drv = d
+		if snapshotRuntime, err = d.Identity(); err != nil {
+			log.Warn("template snapshots stay on this node", "error", err)
+		}
 	case "runc":
 		d, err := runc.New(runc.Config{Path: cfg.RuncPath, StateDir: filepath.Join(cfg.DataDir, "runc"), CgroupRoot: "/" + cgRoot, Logger: log})
 		if err != nil {
@@ -78,6 +82,7 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 	nc := node.Config{
 		DataDir: filepath.Join(cfg.DataDir, "node"), Driver: drv, Cgroups: cg, Net: pool,
 		Layers: rootfslayers.New(rm, layersRoot), EnvdPath: cfg.EnvdPath, Logger: log, Registry: reg,
+		SnapshotRuntime: snapshotRuntime,
 	}
 	cfg.Node.apply(&nc)
 	a, err := node.New(ctx, nc)

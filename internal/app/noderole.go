@@ -184,8 +184,12 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		if cfg.APIURL != "" {
 			locate = (&nodebuild.Locator{APIURL: cfg.APIURL, Token: cfg.NodeToken}).Locate
 		}
+		var snaps nodebuild.Snapshots // the pulled builds' snapshots on ready restore here
+		if parts.agent != nil {
+			snaps = parts.agent
+		}
 		builds, err = nodebuild.NewNode(nodebuild.NodeConfig{Catalog: parts.local.Catalog, Service: parts.local.Service,
-			Token: cfg.NodeToken, Locate: locate, Logger: log.With("component", "nodebuild"), Registry: reg})
+			Token: cfg.NodeToken, Locate: locate, Logger: log.With("component", "nodebuild"), Registry: reg, Snapshots: snaps})
 		if err != nil {
 			return err
 		}

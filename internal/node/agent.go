@@ -97,6 +97,14 @@ type Config struct {
 	// PoolConcurrency bounds how many warm pool members are made at once;
 	// default 2 (pool.go).
 	PoolConcurrency int
+	// SnapshotRuntime names the runtime's build and platform in what a
+	// template snapshot records of its host (nodeapi.SnapshotHost.Runtime),
+	// for another node to tell whether it can restore it; empty: the
+	// agent's template snapshots do not travel.
+	SnapshotRuntime string
+	// CPUInfo is the file the host's CPU flags are read from; default
+	// /proc/cpuinfo.
+	CPUInfo string
 	// Registry receives the agent's metrics; nil registers nothing.
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -153,6 +161,9 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.CPUInfo == "" {
+		c.CPUInfo = "/proc/cpuinfo"
+	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -199,7 +210,13 @@ type Agent struct {
 	cfg   Config
 	log   *slog.Logger
 	clock Clock
-	drv   driver.Driver
+	// envdSum is the sha256 of Config.EnvdPath, for SnapshotHost.
+	envdSum struct {
+		once sync.Once
+		v    string
+		err  error
+	}
+	drv driver.Driver
 
 	// reclaimMu is held for reading while host objects of a sandbox are
 	// made (create, resume, fork) and for writing by the periodic reclaim,

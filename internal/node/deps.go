@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"io"
 	"time"
 )
 
@@ -46,6 +47,16 @@ type Layers interface {
 	// images of sandboxes not in known. It returns how many objects of each
 	// kind ("mount", "loop_device", "layer") it deleted.
 	ReclaimLeaked(ctx context.Context, mounted, known map[string]bool) (map[string]int, error)
+}
+
+// LayerPorter is what Layers may do besides, for a template snapshot to
+// travel to another node (node.Agent.ImportSnapshot): write a mounted
+// layer's changes as an OCI layer tar, and make a saved layer by applying
+// one over a lower tree. keep tells which extended attributes travel (an
+// unpack refuses the others).
+type LayerPorter interface {
+	ExportLayer(ctx context.Context, id string, w io.Writer, keep func(name string) bool) error
+	ImportSaved(ctx context.Context, name, lower string, sizeMB int64, r io.Reader, keep func(name string) bool) error
 }
 
 // Envd is how the agent talks to the envd inside a sandbox at addr

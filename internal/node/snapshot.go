@@ -18,7 +18,7 @@ import (
 
 // snapshotMetaFile describes a template snapshot, beside the memory image
 // in its directory.
-const snapshotMetaFile = "warren-snapshot.json"
+const snapshotMetaFile = nodeapi.SnapshotMetaFile
 
 // snapshotMeta is what a sandbox restored from a template snapshot needs
 // besides the memory image: the init token the image's envd expects, and
@@ -28,6 +28,10 @@ type snapshotMeta struct {
 	InitToken string    `json:"initToken"`
 	Layer     string    `json:"layer"`
 	TakenAt   time.Time `json:"takenAt"`
+	// Host, when set, is what the snapshot was taken with, and the
+	// directory holds its layer's changes as nodeapi.SnapshotLayerTar: it can
+	// travel to another node (ImportSnapshot).
+	Host *nodeapi.SnapshotHost `json:"host,omitempty"`
 }
 
 // Timing of Snapshot's readiness check.
@@ -101,12 +105,17 @@ func (a *Agent) Snapshot(ctx context.Context, t nodeapi.Template, readyCmd, dir 
 		return fmt.Errorf("template %q: save writable layer: %w", t.ID, err)
 	}
 	meta := snapshotMeta{Version: 1, InitToken: initToken, Layer: layer, TakenAt: a.clock.Now().UTC()}
+	if host, err := a.exportSnapshotLayer(ctx, id, t, dir); err != nil {
+		log.Warn("template snapshot stays on this node: its layer could not be written for others", "error", err)
+	} else {
+		meta.Host = host
+	}
 	b, _ := json.Marshal(meta)
 	if err := os.WriteFile(filepath.Join(dir, snapshotMetaFile), b, 0o600); err != nil {
 		_ = a.cfg.Layers.DeleteSaved(context.WithoutCancel(ctx), layer)
 		return fmt.Errorf("template %q: snapshot: %w", t.ID, err)
 	}
-	log.Info("template snapshot taken", "dir", dir, "layer", layer)
+	log.Info("template snapshot taken", "dir", dir, "layer", layer, "portable", meta.Host != nil)
 	return nil
 }
 
@@ -153,7 +162,7 @@ func readSnapshotMeta(dir string) (*snapshotMeta, error) {
 		return nil, fmt.Errorf("template snapshot %s: %w", dir, err)
 	}
 	var m snapshotMeta
-	if err := json.Unmarshal(b, &m); err != nil || m.Version != 1 || m.Layer == "" {
+	if err := json.Unmarshal(b, &m); err != nil || m.Version != 1 || !sandbox.ValidID(m.Layer) {
 		return nil, fmt.Errorf("template snapshot %s: bad %s: %w", dir, snapshotMetaFile, errdefs.ErrInvalid)
 	}
 	return &m, nil

@@ -19,7 +19,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/warren-sandbox/warren/internal/builder/layer"
@@ -116,24 +115,8 @@ func WriteTar(ctx context.Context, root string, w io.Writer) error {
 const xattrRecord = "SCHILY.xattr."
 
 // artifactXattr reports whether an artifact carries the extended
-// attribute name: those a template's tree has of its own (from its image
-// layers, its steps, envd's file metadata): file capabilities
-// (security.capability, e.g. ping's cap_net_raw), POSIX ACLs and the
-// user namespace. Not the others: trusted.* and user.overlay.* are
-// overlayfs' own (a whiteout, an opaque directory, a redirect: on a tree
-// that is the lower layer of a build FROM the template they would hide
-// or conjure files), security.selinux, security.ima and security.evm
-// are labels and signatures of the host that wrote them, and the rest is
-// nothing a tree is known to use. The node that writes an artifact
-// leaves these out; the node that unpacks one refuses it when it carries
-// them, as a holder or build that forged it.
-func artifactXattr(name string) bool {
-	switch name {
-	case "security.capability", "system.posix_acl_access", "system.posix_acl_default":
-		return true
-	}
-	return strings.HasPrefix(name, "user.") && !strings.HasPrefix(name, "user.overlay.")
-}
+// attribute name (layer.PortableXattr).
+func artifactXattr(name string) bool { return layer.PortableXattr(name) }
 
 // Digest is an artifact's identity: its sha256 (hex) and size in bytes.
 type Digest struct {

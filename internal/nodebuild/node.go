@@ -123,9 +123,13 @@ type NodeConfig struct {
 	// HTTP carries pulls from peers (default: a client without proxy).
 	HTTP   *http.Client
 	Logger *slog.Logger
-	// Registry, when set, receives node_template_pulls_total and
-	// node_template_pull_bytes_total.
+	// Registry, when set, receives node_template_pulls_total,
+	// node_template_pull_bytes_total and node_template_snapshot_pulls_total.
 	Registry prometheus.Registerer
+	// Snapshots, when set, makes the snapshots on ready of the builds
+	// this node pulls restorable here (node.Agent); nil: their sandboxes
+	// start cold.
+	Snapshots Snapshots
 }
 
 // Node serves a node's builds and artifacts to the control plane and to
@@ -136,10 +140,13 @@ type Node struct {
 
 	mu      sync.Mutex
 	exports map[string]*flight // artifacts being written
-	pulls   map[string]*flight // builds being pulled
+	// localSnaps are builds whose snapshot was found not to travel.
+	localSnaps map[string]bool
+	pulls      map[string]*flight // builds being pulled
 
 	pulled    *prometheus.CounterVec // by result
 	pullBytes prometheus.Counter
+	snapPulls *prometheus.CounterVec // by result
 }
 
 // flight is one export or pull in progress; others wait for done.
@@ -159,14 +166,16 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.HTTP == nil {
 		cfg.HTTP = peerClient()
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, exports: map[string]*flight{}, pulls: map[string]*flight{},
+	n := &Node{cfg: cfg, log: cfg.Logger, exports: map[string]*flight{}, pulls: map[string]*flight{}, localSnaps: map[string]bool{},
 		pulled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "node_template_pulls_total",
 			Help: "Builds a node pulled from a peer, by result (pulled, digest_mismatch, failed)."}, []string{"result"}),
 		pullBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "node_template_pull_bytes_total",
 			Help: "Bytes of build artifacts a node received from its peers and kept."}),
+		snapPulls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "node_template_snapshot_pulls_total",
+			Help: "Snapshots on ready of pulled builds, by result (restorable, incompatible, none, refused)."}, []string{"result"}),
 	}
 	if cfg.Registry != nil {
-		for _, c := range []prometheus.Collector{n.pulled, n.pullBytes} {
+		for _, c := range []prometheus.Collector{n.pulled, n.pullBytes, n.snapPulls} {
 			if err := cfg.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("nodebuild metrics: %w", err)
 			}
@@ -205,6 +214,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathPrefix+"builds", n.start)
 	mux.HandleFunc("GET "+PathPrefix+"builds/{id}", n.status)
 	mux.HandleFunc("GET "+PathPrefix+"builds/{id}/rootfs", n.rootfs)
+	mux.HandleFunc("GET "+PathPrefix+"builds/{id}/snapshot", n.snapshot)
 	mux.HandleFunc("POST "+PathPrefix+"templates/{id}/files/{hash}", n.filesPresent)
 	mux.HandleFunc("PUT "+PathPrefix+"templates/{id}/files/{hash}", n.putFiles)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -425,7 +435,7 @@ func (n *Node) Export(ctx context.Context, buildID string) (*templates.Build, er
 	if b.Status != templates.BuildReady {
 		return nil, fmt.Errorf("build %q is %s: %w", buildID, b.Status, errdefs.ErrConflict)
 	}
-	if _, err := os.Stat(n.artifactPath(buildID)); b.RootFSSHA256 != "" && err == nil {
+	if n.exported(b) {
 		return b, nil
 	}
 	err = n.coalesce(ctx, n.exports, buildID, func() error {
@@ -436,21 +446,46 @@ func (n *Node) Export(ctx context.Context, buildID string) (*templates.Build, er
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("build %q: root filesystem %s is not on this node: %w", buildID, dir, errdefs.ErrUnavailable)
 		}
-		d, err := writeArtifact(context.WithoutCancel(ctx), dir, n.artifactPath(buildID))
-		if err != nil {
-			return fmt.Errorf("build %q artifact: %w", buildID, err)
+		if _, err := os.Stat(n.artifactPath(buildID)); b.RootFSSHA256 == "" || err != nil {
+			d, err := writeArtifact(context.WithoutCancel(ctx), dir, n.artifactPath(buildID))
+			if err != nil {
+				return fmt.Errorf("build %q artifact: %w", buildID, err)
+			}
+			if _, err = n.cfg.Catalog.Store().UpdateBuild(context.WithoutCancel(ctx), buildID, func(b *templates.Build) error {
+				b.RootFSSHA256, b.RootFSSize = d.SHA256, d.Size
+				return nil
+			}); err != nil {
+				return err
+			}
+			n.log.Info("build artifact written", "build_id", buildID, "size", d.Size, "sha256", d.SHA256)
 		}
-		_, err = n.cfg.Catalog.Store().UpdateBuild(context.WithoutCancel(ctx), buildID, func(b *templates.Build) error {
-			b.RootFSSHA256, b.RootFSSize = d.SHA256, d.Size
-			return nil
-		})
-		n.log.Info("build artifact written", "build_id", buildID, "size", d.Size, "sha256", d.SHA256)
-		return err
+		if _, err := os.Stat(n.snapshotArtifactPath(buildID)); b.SnapshotDir != "" && (b.SnapshotSHA256 == "" || err != nil) {
+			return n.exportSnapshot(context.WithoutCancel(ctx), b)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return n.cfg.Catalog.Build(ctx, buildID)
+}
+
+// exported reports whether b's artifacts are written and recorded: its
+// root filesystem's, and its snapshot's when it has one (a snapshot that
+// does not travel is looked at once per process: exportSnapshot).
+func (n *Node) exported(b *templates.Build) bool {
+	if _, err := os.Stat(n.artifactPath(b.ID)); b.RootFSSHA256 == "" || err != nil {
+		return false
+	}
+	if b.SnapshotDir == "" {
+		return true
+	}
+	if _, err := os.Stat(n.snapshotArtifactPath(b.ID)); b.SnapshotSHA256 != "" && err == nil {
+		return true
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.localSnaps[b.ID]
 }
 
 // Resolve is the node RPC's template resolver (noderpc
@@ -541,7 +576,8 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 		n.log.Warn("a pulled build's artifact was refused", "build_id", buildID, "error", err)
 		return fmt.Errorf("build %q: its artifact does not unpack (%v): %w", buildID, err, errdefs.ErrUnavailable)
 	}
-	// No snapshot: sandboxes of a pulled build start cold.
+	// The snapshot, if any, comes next (pullSnapshot), once the build is
+	// recorded here.
 	b.RootFSDir, b.RootFSTar, b.SnapshotDir, b.RootFSTarFingerprint = rootfs, "", "", nil
 	if err := n.cfg.Catalog.Mirror(ctx, &src.Template, &b); err != nil {
 		return err
@@ -552,29 +588,42 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 	n.pullBytes.Add(float64(want.Size))
 	n.log.Info("build pulled from a peer", "build_id", buildID, "size", want.Size, "sha256", want.SHA256)
 	if b.StartCmd != "" {
-		// Its builder took a snapshot on ready, which does not travel
-		// (docs/node.md).
-		n.log.Info("a pulled build's sandboxes start cold here, its snapshot on ready staying on its builder", "build_id", buildID)
+		n.restoreHere(ctx, src, &b)
 	}
 	return nil
 }
 
+// restoreHere gets the snapshot on ready of build b, just pulled, when
+// it can be restored here; otherwise it says why the build's sandboxes
+// start cold here.
+func (n *Node) restoreHere(ctx context.Context, src *Source, b *templates.Build) {
+	log := n.log.With("build_id", b.ID)
+	t, err := n.cfg.Catalog.ResolveBuild(ctx, src.Template.TeamID, b.ID)
+	var dir string
+	if err == nil {
+		dir, err = n.pullSnapshot(ctx, t, b, src.Holders)
+	}
+	if err == nil {
+		_, err = n.cfg.Catalog.Store().UpdateBuild(ctx, b.ID, func(x *templates.Build) error { x.SnapshotDir = dir; return nil })
+		if err == nil {
+			n.snapPulls.WithLabelValues("restorable").Inc()
+			n.pullBytes.Add(float64(b.SnapshotSize))
+			log.Info("a pulled build's snapshot on ready is restorable here", "snapshot", dir, "size", b.SnapshotSize, "sha256", b.SnapshotSHA256)
+			return
+		}
+	}
+	result := "refused"
+	switch {
+	case errdefs.IsNotFound(err):
+		result = "none"
+	case errdefs.IsUnsupported(err):
+		result = "incompatible"
+	}
+	n.snapPulls.WithLabelValues(result).Inc()
+	log.Warn("a pulled build's sandboxes start cold here, without its snapshot on ready", "reason", result, "error", err)
+}
+
 // fetch receives the artifact of buildID from the node at rpcAddr.
 func (n *Node) fetch(ctx context.Context, rpcAddr, buildID string, want Digest) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(rpcAddr, "/")+PathPrefix+"builds/"+buildID+"/rootfs", nil)
-	if err != nil {
-		return err
-	}
-	if n.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+n.cfg.Token)
-	}
-	resp, err := n.cfg.HTTP.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("peer answered %s: %w", resp.Status, errdefs.ErrUnavailable)
-	}
-	return Receive(resp.Body, want, n.artifactPath(buildID))
+	return n.fetchPath(ctx, rpcAddr, buildID, "rootfs", want, n.artifactPath(buildID))
 }

@@ -29,11 +29,11 @@ type peer struct {
 	node  *nodebuild.Node
 	srv   *httptest.Server
 	reg   *prometheus.Registry
-	// rootfsHits counts the artifact streams served.
-	rootfsHits atomic.Int64
+	// rootfsHits and snapshotHits count the artifact streams served.
+	rootfsHits, snapshotHits atomic.Int64
 }
 
-func newPeer(t *testing.T, locate func(context.Context, string) (*nodebuild.Source, error)) *peer {
+func newPeer(t *testing.T, locate func(context.Context, string) (*nodebuild.Source, error), opts ...func(*nodebuild.NodeConfig)) *peer {
 	t.Helper()
 	local, err := builder.OpenLocal(builder.LocalConfig{DataDir: t.TempDir()})
 	if err != nil {
@@ -41,7 +41,11 @@ func newPeer(t *testing.T, locate func(context.Context, string) (*nodebuild.Sour
 	}
 	t.Cleanup(local.Service.Close)
 	reg := prometheus.NewRegistry()
-	n, err := nodebuild.NewNode(nodebuild.NodeConfig{Catalog: local.Catalog, Service: local.Service, Token: token, Locate: locate, Registry: reg})
+	cfg := nodebuild.NodeConfig{Catalog: local.Catalog, Service: local.Service, Token: token, Locate: locate, Registry: reg}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := nodebuild.NewNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +54,9 @@ func newPeer(t *testing.T, locate func(context.Context, string) (*nodebuild.Sour
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/rootfs") {
 			p.rootfsHits.Add(1)
+		}
+		if strings.HasSuffix(r.URL.Path, "/snapshot") {
+			p.snapshotHits.Add(1)
 		}
 		h.ServeHTTP(w, r)
 	}))
@@ -334,44 +341,5 @@ func TestPullWithoutHolder(t *testing.T) {
 		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "lacks build "+build.ID) {
 			t.Errorf("%s: err = %v, want unavailable saying the node lacks the build", name, err)
 		}
-	}
-}
-
-// TestPulledSnapshotStartsCold: a build with a snapshot on ready (taken
-// on its builder) starts from the snapshot on the builder only; the node
-// that pulls the build gets the root filesystem alone and starts its
-// sandboxes cold, with the start command, and records no snapshot.
-func TestPulledSnapshotStartsCold(t *testing.T) {
-	t.Parallel()
-	holder := newPeer(t, nil)
-	holder.holdBuild(t)
-	snap := filepath.Join(holder.local.Catalog.BuildDir(build.ID), "snapshot")
-	must(t, os.MkdirAll(snap, 0o700))
-	must(t, os.WriteFile(filepath.Join(snap, "warren-snapshot.json"), []byte(`{"version":1}`), 0o600))
-	ctx := context.Background()
-	if _, err := holder.local.Catalog.Store().UpdateBuild(ctx, build.ID, func(b *templates.Build) error {
-		b.StartCmd, b.ReadyCmd, b.SnapshotDir = "sleep infinity", "true", snap
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	on, err := holder.node.Resolve(ctx, "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID})
-	if err != nil || on.SnapshotDir != snap {
-		t.Fatalf("on the builder: %+v, %v; want its snapshot %s", on, err, snap)
-	}
-	puller := newPeer(t, sourceFrom(t, holder, holder.srv.URL))
-	got, err := puller.node.Resolve(ctx, "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID, SnapshotDir: snap})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.SnapshotDir != "" || got.StartCmd != "sleep infinity" || !strings.HasPrefix(got.RootFS, puller.local.Catalog.BuildsDir()) {
-		t.Fatalf("on the puller: %+v; want its own root filesystem, the start command and no snapshot", got)
-	}
-	b, err := puller.local.Catalog.Build(ctx, build.ID)
-	if err != nil || b.SnapshotDir != "" {
-		t.Fatalf("the puller's record: %+v, %v; want no snapshot", b, err)
-	}
-	if _, err := os.Stat(filepath.Join(puller.local.Catalog.BuildDir(build.ID), "snapshot")); !os.IsNotExist(err) {
-		t.Fatalf("a snapshot directory on the puller: %v", err)
 	}
 }

@@ -450,6 +450,7 @@ func (r *Remote) finish(log *slog.Logger, id string, nb *templates.Build, reason
 		if _, err := r.cat.UpdateBuild(ctx, id, func(b *templates.Build) error {
 			b.Env, b.User, b.Workdir, b.StartCmd, b.ReadyCmd = nb.Env, nb.User, nb.Workdir, nb.StartCmd, nb.ReadyCmd
 			b.EnvdVersion, b.RootFSSHA256, b.RootFSSize = nb.EnvdVersion, nb.RootFSSHA256, nb.RootFSSize
+			b.SnapshotSHA256, b.SnapshotSize, b.SnapshotHost = nb.SnapshotSHA256, nb.SnapshotSize, nb.SnapshotHost
 			return nil
 		}); errdefs.IsConflict(err) {
 			return // another follower recorded its end

@@ -70,6 +70,10 @@ const (
 // root filesystem.
 func MergedDir(dir string) string { return filepath.Join(dir, mergedDir) }
 
+// UpperDir is the overlay's upper directory of layer directory dir, on
+// its image (while the layer is mounted): what the sandbox wrote.
+func UpperDir(dir string) string { return filepath.Join(dir, layerDir, "upper") }
+
 // ImagePath is the ext4 image of layer directory dir.
 func ImagePath(dir string) string { return filepath.Join(dir, imageFile) }
 

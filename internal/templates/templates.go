@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
 // Well-known names.
@@ -124,6 +125,13 @@ type Build struct {
 	// that pulls it checks before use.
 	RootFSSHA256 string `json:"rootfsSha256,omitempty"`
 	RootFSSize   int64  `json:"rootfsSize,omitempty"`
+	// SnapshotSHA256 and SnapshotSize identify the snapshot on ready's
+	// artifact (its memory image and saved writable layer) as nodes
+	// exchange it, and SnapshotHost what it was taken with, which a node
+	// that pulls it must match to restore it (nodeapi.SnapshotHost).
+	SnapshotSHA256 string                `json:"snapshotSha256,omitempty"`
+	SnapshotSize   int64                 `json:"snapshotSize,omitempty"`
+	SnapshotHost   *nodeapi.SnapshotHost `json:"snapshotHost,omitempty"`
 	// EnvdVersion is the envd the template was built with, when known.
 	EnvdVersion string `json:"envdVersion,omitempty"`
 	// Reason tells why a build failed.

@@ -41,3 +41,8 @@ type Options struct {
 	Tree                 bool
 	Xattr                func(name string) bool
 }
+
+// WriteDiff needs Linux.
+func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name string) bool) error {
+	return errNotLinux
+}

@@ -52,9 +52,12 @@ package runsc
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -166,6 +169,26 @@ func New(cfg Config) (*Driver, error) {
 
 // Name implements driver.Driver.
 func (d *Driver) Name() string { return "runsc" }
+
+// Identity names the runsc build and platform a checkpoint of this driver
+// is tied to: the sha256 of the runsc binary and --platform (what a node
+// restoring another's template snapshot must match).
+func (d *Driver) Identity() (string, error) {
+	p, err := exec.LookPath(d.cfg.Path)
+	if err != nil {
+		return "", fmt.Errorf("runsc identity: %w", err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("runsc identity: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("runsc identity: %w", err)
+	}
+	return "runsc sha256:" + hex.EncodeToString(h.Sum(nil)) + " platform " + d.cfg.Platform, nil
+}
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {

@@ -154,8 +154,9 @@ func (h *host) agent() (*node.Agent, *runsc.Driver) {
 	return h.agentOn(drv), drv
 }
 
-// agentOn starts an agent over drv on the host.
-func (h *host) agentOn(drv driver.Driver) *node.Agent {
+// agentOn starts an agent over drv on the host; opts change its
+// configuration.
+func (h *host) agentOn(drv driver.Driver, opts ...func(*node.Config)) *node.Agent {
 	t := h.t
 	t.Helper()
 	log := h.log()
@@ -175,11 +176,15 @@ func (h *host) agentOn(drv driver.Driver) *node.Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := node.New(context.Background(), node.Config{
+	cfg := node.Config{
 		DataDir: filepath.Join(h.dir, "node"), Driver: drv, Cgroups: cg, Net: pool,
 		Layers: rootfslayers.New(rm, layersRoot), EnvdPath: h.envd, Logger: log,
 		ReclaimInterval: -1, MinFreeDiskBytes: -1,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	a, err := node.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

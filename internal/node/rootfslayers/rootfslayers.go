@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/rootfs"
@@ -26,7 +28,10 @@ type Layers struct {
 	root string
 }
 
-var _ node.Layers = (*Layers)(nil)
+var (
+	_ node.Layers      = (*Layers)(nil)
+	_ node.LayerPorter = (*Layers)(nil)
+)
 
 // New returns the layers of m, whose Config.DataRoot must be root.
 func New(m *rootfs.Manager, root string) *Layers {
@@ -77,6 +82,32 @@ func (l *Layers) CreateFrom(ctx context.Context, id, name, lower string) (string
 // DeleteSaved implements node.Layers.
 func (l *Layers) DeleteSaved(ctx context.Context, name string) error {
 	return l.m.Destroy(ctx, l.savedDir(name))
+}
+
+// ExportLayer implements node.LayerPorter: the upper directory of id's
+// mounted layer as an OCI layer tar (layer.WriteDiff).
+func (l *Layers) ExportLayer(ctx context.Context, id string, w io.Writer, keep func(string) bool) error {
+	return layer.WriteDiff(ctx, rootfs.UpperDir(l.dir(id)), w, keep)
+}
+
+// ImportSaved implements node.LayerPorter: a new layer of sizeMB over
+// lower, the OCI layer tar r applied through its overlay (layer.Unpack,
+// its whiteouts deleting from lower), kept unmounted as saved layer name.
+func (l *Layers) ImportSaved(ctx context.Context, name, lower string, sizeMB int64, r io.Reader, keep func(string) bool) error {
+	dir := l.savedDir(name)
+	merged, err := l.m.Prepare(ctx, rootfs.Layer{SandboxID: "tpl-" + name, Lower: lower, Dir: dir, DiskMB: sizeMB})
+	if err != nil {
+		return fmt.Errorf("saved layer %s: %w", name, err)
+	}
+	err = layer.Unpack(ctx, r, merged, layer.Options{Xattr: keep, MaxBytes: sizeMB << 20, What: " of a saved layer"})
+	if uerr := l.m.Unmount(context.WithoutCancel(ctx), dir); err == nil && uerr != nil {
+		err = uerr
+	}
+	if err != nil {
+		_ = l.m.Destroy(context.WithoutCancel(ctx), dir)
+		return fmt.Errorf("saved layer %s: %w", name, err)
+	}
+	return nil
 }
 
 // Usage implements node.Layers: an overlay reports the file system of its

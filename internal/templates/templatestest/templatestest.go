@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -166,6 +168,9 @@ func testBuilds(t *testing.T, open Open) {
 	if _, err := s.UpdateBuild(ctx, "b1", func(b *templates.Build) error {
 		b.Status = templates.BuildReady
 		b.RootFSDir = "/data/builds/b1/rootfs"
+		b.RootFSSHA256, b.RootFSSize = strings.Repeat("a", 64), 4096
+		b.SnapshotSHA256, b.SnapshotSize = strings.Repeat("b", 64), 8192
+		b.SnapshotHost = &nodeapi.SnapshotHost{Runtime: "runsc sha256:0 platform systrap", Envd: "sha256:1", CPUFlags: []string{"avx2", "sse4_2"}, VCPUs: 2, MemoryMB: 512, TmpMB: 256, DiskMB: 1024}
 		b.FinishedAt = finished
 		b.ID = "elsewhere"
 		return nil
@@ -179,6 +184,12 @@ func testBuilds(t *testing.T, open Open) {
 	got, err = other.GetBuild(ctx, "b1")
 	if err != nil || got.Status != templates.BuildReady || got.RootFSDir != "/data/builds/b1/rootfs" || !got.FinishedAt.Equal(finished) {
 		t.Fatalf("after updates = %+v, %v", got, err)
+	}
+	// The artifacts' digests and the snapshot's host, which a node that
+	// pulls the build checks before use.
+	if got.RootFSSHA256 != strings.Repeat("a", 64) || got.RootFSSize != 4096 || got.SnapshotSHA256 != strings.Repeat("b", 64) || got.SnapshotSize != 8192 ||
+		got.SnapshotHost == nil || !got.SnapshotHost.Equal(nodeapi.SnapshotHost{Runtime: "runsc sha256:0 platform systrap", Envd: "sha256:1", CPUFlags: []string{"avx2", "sse4_2"}, VCPUs: 2, MemoryMB: 512, TmpMB: 256, DiskMB: 1024}) {
+		t.Fatalf("artifacts after updates = %+v", got)
 	}
 	if _, err := s.UpdateBuild(ctx, "nope", func(*templates.Build) error { return nil }); !errdefs.IsNotFound(err) {
 		t.Fatalf("update of a missing build: err = %v, want not found", err)

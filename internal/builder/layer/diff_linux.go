@@ -1,0 +1,179 @@
+package layer
+
+import (
+	"archive/tar"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// WriteDiff writes the upper directory of an overlay mount as an OCI
+// layer tar to w, which Unpack applies over the same lower tree: a
+// character device 0/0 (overlayfs' whiteout) becomes ".wh.NAME", a
+// directory marked opaque gets ".wh..wh..opq" first; directories, regular
+// files (hard links as links) and symbolic links keep their modes, owners,
+// times and the extended attributes keep accepts. Other device nodes,
+// sockets and pipes are left out.
+func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name string) bool) error {
+	tw := tar.NewWriter(w)
+	links := map[[2]uint64]string{}
+	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(upper, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		var target string
+		switch {
+		case fi.Mode()&fs.ModeCharDevice != 0 && st != nil && st.Rdev == 0:
+			dir, base := path.Split(name)
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: dir + whiteoutPrefix + base, Mode: 0o600,
+				ModTime: fi.ModTime(), Format: tar.FormatPAX})
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if target, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case fi.Mode().IsDir(), fi.Mode().IsRegular():
+		default:
+			return nil
+		}
+		h, err := tar.FileInfoHeader(fi, target)
+		if err != nil {
+			return err
+		}
+		h.Name, h.Uname, h.Gname = name, "", ""
+		if fi.IsDir() {
+			h.Name += "/"
+		}
+		h.AccessTime, h.ChangeTime = fi.ModTime(), fi.ModTime()
+		h.Format = tar.FormatPAX
+		if st != nil {
+			h.Uid, h.Gid = int(st.Uid), int(st.Gid)
+			if fi.Mode().IsRegular() && st.Nlink > 1 {
+				key := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
+				if first, ok := links[key]; ok {
+					h.Typeflag, h.Linkname, h.Size = tar.TypeLink, first, 0
+				} else {
+					links[key] = h.Name
+				}
+			}
+		}
+		opaque := false
+		if h.Typeflag != tar.TypeLink {
+			if h.PAXRecords, opaque, err = diffXattrs(p, keep); err != nil {
+				return err
+			}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if opaque {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: h.Name + whiteoutOpaque, Mode: 0o600,
+				ModTime: fi.ModTime(), Format: tar.FormatPAX}); err != nil {
+				return err
+			}
+		}
+		if h.Typeflag != tar.TypeReg {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("diff of %s: %w", upper, err)
+	}
+	return tw.Close()
+}
+
+// diffXattrs returns the PAX records of the extended attributes of p that
+// keep accepts, and whether overlayfs marked p opaque.
+func diffXattrs(p string, keep func(string) bool) (map[string]string, bool, error) {
+	names, err := listXattrs(p)
+	if err != nil {
+		return nil, false, err
+	}
+	var recs map[string]string
+	opaque := false
+	for _, n := range names {
+		v, err := getXattr(p, n)
+		if err != nil {
+			return nil, false, err
+		}
+		switch {
+		case n == overlayOpaqueXattr:
+			opaque = string(v) == "y"
+		case keep != nil && keep(n):
+			if recs == nil {
+				recs = map[string]string{}
+			}
+			recs["SCHILY.xattr."+n] = string(v)
+		}
+	}
+	return recs, opaque, nil
+}
+
+func listXattrs(p string) ([]string, error) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Llistxattr(p, buf)
+		if err == unix.ERANGE {
+			buf = make([]byte, len(buf)*4)
+			continue
+		}
+		if err == unix.ENOTSUP {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list xattrs of %s: %w", p, err)
+		}
+		var out []string
+		start := 0
+		for i := 0; i < n; i++ {
+			if buf[i] == 0 {
+				if i > start {
+					out = append(out, string(buf[start:i]))
+				}
+				start = i + 1
+			}
+		}
+		return out, nil
+	}
+}
+
+func getXattr(p, name string) ([]byte, error) {
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Lgetxattr(p, name, buf)
+		if err == unix.ERANGE {
+			buf = make([]byte, len(buf)*4)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("xattr %s of %s: %w", name, p, err)
+		}
+		return buf[:n], nil
+	}
+}
