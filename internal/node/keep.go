@@ -10,14 +10,17 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // A pause with memory stops the sandbox, but its network slot, cgroup and
 // root filesystem's mount may stay for a while: kept, they let a resume
 // restore memory only. Right after the pause has answered, the preparation
-// (prepareResume) deletes the checkpointed runtime container and creates a
-// new one for the same sandbox in the kept slot, cgroup and mount
+// (prepareResume) deletes the checkpointed runtime container, gives the
+// slot's guest end its address and route back (netslot's Rearm: runsc had
+// moved them into its own stack) and creates a new container for the same
+// sandbox in the kept slot, cgroup and mount
 // (driver.RestorePreparer: `runsc create`); a resume then restores the
 // image into it and makes no host object. The preparation holds the
 // sandbox's s.op, handed over by the pause, so a resume, kill or eviction
@@ -73,13 +76,24 @@ func (c *Config) keepDefaults() error {
 	return nil
 }
 
+// slotRearmer is implemented by network pools whose slots a second
+// runtime start can use (netslot's: Rearm puts back the guest's address
+// and route, which runsc moved into its own stack at the first).
+type slotRearmer interface {
+	Rearm(ctx context.Context, s *netslot.Slot) error
+}
+
 // restorePreparer is the driver's RestorePreparer when the agent keeps
-// paused sandboxes at all.
+// paused sandboxes at all: the driver prepares restores and the network
+// pool rearms slots.
 func (a *Agent) restorePreparer() (driver.RestorePreparer, bool) {
 	if a.cfg.KeepPaused < 0 {
 		return nil, false
 	}
 	if _, ok := a.checkpointer(); !ok {
+		return nil, false
+	}
+	if _, ok := a.cfg.Net.(slotRearmer); !ok {
 		return nil, false
 	}
 	p, ok := a.drv.(driver.RestorePreparer)
@@ -180,6 +194,10 @@ func (a *Agent) prepareResume(s *sbx, k *keptObjects, log *slog.Logger) {
 	ph := a.phases("prepare")
 	err := a.drv.Delete(ctx, r.ID)
 	ph.done("delete")
+	if err == nil {
+		// runsc took the guest's address and route into its stack.
+		err = a.cfg.Net.(slotRearmer).Rearm(ctx, r.Slot)
+	}
 	var spec driver.Spec
 	if err == nil {
 		spec, err = a.sandboxSpec(r, r.RootFS, r.Slot)
