@@ -82,8 +82,8 @@ func BenchmarkPauseResume(b *testing.B) {
 		if _, err := a.HostObjectsKept(id); err != nil {
 			b.Fatal(err)
 		}
-		pauseLines = append(pauseLines, tap.take("sandbox paused")...)
-		prepLines = append(prepLines, tap.take("paused sandbox prepared for resume")...)
+		got := tap.takeEach("sandbox paused", "paused sandbox prepared for resume")
+		pauseLines, prepLines = append(pauseLines, got[0]...), append(prepLines, got[1]...)
 		t1 := time.Now()
 		if _, err := a.Resume(ctx, id, nodeapi.ResumeRequest{}); err != nil {
 			b.Fatal(err)
