@@ -205,7 +205,8 @@ func (c *Config) setDefaults() error {
 // At New, a record in state running (or pausing) whose runtime container
 // still runs is adopted: its slot and cgroup are taken back, its backstop
 // re-armed and its exit watched again (a pausing one is running again, in
-// a new epoch). A paused record is kept as is. Every other record (starting,
+// a new epoch). A paused record is kept; one that kept its slot, cgroup
+// and mount (keep.go) gives them up to the reclaim. Every other record (starting,
 // killed, unreadable, or running without a container) is dropped, and the
 // host objects of no kept sandbox are reclaimed and counted by kind:
 // container, cgroup, network, mount, layer, state_dir (and fork_image for

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -401,5 +402,53 @@ func TestKeptAfterAgentSIGKILL(t *testing.T) {
 	}
 	if left := h.leftovers(drv, ""); len(left) > 0 {
 		t.Errorf("left on the host: %v", left)
+	}
+}
+
+// TestKeepNoneWhenMemoryLow: a pause while the host's available memory
+// is below the floor keeps nothing and releases what others kept.
+func TestKeepNoneWhenMemoryLow(t *testing.T) {
+	h := newHost(t)
+	var low atomic.Bool
+	h.tune = func(c *node.Config) {
+		c.KeepPausedMinFreeMemory = 1 << 30
+		c.FreeMemory = func() (uint64, error) {
+			if low.Load() {
+				return 1 << 20, nil
+			}
+			return 8 << 30, nil
+		}
+	}
+	a, drv := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	ids := []string{"ma" + sandbox.NewID()[:10], "mb" + sandbox.NewID()[:10]}
+	for _, id := range ids {
+		t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
+		if _, err := a.Create(ctx, h.createReq(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Pause(ctx, ids[0], nodeapi.PauseRequest{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := a.HostObjectsKept(ids[0]); err != nil || !kept {
+		t.Fatalf("HostObjectsKept with memory to spare = %v, %v; want true", kept, err)
+	}
+	low.Store(true)
+	if _, err := a.Pause(ctx, ids[1], nodeapi.PauseRequest{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := a.HostObjectsKept(ids[1]); err != nil || kept {
+		t.Errorf("HostObjectsKept of a pause while memory is low = %v, %v; want false", kept, err)
+	}
+	eventuallyReleased(t, a, ids[0])
+	for _, id := range ids {
+		if left := h.leftovers(drv, id); !onlyDirs(left) {
+			t.Errorf("%s: host objects while memory is low: %v, want only its dirs", id, left)
+		}
+		if _, err := a.Resume(ctx, id, nodeapi.ResumeRequest{}); err != nil {
+			t.Errorf("%s: resume: %v", id, err)
+		}
 	}
 }
