@@ -452,3 +452,43 @@ func TestKeepNoneWhenMemoryLow(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeFallsBackWhenPreparedGone: when the prepared container is
+// gone (deleted behind the agent's back), the resume releases the kept
+// objects and resumes the slow way, with its memory.
+func TestResumeFallsBackWhenPreparedGone(t *testing.T) {
+	h := newHost(t)
+	tap := &logTap{}
+	h.logs = io.MultiWriter(h.logs, tap)
+	a, drv := h.agent()
+	defer a.Close()
+	ctx := context.Background()
+	id := "kf" + sandbox.NewID()[:10]
+	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
+	sb := memSandbox(t, h, a, id)
+	before := counter(t, sb, "tok-"+id)
+	if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := a.HostObjectsKept(id); err != nil || !kept {
+		t.Fatalf("HostObjectsKept = %v, %v; want true", kept, err)
+	}
+	if err := drv.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	tap.take("sandbox resumed")
+	r, err := a.Resume(ctx, id, nodeapi.ResumeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumedPrepared(t, tap) {
+		t.Error("resumed into a prepared container that was deleted")
+	}
+	checkMemory(t, r, before)
+	if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
+		t.Fatal(err)
+	}
+	if left := h.leftovers(drv, id); len(left) > 0 {
+		t.Errorf("left after kill: %v", left)
+	}
+}
