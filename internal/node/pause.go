@@ -58,15 +58,15 @@ func snapshotDir(dataDir, id string) string {
 // layer and the image is released, except that a recently paused sandbox
 // with memory keeps its slot, cgroup and mount for a while (keep.go): its
 // runtime container is made again for the resume after the pause has
-// answered. A pause the node cannot do now (a
-// checkpoint of the same sandbox in flight, low disk) is refused with
-// ErrExhausted, and the sandbox's backstop is pushed forward while the
-// control plane retries (docs/lifecycle.md §3). Its phases (logged with
-// "sandbox paused"): lock, checkpoint and, unless they are kept, release
-// (the runtime container, cgroup, network slot and root filesystem's
-// mount, released at once: the checkpoint stopped the sandbox), or without memory sync, kill,
-// delete, cgroup, slot and unmount one after the other (the sandbox runs
-// until killed); then record.
+// answered. A pause the node cannot do now (a checkpoint of the same
+// sandbox in flight, low disk) is refused with ErrExhausted, and the
+// sandbox's backstop is pushed forward while the control plane retries
+// (docs/lifecycle.md §3). Its phases (logged with "sandbox paused"): lock,
+// checkpoint and, unless they are kept, release (the runtime container,
+// cgroup, network slot and root filesystem's mount, released at once: the
+// checkpoint stopped the sandbox), or without memory sync, kill, delete,
+// cgroup, slot and unmount one after the other (the sandbox runs until
+// killed); then record.
 func (a *Agent) pause(ctx context.Context, id string, req nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {
 	s, err := a.lookup(id)
 	if err != nil {
