@@ -2,7 +2,10 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -279,5 +282,62 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (d *preparingDriver) List(ctx context.Context) ([]string, error) {
+	ids, err := d.Driver.List(ctx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id := range d.prepared {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, err
+}
+
+// TestKeepPausedRecoveredAfterCrash: an agent that starts on the data
+// dir of one that did not close reclaims a kept sandbox's slot, cgroup
+// and prepared container, and keeps it paused with its image.
+func TestKeepPausedRecoveredAfterCrash(t *testing.T) {
+	e, d, _ := keepEnv(t, nil)
+	a1 := e.start() // closed only at the end: as if it had died
+	e.create(a1, "r1")
+	e.pauseMem(a1, "r1")
+	if !kept(t, a1, "r1") || !d.isPrepared("r1") {
+		t.Fatal("not kept and prepared before the crash")
+	}
+	a2 := e.start()
+	got, err := a2.Get(context.Background(), "r1")
+	if err != nil || got.State != sandbox.StatePaused || !got.PausedWithMemory {
+		t.Fatalf("after the crash: %+v, %v; want paused with memory", got, err)
+	}
+	if kept(t, a2, "r1") {
+		t.Error("the new agent counts the sandbox as keeping its objects")
+	}
+	if slot, cg := e.holds("r1"); slot || cg || d.isPrepared("r1") {
+		t.Errorf("after recovery: slot %v, cgroup %v, prepared %v; want all reclaimed", slot, cg, d.isPrepared("r1"))
+	}
+	// The record no longer names the reclaimed objects (a kill would
+	// release a slot the new pool may have handed to another sandbox).
+	b, err := os.ReadFile(filepath.Join(e.dir, "sandboxes", sandbox.HostName("r1"), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"slot", "cgroup", "rootfs"} {
+		if _, ok := rec[k]; ok {
+			t.Errorf("state record after recovery still has %s: %v", k, rec[k])
+		}
+	}
+	if _, err := a2.Resume(context.Background(), "r1", nodeapi.ResumeRequest{}); err != nil {
+		t.Fatalf("resume after recovery: %v", err)
+	}
+	if d.restores.Load() != 0 {
+		t.Error("resumed into a prepared container after recovery")
 	}
 }
