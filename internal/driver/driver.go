@@ -91,6 +91,25 @@ type Checkpointer interface {
 	Restore(ctx context.Context, spec Spec, dir string) error
 }
 
+// RestorePreparer is implemented by Checkpointers that can make a
+// sandbox's runtime container ahead of its restore (runsc: `runsc create`),
+// so that a restore later only loads the memory image into it. The node
+// uses it to keep a recently paused sandbox ready to resume.
+//
+//	PrepareRestore ──▶ created ──RestorePrepared──▶ running
+//	                      └───────── Delete ──────▶ (none)
+type RestorePreparer interface {
+	// PrepareRestore creates sandbox spec.ID without starting anything
+	// in it; spec must be equivalent to the checkpointed sandbox's (see
+	// the driver's doc of Restore). The created sandbox holds its cgroup's
+	// share of memory (runsc: about 15 MB) until RestorePrepared or Delete.
+	PrepareRestore(ctx context.Context, spec Spec) error
+	// RestorePrepared restores the image in dir into sandbox id, made by
+	// PrepareRestore; errdefs.ErrNotFound when id was not prepared. After
+	// a failure the sandbox is left for Delete.
+	RestorePrepared(ctx context.Context, id, dir string) error
+}
+
 // Capabilities describes what a driver supports beyond the core interface.
 type Capabilities struct {
 	Freeze           bool // implements Freezer

@@ -94,6 +94,20 @@ type Config struct {
 	MetricsInterval time.Duration
 	// MetricsRetention is how long samples are kept; default 1 hour.
 	MetricsRetention time.Duration
+	// KeepPaused bounds the paused sandboxes whose host objects (network
+	// slot, cgroup, root filesystem's mount, and a runtime container made
+	// ready for the restore) stay after a pause with memory, so that a
+	// resume only restores memory (keep.go): the KeepPaused most recently
+	// paused, each for at most KeepPausedFor, and none while the host's
+	// available memory is below KeepPausedMinFreeMemory. Defaults 8, 10
+	// minutes and 1 GiB; a negative KeepPaused keeps none. Only a driver
+	// that is a driver.RestorePreparer keeps any.
+	KeepPaused              int
+	KeepPausedFor           time.Duration
+	KeepPausedMinFreeMemory int64
+	// FreeMemory reports the host's available memory in bytes; nil means
+	// MemAvailable of /proc/meminfo.
+	FreeMemory func() (uint64, error)
 	// PoolConcurrency bounds how many warm pool members are made at once;
 	// default 2 (pool.go).
 	PoolConcurrency int
@@ -149,6 +163,9 @@ func (c *Config) setDefaults() error {
 	if err := c.samplesDefaults(); err != nil {
 		return err
 	}
+	if err := c.keepDefaults(); err != nil {
+		return err
+	}
 	if c.PoolConcurrency <= 0 {
 		c.PoolConcurrency = DefaultPoolConcurrency
 	}
@@ -199,7 +216,8 @@ func (c *Config) setDefaults() error {
 // At New, a record in state running (or pausing) whose runtime container
 // still runs is adopted: its slot and cgroup are taken back, its backstop
 // re-armed and its exit watched again (a pausing one is running again, in
-// a new epoch). A paused record is kept as is. Every other record (starting,
+// a new epoch). A paused record is kept; one that kept its slot, cgroup
+// and mount (keep.go) gives them up to the reclaim. Every other record (starting,
 // killed, unreadable, or running without a container) is dropped, and the
 // host objects of no kept sandbox are reclaimed and counted by kind:
 // container, cgroup, network, mount, layer, state_dir (and fork_image for
@@ -263,8 +281,9 @@ type sbx struct {
 	backstopFloor time.Time // a refused pause pushed the backstop to at least this
 	stopWatch     context.CancelFunc
 	checkpointing bool
-	gone          bool // killed or exited; removed from the map
-	internal      bool // the agent's own (template snapshot): not listed, no events
+	kept          *keptObjects // host objects kept while paused (keep.go)
+	gone          bool         // killed or exited; removed from the map
+	internal      bool         // the agent's own (template snapshot): not listed, no events
 	lastCPU       uint64
 	lastCPUAt     time.Time
 	watch         watchState
@@ -333,7 +352,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 // Close stops the agent's timers and watchers. Sandboxes keep running; a
 // new agent on the same DataDir adopts them. Warm pool members are the
 // exception: they belong to this agent and are destroyed (pool.go); the
-// pool configuration stays for the next agent.
+// pool configuration stays for the next agent. Paused sandboxes give up
+// their kept host objects (keep.go) and stay paused.
 func (a *Agent) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -352,6 +372,7 @@ func (a *Agent) Close() error {
 	a.mu.Unlock()
 	a.cancel()
 	a.wg.Wait()
+	a.releaseAllKept("close")
 	a.dropMembers(members)
 	a.spawn.close()
 	a.flushSamples()
@@ -478,12 +499,13 @@ func (a *Agent) UpdateNetwork(ctx context.Context, id string, policy netslot.Pol
 	if gone {
 		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	if state == sandbox.StateRunning && slot != nil {
+	// A paused sandbox that keeps its slot (keep.go) holds it already.
+	if slot != nil && (state == sandbox.StateRunning || state == sandbox.StatePaused) {
 		if err := a.cfg.Net.Update(ctx, slot, policy); err != nil {
 			return fmt.Errorf("sandbox %q: update network: %w", id, err)
 		}
 	}
-	// A paused sandbox takes the policy when it resumes.
+	// Any other paused sandbox takes the policy when it resumes.
 	a.mu.Lock()
 	s.rec.Network = clonePolicy(policy)
 	a.mu.Unlock()

@@ -33,6 +33,10 @@ type startMode struct {
 	// savedLayer, when set, is the saved layer (of a template snapshot)
 	// that the new writable layer copies.
 	savedLayer string
+	// prepared restores restoreDir into the runtime container made while
+	// the sandbox was paused, in the slot, cgroup and root filesystem it
+	// kept (keep.go): no host object is made.
+	prepared bool
 	// background makes the sandbox at refillCPUWeight, so that its start
 	// yields the CPUs to user sandboxes (the agent's internal ones: pool
 	// refills, template snapshots).
@@ -180,6 +184,7 @@ func (a *Agent) forget(s *sbx) {
 	defer a.mu.Unlock()
 	s.gone = true
 	a.stopTimersLocked(s)
+	a.dropKeptLocked(s)
 	if a.sandboxes[s.rec.ID] == s {
 		delete(a.sandboxes, s.rec.ID)
 	}
@@ -228,11 +233,14 @@ func (a *Agent) checkpointer() (driver.Checkpointer, bool) {
 // destroyed).
 func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logger) (err error) {
 	a.mu.Lock()
-	r := s.rec
+	r, keptCg := s.rec, s.cg
 	a.mu.Unlock()
 	id := r.ID
 	var undo []func()
 	cctx := context.WithoutCancel(ctx)
+	if m.prepared && (r.Slot == nil || keptCg == nil || r.RootFS == "") {
+		return fmt.Errorf("prepared sandbox without its slot, cgroup or root filesystem: %w", errdefs.ErrConflict)
+	}
 
 	// The network slot is made while the cgroup and the root filesystem
 	// are: they do not depend on each other. waitSlot joins it (and
@@ -240,11 +248,16 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	// undoes what was made.
 	slotc := make(chan error, 1)
 	var slot *netslot.Slot
-	go func() {
-		var aerr error
-		slot, aerr = a.cfg.Net.Acquire(ctx, id, r.Network)
-		slotc <- aerr
-	}()
+	if m.prepared {
+		slot = r.Slot
+		slotc <- nil
+	} else {
+		go func() {
+			var aerr error
+			slot, aerr = a.cfg.Net.Acquire(ctx, id, r.Network)
+			slotc <- aerr
+		}()
+	}
 	slotDone := false
 	waitSlot := func() error {
 		if slotDone {
@@ -272,13 +285,9 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	}()
 
 	cgName := sandbox.HostName(id)
-	cg, err := a.cfg.Cgroups.Create(ctx, cgName, r.Resources)
-	if errdefs.IsAlreadyExists(err) {
-		// Left by an earlier incarnation whose teardown failed.
-		if old, oerr := a.cfg.Cgroups.Open(ctx, cgName); oerr == nil {
-			_ = old.KillAll(ctx)
-		}
-		cg, err = a.cfg.Cgroups.Create(ctx, cgName, r.Resources)
+	cg, err := keptCg, error(nil)
+	if !m.prepared {
+		cg, err = a.createCgroup(ctx, cgName, r.Resources)
 	}
 	if err != nil {
 		return fmt.Errorf("cgroup: %w", err)
@@ -295,11 +304,20 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 			}
 		}
 	}
-	m.phases.done("cgroup")
+	if !m.prepared {
+		m.phases.done("cgroup")
+	}
 
 	lower := r.Template.RootFS
 	var root string
 	switch {
+	case m.prepared:
+		root = r.RootFS
+		undo = append(undo, func() {
+			if err := a.cfg.Layers.Unmount(cctx, id); err != nil {
+				log.Warn("undo: unmount root filesystem", "error", err)
+			}
+		})
 	case m.savedLayer != "":
 		root, err = a.cfg.Layers.CreateFrom(ctx, id, m.savedLayer, lower)
 		undo = append(undo, func() {
@@ -325,40 +343,34 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("root filesystem: %w", err)
 	}
-	m.phases.done("layer")
+	if !m.prepared {
+		m.phases.done("layer")
+	}
 	if err := waitSlot(); err != nil {
 		return err
 	}
-	m.phases.done("slot")
-
-	bundle := filepath.Join(sandboxDir(a.cfg.DataDir, id), "bundle")
-	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		return fmt.Errorf("bundle dir: %w", err)
+	if !m.prepared {
+		m.phases.done("slot")
 	}
-	sum := sha256.Sum256([]byte(r.InitToken))
-	spec := driver.Spec{
-		ID:            id,
-		BundleDir:     bundle,
-		RootFS:        root,
-		Hostname:      a.cfg.Hostname,
-		Hosts:         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + a.cfg.Hostname + "\n",
-		ResolvConf:    a.cfg.ResolvConf,
-		NetNSPath:     slot.NetNSPath,
-		CgroupParent:  a.cfg.Cgroups.Path(cgName),
-		Resources:     r.Resources,
-		GuestMemoryMB: r.GuestMemoryMB,
-		Init: driver.Process{
-			Args: []string{envdMountPath, "--port", strconv.Itoa(a.cfg.EnvdPort), "--init-token-sha256", hex.EncodeToString(sum[:])},
-			Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-			Cwd:  "/",
-		},
-		Mounts: []driver.Mount{{Source: a.cfg.EnvdPath, Destination: envdMountPath, ReadOnly: true, Type: "bind"}},
+
+	spec, err := a.sandboxSpec(r, root, slot)
+	if err != nil {
+		return err
 	}
 	// The start (or restore) and envd's readiness share one deadline, so a
 	// runtime that hangs cannot hold the caller forever.
 	rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
 	defer cancel()
-	if m.restoreDir != "" {
+	switch {
+	case m.prepared:
+		prep, ok := a.drv.(driver.RestorePreparer)
+		if !ok {
+			return fmt.Errorf("driver %s cannot restore into a prepared sandbox: %w", a.drv.Name(), errdefs.ErrUnsupported)
+		}
+		if serr := a.spawn.do(func() { err = prep.RestorePrepared(rctx, id, m.restoreDir) }); serr != nil {
+			err = serr
+		}
+	case m.restoreDir != "":
 		ckpt, ok := a.checkpointer()
 		if !ok {
 			return fmt.Errorf("driver %s cannot restore a memory image: %w", a.drv.Name(), errdefs.ErrUnsupported)
@@ -366,7 +378,7 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 		if serr := a.spawn.do(func() { err = ckpt.Restore(rctx, spec, m.restoreDir) }); serr != nil {
 			err = serr
 		}
-	} else {
+	default:
 		if serr := a.spawn.do(func() { err = a.drv.Start(rctx, spec) }); serr != nil {
 			err = serr
 		}
@@ -430,6 +442,47 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	s.lastCPU, s.lastCPUAt = 0, a.clock.Now()
 	a.mu.Unlock()
 	return nil
+}
+
+// createCgroup makes sandbox cgroup name with res, replacing one an
+// earlier incarnation whose teardown failed left behind.
+func (a *Agent) createCgroup(ctx context.Context, name string, res sandbox.Resources) (cgroup.Cgroup, error) {
+	cg, err := a.cfg.Cgroups.Create(ctx, name, res)
+	if errdefs.IsAlreadyExists(err) {
+		if old, oerr := a.cfg.Cgroups.Open(ctx, name); oerr == nil {
+			_ = old.KillAll(ctx)
+		}
+		cg, err = a.cfg.Cgroups.Create(ctx, name, res)
+	}
+	return cg, err
+}
+
+// sandboxSpec is the driver's spec of sandbox r on root filesystem root
+// in slot; it makes the bundle directory.
+func (a *Agent) sandboxSpec(r record, root string, slot *netslot.Slot) (driver.Spec, error) {
+	bundle := filepath.Join(sandboxDir(a.cfg.DataDir, r.ID), "bundle")
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return driver.Spec{}, fmt.Errorf("bundle dir: %w", err)
+	}
+	sum := sha256.Sum256([]byte(r.InitToken))
+	return driver.Spec{
+		ID:            r.ID,
+		BundleDir:     bundle,
+		RootFS:        root,
+		Hostname:      a.cfg.Hostname,
+		Hosts:         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + a.cfg.Hostname + "\n",
+		ResolvConf:    a.cfg.ResolvConf,
+		NetNSPath:     slot.NetNSPath,
+		CgroupParent:  a.cfg.Cgroups.Path(sandbox.HostName(r.ID)),
+		Resources:     r.Resources,
+		GuestMemoryMB: r.GuestMemoryMB,
+		Init: driver.Process{
+			Args: []string{envdMountPath, "--port", strconv.Itoa(a.cfg.EnvdPort), "--init-token-sha256", hex.EncodeToString(sum[:])},
+			Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+			Cwd:  "/",
+		},
+		Mounts: []driver.Mount{{Source: a.cfg.EnvdPath, Destination: envdMountPath, ReadOnly: true, Type: "bind"}},
+	}, nil
 }
 
 func orDefault(s, d string) string {

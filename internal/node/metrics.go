@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
@@ -90,13 +92,25 @@ func (c *capacityCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // memTotal reads MemTotal from /proc/meminfo.
-func memTotal() (uint64, bool) {
+func memTotal() (uint64, bool) { return meminfo("MemTotal:") }
+
+// memAvailable reads MemAvailable from /proc/meminfo.
+func memAvailable() (uint64, error) {
+	n, ok := meminfo("MemAvailable:")
+	if !ok {
+		return 0, fmt.Errorf("/proc/meminfo: no MemAvailable: %w", errdefs.ErrUnavailable)
+	}
+	return n, nil
+}
+
+// meminfo reads the field key (with its colon) of /proc/meminfo in bytes.
+func meminfo(key string) (uint64, bool) {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, false
 	}
 	for l := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+		if rest, ok := strings.CutPrefix(l, key); ok {
 			f := strings.Fields(rest)
 			if len(f) == 0 {
 				return 0, false

@@ -55,15 +55,18 @@ func snapshotDir(dataDir, id string) string {
 //
 // With req.Memory the sandbox's memory is checkpointed to disk; without it
 // only the writable layer is kept. Either way every host object but the
-// layer and the image is released. A pause the node cannot do now (a
-// checkpoint of the same sandbox in flight, low disk) is refused with
-// ErrExhausted, and the sandbox's backstop is pushed forward while the
-// control plane retries (docs/lifecycle.md §3). Its phases (logged with
-// "sandbox paused"): lock, checkpoint and release (the runtime
-// container, cgroup, network slot and root filesystem's mount, released at
-// once: the checkpoint stopped the sandbox), or without memory sync, kill,
-// delete, cgroup, slot and unmount one after the other (the sandbox runs
-// until killed); then record.
+// layer and the image is released, except that a recently paused sandbox
+// with memory keeps its slot, cgroup and mount for a while (keep.go): its
+// runtime container is made again for the resume after the pause has
+// answered. A pause the node cannot do now (a checkpoint of the same
+// sandbox in flight, low disk) is refused with ErrExhausted, and the
+// sandbox's backstop is pushed forward while the control plane retries
+// (docs/lifecycle.md §3). Its phases (logged with "sandbox paused"): lock,
+// checkpoint and, unless they are kept, release (the runtime container,
+// cgroup, network slot and root filesystem's mount, released at once: the
+// checkpoint stopped the sandbox), or without memory sync, kill, delete,
+// cgroup, slot and unmount one after the other (the sandbox runs until
+// killed); then record.
 func (a *Agent) pause(ctx context.Context, id string, req nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {
 	s, err := a.lookup(id)
 	if err != nil {
@@ -86,7 +89,12 @@ func (a *Agent) pause(ctx context.Context, id string, req nodeapi.PauseRequest) 
 
 	ph := a.phases("pause")
 	s.op.Lock()
-	defer s.op.Unlock()
+	handedOff := false // to the preparation of a kept sandbox (keep.go)
+	defer func() {
+		if !handedOff {
+			s.op.Unlock()
+		}
+	}()
 	execID, err := a.markPausing(s)
 	if err != nil {
 		return nil, err
@@ -115,11 +123,14 @@ func (a *Agent) pause(ctx context.Context, id string, req nodeapi.PauseRequest) 
 	}
 
 	cctx := context.WithoutCancel(ctx)
+	keep := false
 	if req.Memory {
-		if err := a.releaseCheckpointed(cctx, s, log); err != nil {
-			log.Warn("release host objects of paused sandbox; the leak reclaim will retry", "error", err)
+		if keep = a.beginKeep(s); !keep {
+			if err := a.releaseCheckpointed(cctx, s, log); err != nil {
+				log.Warn("release host objects of paused sandbox; the leak reclaim will retry", "error", err)
+			}
+			ph.done("release")
 		}
-		ph.done("release")
 	} else {
 		if err := a.releaseRuntime(cctx, s, log, ph); err != nil {
 			log.Warn("release host objects of paused sandbox; the leak reclaim will retry", "error", err)
@@ -132,7 +143,14 @@ func (a *Agent) pause(ctx context.Context, id string, req nodeapi.PauseRequest) 
 		log.Warn("persist paused state", "error", err)
 	}
 	ph.done("record")
-	log.Info("sandbox paused", ph.observe(a.phaseDur)...)
+	log.Info("sandbox paused", append([]any{"kept", keep}, ph.observe(a.phaseDur)...)...)
+	if keep {
+		handedOff = true
+		a.mu.Lock()
+		k := s.kept
+		a.mu.Unlock()
+		go a.prepareResume(s, k, log)
+	}
 	return v, nil
 }
 
@@ -178,10 +196,15 @@ func (a *Agent) releaseCheckpointed(ctx context.Context, s *sbx, log *slog.Logge
 	}
 	wg.Go(func() { a.unmountPaused(ctx, id, log) })
 	wg.Wait()
-	a.mu.Lock()
-	s.rec.Slot, s.rec.Cgroup, s.rec.RootFS, s.cg = nil, "", "", nil
-	a.mu.Unlock()
+	a.clearHostObjects(s)
 	return errors.Join(errs...)
+}
+
+// clearHostObjects forgets the slot, cgroup and root of s (released).
+func (a *Agent) clearHostObjects(s *sbx) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s.rec.Slot, s.rec.Cgroup, s.rec.RootFS, s.cg = nil, "", "", nil
 }
 
 func (a *Agent) unmountPaused(ctx context.Context, id string, log *slog.Logger) {
@@ -307,10 +330,13 @@ func (a *Agent) executionID(s *sbx) string {
 }
 
 // resume implements Service.Resume. A sandbox paused with memory is restored (on a
-// new network slot); one paused without it boots again on its writable
-// layer and runs the template's start command. Its phases (logged with
-// "sandbox resumed"): lock, bringUp's (cgroup, layer, slot, restore or
-// start, health, init, start_cmd), record and cleanup (the used image).
+// new network slot, or into the container prepared in the slot, cgroup
+// and mount it kept: keep.go); one paused without it boots again on its
+// writable layer and runs the template's start command. Its phases
+// (logged with "sandbox resumed"): lock (which waits for a preparation in
+// flight), bringUp's (cgroup, layer, slot, none of them for a prepared
+// sandbox; restore or start, health, init, start_cmd), record and cleanup
+// (the used image).
 func (a *Agent) resume(ctx context.Context, id string, req nodeapi.ResumeRequest) (*nodeapi.Sandbox, error) {
 	s, err := a.lookup(id)
 	if err != nil {
@@ -338,7 +364,16 @@ func (a *Agent) resume(ctx context.Context, id string, req nodeapi.ResumeRequest
 	if prev.PausedWithMemory {
 		m.restoreDir = snap
 	}
-	if err := a.bringUp(ctx, s, m, log); err != nil {
+	m.prepared = a.takeKept(ctx, s, log)
+	err = a.bringUp(ctx, s, m, log)
+	if err != nil && m.prepared {
+		// bringUp released the kept objects: try the slow way once.
+		log.Warn("restore into the prepared sandbox failed; resuming the slow way", "error", err)
+		a.clearHostObjects(s)
+		m.prepared = false
+		err = a.bringUp(ctx, s, m, log)
+	}
+	if err != nil {
 		a.undoResume(s, prev)
 		log.Debug("resume failed; the sandbox stays paused", "error", err)
 		return nil, fmt.Errorf("sandbox %q: resume: %w", id, err)
@@ -352,7 +387,7 @@ func (a *Agent) resume(ctx context.Context, id string, req nodeapi.ResumeRequest
 		log.Warn("remove used memory snapshot", "error", err)
 	}
 	ph.done("cleanup")
-	log.Info("sandbox resumed", append([]any{"address", v.Address}, ph.observe(a.phaseDur)...)...)
+	log.Info("sandbox resumed", append([]any{"address", v.Address, "prepared", m.prepared}, ph.observe(a.phaseDur)...)...)
 	return v, nil
 }
 

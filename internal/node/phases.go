@@ -18,7 +18,7 @@ import (
 func newPhaseDurations() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sandbox_operation_phase_seconds",
-		Help:    "Duration of each phase of the node's claims of warm pool members, pauses and resumes.",
+		Help:    "Duration of each phase of the node's claims of warm pool members, pauses, preparations of paused sandboxes that keep their host objects, resumes and forks.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. 16 s
 	}, []string{"op", "phase"})
 }

@@ -49,11 +49,13 @@ type record struct {
 	// InitToken authenticates the agent's /init calls; its SHA-256 is on
 	// envd's command line, so a restored image keeps expecting it.
 	InitToken string `json:"initToken"`
-	// Slot is the network slot while running.
+	// Slot is the network slot while running, or while paused keeping
+	// its host objects (keep.go).
 	Slot *netslot.Slot `json:"slot,omitempty"`
-	// Cgroup is the cgroup name while running.
+	// Cgroup is the cgroup name while running (or paused keeping it).
 	Cgroup string `json:"cgroup,omitempty"`
-	// RootFS is the merged root directory while running.
+	// RootFS is the merged root directory while running (or paused
+	// keeping its mount).
 	RootFS string `json:"rootfs,omitempty"`
 	// PausedWithMemory is set while paused with a memory image in
 	// <dir>/snapshot.

@@ -26,7 +26,12 @@ const (
 
 // recover reads the state records under DataDir: running sandboxes whose
 // runtime container still runs are adopted, paused ones are kept, and every
-// host object that belongs to none of them is reclaimed.
+// host object that belongs to none of them is reclaimed. Three kinds of
+// sandbox own host objects: running ones (all of them), paused ones (their
+// layer, state dir and memory image), and paused ones that kept their
+// slot, cgroup and mount (keep.go), which the earlier agent did not
+// release: those objects and their prepared runtime container are
+// reclaimed, the rest stays as for any paused sandbox.
 func (a *Agent) recover(ctx context.Context) error {
 	entries, err := os.ReadDir(sandboxesDir(a.cfg.DataDir))
 	if err != nil {
@@ -71,7 +76,18 @@ func (a *Agent) recover(ctx context.Context) error {
 		switch r.State {
 		case sandbox.StatePaused:
 			known[id] = true
-			a.sandboxes[id] = &sbx{rec: *r}
+			s := &sbx{rec: *r}
+			a.sandboxes[id] = s
+			if r.Slot != nil || r.Cgroup != "" || r.RootFS != "" {
+				// It kept its host objects (keep.go): not running, so the
+				// reclaim below takes them and the prepared container; its
+				// image and layer stay, and it resumes the slow way.
+				a.clearHostObjects(s)
+				if err := a.persist(s); err != nil {
+					log.Warn("persist paused sandbox without its kept host objects", "error", err)
+				}
+				log.Info("paused sandbox kept host objects; they are reclaimed", "execution_id", r.ExecutionID)
+			}
 			log.Info("recovered paused sandbox", "execution_id", r.ExecutionID, "memory", r.PausedWithMemory)
 		case sandbox.StateRunning, sandbox.StatePausing:
 			if live[id] {

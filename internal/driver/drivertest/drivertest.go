@@ -1,8 +1,10 @@
 // Package drivertest is the conformance suite that every runtime driver
 // passes: Run(t, h) starts real (or, for the fake, simulated) sandboxes
 // through the driver.Driver interface and checks start, exec and its
-// streams, exit codes, signals, Kill, Freeze/Thaw, Checkpoint/Restore,
-// fork, memory and pids limits, and that Delete leaves nothing behind.
+// streams, exit codes, signals, Kill, Freeze/Thaw, Checkpoint/Restore, a
+// restore into a sandbox made ahead (driver.RestorePreparer, where
+// implemented), fork, memory and pids limits, and that Delete leaves
+// nothing behind.
 //
 // Host is a ready-made harness half for OCI drivers: it unpacks the test
 // root filesystem ($WARREN_TEST_ROOTFS_TAR) once per test binary and gives
@@ -102,6 +104,8 @@ func Run(t *testing.T, h Harness) {
 		{"CheckpointRestore", s.testCheckpointRestore, false},
 		{"RestoreUnderSameID", s.testRestoreSameID, false},
 		{"Fork", s.testFork, false},
+		{"RestorePrepared", s.testRestorePrepared, false},
+		{"PreparedDeleteLeavesNothing", s.testPreparedDelete, false},
 		{"MemoryLimitOOM", s.testOOM, true},
 		{"PidsLimitContainsForkBomb", s.testPids, true},
 		{"Network", s.testNetwork, true},

@@ -41,6 +41,11 @@
 // works on a frozen sandbox). A paused sandbox's Checkpoint without
 // LeaveRunning leaves its layer as it was, so copying it later is fine.
 //
+// A restore can go into a sandbox made ahead (driver.RestorePreparer,
+// prepare.go): `runsc create` starts its gofer and sentry, which wait, and
+// `runsc restore` later loads the image into that container instead of
+// booting one (about 100 ms less of a restore on the development host).
+//
 // Exec: a cancelled Exec kills its process inside the sandbox (runsc kill
 // --pid), as runsc forwards no signals to a non-terminal exec. Kill resumes
 // a frozen sandbox first (runsc signals no paused sandbox).
@@ -129,6 +134,11 @@ type Driver struct {
 	// --network=none bind-mounts at <root>/null-netns: starts without a
 	// network hold it shared, the clean-up after the last Delete exclusive.
 	netMu sync.RWMutex
+
+	// prepMu guards prepared: the sandboxes made by PrepareRestore and
+	// not yet restored (prepare.go).
+	prepMu   sync.Mutex
+	prepared map[string]*start
 }
 
 var (
@@ -136,13 +146,15 @@ var (
 	_ driver.Freezer      = (*Driver)(nil)
 	_ driver.Checkpointer = (*Driver)(nil)
 	_ driver.Resizer      = (*Driver)(nil)
+
+	_ driver.RestorePreparer = (*Driver)(nil)
 )
 
 // New returns a runsc driver. It creates the state directories and checks
 // that the binary exists. Off Linux it fails with errdefs.ErrUnavailable.
 func New(cfg Config) (*Driver, error) {
 	cfg.setDefaults()
-	d := &Driver{log: cfg.Logger.With("driver", "runsc")}
+	d := &Driver{log: cfg.Logger.With("driver", "runsc"), prepared: map[string]*start{}}
 	rt, err := oci.NewRuntime(oci.RuntimeConfig{
 		Name:        "runsc",
 		Path:        cfg.Path,
@@ -230,63 +242,99 @@ func (d *Driver) Restore(ctx context.Context, spec driver.Spec, dir string) erro
 }
 
 func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) (err error) {
-	guestTasks := spec.Resources.TasksPerUser()
-	if guestTasks == 0 {
-		guestTasks = d.cfg.DefaultPids
-	}
-	hostPids := HostPids(guestTasks)
-	b, err := d.rt.Prepare(spec, oci.Options{InitCaps: []string{"CAP_SYS_RESOURCE"}, HostPids: hostPids})
+	p, err := d.newStart(spec)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			d.cleanupFailed(spec.ID, b)
+			d.cleanupFailed(spec.ID, p.b)
 		}
 	}()
-
-	network := "sandbox"
-	if spec.NetNSPath == "" {
-		network = "none"
+	if p.network == "none" {
 		d.netMu.RLock()
 		defer d.netMu.RUnlock()
 	}
-	if err := setPidsWall(b.CgroupsPath, hostPids); err != nil {
-		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
-	}
-	logf, release, err := oci.OpenLog(spec.BundleDir, spec.Log)
-	if err != nil {
-		return fmt.Errorf("sandbox %q: log: %w", spec.ID, err)
-	}
-	args := []string{"run", "-detach", "--bundle", spec.BundleDir, spec.ID}
-	op := "start"
+	op, args := "start", []string{"run", "-detach", "--bundle", spec.BundleDir, spec.ID}
 	if imageDir != "" {
-		args = []string{"restore", "-detach", "--image-path", imageDir, "--bundle", spec.BundleDir, spec.ID}
-		op = "restore"
+		op, args = "restore", []string{"restore", "-detach", "--image-path", imageDir, "--bundle", spec.BundleDir, spec.ID}
 	}
-	cmd := d.createCLI(network).Command(ctx, args...)
+	if err := d.runCreate(ctx, p, op, args...); err != nil {
+		return err
+	}
+	return d.started(p, op)
+}
+
+// start is a sandbox being made: its box, spec, --network and host pids
+// wall, from newStart to started (or, prepared, until RestorePrepared).
+type start struct {
+	spec     driver.Spec
+	b        *oci.Box
+	network  string
+	hostPids int64
+}
+
+// newStart writes spec's bundle and record and sets the cgroup's pids
+// wall; after it the caller cleans up with cleanupFailed.
+func (d *Driver) newStart(spec driver.Spec) (*start, error) {
+	guestTasks := spec.Resources.TasksPerUser()
+	if guestTasks == 0 {
+		guestTasks = d.cfg.DefaultPids
+	}
+	p := &start{spec: spec, network: "sandbox", hostPids: HostPids(guestTasks)}
+	if spec.NetNSPath == "" {
+		p.network = "none"
+	}
+	b, err := d.rt.Prepare(spec, oci.Options{InitCaps: []string{"CAP_SYS_RESOURCE"}, HostPids: p.hostPids})
+	if err != nil {
+		return nil, err
+	}
+	p.b = b
+	if err := setPidsWall(b.CgroupsPath, p.hostPids); err != nil {
+		d.cleanupFailed(spec.ID, b)
+		return nil, fmt.Errorf("sandbox %q: %w", spec.ID, err)
+	}
+	return p, nil
+}
+
+// runCreate runs the runsc command args (run, create or restore) of p's
+// sandbox, its output to the sandbox's log.
+func (d *Driver) runCreate(ctx context.Context, p *start, op string, args ...string) error {
+	id := p.spec.ID
+	logf, release, err := oci.OpenLog(p.spec.BundleDir, p.spec.Log)
+	if err != nil {
+		return fmt.Errorf("sandbox %q: log: %w", id, err)
+	}
+	cmd := d.createCLI(p.network).Command(ctx, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	runErr := cmd.Run()
 	release()
 	if runErr != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("sandbox %q: %s: %w", spec.ID, op, ctx.Err())
+			return fmt.Errorf("sandbox %q: %s: %w", id, op, ctx.Err())
 		}
-		return fmt.Errorf("sandbox %q: %s: %v: %s", spec.ID, op, runErr, oci.LogTail(spec.BundleDir, spec.Log))
+		return fmt.Errorf("sandbox %q: %s: %v: %s", id, op, runErr, oci.LogTail(p.spec.BundleDir, p.spec.Log))
 	}
-	if err := d.watchExit(spec.ID, b); err != nil {
+	return nil
+}
+
+// started finishes the start (or restore) of p's sandbox, now running:
+// its exit is watched, the host wall set and the stubs marked.
+func (d *Driver) started(p *start, op string) error {
+	id := p.spec.ID
+	if err := d.watchExit(id, p.b); err != nil {
 		return err
 	}
 	// The guest read its memory size from the cgroup at boot; now the
 	// host wall moves above it (see limits.go).
-	if err := setHostWall(b.CgroupsPath, spec.Resources.MemoryMB, hostPids); err != nil {
-		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
+	if err := setHostWall(p.b.CgroupsPath, p.spec.Resources.MemoryMB, p.hostPids); err != nil {
+		return fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	pool, marked, err := markStubs(b.CgroupsPath, initExecutable(spec))
+	pool, marked, err := markStubs(p.b.CgroupsPath, initExecutable(p.spec))
 	if err != nil {
-		return fmt.Errorf("sandbox %q: %w", spec.ID, err)
+		return fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	d.log.Debug("sandbox started", "sandbox_id", spec.ID, "op", op, "network", network, "stub_pool_pid", pool, "stubs_marked", marked)
+	d.log.Debug("sandbox started", "sandbox_id", id, "op", op, "network", p.network, "stub_pool_pid", pool, "stubs_marked", marked)
 	return nil
 }
 
@@ -398,6 +446,9 @@ func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, er
 // Kill implements driver.Driver: SIGKILL to the sandbox's init, which ends
 // the whole gVisor sandbox.
 func (d *Driver) Kill(ctx context.Context, id string) error {
+	if d.isPrepared(id) {
+		return nil // nothing runs in it; Delete removes it
+	}
 	st, ok, err := d.rt.BeginKill(ctx, id)
 	if !ok || err != nil {
 		return err
@@ -435,6 +486,11 @@ func (d *Driver) deleteContainer(ctx context.Context, id string, b *oci.Box) err
 		return fmt.Errorf("sandbox %q: delete: %w", id, err)
 	}
 	if b == nil {
+		return nil
+	}
+	if d.takePrepared(id) != nil {
+		// Never started: no runsc wait watches it.
+		b.Watch.Finish(driver.Exit{Code: -1}, nil)
 		return nil
 	}
 	cmd := b.MarkDeleting()

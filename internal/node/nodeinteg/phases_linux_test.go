@@ -29,15 +29,20 @@ func (l *logTap) Write(p []byte) (int, error) {
 
 // take returns the lines logged so far with message msg and empties the
 // tap.
-func (l *logTap) take(msg string) []string {
+func (l *logTap) take(msg string) []string { return l.takeEach(msg)[0] }
+
+// takeEach is take of several messages at once: the lines of each.
+func (l *logTap) takeEach(msgs ...string) [][]string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []string
+	out := make([][]string, len(msgs))
 	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), `msg="`+msg+`"`) {
-			out = append(out, sc.Text())
+		for i, msg := range msgs {
+			if strings.Contains(sc.Text(), `msg="`+msg+`"`) {
+				out[i] = append(out[i], sc.Text())
+			}
 		}
 	}
 	l.b.Reset()
