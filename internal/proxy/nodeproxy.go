@@ -138,6 +138,7 @@ func (n *NodeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if port == EnvdPort && sb.Address != "" {
 		t.addr = sb.Address
 	}
+	n.p.epochs.observe(id, sb.Epoch)
 	rp := n.p.rp
 	if v := r.Header.Get(HeaderNodeWakeBy); v != "" {
 		by, err := time.Parse(time.RFC3339Nano, v)

@@ -96,6 +96,8 @@ type Proxy struct {
 	tr     *http.Transport
 	// wake carries requests that woke their sandbox (wake.go).
 	wake *httputil.ReverseProxy
+	// epochs drops pooled connections to a sandbox seen in a new epoch.
+	epochs *epochWatch
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -150,6 +152,7 @@ func New(cfg Config) (*Proxy, error) {
 		TLSClientConfig:       sandboxTLS,
 	}
 	p.tr = tr
+	p.epochs = newEpochWatch(tr)
 	p.rp = p.reverseProxy(tr)
 	p.wake = p.reverseProxy(p.newWakeTransport())
 	return p, nil
@@ -307,6 +310,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rp = p.wake
 		// Connections pooled before the pause lead nowhere now.
 		p.tr.CloseIdleConnections()
+	} else if !t.viaNode {
+		// A node proxy watches its own sandboxes' epochs.
+		p.epochs.observe(id, route.Epoch)
 	}
 	rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, t)))
 }

@@ -29,6 +29,10 @@ type Route struct {
 	// Woken is set when the sandbox was paused as the request came: its
 	// ports may take a moment to answer.
 	Woken bool
+	// Epoch is the sandbox's epoch on its node (nodeapi.Sandbox.Epoch),
+	// which a resume or restart changes: connections pooled in an older
+	// one are not reused.
+	Epoch int64
 	// MaskRequestHost replaces the Host header of requests to the
 	// sandbox's own ports ("${PORT}" is the port); HTTPSPorts are spoken
 	// to over TLS (network.maskRequestHost, network.httpsPorts).
