@@ -3,9 +3,7 @@
 package codeinterpe2e
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
-	"github.com/warren-sandbox/warren/pkg/client"
 )
 
 // iso names the host objects of this test process's servers.
@@ -60,35 +57,10 @@ func startServe(t *testing.T) *e2eserve.Server {
 // waits for a ready member, so at least it claims one.
 func TestCodeInterpreter(t *testing.T) {
 	s := startServe(t)
-	c := client.New(s.Env["E2B_API_URL"], "")
-	c.Header.Set("X-Admin-Token", adminToken)
-	pool := func() (ready, hits int64) {
-		t.Helper()
-		var pools []struct {
-			TemplateID string `json:"templateID"`
-			Ready      int64  `json:"ready"`
-			Hits       int64  `json:"hits"`
-		}
-		if _, _, err := c.Do(context.Background(), http.MethodGet, "/admin/pools", nil, &pools); err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range pools {
-			if p.TemplateID == "code-interpreter-v1" {
-				return p.Ready, p.Hits
-			}
-		}
-		t.Fatalf("no warm pool of code-interpreter-v1: %+v", pools)
-		return 0, 0
-	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for ready, _ := pool(); ready < 1; ready, _ = pool() {
-		if time.Now().After(deadline) {
-			t.Fatal("the code interpreter's pool has no ready member within 3 minutes")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	url := s.Env["E2B_API_URL"]
+	e2eserve.WaitPoolReady(t, url, adminToken, "code-interpreter-v1", 1, 3*time.Minute)
 	defer func() {
-		_, hits := pool()
+		hits := e2eserve.Pool(t, url, adminToken, "code-interpreter-v1").Hits
 		t.Logf("code interpreter pool hits: %d", hits)
 		if hits < 1 {
 			t.Error("no create claimed a member of the code interpreter's pool")

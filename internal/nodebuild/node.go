@@ -357,6 +357,14 @@ func (n *Node) status(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) rootfs(w http.ResponseWriter, r *http.Request) {
+	n.serveArtifact(w, r, "artifact", func(b *templates.Build) (string, int64, string, error) {
+		return n.artifactPath(b.ID), b.RootFSSize, b.RootFSSHA256, nil
+	})
+}
+
+// serveArtifact streams one artifact of the build the request names, its
+// path, size and sha256 given by which from the build this node exports.
+func (n *Node) serveArtifact(w http.ResponseWriter, r *http.Request, what string, which func(*templates.Build) (path string, size int64, sha string, err error)) {
 	id := r.PathValue("id")
 	if err := templates.CheckID("build", id); err != nil {
 		n.fail(w, r, err)
@@ -367,17 +375,22 @@ func (n *Node) rootfs(w http.ResponseWriter, r *http.Request) {
 		n.fail(w, r, err)
 		return
 	}
-	f, err := os.Open(n.artifactPath(id))
+	path, size, sha, err := which(b)
 	if err != nil {
-		n.fail(w, r, fmt.Errorf("build %q artifact: %w: %w", id, errdefs.ErrUnavailable, err))
+		n.fail(w, r, err)
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		n.fail(w, r, fmt.Errorf("build %q %s: %w: %w", id, what, errdefs.ErrUnavailable, err))
 		return
 	}
 	defer f.Close()
 	w.Header().Set("Content-Type", "application/x-tar")
-	w.Header().Set("Content-Length", strconv.FormatInt(b.RootFSSize, 10))
-	w.Header().Set(HeaderSHA256, b.RootFSSHA256)
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.Header().Set(HeaderSHA256, sha)
 	if _, err := f.WriteTo(w); err != nil {
-		n.log.Info("artifact stream ended early", "build_id", id, "error", err)
+		n.log.Info("artifact stream ended early", "artifact", what, "build_id", id, "error", err)
 	}
 }
 

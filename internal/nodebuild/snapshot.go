@@ -13,7 +13,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/warren-sandbox/warren/internal/builder/layer"
@@ -166,32 +165,12 @@ func addFile(tw *tar.Writer, p, name string) error {
 }
 
 func (n *Node) snapshot(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := templates.CheckID("build", id); err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	b, err := n.Export(r.Context(), id)
-	if err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	if b.SnapshotSHA256 == "" {
-		n.fail(w, r, fmt.Errorf("build %q has no snapshot that travels: %w", id, errdefs.ErrNotFound))
-		return
-	}
-	f, err := os.Open(n.snapshotArtifactPath(id))
-	if err != nil {
-		n.fail(w, r, fmt.Errorf("build %q snapshot artifact: %w: %w", id, errdefs.ErrUnavailable, err))
-		return
-	}
-	defer f.Close()
-	w.Header().Set("Content-Type", "application/x-tar")
-	w.Header().Set("Content-Length", strconv.FormatInt(b.SnapshotSize, 10))
-	w.Header().Set(HeaderSHA256, b.SnapshotSHA256)
-	if _, err := f.WriteTo(w); err != nil {
-		n.log.Info("snapshot artifact stream ended early", "build_id", id, "error", err)
-	}
+	n.serveArtifact(w, r, "snapshot artifact", func(b *templates.Build) (string, int64, string, error) {
+		if b.SnapshotSHA256 == "" {
+			return "", 0, "", fmt.Errorf("build %q has no snapshot that travels: %w", b.ID, errdefs.ErrNotFound)
+		}
+		return n.snapshotArtifactPath(b.ID), b.SnapshotSize, b.SnapshotSHA256, nil
+	})
 }
 
 // pullSnapshot gets the snapshot on ready of build b (just pulled, its

@@ -44,18 +44,7 @@ func (e *epochRouter) setEpoch(n int64) {
 // changed, and reuses its pooled one while the epoch stays.
 func TestNewEpochDropsPooledConnections(t *testing.T) {
 	t.Parallel()
-	var conns atomic.Int64
-	be := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	be.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	be.Start()
-	t.Cleanup(be.Close)
+	be, conns := connCounter(t)
 	rt := &epochRouter{r: route.Route{SandboxID: "sbx1", Address: be.Listener.Addr().String(), Host: "127.0.0.1", Epoch: 1}}
 	p, err := proxy.New(proxy.Config{Router: rt, Domain: "e2b.test"})
 	if err != nil {
@@ -65,17 +54,7 @@ func TestNewEpochDropsPooledConnections(t *testing.T) {
 	t.Cleanup(srv.Close)
 	send := func() {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/process.Process/Start", nil)
-		req.Host = strconv.Itoa(proxy.EnvdPort) + "-sbx1.e2b.test"
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
+		postNoContent(t, srv, func(req *http.Request) { req.Host = strconv.Itoa(proxy.EnvdPort) + "-sbx1.e2b.test" })
 	}
 	send()
 	send()
@@ -97,17 +76,7 @@ func TestNewEpochDropsPooledConnections(t *testing.T) {
 // the edge proxy of `warren serve` does.
 func TestNodeProxyNewEpochDropsPooledConnections(t *testing.T) {
 	t.Parallel()
-	var conns atomic.Int64
-	be := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	be.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	be.Start()
-	t.Cleanup(be.Close)
+	be, conns := connCounter(t)
 	fn := fakenode.New()
 	put := func(epoch int64) {
 		fn.Put(&nodeapi.Sandbox{ID: "sbx1", State: sandbox.StateRunning, Host: "127.0.0.1", Address: be.Listener.Addr().String(), Epoch: epoch})
@@ -121,19 +90,11 @@ func TestNodeProxyNewEpochDropsPooledConnections(t *testing.T) {
 	t.Cleanup(srv.Close)
 	send := func() {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/process.Process/Start", nil)
-		req.Header.Set(proxy.HeaderNodeToken, nodeToken)
-		req.Header.Set(proxy.HeaderNodeSandboxID, "sbx1")
-		req.Header.Set(proxy.HeaderNodeSandboxPort, strconv.Itoa(proxy.EnvdPort))
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
+		postNoContent(t, srv, func(req *http.Request) {
+			req.Header.Set(proxy.HeaderNodeToken, nodeToken)
+			req.Header.Set(proxy.HeaderNodeSandboxID, "sbx1")
+			req.Header.Set(proxy.HeaderNodeSandboxPort, strconv.Itoa(proxy.EnvdPort))
+		})
 	}
 	send()
 	send()
@@ -141,5 +102,41 @@ func TestNodeProxyNewEpochDropsPooledConnections(t *testing.T) {
 	send()
 	if n := conns.Load(); n != 2 {
 		t.Fatalf("%d connections: want 1 for the first epoch's two requests and a new one after the change", n)
+	}
+}
+
+// connCounter is a sandbox port answering 204 that counts the
+// connections made to it.
+func connCounter(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var conns atomic.Int64
+	be := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	be.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	be.Start()
+	t.Cleanup(be.Close)
+	return be, &conns
+}
+
+// postNoContent sends an envd-like POST through srv, set up by prepare,
+// and expects connCounter's 204.
+func postNoContent(t *testing.T, srv *httptest.Server, prepare func(*http.Request)) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/process.Process/Start", nil)
+	prepare(req)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("status %d", resp.StatusCode)
 	}
 }

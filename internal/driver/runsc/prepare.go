@@ -14,27 +14,16 @@ import (
 // bundle and runs `runsc create`, which starts the sandbox's gofer and
 // sentry and waits; RestorePrepared then loads an image into it. Kill of
 // a prepared sandbox does nothing (nothing runs in it); Delete removes it.
-func (d *Driver) PrepareRestore(ctx context.Context, spec driver.Spec) (err error) {
-	p, err := d.newStart(spec)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			d.cleanupFailed(spec.ID, p.b)
+func (d *Driver) PrepareRestore(ctx context.Context, spec driver.Spec) error {
+	return d.made(spec, func(p *start) error {
+		if err := d.runCreate(ctx, p, "create", "create", "--bundle", spec.BundleDir, spec.ID); err != nil {
+			return err
 		}
-	}()
-	if p.network == "none" {
-		d.netMu.RLock()
-		defer d.netMu.RUnlock()
-	}
-	if err := d.runCreate(ctx, p, "create", "create", "--bundle", spec.BundleDir, spec.ID); err != nil {
-		return err
-	}
-	d.prepMu.Lock()
-	defer d.prepMu.Unlock()
-	d.prepared[spec.ID] = p
-	return nil
+		d.prepMu.Lock()
+		defer d.prepMu.Unlock()
+		d.prepared[spec.ID] = p
+		return nil
+	})
 }
 
 // RestorePrepared implements driver.RestorePreparer with `runsc restore
@@ -48,14 +37,12 @@ func (d *Driver) RestorePrepared(ctx context.Context, id, dir string) error {
 	if p == nil {
 		return fmt.Errorf("sandbox %q: not prepared for a restore: %w", id, errdefs.ErrNotFound)
 	}
-	if p.network == "none" {
-		d.netMu.RLock()
-		defer d.netMu.RUnlock()
-	}
-	err := d.runCreate(ctx, p, "restore", "restore", "-detach", "--image-path", dir, id)
-	if err == nil {
-		err = d.started(p, "restore")
-	}
+	err := d.underNetwork(p, func() error {
+		if err := d.runCreate(ctx, p, "restore", "restore", "-detach", "--image-path", dir, id); err != nil {
+			return err
+		}
+		return d.started(p, "restore")
+	})
 	if err != nil {
 		// Left for Delete, which must know it never started.
 		d.prepMu.Lock()

@@ -241,28 +241,42 @@ func (d *Driver) Restore(ctx context.Context, spec driver.Spec, dir string) erro
 	return d.create(ctx, spec, dir)
 }
 
-func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) (err error) {
+func (d *Driver) create(ctx context.Context, spec driver.Spec, imageDir string) error {
+	return d.made(spec, func(p *start) error {
+		op, args := "start", []string{"run", "-detach", "--bundle", spec.BundleDir, spec.ID}
+		if imageDir != "" {
+			op, args = "restore", []string{"restore", "-detach", "--image-path", imageDir, "--bundle", spec.BundleDir, spec.ID}
+		}
+		if err := d.runCreate(ctx, p, op, args...); err != nil {
+			return err
+		}
+		return d.started(p, op)
+	})
+}
+
+// made writes spec's bundle and runs fn on it (under the network lock,
+// underNetwork); when fn fails, what it made is cleaned up.
+func (d *Driver) made(spec driver.Spec, fn func(*start) error) error {
 	p, err := d.newStart(spec)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			d.cleanupFailed(spec.ID, p.b)
-		}
-	}()
+	if err := d.underNetwork(p, func() error { return fn(p) }); err != nil {
+		d.cleanupFailed(spec.ID, p.b) // takes netMu itself: after its read lock is gone
+		return err
+	}
+	return nil
+}
+
+// underNetwork runs fn holding the read lock of runsc's shared null
+// network namespace for a sandbox without a network of its own, so that
+// cleanNullNetns does not remove it meanwhile.
+func (d *Driver) underNetwork(p *start, fn func() error) error {
 	if p.network == "none" {
 		d.netMu.RLock()
 		defer d.netMu.RUnlock()
 	}
-	op, args := "start", []string{"run", "-detach", "--bundle", spec.BundleDir, spec.ID}
-	if imageDir != "" {
-		op, args = "restore", []string{"restore", "-detach", "--image-path", imageDir, "--bundle", spec.BundleDir, spec.ID}
-	}
-	if err := d.runCreate(ctx, p, op, args...); err != nil {
-		return err
-	}
-	return d.started(p, op)
+	return fn()
 }
 
 // start is a sandbox being made: its box, spec, --network and host pids
