@@ -344,6 +344,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.wg.Go(a.reclaimLoop)
 	}
 	a.startWatchdog()
+	a.startKeepWatch()
 	a.startSampler()
 	a.wg.Go(a.poolLoop)
 	return a, nil

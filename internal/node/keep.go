@@ -100,6 +100,40 @@ func (a *Agent) restorePreparer() (driver.RestorePreparer, bool) {
 	return p, ok
 }
 
+// keepMemoryCheck is how often the host's available memory is looked at
+// while sandboxes keep their host objects: when it falls below the floor
+// between pauses, they are released then, not at the next pause.
+const keepMemoryCheck = 2 * time.Second
+
+// startKeepWatch starts the loop that releases every kept sandbox's host
+// objects when the host's memory runs low (a driver that cannot prepare a
+// restore keeps none: no loop).
+func (a *Agent) startKeepWatch() {
+	if _, ok := a.restorePreparer(); !ok || a.cfg.KeepPaused <= 0 {
+		return
+	}
+	a.wg.Go(func() {
+		for a.sleep(keepMemoryCheck) {
+			if a.anyKept() && a.memoryLow() {
+				a.log.Info("host memory low: paused sandboxes release the host objects they kept")
+				a.releaseAllKept("memory_low")
+			}
+		}
+	})
+}
+
+// anyKept reports whether some paused sandbox keeps its host objects.
+func (a *Agent) anyKept() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.sandboxes {
+		if s.kept != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // memoryLow reports whether the host's available memory is below the
 // keep's floor (an unreadable figure counts as low).
 func (a *Agent) memoryLow() bool {
@@ -252,7 +286,7 @@ func (a *Agent) releaseKept(ctx context.Context, s *sbx, log *slog.Logger) {
 	}
 }
 
-// releaseAllKept evicts every kept sandbox at once (Close).
+// releaseAllKept evicts every kept sandbox at once (Close, low memory).
 func (a *Agent) releaseAllKept(reason string) {
 	type victim struct {
 		s *sbx

@@ -236,6 +236,34 @@ func TestKeepPausedNoneWhenMemoryLow(t *testing.T) {
 	waitFor(t, "the release of the sandbox kept before memory ran low", func() bool { return !kept(t, a, "m1") })
 }
 
+// Memory running low between pauses releases what paused sandboxes kept
+// without waiting for the next pause.
+func TestKeepPausedReleasedWhenMemoryRunsLow(t *testing.T) {
+	var low atomic.Bool
+	e, _, _ := keepEnv(t, func(c *node.Config) {
+		c.FreeMemory = func() (uint64, error) {
+			if low.Load() {
+				return 1 << 20, nil
+			}
+			return 8 << 30, nil
+		}
+	})
+	a := e.start()
+	e.create(a, "w1")
+	e.pauseMem(a, "w1")
+	if !kept(t, a, "w1") {
+		t.Fatal("not kept with memory to spare")
+	}
+	low.Store(true)
+	waitFor(t, "the release once memory ran low", func() bool { return !kept(t, a, "w1") })
+	if slot, cg := e.holds("w1"); slot || cg {
+		t.Errorf("after memory ran low: slot %v, cgroup %v", slot, cg)
+	}
+	if _, err := a.Resume(context.Background(), "w1", nodeapi.ResumeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestKeepPausedReleasedAtClose(t *testing.T) {
 	e, d, _ := keepEnv(t, nil)
 	a, err := node.New(context.Background(), e.config())
