@@ -18,11 +18,7 @@ import (
 var iso = e2eserve.NewIsolation("compat", "100.69.0.0/16", "wk")
 
 // TestMain removes the isolated cgroup root and nftables table at the end.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	iso.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const apiKey = "e2b_00112233445566778899aabbccddeeff00112244"
 

@@ -23,11 +23,7 @@ import (
 var iso = e2eserve.NewIsolation("gosdk", "100.97.0.0/16", "wg")
 
 // TestMain removes the isolated cgroup root and nftables table at the end.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	iso.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const apiKey = "e2b_c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3"
 

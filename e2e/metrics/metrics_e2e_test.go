@@ -5,7 +5,6 @@ package metricse2e
 import (
 	"context"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,11 +21,7 @@ import (
 var iso = e2eserve.NewIsolation("metrics", "100.68.0.0/16", "wm")
 
 // TestMain removes the isolated cgroup root and nftables table at the end.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	iso.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const (
 	apiKey     = "e2b_a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3"

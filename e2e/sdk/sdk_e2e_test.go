@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,11 +21,7 @@ import (
 var iso = e2eserve.NewIsolation("sdk", "100.66.0.0/16", "we")
 
 // TestMain removes the isolated cgroup root and nftables table at the end.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	iso.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const apiKey = "e2b_00112233445566778899aabbccddeeff00112233"
 

@@ -18,11 +18,7 @@ import (
 var iso = e2eserve.NewIsolation("tpl", "100.67.0.0/16", "wt")
 
 // TestMain removes the isolated cgroup root and nftables table at the end.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	iso.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const apiKey = "e2b_0123456789abcdef0123456789abcdef01234567"
 

@@ -24,11 +24,7 @@ import (
 // iso names this package's host objects (its own CIDR and veth prefix).
 var iso = e2eserve.NewIsolation("tapi", "100.70.0.0/16", "qt")
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	iso.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const (
 	apiKey     = "e2b_7461706900000000000000000000000000000001"
