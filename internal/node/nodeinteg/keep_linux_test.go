@@ -133,12 +133,8 @@ func TestPauseKeepsHostObjects(t *testing.T) {
 	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
 	sb := memSandbox(t, h, a, id)
 	before := counter(t, sb, "tok-"+id)
-	if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
-		t.Fatal(err)
-	}
-	if kept, err := a.HostObjectsKept(id); err != nil || !kept {
-		t.Fatalf("HostObjectsKept = %v, %v; want true", kept, err)
-	}
+	pauseMemory(t, a, id)
+	mustKeep(t, a, id)
 	left := h.leftovers(drv, id)
 	if !hasKinds(left, "runsc", "cgroup", "netns", "mount", "dir") {
 		t.Errorf("host objects of the paused sandbox: %v, want its container, cgroup, netns, mount and dirs", left)
@@ -159,9 +155,7 @@ func TestPauseKeepsHostObjects(t *testing.T) {
 	}
 	checkMemory(t, r, before)
 	// A second pause and resume goes the same way.
-	if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
-		t.Fatal(err)
-	}
+	pauseMemory(t, a, id)
 	if r, err = a.Resume(ctx, id, nodeapi.ResumeRequest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -184,14 +178,9 @@ func TestResumeDuringPreparation(t *testing.T) {
 	a, drv := h.agent()
 	defer a.Close()
 	ctx := context.Background()
-	id := "kr" + sandbox.NewID()[:10]
-	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
-	sb := memSandbox(t, h, a, id)
-	before := counter(t, sb, "tok-"+id)
+	id, before := countedSandbox(t, h, a, "kr")
 	for range 2 {
-		if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
-			t.Fatal(err)
-		}
+		pauseMemory(t, a, id)
 		r, err := a.Resume(ctx, id, nodeapi.ResumeRequest{})
 		if err != nil {
 			t.Fatal(err)
@@ -224,9 +213,7 @@ func TestKeepEvictedByCount(t *testing.T) {
 	}
 	before := counter(t, sbs[0], "tok-"+ids[0])
 	for _, id := range ids {
-		if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
-			t.Fatal(err)
-		}
+		pauseMemory(t, a, id)
 		if kept, err := a.HostObjectsKept(id); err != nil || !kept {
 			t.Fatalf("%s: HostObjectsKept = %v, %v; want true", id, kept, err)
 		}
@@ -257,13 +244,8 @@ func TestKeepEvictedByTime(t *testing.T) {
 	a, drv := h.agent()
 	defer a.Close()
 	ctx := context.Background()
-	id := "kt" + sandbox.NewID()[:10]
-	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
-	sb := memSandbox(t, h, a, id)
-	before := counter(t, sb, "tok-"+id)
-	if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
-		t.Fatal(err)
-	}
+	id, before := countedSandbox(t, h, a, "kt")
+	pauseMemory(t, a, id)
 	eventuallyReleased(t, a, id)
 	if left := h.leftovers(drv, id); !onlyDirs(left) {
 		t.Errorf("host objects after the keep's time: %v, want only its dirs", left)
@@ -288,13 +270,9 @@ func TestKillKeptPaused(t *testing.T) {
 		if _, err := a.Create(ctx, h.createReq(id)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
-			t.Fatal(err)
-		}
+		pauseMemory(t, a, id)
 		if wait {
-			if kept, err := a.HostObjectsKept(id); err != nil || !kept {
-				t.Fatalf("HostObjectsKept = %v, %v; want true", kept, err)
-			}
+			mustKeep(t, a, id)
 		}
 		if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
 			t.Fatal(err)
@@ -314,9 +292,7 @@ func TestKeptReleasedAtClose(t *testing.T) {
 	id := "kc" + sandbox.NewID()[:10]
 	sb := memSandbox(t, h, a1, id)
 	before := counter(t, sb, "tok-"+id)
-	if _, err := a1.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
-		t.Fatal(err)
-	}
+	pauseMemory(t, a1, id)
 	a1.Close()
 	if left := h.leftovers(drv, id); !onlyDirs(left) {
 		t.Errorf("host objects after Close: %v, want only its dirs", left)
@@ -348,9 +324,7 @@ func TestKeptAfterAgentSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, sb, tok, "echo in-memory-"+id+" > /tmp/mark")
-	if _, err := c.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
-		t.Fatal(err)
-	}
+	pauseMemory(t, c, id)
 	// Wait (bounded) for the prepared container: runsc lists it created.
 	root := filepath.Join(h.dir, "runsc", "runtime")
 	deadline := time.Now().Add(60 * time.Second)
@@ -429,16 +403,12 @@ func TestKeepNoneWhenMemoryLow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := a.Pause(ctx, ids[0], nodeapi.PauseRequest{Memory: true}); err != nil {
-		t.Fatal(err)
-	}
+	pauseMemory(t, a, ids[0])
 	if kept, err := a.HostObjectsKept(ids[0]); err != nil || !kept {
 		t.Fatalf("HostObjectsKept with memory to spare = %v, %v; want true", kept, err)
 	}
 	low.Store(true)
-	if _, err := a.Pause(ctx, ids[1], nodeapi.PauseRequest{Memory: true}); err != nil {
-		t.Fatal(err)
-	}
+	pauseMemory(t, a, ids[1])
 	if kept, err := a.HostObjectsKept(ids[1]); err != nil || kept {
 		t.Errorf("HostObjectsKept of a pause while memory is low = %v, %v; want false", kept, err)
 	}
@@ -463,16 +433,9 @@ func TestResumeFallsBackWhenPreparedGone(t *testing.T) {
 	a, drv := h.agent()
 	defer a.Close()
 	ctx := context.Background()
-	id := "kf" + sandbox.NewID()[:10]
-	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
-	sb := memSandbox(t, h, a, id)
-	before := counter(t, sb, "tok-"+id)
-	if _, err := a.Pause(ctx, id, nodeapi.PauseRequest{Memory: true}); err != nil {
-		t.Fatal(err)
-	}
-	if kept, err := a.HostObjectsKept(id); err != nil || !kept {
-		t.Fatalf("HostObjectsKept = %v, %v; want true", kept, err)
-	}
+	id, before := countedSandbox(t, h, a, "kf")
+	pauseMemory(t, a, id)
+	mustKeep(t, a, id)
 	if err := drv.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -490,5 +453,30 @@ func TestResumeFallsBackWhenPreparedGone(t *testing.T) {
 	}
 	if left := h.leftovers(drv, id); len(left) > 0 {
 		t.Errorf("left after kill: %v", left)
+	}
+}
+
+// countedSandbox makes a sandbox on a (its ID prefix and a new ID), killed
+// at the test's end, whose memory counter (memSandbox) it reads.
+func countedSandbox(t *testing.T, h *host, a *node.Agent, prefix string) (id string, before int) {
+	t.Helper()
+	id = prefix + sandbox.NewID()[:10]
+	t.Cleanup(func() { _ = a.Kill(context.Background(), id, sandbox.KillAdmin) })
+	return id, counter(t, memSandbox(t, h, a, id), "tok-"+id)
+}
+
+// pauseMemory pauses id on a (an agent or a node client) with its memory.
+func pauseMemory(t *testing.T, a nodeapi.Service, id string) {
+	t.Helper()
+	if _, err := a.Pause(context.Background(), id, nodeapi.PauseRequest{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustKeep fails the test unless id keeps its host objects.
+func mustKeep(t *testing.T, a *node.Agent, id string) {
+	t.Helper()
+	if kept, err := a.HostObjectsKept(id); err != nil || !kept {
+		t.Fatalf("%s: HostObjectsKept = %v, %v; want true", id, kept, err)
 	}
 }
