@@ -214,8 +214,10 @@ func TestKeepPausedTimeBound(t *testing.T) {
 	}
 }
 
-func TestKeepPausedNoneWhenMemoryLow(t *testing.T) {
-	var low atomic.Bool
+// lowMemoryEnv is a keepEnv whose host has memory to spare until low is
+// set.
+func lowMemoryEnv(t *testing.T) (*env, *atomic.Bool) {
+	low := new(atomic.Bool)
 	e, _, _ := keepEnv(t, func(c *node.Config) {
 		c.FreeMemory = func() (uint64, error) {
 			if low.Load() {
@@ -224,6 +226,11 @@ func TestKeepPausedNoneWhenMemoryLow(t *testing.T) {
 			return 8 << 30, nil
 		}
 	})
+	return e, low
+}
+
+func TestKeepPausedNoneWhenMemoryLow(t *testing.T) {
+	e, low := lowMemoryEnv(t)
 	a := e.start()
 	e.create(a, "m1")
 	e.create(a, "m2")
@@ -239,15 +246,7 @@ func TestKeepPausedNoneWhenMemoryLow(t *testing.T) {
 // Memory running low between pauses releases what paused sandboxes kept
 // without waiting for the next pause.
 func TestKeepPausedReleasedWhenMemoryRunsLow(t *testing.T) {
-	var low atomic.Bool
-	e, _, _ := keepEnv(t, func(c *node.Config) {
-		c.FreeMemory = func() (uint64, error) {
-			if low.Load() {
-				return 1 << 20, nil
-			}
-			return 8 << 30, nil
-		}
-	})
+	e, low := lowMemoryEnv(t)
 	a := e.start()
 	e.create(a, "w1")
 	e.pauseMem(a, "w1")
