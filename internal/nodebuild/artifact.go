@@ -19,7 +19,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -37,7 +36,7 @@ const ArtifactName = "rootfs.tar"
 // and a node that unpacks the tar makes none.
 func WriteTar(ctx context.Context, root string, w io.Writer) error {
 	tw := tar.NewWriter(w)
-	links := map[[2]uint64]string{}
+	links := layer.Links{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -53,37 +52,9 @@ func WriteTar(ctx context.Context, root string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		var target string
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			if target, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case fi.Mode().IsDir(), fi.Mode().IsRegular():
-		default:
-			return nil
-		}
-		h, err := tar.FileInfoHeader(fi, target)
-		if err != nil {
+		h, err := layer.TreeHeader(p, filepath.ToSlash(rel), fi, links)
+		if err != nil || h == nil {
 			return err
-		}
-		h.Name = filepath.ToSlash(rel)
-		if fi.IsDir() {
-			h.Name += "/"
-		}
-		h.Uname, h.Gname = "", ""
-		h.AccessTime, h.ChangeTime = fi.ModTime(), fi.ModTime()
-		h.Format = tar.FormatPAX
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			h.Uid, h.Gid = int(st.Uid), int(st.Gid)
-			if fi.Mode().IsRegular() && st.Nlink > 1 {
-				key := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
-				if first, ok := links[key]; ok {
-					h.Typeflag, h.Linkname, h.Size = tar.TypeLink, first, 0
-				} else {
-					links[key] = h.Name
-				}
-			}
 		}
 		if h.Typeflag != tar.TypeLink { // a hard link shares its source's
 			if h.PAXRecords, err = xattrs(p); err != nil {
@@ -93,16 +64,7 @@ func WriteTar(ctx context.Context, root string, w io.Writer) error {
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		if h.Typeflag != tar.TypeReg {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
+		return layer.WriteBody(tw, h, p)
 	})
 	if err != nil {
 		return fmt.Errorf("tar %s: %w", root, err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"syscall"
@@ -23,7 +22,7 @@ import (
 // sockets and pipes are left out.
 func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name string) bool) error {
 	tw := tar.NewWriter(w)
-	links := map[[2]uint64]string{}
+	links := Links{}
 	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -41,40 +40,14 @@ func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name st
 			return err
 		}
 		st, _ := fi.Sys().(*syscall.Stat_t)
-		var target string
-		switch {
-		case fi.Mode()&fs.ModeCharDevice != 0 && st != nil && st.Rdev == 0:
+		if fi.Mode()&fs.ModeCharDevice != 0 && st != nil && st.Rdev == 0 {
 			dir, base := path.Split(name)
 			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: dir + whiteoutPrefix + base, Mode: 0o600,
 				ModTime: fi.ModTime(), Format: tar.FormatPAX})
-		case fi.Mode()&fs.ModeSymlink != 0:
-			if target, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case fi.Mode().IsDir(), fi.Mode().IsRegular():
-		default:
-			return nil
 		}
-		h, err := tar.FileInfoHeader(fi, target)
-		if err != nil {
+		h, err := TreeHeader(p, name, fi, links)
+		if err != nil || h == nil {
 			return err
-		}
-		h.Name, h.Uname, h.Gname = name, "", ""
-		if fi.IsDir() {
-			h.Name += "/"
-		}
-		h.AccessTime, h.ChangeTime = fi.ModTime(), fi.ModTime()
-		h.Format = tar.FormatPAX
-		if st != nil {
-			h.Uid, h.Gid = int(st.Uid), int(st.Gid)
-			if fi.Mode().IsRegular() && st.Nlink > 1 {
-				key := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
-				if first, ok := links[key]; ok {
-					h.Typeflag, h.Linkname, h.Size = tar.TypeLink, first, 0
-				} else {
-					links[key] = h.Name
-				}
-			}
 		}
 		opaque := false
 		if h.Typeflag != tar.TypeLink {
@@ -91,16 +64,7 @@ func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name st
 				return err
 			}
 		}
-		if h.Typeflag != tar.TypeReg {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
+		return WriteBody(tw, h, p)
 	})
 	if err != nil {
 		return fmt.Errorf("diff of %s: %w", upper, err)
