@@ -300,6 +300,16 @@ func releasePressure(t *testing.T, a *node.Agent, sb *nodeapi.Sandbox, tok strin
 		t.Fatalf("touch /tmp/go: exit %d", code)
 	}
 	for range 300 {
+		// A sandbox that died under the pressure (the sentry chosen by
+		// the OOM killer) answers no look: say so at once instead of
+		// asking 300 times.
+		if cur, err := a.Get(context.Background(), sb.ID); err != nil || cur.State != sandbox.StateRunning {
+			var state sandbox.State
+			if cur != nil {
+				state = cur.State
+			}
+			t.Fatalf("memory pressure killed the sandbox itself (state %q, %v), not only its processes", state, err)
+		}
 		out, code, err := tryRunAs(sb, tok, "user", "pgrep -c python3; ls /tmp/done | wc -l")
 		if err != nil {
 			// Under the pressure envd's fork of the look may fail
