@@ -8,9 +8,12 @@ import (
 	"io/fs"
 	"path"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // WriteDiff writes the upper directory of an overlay mount as an OCI
@@ -44,6 +47,11 @@ func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name st
 			dir, base := path.Split(name)
 			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: dir + whiteoutPrefix + base, Mode: 0o600,
 				ModTime: fi.ModTime(), Format: tar.FormatPAX})
+		}
+		if strings.HasPrefix(path.Base(name), whiteoutPrefix) {
+			// The layer format reserves these names: Unpack would take the
+			// file for a whiteout and delete what it names instead.
+			return fmt.Errorf("%s: a file whose name begins %q cannot travel in a layer: %w", name, whiteoutPrefix, errdefs.ErrUnsupported)
 		}
 		h, err := TreeHeader(p, name, fi, links)
 		if err != nil || h == nil {
