@@ -409,3 +409,6 @@ func ensureKey(ctx context.Context, st store.Store, cfg Config) (string, error) 
 type closer func()
 
 var _ nodeapi.Service = (*node.Agent)(nil)
+
+// The lifecycle finds the sandbox of the proxy's signed URLs.
+var _ proxy.SignatureFinder = (*lifecycle.Manager)(nil)

@@ -107,6 +107,7 @@ type Manager struct {
 
 	killed *prometheus.CounterVec
 	routes *routeCache // nil without Config.SandboxChanges
+	signs  *signIndex  // used while Config.SandboxChanges is live
 }
 
 // New returns a Manager.
@@ -135,7 +136,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
 		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{}, resuming: map[string]int{},
-		pending: map[string]*pendingCreate{}, admitted: map[string]int{},
+		pending: map[string]*pendingCreate{}, admitted: map[string]int{}, signs: newSignIndex(),
 		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_killed_total",
 			Help: "Sandboxes killed, by kill reason.",

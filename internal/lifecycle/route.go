@@ -8,7 +8,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/sandbox"
-	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // routeNetwork is what routing reads of a sandbox's network document.
@@ -82,24 +81,4 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admiss
 		m.routes.put(gen, r)
 	}
 	return r, nil
-}
-
-// EnvdTokens returns the envd access tokens by ID of running sandboxes and
-// of paused ones that traffic may wake, for the proxy's signed-URL
-// routing.
-func (m *Manager) EnvdTokens(ctx context.Context) (map[string]string, error) {
-	sbs, err := m.st.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}})
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]string, len(sbs))
-	for _, sb := range sbs {
-		if sb.State == sandbox.StatePaused && !(sb.Spec.AutoResume && sb.Spec.PausedWithMemory) {
-			continue
-		}
-		if sb.Spec.EnvdAccessToken != "" {
-			out[sb.ID] = sb.Spec.EnvdAccessToken
-		}
-	}
-	return out, nil
 }

@@ -38,6 +38,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -50,6 +51,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/throttle"
 )
 
 // sandboxTLS is how the proxy speaks TLS to a sandbox's httpsPorts: the
@@ -85,6 +87,16 @@ type Config struct {
 	// NodeToken is sent to the proxy listeners of other nodes
 	// (Route.NodeProxy) with every request forwarded there.
 	NodeToken string
+	// SignedLookupBurst and SignedLookupEvery are each client address's
+	// budget of signed /files requests without a sandbox ID that need a
+	// lookup (signed.go): Burst at once, then one per Every (defaults
+	// DefaultSignedLookupBurst, DefaultSignedLookupEvery).
+	SignedLookupBurst int
+	SignedLookupEvery time.Duration
+	// TrustedProxies are reverse proxies in front of this one: a request
+	// from them is the client's that their X-Forwarded-For names, for the
+	// budget above (package throttle).
+	TrustedProxies []netip.Prefix
 }
 
 // Proxy is the edge proxy. It is an http.Handler.
@@ -98,6 +110,9 @@ type Proxy struct {
 	wake *httputil.ReverseProxy
 	// epochs drops pooled connections to a sandbox seen in a new epoch.
 	epochs *epochWatch
+	// signed and lookups serve signed URLs without a sandbox ID.
+	signed  *signedCache
+	lookups *throttle.Limiter
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -138,7 +153,14 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.WakeTimeout <= 0 {
 		cfg.WakeTimeout = 30 * time.Second
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger}
+	if cfg.SignedLookupBurst <= 0 {
+		cfg.SignedLookupBurst = DefaultSignedLookupBurst
+	}
+	if cfg.SignedLookupEvery <= 0 {
+		cfg.SignedLookupEvery = DefaultSignedLookupEvery
+	}
+	p := &Proxy{cfg: cfg, log: cfg.Logger, signed: newSignedCache(),
+		lookups: throttle.New(throttle.Config{Burst: cfg.SignedLookupBurst, Every: cfg.SignedLookupEvery})}
 	p.domain = strings.ToLower(cfg.Domain)
 	if h, _, err := net.SplitHostPort(p.domain); err == nil {
 		p.domain = h
@@ -261,13 +283,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if id == "" {
-		if id, err = p.sandboxBySignature(r); err != nil {
-			p.log.Warn("proxy signed url", "error", err)
-			writeJSONError(w, r, http.StatusBadGateway, errBody{Message: "The sandbox could not be reached", Code: 502})
-			return
-		}
-		if id == "" {
-			writeJSONError(w, r, http.StatusUnauthorized, errBody{Message: "invalid signature", Code: 401})
+		if id, ok = p.sandboxBySignature(w, r); !ok {
 			return
 		}
 	}
