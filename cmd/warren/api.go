@@ -18,7 +18,7 @@ type controlPlane struct {
 	MetricsListen, Domain           *string
 	PublicURL, TLSCert, TLSKey      *string
 	Events                          *app.EventsConfig
-	EgressAllow                     *[]string
+	EgressAllow, TrustedProxies     *[]string
 	Limits                          *store.Limits
 	LogLevel                        string
 }
@@ -28,7 +28,8 @@ type controlPlane struct {
 func addControlPlaneFlags(cmd *cobra.Command, c *controlPlane) {
 	f := cmd.Flags()
 	f.StringVar(c.APIKey, "api-key", "", "API key (e2b_ + 40 hex) to accept for the default team (env WARREN_API_KEY)")
-	f.StringVar(c.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token (env WARREN_ADMIN_TOKEN)")
+	f.StringVar(c.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token, at least 32 characters (env WARREN_ADMIN_TOKEN; none: admin API off)")
+	f.StringArrayVar(c.TrustedProxies, "trusted-proxy", nil, "a reverse proxy in front of the listener (CIDR or IP, repeatable): for its requests the client whose failed authentications are throttled is the one its X-Forwarded-For names")
 	f.StringVar(c.MetricsListen, "metrics-listen", app.DefaultMetricsListen, "address serving Prometheus GET /metrics without a token (empty disables; the API's /metrics still needs the admin token)")
 	f.StringVar(c.Domain, "domain", "", "sandbox domain for <port>-<sandboxID>.<domain> hosts (default localhost:<port>)")
 	f.StringVar(c.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
@@ -64,7 +65,7 @@ func newAPI(stdout, stderr io.Writer) *cobra.Command {
 	var cfg app.APIConfig
 	cp := &controlPlane{APIKey: &cfg.APIKey, AdminToken: &cfg.AdminToken, DatabaseURL: &cfg.DatabaseURL, MetricsListen: &cfg.MetricsListen,
 		Domain: &cfg.Domain, PublicURL: &cfg.PublicURL, TLSCert: &cfg.TLSCert, TLSKey: &cfg.TLSKey, Events: &cfg.Events,
-		EgressAllow: &cfg.EgressAllow, Limits: &cfg.Limits}
+		EgressAllow: &cfg.EgressAllow, TrustedProxies: &cfg.TrustedProxies, Limits: &cfg.Limits}
 	cmd := &cobra.Command{
 		Use:   "api",
 		Short: "Run the API and the edge proxy over registered nodes (no local node; Postgres)",

@@ -121,11 +121,11 @@ func TestHelmInstallUpgrade(t *testing.T) {
 
 	// More replicas and a given admin token: the API rolls, the nodes do not.
 	if out, err := c.helm("upgrade", "warren", chartDir, "--namespace", ns, db,
-		"--set", "api.replicas=3,tokens.adminToken=given-admin-token"); err != nil {
+		"--set", "api.replicas=3,tokens.adminToken=given-admin-token-0123456789abcdef"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	got := c.secret(t, ns, "warren-tokens")
-	if got["admin-token"] != "given-admin-token" || got["node-token"] != tokens["node-token"] {
+	if got["admin-token"] != "given-admin-token-0123456789abcdef" || got["node-token"] != tokens["node-token"] {
 		t.Errorf("after giving an admin token: %v, node token was %q", got, tokens["node-token"])
 	}
 	c.wantGeneration(t, ns, "deployment/warren-api", 2)
@@ -139,7 +139,7 @@ func TestHelmInstallUpgrade(t *testing.T) {
 	if out, err := c.helm("upgrade", "warren", chartDir, "--namespace", ns, db); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if got := c.secret(t, ns, "warren-tokens"); got["admin-token"] != "given-admin-token" || got["node-token"] != tokens["node-token"] {
+	if got := c.secret(t, ns, "warren-tokens"); got["admin-token"] != "given-admin-token-0123456789abcdef" || got["node-token"] != tokens["node-token"] {
 		t.Errorf("after dropping the given admin token: %v", got)
 	}
 }

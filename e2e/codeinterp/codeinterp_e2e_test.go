@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const (
 	apiKey     = "e2b_00112233445566778899aabbccddeeff00112233"
-	adminToken = "codeinterp-e2e-admin"
+	adminToken = "codeinterp-e2e-admin-0123456789abcdef"
 )
 
 // startServe runs warren serve with the code interpreter template's tar.

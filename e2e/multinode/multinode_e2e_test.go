@@ -30,7 +30,7 @@ func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
 
 const (
 	apiKey     = "e2b_a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3"
-	adminToken = "multinode-admin-token"
+	adminToken = "multinode-admin-token-0123456789abcdef"
 	nodeToken  = "multinode-node-token-0123456789"
 	apiAddr    = "127.0.0.1:3890"
 )

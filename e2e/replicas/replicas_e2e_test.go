@@ -32,7 +32,7 @@ func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
 
 const (
 	apiKey     = "e2b_a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4"
-	adminToken = "replicas-admin-token"
+	adminToken = "replicas-admin-token-0123456789abcdef"
 	nodeToken  = "replicas-node-token-0123456789"
 )
 

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const (
 	apiKey     = "e2b_7461706900000000000000000000000000000001"
-	adminToken = "tapi-admin-token"
+	adminToken = "tapi-admin-token-0123456789abcdef"
 )
 
 // TestTenancyRunsc: team B cannot reach team A's real sandbox through the

@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/throttle"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -98,6 +100,10 @@ type Config struct {
 	// Snapshots, when set (with Catalog), takes sandbox snapshots and
 	// deletes template snapshots (the node agent; snapshots.go).
 	Snapshots Snapshotter
+	// TrustedProxies are the reverse proxies in front of the API: for
+	// their requests the client whose failed authentications are counted
+	// (auththrottle.go) is the one their X-Forwarded-For names.
+	TrustedProxies []netip.Prefix
 }
 
 // Server serves the API. It is an http.Handler.
@@ -112,6 +118,7 @@ type Server struct {
 	// routes are the patterns served, in the order handle added them.
 	routes []string
 	hm     *httpMetrics
+	auths  *authThrottle
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -141,6 +148,10 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux(),
 		envd: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}, Timeout: envdLogsTimeout}}
 	if err := s.initHTTPMetrics(cfg.Registry); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.auths, err = newAuthThrottle(cfg.Registry); err != nil {
 		return nil, err
 	}
 	s.addRoutes()
@@ -279,12 +290,17 @@ func (s *Server) auth(h func(http.ResponseWriter, *http.Request, *caller), admin
 
 func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	ctx := r.Context()
+	client := throttle.Client(r, s.cfg.TrustedProxies)
 	tok := r.Header.Get("X-Admin-Token")
 	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok == "" && !strings.HasPrefix(b, KeyPrefix) {
 		tok = b
 	}
 	if tok != "" {
+		if err := s.auths.allow(client, credAdmin); err != nil {
+			return nil, err
+		}
 		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) != 1 {
+			s.auths.failed(client, credAdmin)
 			return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid admin token")
 		}
 		c := &caller{admin: true, teamID: r.Header.Get("X-Team-ID")}
@@ -309,15 +325,24 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	if key == "" {
 		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "missing API key: set the X-API-Key header")
 	}
+	if err := s.auths.allow(client, credKey); err != nil {
+		return nil, err
+	}
+	if !ValidKey(key) { // never stored: no need to look
+		s.auths.failed(client, credKey)
+		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key")
+	}
 	k, err := s.st.APIKeyByHash(ctx, HashKey(key))
 	if err != nil {
 		if errdefs.IsNotFound(err) {
+			s.auths.failed(client, credKey)
 			return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key")
 		}
 		return nil, fmt.Errorf("api key lookup: %w", err)
 	}
 	t, err := s.st.GetTeam(ctx, k.TeamID)
 	if errdefs.IsNotFound(err) {
+		s.auths.failed(client, credKey)
 		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key: its team no longer exists")
 	}
 	if err != nil {
@@ -414,7 +439,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Log(r.Context(), lvl, "api request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	}
 	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
+		secs := int(s.cfg.RetryAfter.Seconds())
+		var te *throttledError
+		if errors.As(err, &te) {
+			secs = te.seconds()
+		}
+		w.Header().Set("Retry-After", fmt.Sprint(secs))
 	}
 	writeErrorBody(w, status, msg)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/throttle"
 )
 
 // APIConfig is the configuration of `warren api`: the REST API, the edge
@@ -39,8 +40,11 @@ type APIConfig struct {
 	// APIKey seeds a key of the default team, as for serve; with none and
 	// no key yet, one is generated and printed once.
 	APIKey string
-	// AdminToken enables the admin endpoints (X-Admin-Token).
+	// AdminToken enables the admin endpoints (X-Admin-Token); at least
+	// MinAdminTokenLen characters.
 	AdminToken string
+	// TrustedProxies: as for serve.
+	TrustedProxies []string
 	// NodeToken is what nodes present to register and heartbeat, and what
 	// the API presents on node RPC calls (required).
 	NodeToken string
@@ -81,6 +85,9 @@ func (c *APIConfig) setDefaults() error {
 	}
 	if c.APIKey != "" && !apiserver.ValidKey(c.APIKey) {
 		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
+	}
+	if err := checkControlPlane(c.AdminToken, c.TrustedProxies); err != nil {
+		return err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -161,10 +168,11 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	if err := builds.Resume(ctx); err != nil {
 		return fmt.Errorf("template builds on nodes: %w", err)
 	}
+	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: builds, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted,
 	})
 	if err != nil {
 		return err
@@ -178,7 +186,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return err
 	}
 	nodes.AdminRoutes(api.HandleAdmin)
-	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, NodeToken: cfg.NodeToken, Logger: log.With("component", "proxy")})
+	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, NodeToken: cfg.NodeToken, TrustedProxies: trusted, Logger: log.With("component", "proxy")})
 	if err != nil {
 		return err
 	}

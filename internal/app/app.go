@@ -36,6 +36,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/throttle"
 )
 
 // Config is the configuration of `warren serve`.
@@ -51,8 +52,14 @@ type Config struct {
 	// and the default team has no key yet, one is generated and kept in
 	// DataDir/api-key.
 	APIKey string
-	// AdminToken enables the admin endpoints (X-Admin-Token).
+	// AdminToken enables the admin endpoints (X-Admin-Token); at least
+	// MinAdminTokenLen characters.
 	AdminToken string
+	// TrustedProxies are the reverse proxies (CIDRs or IPs) in front of
+	// the listener: for their requests, failed authentications and
+	// signed-URL lookups are counted against the client their
+	// X-Forwarded-For names (internal/throttle).
+	TrustedProxies []string
 	// MetricsListen, when set, serves GET /metrics there without a token
 	// (for a Prometheus scraper; warren serve's default is
 	// DefaultMetricsListen, on loopback). MetricsListenBestEffort turns an
@@ -170,6 +177,9 @@ func (c *Config) setDefaults() error {
 	if c.APIKey != "" && !apiserver.ValidKey(c.APIKey) {
 		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
 	}
+	if err := checkControlPlane(c.AdminToken, c.TrustedProxies); err != nil {
+		return err
+	}
 	if _, err := egress.Parse(c.EgressAllow); err != nil {
 		return err
 	}
@@ -258,10 +268,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("metrics listen %s: %w", cfg.MetricsListen, err)
 	}
 	defer stopMetrics()
+	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
 	apiCfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: parts.templates, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted,
 	}
 	if parts.local != nil {
 		apiCfg.Builds, apiCfg.Catalog = parts.local.Service, parts.local.Catalog
@@ -290,7 +301,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if parts.local != nil {
 		apiHandler = withUploads(api, parts.local.Service.UploadHandler())
 	}
-	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, Logger: log.With("component", "proxy")})
+	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, TrustedProxies: trusted, Logger: log.With("component", "proxy")})
 	if err != nil {
 		return err
 	}
@@ -412,3 +423,23 @@ var _ nodeapi.Service = (*node.Agent)(nil)
 
 // The lifecycle finds the sandbox of the proxy's signed URLs.
 var _ proxy.SignatureFinder = (*lifecycle.Manager)(nil)
+
+// MinAdminTokenLen is the shortest admin token accepted: 32 characters
+// (a token of `openssl rand -hex 32` has 64). The admin token is the
+// operator's credential over every team; a short one could be guessed
+// online, which failure throttling only slows.
+const MinAdminTokenLen = 32
+
+// checkControlPlane validates the settings warren serve and warren api
+// share: the admin token's length (none leaves the admin API off) and the
+// trusted proxies.
+func checkControlPlane(adminToken string, trustedProxies []string) error {
+	if adminToken != "" && len(adminToken) < MinAdminTokenLen {
+		return fmt.Errorf("--admin-token (or WARREN_ADMIN_TOKEN): at least %d characters, got %d; make one with `openssl rand -hex 32`: %w",
+			MinAdminTokenLen, len(adminToken), errdefs.ErrInvalid)
+	}
+	if _, err := throttle.ParsePrefixes(trustedProxies); err != nil {
+		return fmt.Errorf("--trusted-proxy: %w", err)
+	}
+	return nil
+}

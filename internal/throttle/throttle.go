@@ -249,7 +249,7 @@ func ParsePrefixes(ss []string) ([]netip.Prefix, error) {
 		}
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return nil, fmt.Errorf("trusted proxy %q: not a CIDR or an IP address: %w", s, errdefs.ErrInvalid)
+			return nil, fmt.Errorf("%q is not a CIDR or an IP address: %w", s, errdefs.ErrInvalid)
 		}
 		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
 	}
