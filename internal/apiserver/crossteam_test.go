@@ -3,7 +3,9 @@ package apiserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -16,7 +18,9 @@ import (
 // admin API; team B, with an ordinary key, tries every endpoint on team
 // A's sandboxes, templates, builds, snapshots, webhooks and events. Each
 // answers 404 (B cannot tell A's objects from missing ones), lists leave
-// them out, and afterwards A's objects are untouched.
+// them out, its guesses at the admin token and keys are throttled on its
+// own address only, and afterwards A's objects are untouched. (Signed
+// /files URLs: internal/envd/files, internal/proxy, e2e/tenancy.)
 func TestCrossTeam(t *testing.T) {
 	e := newTemplateEnv(t)
 	e.api.MountEvents(apiserver.EventsConfig{})
@@ -132,6 +136,41 @@ func TestCrossTeam(t *testing.T) {
 		if r := e.do(rq.method, rq.path, b.APIKey, `{"limits":{"maxConcurrent":1000}}`); r.status != http.StatusForbidden {
 			t.Errorf("%s %s with team B's key: %d %s", rq.method, rq.path, r.status, r.body)
 		}
+	}
+
+	// Team B guesses, from its own address, at the admin token and at
+	// other teams' keys: past each failure budget, 429 (its own key too,
+	// once it spent the key budget); the operator and team A, from their
+	// addresses, are not affected.
+	from := func(remote, hdr, val, path string) int {
+		req := httptest.NewRequest("GET", path, nil)
+		req.RemoteAddr = remote
+		req.Header.Set(hdr, val)
+		w := httptest.NewRecorder()
+		e.api.ServeHTTP(w, req)
+		return w.Code
+	}
+	const teamB, teamA, operator = "198.51.100.2:1", "198.51.100.1:1", "192.0.2.1:1"
+	for i := range apiserver.AdminFailureBurst + 1 {
+		from(teamB, "X-Admin-Token", fmt.Sprintf("guess-%d", i), "/admin/teams")
+	}
+	if st := from(teamB, "X-Admin-Token", adminToken, "/admin/teams"); st != http.StatusTooManyRequests {
+		t.Errorf("team B's address after admin token guesses, with the right token: %d, want 429", st)
+	}
+	if st := from(teamB, "X-API-Key", b.APIKey, "/sandboxes"); st != http.StatusOK {
+		t.Errorf("team B's own key after its admin token guesses: %d", st)
+	}
+	for i := range apiserver.KeyFailureBurst + 1 {
+		from(teamB, "X-API-Key", fmt.Sprintf("e2b_%040d", i), "/sandboxes")
+	}
+	if st := from(teamB, "X-API-Key", a.APIKey, "/sandboxes"); st != http.StatusTooManyRequests {
+		t.Errorf("team B's address after key guesses, with a right key: %d, want 429", st)
+	}
+	if st := from(operator, "X-Admin-Token", adminToken, "/admin/teams"); st != http.StatusOK {
+		t.Errorf("the operator after team B's guesses: %d", st)
+	}
+	if st := from(teamA, "X-API-Key", a.APIKey, "/sandboxes"); st != http.StatusOK {
+		t.Errorf("team A after team B's guesses: %d", st)
 	}
 
 	// A's objects are as they were.
