@@ -282,16 +282,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, r, http.StatusBadRequest, errBody{SandboxID: id, Message: err.Error(), Code: 400})
 		return
 	}
+	if port == EnvdPort && cors.IsPreflight(r) {
+		// envd's policy, answered here: a preflight carries no token and
+		// must not wake a paused sandbox (nor cost a signature lookup).
+		cors.Preflight(w, r)
+		return
+	}
 	if id == "" {
 		if id, ok = p.sandboxBySignature(w, r); !ok {
 			return
 		}
-	}
-	if port == EnvdPort && cors.IsPreflight(r) {
-		// envd's policy, answered here: a preflight carries no token and
-		// must not wake a paused sandbox.
-		cors.Preflight(w, r)
-		return
 	}
 	if port == EnvdPort {
 		for _, ir := range internalRoutes {

@@ -156,6 +156,12 @@ func TestSignedURLLookupBudget(t *testing.T) {
 	if n := e.hashes.Load() - hashes; n != 0 {
 		t.Fatalf("100 throttled requests hashed %d tokens, want 0", n)
 	}
+	// A browser's preflight of a signed upload is answered without a
+	// lookup, throttled address or not.
+	pre := http.Header{"Origin": {"https://app.example"}, "Access-Control-Request-Method": {"POST"}}
+	if w := e.do(t, "OPTIONS", bogus(1), "198.51.100.7:2500", pre); w.Code/100 != 2 {
+		t.Fatalf("preflight of a signed URL: %d %s", w.Code, w.Body)
+	}
 	// Forged X-Forwarded-For from an untrusted peer changes nothing.
 	if w := e.do(t, "GET", bogus(1), "198.51.100.7:3000", http.Header{"X-Forwarded-For": {"203.0.113.9"}}); w.Code != 429 {
 		t.Fatalf("forged X-Forwarded-For: %d", w.Code)
