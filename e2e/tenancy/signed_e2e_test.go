@@ -4,6 +4,7 @@ package tenancye2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
 	"github.com/warren-sandbox/warren/internal/envdproto"
+	"github.com/warren-sandbox/warren/pkg/client"
 )
 
 // TestSignedURLsThroughServer is the signed-URL and admin-token part of
@@ -35,6 +37,18 @@ func TestSignedURLsThroughServer(t *testing.T) {
 	if err := json.Unmarshal(body, &teamB); code != http.StatusCreated || err != nil {
 		t.Fatalf("POST /admin/teams: %d %s", code, body)
 	}
+	// The server's own cleanup kills team A's sandboxes only; a server
+	// stopped with a sandbox left keeps it running.
+	t.Cleanup(func() {
+		b := client.New(api, teamB.APIKey)
+		list, _, err := b.List(context.Background(), client.ListOptions{})
+		if err != nil {
+			t.Errorf("team B's sandboxes: %v", err)
+		}
+		for _, sb := range list {
+			b.Kill(context.Background(), sb.SandboxID) //nolint:errcheck
+		}
+	})
 	out := runNode(t, s, []string{"TEAM_B_KEY=" + teamB.APIKey}, "signed.mjs")
 	var id, token string
 	sc := bufio.NewScanner(strings.NewReader(out))
