@@ -107,6 +107,10 @@ type Manager struct {
 
 	killed *prometheus.CounterVec
 	routes *routeCache // nil without Config.SandboxChanges
+	// killing (under killMu) holds the sandboxes whose kill has begun,
+	// which Route no longer routes (route.go).
+	killMu  sync.Mutex
+	killing map[string]struct{}
 }
 
 // New returns a Manager.
@@ -135,7 +139,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
 		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{}, resuming: map[string]int{},
-		pending: map[string]*pendingCreate{}, admitted: map[string]int{},
+		pending: map[string]*pendingCreate{}, admitted: map[string]int{}, killing: map[string]struct{}{},
 		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_killed_total",
 			Help: "Sandboxes killed, by kill reason.",
@@ -249,6 +253,7 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 		log = log.With("execution_id", executionID)
 	}
 	log.Info("killing sandbox")
+	defer m.unroutable(id)()
 	var err error
 	if ek, ok := m.node.(nodeapi.ExecutionKiller); ok && executionID != "" {
 		err = ek.KillExecution(ctx, id, executionID, reason)

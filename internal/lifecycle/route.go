@@ -21,9 +21,17 @@ type routeNetwork struct {
 // that allows auto-resume. admit, when not nil, is called first with the
 // sandbox's tokens and state; its error is returned as is and nothing is
 // resumed, so a request without the right token never wakes a sandbox. A
-// missing or killed sandbox is ErrNotFound.
+// missing or killed sandbox is ErrNotFound, and so is one whose kill has
+// begun (upstream takes a sandbox out of routing before it stops it: the
+// SDK's health check reads the proxy's 502 as "killed", where a request
+// to a sandbox being torn down would hang).
 func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admission) error) (*route.Route, error) {
 	cached, gen, ok := m.routes.get(id)
+	// After the cache's generation is read: a kill that begins later
+	// evicts, so what this lookup reads is not cached.
+	if m.beingKilled(id) {
+		return nil, fmt.Errorf("sandbox %q is being killed: %w", id, errdefs.ErrNotFound)
+	}
 	if ok {
 		if admit != nil {
 			if err := admit(&route.Admission{SandboxID: id, EnvdAccessToken: cached.EnvdAccessToken, TrafficAccessToken: cached.TrafficAccessToken}); err != nil {
@@ -82,6 +90,30 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admiss
 		m.routes.put(gen, r)
 	}
 	return r, nil
+}
+
+// unroutable takes sandbox id out of routing for its kill (Route refuses
+// it, its cached route goes) and returns what puts it back, for a kill
+// that failed (a killed sandbox is not found in the store anyway).
+func (m *Manager) unroutable(id string) func() {
+	m.killMu.Lock()
+	m.killing[id] = struct{}{}
+	m.killMu.Unlock()
+	if m.routes != nil {
+		m.routes.changed(id)
+	}
+	return func() {
+		m.killMu.Lock()
+		delete(m.killing, id)
+		m.killMu.Unlock()
+	}
+}
+
+func (m *Manager) beingKilled(id string) bool {
+	m.killMu.Lock()
+	defer m.killMu.Unlock()
+	_, ok := m.killing[id]
+	return ok
 }
 
 // EnvdTokens returns the envd access tokens by ID of running sandboxes and
