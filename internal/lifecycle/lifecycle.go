@@ -85,6 +85,10 @@ type Manager struct {
 	node  nodeapi.Service
 	log   *slog.Logger
 	locks [64]sync.Mutex // striped per-sandbox locks
+	// killing (under killMu, made on first use) holds the sandboxes whose
+	// kill has begun, which Route no longer routes (killroute.go).
+	killMu  sync.Mutex
+	killing map[string]struct{}
 	// createMu makes the concurrency-limit check and the insert atomic;
 	// resuming (under createMu) counts each team's resumes in progress,
 	// which hold a concurrency slot before the store shows them running.
@@ -107,10 +111,6 @@ type Manager struct {
 
 	killed *prometheus.CounterVec
 	routes *routeCache // nil without Config.SandboxChanges
-	// killing (under killMu) holds the sandboxes whose kill has begun,
-	// which Route no longer routes (route.go).
-	killMu  sync.Mutex
-	killing map[string]struct{}
 }
 
 // New returns a Manager.
@@ -139,7 +139,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
 		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{}, resuming: map[string]int{},
-		pending: map[string]*pendingCreate{}, admitted: map[string]int{}, killing: map[string]struct{}{},
+		pending: map[string]*pendingCreate{}, admitted: map[string]int{},
 		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_killed_total",
 			Help: "Sandboxes killed, by kill reason.",

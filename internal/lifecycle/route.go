@@ -92,30 +92,6 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admiss
 	return r, nil
 }
 
-// unroutable takes sandbox id out of routing for its kill (Route refuses
-// it, its cached route goes) and returns what puts it back, for a kill
-// that failed (a killed sandbox is not found in the store anyway).
-func (m *Manager) unroutable(id string) func() {
-	m.killMu.Lock()
-	m.killing[id] = struct{}{}
-	m.killMu.Unlock()
-	if m.routes != nil {
-		m.routes.changed(id)
-	}
-	return func() {
-		m.killMu.Lock()
-		delete(m.killing, id)
-		m.killMu.Unlock()
-	}
-}
-
-func (m *Manager) beingKilled(id string) bool {
-	m.killMu.Lock()
-	defer m.killMu.Unlock()
-	_, ok := m.killing[id]
-	return ok
-}
-
 // EnvdTokens returns the envd access tokens by ID of running sandboxes and
 // of paused ones that traffic may wake, for the proxy's signed-URL
 // routing.
