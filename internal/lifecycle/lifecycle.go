@@ -85,6 +85,10 @@ type Manager struct {
 	node  nodeapi.Service
 	log   *slog.Logger
 	locks [64]sync.Mutex // striped per-sandbox locks
+	// killing (under killMu, made on first use) holds the sandboxes whose
+	// kill has begun, which Route no longer routes (killroute.go).
+	killMu  sync.Mutex
+	killing map[string]struct{}
 	// createMu makes the concurrency-limit check and the insert atomic;
 	// resuming (under createMu) counts each team's resumes in progress,
 	// which hold a concurrency slot before the store shows them running.
@@ -250,6 +254,7 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 		log = log.With("execution_id", executionID)
 	}
 	log.Info("killing sandbox")
+	defer m.unroutable(id)()
 	var err error
 	if ek, ok := m.node.(nodeapi.ExecutionKiller); ok && executionID != "" {
 		err = ek.KillExecution(ctx, id, executionID, reason)

@@ -20,9 +20,17 @@ type routeNetwork struct {
 // that allows auto-resume. admit, when not nil, is called first with the
 // sandbox's tokens and state; its error is returned as is and nothing is
 // resumed, so a request without the right token never wakes a sandbox. A
-// missing or killed sandbox is ErrNotFound.
+// missing or killed sandbox is ErrNotFound, and so is one whose kill has
+// begun (upstream takes a sandbox out of routing before it stops it: the
+// SDK's health check reads the proxy's 502 as "killed", where a request
+// to a sandbox being torn down would hang).
 func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admission) error) (*route.Route, error) {
 	cached, gen, ok := m.routes.get(id)
+	// After the cache's generation is read: a kill that begins later
+	// evicts, so what this lookup reads is not cached.
+	if m.beingKilled(id) {
+		return nil, fmt.Errorf("sandbox %q is being killed: %w", id, errdefs.ErrNotFound)
+	}
 	if ok {
 		if admit != nil {
 			if err := admit(&route.Admission{SandboxID: id, EnvdAccessToken: cached.EnvdAccessToken, TrafficAccessToken: cached.TrafficAccessToken}); err != nil {
