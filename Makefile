@@ -3,14 +3,15 @@
 SHELL := /bin/bash
 GO ?= go
 export CGO_ENABLED := 0
-# Everything make builds and tests uses Go 1.27.3, which the go command
-# fetches once from the Go module proxy (about 76 MB): the machine's Go
-# (1.26.8 on Debian 12 here) has standard-library vulnerabilities that
-# Warren's code calls (net/http, crypto/tls, crypto/x509; the lint tier's
-# govulncheck lists them). go.mod stays at 1.26.8, so a plain `go build`
-# with the machine's Go still works. The Kubernetes test tools are built
-# with the machine's Go (scripts/k8s-tools.sh).
-export GOTOOLCHAIN := go1.27.3
+# Everything make builds and tests uses the Go of go.mod's `toolchain`
+# line (1.27.3), which the go command fetches once from the Go module proxy
+# (about 76 MB): the machine's Go (1.26.8 on Debian 12 here) has
+# standard-library vulnerabilities that Warren's code calls (net/http,
+# crypto/tls, crypto/x509; the lint tier's govulncheck lists them). In the
+# repository's root a plain `go build` picks the same toolchain from
+# go.mod; the tool modules under tools/ get it from here. The Kubernetes
+# test tools are built with the machine's Go (scripts/k8s-tools.sh).
+export GOTOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
 
 BIN := $(CURDIR)/bin
 VAR := $(CURDIR)/var
@@ -25,7 +26,7 @@ export WARREN_WARREN := $(BIN)/warren
 export WARREN_TEST_ROOTFS_TAR := $(BASE_ROOTFS)
 export WARREN_TEST_CODE_INTERPRETER_TAR := $(CODE_INTERPRETER_ROOTFS)
 
-.PHONY: all deps build run test test-unit test-e2e test-fuzz generate check-generate lint base-rootfs code-interpreter-rootfs clean
+.PHONY: all deps build run check test test-unit test-e2e test-fuzz generate check-generate lint base-rootfs code-interpreter-rootfs clean
 
 all: build
 
@@ -89,8 +90,23 @@ lint: $(BIN)/staticcheck $(VULN_TOOLS)
 run: deps build code-interpreter-rootfs | $(VAR)/go.mod
 	$(BIN)/warren serve --data-dir $(VAR)/data $(ARGS)
 
+# The fast loop for a change that touches no host object: gofmt, vet,
+# staticcheck and the unit tests that need no root, no runsc and no
+# database server (a few minutes on two cores; scripts/check.sh).
+check: $(BIN)/staticcheck | $(VAR)/go.mod
+	scripts/check.sh
+
+# The full run: every tier this machine can run. test-unit is its Go
+# tests (root, runsc, SQLite and Postgres), test-e2e its end-to-end tests
+# with the real e2b SDK.
 test: deps build base-rootfs code-interpreter-rootfs check-generate lint | $(VAR)/go.mod
 	scripts/test.sh
+
+test-unit: deps build base-rootfs code-interpreter-rootfs | $(VAR)/go.mod
+	scripts/test.sh unit
+
+test-e2e: deps build base-rootfs code-interpreter-rootfs | $(VAR)/go.mod
+	scripts/test.sh e2e
 
 # Fuzz targets of the parsers of tenant input, FUZZTIME (default 5s) each.
 test-fuzz:

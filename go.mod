@@ -2,6 +2,8 @@ module github.com/warren-sandbox/warren
 
 go 1.26.8
 
+toolchain go1.27.3
+
 tool (
 	connectrpc.com/connect/cmd/protoc-gen-connect-go
 	google.golang.org/protobuf/cmd/protoc-gen-go

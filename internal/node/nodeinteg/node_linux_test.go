@@ -80,7 +80,7 @@ type host struct {
 
 func newHost(t testing.TB) *host {
 	t.Helper()
-	testenv.Require(t, os.Geteuid() == 0, "needs root")
+	testenv.NeedRoot(t, "node integration tests")
 	h := &host{
 		t:     t,
 		runsc: testenv.Runsc(t),
