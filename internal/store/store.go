@@ -20,7 +20,8 @@ import (
 // Store is the control plane's state. Errors carry the errdefs classes:
 // ErrNotFound for a missing row, ErrAlreadyExists for a duplicate key.
 type Store interface {
-	// CreateTeam adds a team.
+	// CreateTeam adds a team. An ID is given once: that of an existing
+	// or a deleted team is ErrAlreadyExists.
 	CreateTeam(ctx context.Context, t *Team) error
 	// GetTeam returns a team by ID.
 	GetTeam(ctx context.Context, id string) (*Team, error)
@@ -29,8 +30,10 @@ type Store interface {
 	// UpdateTeam reads the team, lets fn change its name and limits and
 	// writes it back in one transaction (the ID and creation time stay).
 	UpdateTeam(ctx context.Context, id string, fn func(*Team) error) (*Team, error)
-	// DeleteTeam removes a team with its API keys and webhooks. It is
-	// ErrConflict while the team has sandboxes that are not killed.
+	// DeleteTeam removes a team with everything of it the store holds:
+	// API keys, webhooks and deliveries, events, the rows of its killed
+	// sandboxes, its templates' records. It is ErrConflict while the team
+	// has sandboxes that are not killed. The ID is never given again.
 	DeleteTeam(ctx context.Context, id string) error
 
 	// CreateAPIKey adds an API key (only its hash is stored).
