@@ -112,6 +112,8 @@ type Server struct {
 	// routes are the patterns served, in the order handle added them.
 	routes []string
 	hm     *httpMetrics
+	// snapshots counts the snapshots in progress per team (snapshotcount.go).
+	snapshots snapshotSlots
 }
 
 var _ http.Handler = (*Server)(nil)
