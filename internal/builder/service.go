@@ -292,7 +292,7 @@ func (s *Service) Files(ctx context.Context, teamID, templateID, hash string) (p
 	if _, err := os.Stat(p); err == nil {
 		return true, "", nil
 	}
-	if err := s.checkUploads(ctx, teamID, 0); err != nil {
+	if err := s.checkUploads(ctx, teamID); err != nil {
 		return false, "", err
 	}
 	return false, UploadPathPrefix + t.ID + "/" + hash + "?token=" + s.token(t.ID, hash), nil
@@ -321,7 +321,11 @@ func (s *Service) UploadHandler() http.Handler {
 			http.Error(w, "invalid upload URL", http.StatusForbidden)
 			return
 		}
-		if err := s.PutFiles(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp)); err != nil {
+		if r.ContentLength > s.maxUp {
+			http.Error(w, fmt.Sprintf("upload larger than %d bytes", s.maxUp), http.StatusRequestEntityTooLarge)
+			return
+		}
+		if err := s.PutFilesSized(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp), r.ContentLength); err != nil {
 			s.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
 			status := errdefs.HTTPStatus(err)
 			msg := "upload failed"
@@ -340,12 +344,31 @@ func (s *Service) UploadHandler() http.Handler {
 }
 
 // PutFiles stores a gzip'd or plain tar as the COPY context hash of a
-// template.
+// template, of a size not known in advance.
 func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Reader) error {
+	return s.PutFilesSized(ctx, templateID, hash, r, -1)
+}
+
+// PutFilesSized is PutFiles of an upload that declared its size (a
+// Content-Length; -1 when unknown). The upload holds its team's quota
+// from the start, for the declared size, and as it streams, for what it
+// wrote: past the quota it fails (ErrExhausted) before the bytes reach
+// the disk, so parallel uploads of one team never hold more than its
+// quota.
+func (s *Service) PutFilesSized(ctx context.Context, templateID, hash string, r io.Reader, declared int64) error {
 	p, err := s.b.filesPath(templateID, hash)
 	if err != nil {
 		return err
 	}
+	t, err := s.cat.Store().GetTemplate(ctx, templateID)
+	if err != nil {
+		return fmt.Errorf("template %q: %w", templateID, err)
+	}
+	res, err := s.reserve(ctx, t.TeamID, declared)
+	if err != nil {
+		return fmt.Errorf("files %s: %w", hash, err)
+	}
+	defer res.release(nil) //nolint:errcheck // nothing to commit
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
@@ -356,6 +379,7 @@ func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Re
 		return err
 	}
 	defer os.Remove(f.Name())
+	out := &quotaWriter{ctx: ctx, w: f, r: res}
 	// The SDK sends a gzip'd tar, or a plain one for a COPY with
 	// gzip: false; the store keeps gzip'd tars only.
 	head := make([]byte, 512)
@@ -368,9 +392,9 @@ func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Re
 	body := io.MultiReader(bytes.NewReader(head), r)
 	switch {
 	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
-		_, err = io.Copy(f, body)
+		_, err = io.Copy(out, body)
 	case n == 512 && string(head[257:262]) == "ustar":
-		zw := gzip.NewWriter(f)
+		zw := gzip.NewWriter(out)
 		if _, err = io.Copy(zw, body); err == nil {
 			err = zw.Close()
 		}
@@ -385,14 +409,9 @@ func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Re
 	if err := f.Close(); err != nil {
 		return err
 	}
-	// The team's upload quota, counted with this upload's stored size
-	// (and under the lock, so parallel uploads cannot both fit).
-	s.quota.mu.Lock()
-	defer s.quota.mu.Unlock()
-	if err := s.checkUploadOf(ctx, templateID, f.Name()); err != nil {
-		return fmt.Errorf("files %s: %w", hash, err)
-	}
-	return os.Rename(f.Name(), p)
+	// Stored as the reservation ends, under the quota's lock: the bytes
+	// count as held, then as stored, never as neither.
+	return res.release(func() error { return os.Rename(f.Name(), p) })
 }
 
 // filesPath is where the COPY context hash of a template is stored.
