@@ -20,13 +20,16 @@ type adminTeam struct {
 	Name   string `json:"name"`
 	APIKey string `json:"apiKey"`
 	Limits struct {
-		MaxConcurrent     int   `json:"maxConcurrent"`
-		MaxVCPUs          int   `json:"maxVCPUs"`
-		MaxMemoryMB       int64 `json:"maxMemoryMB"`
-		MaxDiskMB         int64 `json:"maxDiskMB"`
-		MaxTimeoutSeconds int64 `json:"maxTimeoutSeconds"`
-		MaxPaused         int   `json:"maxPaused"`
-		MaxSnapshots      int   `json:"maxSnapshots"`
+		MaxConcurrent        int   `json:"maxConcurrent"`
+		MaxVCPUs             int   `json:"maxVCPUs"`
+		MaxMemoryMB          int64 `json:"maxMemoryMB"`
+		MaxDiskMB            int64 `json:"maxDiskMB"`
+		MaxTimeoutSeconds    int64 `json:"maxTimeoutSeconds"`
+		MaxPaused            int   `json:"maxPaused"`
+		MaxSnapshots         int   `json:"maxSnapshots"`
+		MaxBuilds            int   `json:"maxBuilds"`
+		MaxWebhooks          int   `json:"maxWebhooks"`
+		MaxTemplateStorageMB int64 `json:"maxTemplateStorageMB"`
 	} `json:"limits"`
 }
 

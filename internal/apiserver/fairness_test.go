@@ -3,6 +3,7 @@ package apiserver_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,4 +74,37 @@ func TestFairnessParallelSnapshots(t *testing.T) {
 	}
 	expect(t, "team B's snapshot", e.do("POST", "/sandboxes/"+srcB.SandboxID+"/snapshots", b.APIKey, `{"name":"b"}`), http.StatusCreated)
 	expect(t, "team A past its limit", e.do("POST", "/sandboxes/"+src.SandboxID+"/snapshots", a.APIKey, `{"name":"more"}`), http.StatusTooManyRequests)
+}
+
+// TestFairnessDiskBounds: a team's disk is bounded by default: a
+// template (minFreeDiskMb) or a sandbox may not ask for more disk than the
+// team's maxDiskMB (20 GiB unless set), and the operator sets the new
+// fairness limits through the admin API.
+func TestFairnessDiskBounds(t *testing.T) {
+	e := newTemplateEnv(t)
+	admin := []string{"X-Admin-Token", adminToken}
+	a := e.adminTeam("tapi-disk", "")
+	r := e.do("POST", "/v3/templates", a.APIKey, `{"name":"huge","minFreeDiskMb":30000}`)
+	expect(t, "template over the team's default disk bound", r, http.StatusBadRequest)
+	if !strings.Contains(string(r.body), "20480") {
+		t.Errorf("refusal does not name the team's bound: %s", r.body)
+	}
+	r = e.do("PATCH", "/admin/teams/tapi-disk", "", `{"limits":{"maxDiskMB":40000,"maxBuilds":3,"maxWebhooks":2,"maxTemplateStorageMB":500}}`, admin...)
+	expect(t, "set the team's limits", r, http.StatusOK)
+	var got adminTeam
+	decodeJSON(t, r, &got)
+	if l := got.Limits; l.MaxDiskMB != 40000 || l.MaxBuilds != 3 || l.MaxWebhooks != 2 || l.MaxTemplateStorageMB != 500 {
+		t.Fatalf("limits after PATCH: %+v", l)
+	}
+	expect(t, "template under the team's raised bound", e.do("POST", "/v3/templates", a.APIKey, `{"name":"huge","minFreeDiskMb":30000}`), http.StatusAccepted)
+	// The template's disk is what its sandboxes get: over a lowered
+	// bound, a create is refused.
+	c := e.createTemplate(a.APIKey, `{"name":"roomy","minFreeDiskMb":16384}`)
+	expect(t, "build", e.do("POST", "/v2/templates/"+c.TemplateID+"/builds/"+c.BuildID, a.APIKey, `{"fromTemplate":"base","steps":[{"type":"RUN","args":["true"]}]}`), http.StatusAccepted)
+	if bi := e.waitBuild(a.APIKey, c.TemplateID, c.BuildID); bi.Status != "ready" {
+		t.Fatalf("build: %+v", bi)
+	}
+	expect(t, "lower the bound", e.do("PATCH", "/admin/teams/tapi-disk", "", `{"limits":{"maxDiskMB":12288}}`, admin...), http.StatusOK)
+	r = e.do("POST", "/v2/sandboxes", a.APIKey, `{"templateID":"roomy"}`)
+	expect(t, "sandbox over the team's disk bound", r, http.StatusBadRequest)
 }

@@ -125,6 +125,10 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *calle
 		return
 	}
 	lim := s.limits(c)
+	if lim.MaxDiskMB > 0 && disk > lim.MaxDiskMB {
+		s.fail(w, r, invalid("minFreeDiskMb", "%d MiB is more than the team's disk limit of %d MiB (a sandbox's disk)", disk, lim.MaxDiskMB))
+		return
+	}
 	t, b, err := s.cfg.Builds.CreateTemplate(r.Context(), templates.CreateRequest{
 		TeamID: c.teamID, Name: name, Tags: req.Tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB, DiskMB: disk,
 		Limits: templates.Limits{MaxCPU: lim.MaxVCPUs, MaxMemoryMB: lim.MaxMemoryMB},
@@ -230,7 +234,9 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("fromTemplate", "give fromImage or fromTemplate, not both"))
 		return
 	}
-	spec := builder.Spec{FromImage: req.FromImage, FromTemplate: req.FromTemplate, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force}
+	lim := s.limits(c)
+	spec := builder.Spec{FromImage: req.FromImage, FromTemplate: req.FromTemplate, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force,
+		Team: builder.TeamLimits{Builds: lim.MaxBuilds, StorageMB: lim.MaxTemplateStorageMB}}
 	if a := req.FromImageRegistry; a != nil {
 		auth, err := registryAuthOf(a)
 		if err != nil {

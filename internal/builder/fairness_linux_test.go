@@ -8,8 +8,10 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,5 +144,202 @@ func TestFairnessParallelUploads(t *testing.T) {
 	}
 	if code := put(t, srv.URL+path, body); code != http.StatusCreated {
 		t.Errorf("team B's upload of %d bytes: %d, want 201", len(body), code)
+	}
+}
+
+// teamRunner holds every RUN step until gate is closed and counts the
+// steps in progress by the first word of their command (the team).
+type teamRunner struct {
+	ChrootRunner
+	gate    chan struct{}
+	mu      sync.Mutex
+	running map[string]int
+	peak    map[string]int
+}
+
+type teamSandbox struct {
+	BuildSandbox
+	r *teamRunner
+}
+
+func (r *teamRunner) Start(ctx context.Context, req SandboxRequest) (BuildSandbox, error) {
+	s, err := r.ChrootRunner.Start(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &teamSandbox{BuildSandbox: s, r: r}, nil
+}
+
+func (s *teamSandbox) Exec(ctx context.Context, p Process) (int, error) {
+	team, _, _ := strings.Cut(strings.TrimPrefix(p.Args[len(p.Args)-1], "echo "), "-")
+	r := s.r
+	r.mu.Lock()
+	r.running[team]++
+	r.peak[team] = max(r.peak[team], r.running[team])
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running[team]--
+		r.mu.Unlock()
+	}()
+	select {
+	case <-r.gate:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return s.BuildSandbox.Exec(ctx, p)
+}
+
+func (r *teamRunner) inStep(team string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running[team]
+}
+
+// TestFairnessBuildSlots: one team starting many builds takes no more
+// than its share of the build slots, so another team's build runs at once
+// rather than behind them; a team queues a bounded number of builds; a
+// build has a bounded number of steps and a bounded time.
+func TestFairnessBuildSlots(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	ctx := t.Context()
+	r := &teamRunner{gate: make(chan struct{}), running: map[string]int{}, peak: map[string]int{}}
+	f := newFixtureWith(t, tinyRootFS(t), r)
+	svc, err := NewService(ServiceConfig{Builder: f.b, Builds: BuildLimits{Slots: 2, TeamQueue: 3, MaxSteps: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	start := func(team, name string, steps ...Step) (string, error) {
+		return svc.StartBuild(ctx, StartRequest{TeamID: team, Create: templates.CreateRequest{Name: name}, Spec: Spec{FromTemplate: "base", Steps: steps}})
+	}
+	run := func(team string, i int) Step {
+		return Step{Type: StepRun, Args: []string{"echo " + team + "-" + itoa(i)}}
+	}
+	var aBuilds []string
+	for i := range 4 {
+		id, err := start("teama", "a-"+itoa(i), run("teama", i))
+		if err != nil {
+			t.Fatalf("team A's build %d: %v", i, err)
+		}
+		aBuilds = append(aBuilds, id)
+	}
+	// Team A's first build runs; its share is one of the two slots.
+	waitFor(t, "team A's first build in its step", func() bool { return r.inStep("teama") >= 1 })
+	if _, err := start("teama", "a-over", run("teama", 9)); !errdefs.IsExhausted(err) {
+		t.Errorf("a fifth build of team A with three queued: %v, want exhausted", err)
+	}
+	bID, err := start("teamb", "b-0", run("teamb", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "team B's build in its step beside team A's", func() bool { return r.inStep("teamb") == 1 })
+	if n := r.inStep("teama"); n != 1 {
+		t.Errorf("team A has %d builds in their steps, more than its share of 1", n)
+	}
+	close(r.gate)
+	for _, id := range append(aBuilds, bID) {
+		if b, err := svc.Wait(ctx, id); err != nil || b.Status != templates.BuildReady {
+			t.Fatalf("build %s: %+v, %v", id, b, err)
+		}
+	}
+	if r.peak["teama"] > 1 {
+		t.Errorf("team A ran %d builds at once, more than its share of 1", r.peak["teama"])
+	}
+	// Steps: at most MaxSteps.
+	var many []Step
+	for i := range 5 {
+		many = append(many, run("teamc", i))
+	}
+	if _, err := start("teamc", "c-many", many...); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), "4 steps") {
+		t.Errorf("a build of 5 steps with at most 4: %v, want invalid naming the bound", err)
+	}
+}
+
+// TestFairnessBuildTimeout: a build that outlives the build time limit
+// fails with a reason saying so, and frees its slot.
+func TestFairnessBuildTimeout(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	ctx := t.Context()
+	r := &teamRunner{gate: make(chan struct{}), running: map[string]int{}, peak: map[string]int{}}
+	f := newFixtureWith(t, tinyRootFS(t), r)
+	svc, err := NewService(ServiceConfig{Builder: f.b, Builds: BuildLimits{Slots: 1, BuildTimeout: 500 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	id, err := svc.StartBuild(ctx, StartRequest{TeamID: "teama", Create: templates.CreateRequest{Name: "slow"},
+		Spec: Spec{FromTemplate: "base", Steps: []Step{{Type: StepRun, Args: []string{"echo teama-slow"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := svc.Wait(ctx, id)
+	if err != nil || b.Status != templates.BuildError || b.Reason == nil || !strings.Contains(b.Reason.Message, "did not finish within 500ms") {
+		t.Fatalf("a build past the time limit: %+v, %v", b, err)
+	}
+	if running, waiting := svc.queue.stats(); running != 0 || waiting != 0 {
+		t.Errorf("after the timed-out build: %d running, %d waiting", running, waiting)
+	}
+}
+
+// waitFor polls cond until it holds, failing after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFairnessTemplateStorage: a team's templates take at most its
+// template storage: a build that ends over it fails, and the team's next
+// build does not start; another team's builds are not affected.
+func TestFairnessTemplateStorage(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	ctx := t.Context()
+	f := newFixture(t, tinyRootFS(t))
+	dir := t.TempDir()
+	big := make([]byte, 2<<20)
+	rand.Read(big)
+	if err := os.WriteFile(filepath.Join(dir, "big"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := func(team, name string, storageMB int64) (string, error) {
+		id, err := f.svc.StartBuild(ctx, StartRequest{TeamID: team, Create: templates.CreateRequest{Name: name}, Spec: Spec{
+			FromTemplate: "base", ContextDir: dir, Team: TeamLimits{StorageMB: storageMB},
+			Steps: []Step{{Type: StepCopy, Args: []string{"big", "/big"}}},
+		}})
+		if err != nil {
+			return "", err
+		}
+		b, err := f.svc.Wait(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Status != templates.BuildReady {
+			return b.ID, fmt.Errorf("build %s: %s", b.Status, b.Reason.Message)
+		}
+		return b.ID, nil
+	}
+	_, err := build("teama", "big-a", 1)
+	if err == nil || !strings.Contains(err.Error(), "more than its limit of 1 MiB") {
+		t.Fatalf("a build of 2 MiB under 1 MiB of template storage: %v, want it failed naming the limit", err)
+	}
+	if _, err := build("teama", "small-a", 1); !errdefs.IsExhausted(err) {
+		t.Fatalf("a build of a team over its template storage: %v, want exhausted before it starts", err)
+	}
+	id, err := build("teamb", "big-b", 100)
+	if err != nil {
+		t.Fatalf("another team's build: %v", err)
+	}
+	used, err := f.cat.TeamDiskBytes(ctx, "teamb")
+	if b, _ := f.cat.Build(ctx, id); err != nil || used < 2<<20 || b.DiskBytes != used {
+		t.Fatalf("team B's template storage: %d, %v; want its build's %d, at least its 2 MiB file", used, err, b.DiskBytes)
 	}
 }

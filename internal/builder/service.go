@@ -36,8 +36,9 @@ type ServiceConfig struct {
 	// then end with the process, which the SDK's upload-then-build flow
 	// does not notice).
 	UploadSecret []byte
-	// MaxConcurrentBuilds bounds builds running at once (default 2).
-	MaxConcurrentBuilds int
+	// Builds bound the builds: how many run at once, one team's share of
+	// them and its queue, steps per build, a build's time.
+	Builds BuildLimits
 	// MaxUploadBytes bounds one upload (default 4 GiB).
 	MaxUploadBytes int64
 	// MaxTeamUploads and MaxTeamUploadBytes bound the uploaded build
@@ -60,7 +61,8 @@ type Service struct {
 	secret []byte
 	maxUp  int64
 	quota  uploadQuota
-	slots  chan struct{}
+	limits BuildLimits
+	queue  *buildQueue
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -81,9 +83,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		cfg.UploadSecret = make([]byte, 32)
 		rand.Read(cfg.UploadSecret)
 	}
-	if cfg.MaxConcurrentBuilds <= 0 {
-		cfg.MaxConcurrentBuilds = 2
-	}
+	cfg.Builds = cfg.Builds.withDefaults()
 	if cfg.MaxUploadBytes <= 0 {
 		cfg.MaxUploadBytes = 4 << 30
 	}
@@ -99,8 +99,9 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{
 		b: cfg.Builder, cat: cfg.Builder.cat, log: cfg.Logger, secret: cfg.UploadSecret, maxUp: cfg.MaxUploadBytes,
-		quota: uploadQuota{files: cfg.MaxTeamUploads, bytes: cfg.MaxTeamUploadBytes, diskMB: cfg.MaxTemplateDiskMB},
-		slots: make(chan struct{}, cfg.MaxConcurrentBuilds), ctx: ctx, cancel: cancel, done: map[string]chan struct{}{},
+		quota:  uploadQuota{files: cfg.MaxTeamUploads, bytes: cfg.MaxTeamUploadBytes, diskMB: cfg.MaxTemplateDiskMB},
+		limits: cfg.Builds, queue: newBuildQueue(cfg.Builds.Slots, cfg.Builds.TeamQueue),
+		ctx: ctx, cancel: cancel, done: map[string]chan struct{}{},
 	}, nil
 }
 
@@ -192,6 +193,12 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 	if err != nil {
 		return "", err
 	}
+	if err := CheckStorage(ctx, s.cat, req.TeamID, req.Spec.Team.StorageMB, 0); err != nil {
+		return "", err
+	}
+	if n := len(req.Spec.Steps); n > s.limits.MaxSteps {
+		return "", fmt.Errorf("the build has %d steps, more than this server allows (%d steps): %w", n, s.limits.MaxSteps, errdefs.ErrInvalid)
+	}
 	for i, st := range req.Spec.Steps {
 		if err := validateStep(st); err != nil {
 			return "", fmt.Errorf("step %d: %w", i+1, err)
@@ -207,11 +214,20 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 		}
 	}
 	req.Spec.TeamID = req.TeamID
+	share := req.Spec.Team.Builds
+	if share <= 0 {
+		share = s.limits.TeamBuilds
+	}
 	done := make(chan struct{})
 	s.mu.Lock()
 	if _, ok := s.done[req.BuildID]; ok {
 		s.mu.Unlock()
 		return "", fmt.Errorf("build %q is already running: %w", req.BuildID, errdefs.ErrConflict)
+	}
+	tk, err := s.queue.enqueue(req.TeamID, share)
+	if err != nil {
+		s.mu.Unlock()
+		return "", err
 	}
 	s.done[req.BuildID] = done
 	s.mu.Unlock()
@@ -222,16 +238,16 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 			s.mu.Unlock()
 			close(done)
 		}()
-		select {
-		case s.slots <- struct{}{}:
-		case <-s.ctx.Done():
-			s.cat.FinishBuild(context.Background(), req.BuildID, &templates.Reason{Message: "Warren is shutting down"})
+		log := s.log.With("template_id", t.ID, "build_id", req.BuildID, "team_id", req.TeamID)
+		if err := s.queue.wait(s.ctx, tk); err != nil {
+			s.cat.FinishBuild(context.Background(), req.BuildID, &templates.Reason{Message: "Warren is shutting down"}) //nolint:errcheck
 			return
 		}
-		defer func() { <-s.slots }()
-		log := s.log.With("template_id", t.ID, "build_id", req.BuildID)
+		defer s.queue.release(req.TeamID)
+		ctx, cancel := context.WithTimeoutCause(s.ctx, s.limits.BuildTimeout, buildTimeoutError{s.limits.BuildTimeout})
+		defer cancel()
 		log.Info("build started")
-		if err := s.b.Build(s.ctx, req.BuildID, req.Spec); err != nil {
+		if err := s.b.Build(ctx, req.BuildID, req.Spec); err != nil {
 			log.Info("build failed", "error", err)
 			return
 		}

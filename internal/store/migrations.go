@@ -158,7 +158,8 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		// Version 7: team IDs are never reused (team_ids keeps every ID
 		// ever given, deleted teams' included), and what teams deleted
 		// before left behind (sandbox, event, webhook and template rows)
-		// goes, so that a new team cannot inherit it.
+		// goes, so that a new team cannot inherit it; team limits bound
+		// builds, webhooks and template storage too.
 		version:  7,
 		sqlite:   migration7,
 		postgres: migration7,
@@ -175,6 +176,9 @@ CREATE TABLE team_ids (
   created_at BIGINT NOT NULL,
   deleted_at BIGINT NOT NULL DEFAULT 0
 );
+ALTER TABLE teams ADD COLUMN max_builds INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_webhooks INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_template_storage_mb BIGINT NOT NULL DEFAULT 0;
 INSERT INTO team_ids (id, created_at, deleted_at) SELECT id, created_at, 0 FROM teams;
 INSERT INTO team_ids (id, created_at, deleted_at)
   SELECT team_id, 0, 1 FROM (

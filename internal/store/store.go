@@ -152,6 +152,15 @@ type Limits struct {
 	MaxPaused int
 	// MaxSnapshots is the number of snapshot templates a team may keep.
 	MaxSnapshots int
+	// MaxBuilds is the number of the team's template builds that run at
+	// once on a node (its share of the node's build slots).
+	MaxBuilds int
+	// MaxWebhooks is the number of webhooks a team may register.
+	MaxWebhooks int
+	// MaxTemplateStorageMB bounds the disk the team's templates take:
+	// their builds' trees and snapshots and the layer cache entries
+	// their builds made.
+	MaxTemplateStorageMB int64
 }
 
 // APIKey authenticates requests of a team. The secret itself is never

@@ -308,7 +308,8 @@ func testTeamUpdateDelete(t *testing.T, s store.Store) {
 	if err := s.CreateTeam(ctx, &store.Team{ID: "tapi-a", Name: "A"}); err != nil {
 		t.Fatal(err)
 	}
-	want := store.Limits{MaxConcurrent: 2, MaxTimeout: time.Minute, MaxVCPUs: 1, MaxMemoryMB: 256, MaxDiskMB: 1024, MaxPaused: 3, MaxSnapshots: 4}
+	want := store.Limits{MaxConcurrent: 2, MaxTimeout: time.Minute, MaxVCPUs: 1, MaxMemoryMB: 256, MaxDiskMB: 1024, MaxPaused: 3, MaxSnapshots: 4,
+		MaxBuilds: 5, MaxWebhooks: 6, MaxTemplateStorageMB: 7000}
 	got, err := s.UpdateTeam(ctx, "tapi-a", func(tm *store.Team) error { tm.Limits = want; tm.ID = "other"; return nil })
 	if err != nil || got.ID != "tapi-a" || got.Limits != want {
 		t.Fatalf("UpdateTeam = %+v, %v", got, err)

@@ -334,6 +334,29 @@ func (c *Catalog) List(ctx context.Context, teamID string) ([]*Template, error) 
 	return out, nil
 }
 
+// TeamDiskBytes is the disk the builds of team's templates recorded
+// (Build.DiskBytes), their team's template storage.
+func (c *Catalog) TeamDiskBytes(ctx context.Context, teamID string) (int64, error) {
+	own, err := c.List(ctx, teamID)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range own {
+		if t.TeamID != teamID {
+			continue
+		}
+		builds, err := c.Builds(ctx, t.ID)
+		if err != nil {
+			return 0, err
+		}
+		for _, b := range builds {
+			n += b.DiskBytes
+		}
+	}
+	return n, nil
+}
+
 // Builds returns a template's builds, oldest first.
 func (c *Catalog) Builds(ctx context.Context, templateID string) ([]*Build, error) {
 	return c.store.ListBuilds(ctx, templateID)
