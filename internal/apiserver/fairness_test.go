@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -107,4 +108,38 @@ func TestFairnessDiskBounds(t *testing.T) {
 	expect(t, "lower the bound", e.do("PATCH", "/admin/teams/tapi-disk", "", `{"limits":{"maxDiskMB":12288}}`, admin...), http.StatusOK)
 	r = e.do("POST", "/v2/sandboxes", a.APIKey, `{"templateID":"roomy"}`)
 	expect(t, "sandbox over the team's disk bound", r, http.StatusBadRequest)
+}
+
+// TestFairnessWebhookLimit: a team registers at most maxWebhooks
+// webhooks, parallel requests included; another team is not affected.
+func TestFairnessWebhookLimit(t *testing.T) {
+	e := newTemplateEnv(t)
+	e.api.MountEvents(apiserver.EventsConfig{})
+	a := e.adminTeam("tapi-hooks-a", `{"id":"tapi-hooks-a","limits":{"maxWebhooks":2}}`)
+	b := e.adminTeam("tapi-hooks-b", `{"id":"tapi-hooks-b","limits":{"maxWebhooks":1}}`)
+	const parallel = 6
+	statuses := make(chan int, parallel)
+	var wg sync.WaitGroup
+	for i := range parallel {
+		wg.Go(func() {
+			statuses <- e.do("POST", "/events/webhooks", a.APIKey, `{"name":"h`+itoa(i)+`","url":"https://example.invalid/`+itoa(i)+`","signatureSecret":"a-secret-123"}`).status
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	created := 0
+	for st := range statuses {
+		switch st {
+		case http.StatusCreated:
+			created++
+		case http.StatusTooManyRequests:
+		default:
+			t.Errorf("parallel webhook create: %d", st)
+		}
+	}
+	if created != 2 {
+		t.Fatalf("%d parallel webhook creates with maxWebhooks 2: %d created", parallel, created)
+	}
+	expect(t, "team B's webhook", e.do("POST", "/events/webhooks", b.APIKey, `{"url":"https://example.invalid/b","signatureSecret":"b-secret-123"}`), http.StatusCreated)
+	expect(t, "team B's second webhook", e.do("POST", "/events/webhooks", b.APIKey, `{"url":"https://example.invalid/b2","signatureSecret":"b-secret-123"}`), http.StatusTooManyRequests)
 }

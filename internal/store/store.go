@@ -103,6 +103,10 @@ type Store interface {
 	// DeleteWebhook manage a team's webhooks. Get, Update and Delete of
 	// another team's webhook are ErrNotFound.
 	CreateWebhook(ctx context.Context, w *Webhook) error
+	// CreateWebhookWithin is CreateWebhook unless the team already has
+	// limit webhooks (ErrExhausted; 0: no limit), counted and inserted in
+	// one transaction serialized per team.
+	CreateWebhookWithin(ctx context.Context, w *Webhook, limit int) error
 	GetWebhook(ctx context.Context, teamID, id string) (*Webhook, error)
 	ListWebhooks(ctx context.Context, teamID string) ([]*Webhook, error)
 	UpdateWebhook(ctx context.Context, w *Webhook) error
@@ -112,6 +116,10 @@ type Store interface {
 	// lease (their next attempt moves to now+lease, so a crashed
 	// dispatcher's claims come due again) and returns them.
 	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Delivery, error)
+	// ClaimFairDeliveries is ClaimDeliveries that takes deliveries in
+	// turn between teams (every team's first due delivery before any
+	// team's second) and no more of one team than c allows.
+	ClaimFairDeliveries(ctx context.Context, now time.Time, lease time.Duration, c DeliveryClaim) ([]*Delivery, error)
 	// RecordAttempt stores the outcome of one attempt of a delivery.
 	RecordAttempt(ctx context.Context, d *Delivery) error
 	// ListDeliveries returns a webhook's deliveries, newest first.
@@ -346,6 +354,18 @@ const (
 )
 
 // Delivery is one event to be sent to one webhook (an outbox row).
+// DeliveryClaim bounds what ClaimFairDeliveries takes.
+type DeliveryClaim struct {
+	// Limit bounds the deliveries claimed.
+	Limit int
+	// PerTeam bounds the deliveries of one team claimed.
+	PerTeam int
+	// Room, when it names a team, bounds that team's deliveries instead
+	// of PerTeam (a dispatcher's room beside the team's attempts in
+	// flight); 0 or less claims none of the team.
+	Room map[string]int
+}
+
 type Delivery struct {
 	ID          string
 	WebhookID   string

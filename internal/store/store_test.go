@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,6 +41,7 @@ func TestStore(t *testing.T) {
 			t.Run("teams and keys", func(t *testing.T) { testTeamsAndKeys(t, open(t)) })
 			t.Run("team update and delete", func(t *testing.T) { testTeamUpdateDelete(t, open(t)) })
 			t.Run("team delete leaves nothing", func(t *testing.T) { testTeamDeleteLeavesNothing(t, open(t)) })
+			t.Run("fair deliveries and webhook limit", func(t *testing.T) { testFairDeliveries(t, open(t)) })
 			t.Run("sandboxes", func(t *testing.T) { testSandboxes(t, open(t)) })
 			t.Run("update is atomic", func(t *testing.T) { testUpdateAtomic(t, open(t)) })
 			t.Run("events", func(t *testing.T) { testEvents(t, open(t)) })
@@ -444,5 +446,44 @@ func testTeamDeleteLeavesNothing(t *testing.T, s *store.SQL) {
 	}
 	if err := s.CreateTeam(ctx, &store.Team{ID: "tapi-new"}); !errdefs.IsAlreadyExists(err) || strings.Contains(errdefs.ClientMessage(err), "not reused") {
 		t.Fatalf("duplicate of a live team: %v", err)
+	}
+}
+
+// testFairDeliveries: claims go in turn between teams and within each
+// team's room; a team's webhooks are bounded at creation.
+func testFairDeliveries(t *testing.T, s *store.SQL) {
+	ctx := context.Background()
+	for _, team := range []string{"tapi-fa", "tapi-fb"} {
+		if err := s.CreateWebhookWithin(ctx, &store.Webhook{ID: "wh-" + team, TeamID: team, URL: "https://example.invalid/", Enabled: true}, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateWebhookWithin(ctx, &store.Webhook{ID: "wh2-" + team, TeamID: team, URL: "https://example.invalid/", Enabled: true}, 1); !errdefs.IsExhausted(err) {
+			t.Fatalf("a second webhook under a limit of 1: %v, want exhausted", err)
+		}
+	}
+	now := time.Now()
+	for i := range 5 {
+		if err := s.AppendEvent(ctx, &store.Event{SandboxID: "sb", TeamID: "tapi-fa", Type: store.EventUpdated, At: now.Add(time.Duration(i) * time.Millisecond)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AppendEvent(ctx, &store.Event{SandboxID: "sb", TeamID: "tapi-fb", Type: store.EventUpdated, At: now.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	teams := func(ds []*store.Delivery) []string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.TeamID)
+		}
+		return out
+	}
+	at := now.Add(time.Hour)
+	got, err := s.ClaimFairDeliveries(ctx, at, time.Minute, store.DeliveryClaim{Limit: 2, PerTeam: 2, Room: map[string]int{"tapi-fa": 1}})
+	if err != nil || len(got) != 2 || got[0].TeamID == got[1].TeamID {
+		t.Fatalf("claim of 2 with team A's room 1: %v, %v; want one of each team", teams(got), err)
+	}
+	got, err = s.ClaimFairDeliveries(ctx, at, time.Minute, store.DeliveryClaim{Limit: 10, PerTeam: 3, Room: map[string]int{"tapi-fb": 0}})
+	if err != nil || len(got) != 3 || slices.Contains(teams(got), "tapi-fb") {
+		t.Fatalf("claim of team A's next 3: %v, %v", teams(got), err)
 	}
 }
