@@ -238,6 +238,14 @@ func TestFairnessBuildSlots(t *testing.T) {
 	if n := r.inStep("teama"); n != 1 {
 		t.Errorf("team A has %d builds in their steps, more than its share of 1", n)
 	}
+	queued, err := f.cat.Build(ctx, aBuilds[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := svc.Status(ctx, "teama", queued.TemplateID, queued.ID, 0)
+	if err != nil || len(st.LogEntries) == 0 || !strings.Contains(st.LogEntries[0].Message, "Waiting for a build slot") {
+		t.Errorf("a queued build's log: %+v, %v; want it to say it waits for a slot", st, err)
+	}
 	close(r.gate)
 	for _, id := range append(aBuilds, bID) {
 		if b, err := svc.Wait(ctx, id); err != nil || b.Status != templates.BuildReady {

@@ -239,6 +239,16 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 			close(done)
 		}()
 		log := s.log.With("template_id", t.ID, "build_id", req.BuildID, "team_id", req.TeamID)
+		select {
+		case <-tk.granted:
+		default:
+			// Said in the build's log, which its team reads; what other
+			// teams run is not.
+			msg := fmt.Sprintf("Waiting for a build slot (this server runs %d builds at once, %d of one team)", s.limits.Slots, share)
+			if err := s.cat.Store().AppendLogs(s.ctx, req.BuildID, templates.LogEntry{Timestamp: time.Now().UTC(), Level: templates.LogInfo, Message: msg}); err != nil {
+				log.Warn("build log", "error", err)
+			}
+		}
 		if err := s.queue.wait(s.ctx, tk); err != nil {
 			s.cat.FinishBuild(context.Background(), req.BuildID, &templates.Reason{Message: "Warren is shutting down"}) //nolint:errcheck
 			return
