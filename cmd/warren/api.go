@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/warren-sandbox/warren/internal/app"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -38,12 +39,24 @@ func addControlPlaneFlags(cmd *cobra.Command, c *controlPlane) {
 	f.DurationVar(&c.Events.Retention, "event-retention", 0, "how long lifecycle events, webhook deliveries and records of killed sandboxes are kept (default 720h)")
 	f.IntVar(&c.Events.WebhookMaxAttempts, "webhook-max-attempts", 0, "attempts per webhook delivery before it is marked failed (default 10)")
 	f.DurationVar(&c.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
+	f.IntVar(&c.Events.WebhookTeamConcurrency, "webhook-team-concurrency", 0, "webhook delivery attempts of one team in flight at once, of the 8 of the server (default 2)")
 	f.StringArrayVar(c.EgressAllow, "egress-allow", nil, "let image pulls and webhook deliveries reach this non-public destination: CIDR, IP, IP:PORT or HOST:PORT (repeatable; by default only public addresses are reached)")
 	f.IntVar(&c.Limits.MaxConcurrent, "max-concurrent", 0, "default limit of a team's running sandboxes (default 20; a team's own limit wins)")
 	f.DurationVar(&c.Limits.MaxTimeout, "max-timeout", 0, "default longest sandbox timeout a team may ask for (default 24h)")
 	f.IntVar(&c.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")
 	f.Int64Var(&c.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
+	fairnessFlags(f, c.Limits)
 	f.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+// fairnessFlags are the defaults of the team limits that keep one team
+// from taking what others are owed (docs/configuration.md), shared by
+// serve and api.
+func fairnessFlags(f *pflag.FlagSet, l *store.Limits) {
+	f.Int64Var(&l.MaxDiskMB, "max-disk-mb", 0, "default bound of a team's sandbox disk (and template disk) in MiB (default 20480)")
+	f.IntVar(&l.MaxBuilds, "max-builds", 0, "default number of a team's template builds running at once on a node (default: half the node's --build-slots, at least 1)")
+	f.IntVar(&l.MaxWebhooks, "max-webhooks", 0, "default number of webhooks a team may register (default 20)")
+	f.Int64Var(&l.MaxTemplateStorageMB, "max-template-storage-mb", 0, "default bound in MiB of the disk a team's templates take: build trees, snapshots and the layer cache their builds made (default 102400)")
 }
 
 // fromEnv fills the flags left empty from the environment, and returns

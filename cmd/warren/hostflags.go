@@ -43,6 +43,11 @@ func hostFlags(f *pflag.FlagSet, cfg *app.Config, rebuildBase *bool, logLevel *s
 	f.DurationVar(&cfg.TemplateGCGrace, "template-gc-grace", 0, "how long the template garbage collector keeps a build nothing needs any more before freeing it (default 15m)")
 	f.DurationVar(&cfg.TemplateGCInterval, "template-gc-interval", 0, "time between runs of the template garbage collector, which frees the files of deleted and superseded template builds once no sandbox uses them (default 1h; negative disables)")
 	f.Int64Var(&cfg.MaxTemplateDiskMB, "max-template-disk-mb", 0, "largest disk size in MiB a template build may ask for with minFreeDiskMb (default 65536)")
+	f.IntVar(&cfg.Builds.Slots, "build-slots", 0, "template builds running at once on this machine, over all teams (default 2)")
+	f.IntVar(&cfg.Builds.TeamQueue, "build-queue", 0, "template builds of one team waiting for a build slot at most; more are refused with 429 (default 16)")
+	f.IntVar(&cfg.Builds.MaxSteps, "build-max-steps", 0, "steps of one template build at most (default 256)")
+	f.DurationVar(&cfg.Builds.BuildTimeout, "build-timeout", 0, "longest time one template build runs once it has a slot (default 1h)")
+	f.DurationVar(&cfg.BuildStepTimeout, "build-step-timeout", 0, "longest time one RUN step of a template build runs (default 30m)")
 	f.StringVar(logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
 

@@ -327,6 +327,9 @@ func TestTeamCommand(t *testing.T) {
 	if _, err := runCmd(t, "team", "limits", "tapi-cli", "--data-dir", dir); err == nil {
 		t.Fatal("limits of a deleted team")
 	}
+	if _, err := runCmd(t, "team", "create", "tapi-cli", "--data-dir", dir); err == nil || !strings.Contains(err.Error(), "not reused") {
+		t.Fatalf("a deleted team's ID given again: %v", err)
+	}
 }
 
 // TestServeBoundsHeaders: the listener refuses request headers above its

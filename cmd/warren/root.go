@@ -93,6 +93,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.DurationVar(&cfg.Events.Retention, "event-retention", 0, "how long lifecycle events, webhook deliveries and records of killed sandboxes are kept (default 720h)")
 	f.IntVar(&cfg.Events.WebhookMaxAttempts, "webhook-max-attempts", 0, "attempts per webhook delivery before it is marked failed (default 10)")
 	f.DurationVar(&cfg.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
+	f.IntVar(&cfg.Events.WebhookTeamConcurrency, "webhook-team-concurrency", 0, "webhook delivery attempts of one team in flight at once, of the 8 of the server (default 2)")
 	var denyPrivate bool
 	f.BoolVar(&denyPrivate, "webhook-deny-private", true, "no effect: private webhook destinations are always refused unless allowed with --egress-allow")
 	f.MarkDeprecated("webhook-deny-private", "private destinations are refused by default; allow exceptions with --egress-allow") //nolint:errcheck
@@ -100,6 +101,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.DurationVar(&cfg.Limits.MaxTimeout, "max-timeout", 0, "default longest sandbox timeout a team may ask for (default 24h)")
 	f.IntVar(&cfg.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")
 	f.Int64Var(&cfg.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
+	fairnessFlags(f, &cfg.Limits)
 	cfg.DefaultPools = app.PoolSizeAuto
 	f.Func("pool-size", "ready sandboxes kept in the warm pool of base and of code-interpreter-v1 (when offered): auto (each from the host's CPUs and memory, at most 4) or 0 to 100; 0 turns them off (default auto)", func(v string) error {
 		n, err := app.ParsePoolSize(v)

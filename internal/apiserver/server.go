@@ -72,9 +72,8 @@ type Config struct {
 	// DefaultResources are given to each sandbox (default 2 vCPU, 512 MiB,
 	// 10 GiB disk).
 	DefaultResources sandbox.Resources
-	// DefaultLimits apply to teams whose own limits are zero (defaults: 20
-	// concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, no disk bound,
-	// 100 paused sandboxes, 100 snapshots).
+	// DefaultLimits apply to teams whose own limits are zero (defaults:
+	// WithDefaults).
 	DefaultLimits store.Limits
 	// RetryAfter is the Retry-After sent with a concurrency 429 (default
 	// 5 s).
@@ -119,6 +118,8 @@ type Server struct {
 	routes []string
 	hm     *httpMetrics
 	auths  *authThrottle
+	// snapshots counts the snapshots in progress per team (snapshotcount.go).
+	snapshots snapshotSlots
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -354,11 +355,24 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 // limits returns the caller's effective limits.
 func (s *Server) limits(c *caller) store.Limits { return EffectiveLimits(s.cfg.DefaultLimits, c.team) }
 
+// Warren's default team limits that are new enough to be named.
+const (
+	// DefaultMaxDiskMB bounds one sandbox's disk (and a template's).
+	DefaultMaxDiskMB = 20 << 10
+	// DefaultMaxWebhooks bounds a team's webhooks.
+	DefaultMaxWebhooks = 20
+	// DefaultMaxTemplateStorageMB bounds the disk a team's templates take.
+	DefaultMaxTemplateStorageMB = 100 << 10
+)
+
 // WithDefaults fills the zero fields of a server's default limits with
-// Warren's: 20 concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, no disk
-// bound, 100 paused sandboxes, 100 snapshots.
+// Warren's: 20 concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, 20 GiB
+// of disk per sandbox, 100 paused sandboxes, 100 snapshots, 20 webhooks,
+// 100 GiB of template storage; builds at once (MaxBuilds) stay 0, which
+// the build service reads as half its build slots, at least 1.
 func WithDefaults(l store.Limits) store.Limits {
-	def := store.Limits{MaxConcurrent: 20, MaxTimeout: 24 * time.Hour, MaxVCPUs: 8, MaxMemoryMB: 8192, MaxPaused: 100, MaxSnapshots: 100}
+	def := store.Limits{MaxConcurrent: 20, MaxTimeout: 24 * time.Hour, MaxVCPUs: 8, MaxMemoryMB: 8192, MaxPaused: 100, MaxSnapshots: 100,
+		MaxDiskMB: DefaultMaxDiskMB, MaxWebhooks: DefaultMaxWebhooks, MaxTemplateStorageMB: DefaultMaxTemplateStorageMB}
 	pick(&l, def)
 	return l
 }
@@ -378,6 +392,7 @@ func EffectiveLimits(defaults store.Limits, t *store.Team) store.Limits {
 func pick(l *store.Limits, def store.Limits) {
 	for _, f := range []struct{ dst, def *int }{
 		{&l.MaxConcurrent, &def.MaxConcurrent}, {&l.MaxVCPUs, &def.MaxVCPUs}, {&l.MaxPaused, &def.MaxPaused}, {&l.MaxSnapshots, &def.MaxSnapshots},
+		{&l.MaxBuilds, &def.MaxBuilds}, {&l.MaxWebhooks, &def.MaxWebhooks},
 	} {
 		if *f.dst == 0 {
 			*f.dst = *f.def
@@ -388,6 +403,9 @@ func pick(l *store.Limits, def store.Limits) {
 	}
 	if l.MaxDiskMB == 0 {
 		l.MaxDiskMB = def.MaxDiskMB
+	}
+	if l.MaxTemplateStorageMB == 0 {
+		l.MaxTemplateStorageMB = def.MaxTemplateStorageMB
 	}
 	if l.MaxTimeout == 0 {
 		l.MaxTimeout = def.MaxTimeout

@@ -77,17 +77,12 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		s.fail(w, r, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is not running", id))
 		return
 	}
-	if lim := s.limits(c).MaxSnapshots; lim > 0 {
-		n, err := s.countSnapshots(ctx, c.teamID)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if n >= lim {
-			s.fail(w, r, errdefs.Publicf(errdefs.ErrExhausted, "you have reached the maximum number of snapshots (%d); delete a snapshot or ask for a higher limit", lim))
-			return
-		}
+	release, err := s.reserveSnapshot(ctx, c.teamID, s.limits(c).MaxSnapshots)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
+	defer release()
 	alias, tag := "", templates.DefaultTag
 	if req.Name != "" {
 		alias, tag = templates.ParseRef(req.Name)
@@ -226,8 +221,8 @@ func readSnapshotInfo(b *templates.Build) (*sandboxSnapshotInfo, bool) {
 	return &info, true
 }
 
-// countSnapshots counts a team's snapshots (builds holding a sandbox
-// snapshot). Concurrent creates may pass the bound by the few in flight.
+// countSnapshots counts a team's recorded snapshots (builds holding a
+// sandbox snapshot); reserveSnapshot adds those in progress.
 func (s *Server) countSnapshots(ctx context.Context, teamID string) (int, error) {
 	all, err := s.cfg.Catalog.List(ctx, teamID)
 	if err != nil {

@@ -28,7 +28,11 @@ type fakeSnapshotter struct {
 	// checkpoint does.
 	Unsupported bool
 
+	// gate, when set, holds every SnapshotSandbox until it is closed;
+	// entered counts the calls that reached it.
+	gate    chan struct{}
 	mu      sync.Mutex
+	entered int
 	taken   []string // sandbox IDs
 	deleted []string // dirs
 }
@@ -36,6 +40,16 @@ type fakeSnapshotter struct {
 func (f *fakeSnapshotter) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error) {
 	if f.Unsupported {
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q: driver fake cannot checkpoint memory: %w", id, errdefs.ErrUnsupported)
+	}
+	if f.gate != nil {
+		f.mu.Lock()
+		f.entered++
+		f.mu.Unlock()
+		select {
+		case <-f.gate:
+		case <-ctx.Done():
+			return nodeapi.Template{}, ctx.Err()
+		}
 	}
 	sb, err := f.node.Get(ctx, id)
 	if err != nil {

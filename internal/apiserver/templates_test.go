@@ -745,7 +745,8 @@ func TestTemplateListGetDeleteTagsPublic(t *testing.T) {
 	expect(t, "tags unknown", e.do("GET", "/templates/nope/tags", e.key1, ""), 404)
 	expect(t, "unknown subpath", e.do("GET", "/templates/lst/whatever", e.key1, ""), 404)
 
-	// Public: another team then sees it.
+	// Public: another team may then use it (resolve team/name, create),
+	// not inspect or change it.
 	r = e.do("PATCH", "/v2/templates/lst", e.key1, `{"public":true}`)
 	expect(t, "patch", r, http.StatusOK)
 	if string(r.body) != `{"names":["lst"]}` {
@@ -754,9 +755,11 @@ func TestTemplateListGetDeleteTagsPublic(t *testing.T) {
 	expect(t, "public alias, bare name", e.do("GET", "/templates/aliases/lst", e.key2, ""), 404)
 	expect(t, "public alias as team/name", e.do("GET", "/templates/aliases/t1%2Flst", e.key2, ""), 200)
 	expect(t, "get now public, bare name", e.do("GET", "/templates/lst", e.key2, ""), 404)
-	expect(t, "get now public by ID", e.do("GET", "/templates/"+c.TemplateID, e.key2, ""), 200)
+	expect(t, "get now public by ID", e.do("GET", "/templates/"+c.TemplateID, e.key2, ""), 404)
+	expect(t, "tags of now public", e.do("GET", "/templates/"+c.TemplateID+"/tags", e.key2, ""), 404)
+	expect(t, "status of now public", e.do("GET", "/templates/"+c.TemplateID+"/builds/"+c.BuildID+"/status", e.key2, ""), 404)
 	expect(t, "patch by another team, bare name", e.do("PATCH", "/v2/templates/lst", e.key2, `{"public":false}`), 404)
-	expect(t, "patch by another team", e.do("PATCH", "/v2/templates/t1%2Flst", e.key2, `{"public":false}`), 403)
+	expect(t, "patch by another team", e.do("PATCH", "/v2/templates/t1%2Flst", e.key2, `{"public":false}`), 404)
 	expect(t, "patch v1", e.do("PATCH", "/templates/lst", e.key1, `{"public":false}`), 200)
 	expect(t, "patch unknown", e.do("PATCH", "/v2/templates/nope", e.key1, `{"public":true}`), 404)
 	expect(t, "patch bad body", e.do("PATCH", "/v2/templates/lst", e.key1, `{"public":"yes"}`), 400)
@@ -827,4 +830,8 @@ func TestSystemTemplates(t *testing.T) {
 	}
 	expect(t, "team deletes a system template", e.do("DELETE", "/templates/"+sys, e.key2, ""), http.StatusForbidden)
 	expect(t, "team publishes a system template", e.do("PATCH", "/v2/templates/"+sys, e.key2, `{"public":true}`), http.StatusForbidden)
+	// Usable, not inspectable: the operator's builds are the operator's.
+	expect(t, "team reads a system template", e.do("GET", "/templates/"+sys, e.key2, ""), http.StatusForbidden)
+	expect(t, "team reads a system template's tags", e.do("GET", "/templates/"+sys+"/tags", e.key2, ""), http.StatusForbidden)
+	expect(t, "operator reads its template", e.do("GET", "/templates/"+sys, "", "", admin...), http.StatusOK)
 }

@@ -124,6 +124,11 @@ type Config struct {
 	// MaxTemplateDiskMB is the largest disk a template build may ask for
 	// (default 65536 MiB).
 	MaxTemplateDiskMB int64
+	// Builds bound the node's template builds: slots, a team's default
+	// share and queue, steps, a build's time (builder.BuildLimits);
+	// BuildStepTimeout one RUN step. Zero fields keep the defaults.
+	Builds           builder.BuildLimits
+	BuildStepTimeout time.Duration
 }
 
 // NodeTuning are the node agent's knobs that serve exposes as flags.

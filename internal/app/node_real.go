@@ -92,6 +92,7 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 	local, err := builder.OpenLocal(builder.LocalConfig{
 		DataDir: cfg.DataDir, BaseRootFSTar: cfg.BaseRootFSTar, Runner: bs.runner,
 		Snapshotter: a, Logger: cfg.Logger.With("component", "templates"), MaxTemplateDiskMB: cfg.MaxTemplateDiskMB,
+		Builds: cfg.Builds, StepTimeout: cfg.BuildStepTimeout,
 		Transport: (&egress.Dialer{Policy: eg}).Transport(),
 	})
 	if err != nil {

@@ -134,6 +134,10 @@ type Build struct {
 	SnapshotHost   *nodeapi.SnapshotHost `json:"snapshotHost,omitempty"`
 	// EnvdVersion is the envd the template was built with, when known.
 	EnvdVersion string `json:"envdVersion,omitempty"`
+	// DiskBytes is the disk the build takes, recorded when it ended (its
+	// directory when ready, and the layer cache entries it made): what
+	// counts against its team's template storage.
+	DiskBytes int64 `json:"diskBytes,omitempty"`
 	// Reason tells why a build failed.
 	Reason *Reason `json:"reason,omitempty"`
 
