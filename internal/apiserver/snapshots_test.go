@@ -19,8 +19,9 @@ import (
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
-// fakeSnapshotter stands in for the node agent's snapshots: it writes a
-// marker into the directory and returns the base template as the source.
+// fakeSnapshotter stands in for the node agent's snapshots
+// (nodebuild.SandboxAgent): it writes a marker into the directory and
+// returns the base template as the source.
 type fakeSnapshotter struct {
 	node *fakenode.Node
 	base nodeapi.Template
@@ -33,7 +34,11 @@ type fakeSnapshotter struct {
 	deleted []string // dirs
 }
 
-func (f *fakeSnapshotter) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error) {
+func (f *fakeSnapshotter) Get(ctx context.Context, id string) (*nodeapi.Sandbox, error) {
+	return f.node.Get(ctx, id)
+}
+
+func (f *fakeSnapshotter) SnapshotSandboxInto(ctx context.Context, id, dir string) (nodeapi.Template, error) {
 	if f.Unsupported {
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q: driver fake cannot checkpoint memory: %w", id, errdefs.ErrUnsupported)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
+	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -97,7 +98,14 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	st := storetest.SQLite(t)
 	n := fakenode.New()
 	rn := &recNode{Node: n}
-	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: rn})
+	// The node side of snapshots as `warren serve` has it: the agent's
+	// snapshots kept in the one catalog.
+	snaps := &fakeSnapshotter{node: n}
+	ss, err := nodebuild.NewSandboxSnapshots(nodebuild.SandboxSnapshotsConfig{Agent: snaps, Catalog: local.Catalog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: rn, Snapshots: ss})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +129,9 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 		}
 		*dst = k
 	}
-	snaps := &fakeSnapshotter{node: n}
 	cfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: local.Catalog, AdminToken: adminToken,
-		Builds: local.Service, Catalog: local.Catalog, Snapshots: snaps,
+		Builds: local.Service, Catalog: local.Catalog,
 	}
 	for _, o := range opts {
 		o(&cfg)
