@@ -563,6 +563,15 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 	if len(src.Holders) == 0 {
 		return fmt.Errorf("build %q: no node holds it: %w", buildID, errdefs.ErrUnavailable)
 	}
+	if b.SandboxSnapshot != nil {
+		// Its sandboxes start from the snapshot only: a node that cannot
+		// restore it fetches nothing.
+		if err := n.restorable(b.NodeTemplate(), &b); err != nil {
+			n.snapPulls.WithLabelValues(snapshotPullResult(err)).Inc()
+			n.log.Warn("a sandbox snapshot's build is not pulled: its snapshot cannot be restored here", "build_id", buildID, "error", err)
+			return fmt.Errorf("build %q is a sandbox's snapshot, which this node cannot restore: %w", buildID, err)
+		}
+	}
 	dir := n.cfg.Catalog.BuildDir(buildID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

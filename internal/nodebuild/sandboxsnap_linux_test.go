@@ -173,9 +173,9 @@ func contains(ss []string, s string) bool {
 
 // TestSandboxSnapshotNeverStartsCold: a node that cannot restore a
 // sandbox snapshot (its host lacks a CPU flag the snapshot's had, or the
-// snapshot stays on its node) does not pull the build at all, refuses the
-// create and keeps nothing of it: a cold start would lack the sandbox's
-// files and memory.
+// snapshot stays on its node) does not pull the build at all (fetches
+// nothing), refuses the create and keeps nothing of it: a cold start would
+// lack the sandbox's files and memory.
 func TestSandboxSnapshotNeverStartsCold(t *testing.T) {
 	t.Parallel()
 	missingFlag := builderHost
@@ -211,6 +211,9 @@ func TestSandboxSnapshotNeverStartsCold(t *testing.T) {
 			}
 			if snaps.imports() != 0 {
 				t.Errorf("the puller's agent imported %d snapshots", snaps.imports())
+			}
+			if h, s := holder.rootfsHits.Load(), holder.snapshotHits.Load(); h != 0 || s != 0 {
+				t.Errorf("the puller fetched %d root filesystems and %d snapshots it could not use", h, s)
 			}
 		})
 	}

@@ -29,15 +29,20 @@ func (s *Snapshots) Resolve(ctx context.Context, teamID string, t nodeapi.Templa
 
 // New returns the sandbox snapshots of agent, kept in a new catalog under
 // t's temporary directory; snaps, when set, makes the snapshots of other
-// nodes restorable (nodebuild.NodeConfig.Snapshots).
-func New(t testing.TB, agent nodebuild.SandboxAgent, snaps nodebuild.Snapshots) *Snapshots {
+// nodes restorable (nodebuild.NodeConfig.Snapshots); opts change the
+// node's configuration (its Locate, Token).
+func New(t testing.TB, agent nodebuild.SandboxAgent, snaps nodebuild.Snapshots, opts ...func(*nodebuild.NodeConfig)) *Snapshots {
 	t.Helper()
 	local, err := builder.OpenLocal(builder.LocalConfig{DataDir: filepath.Join(t.TempDir(), "templates")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(local.Service.Close)
-	n, err := nodebuild.NewNode(nodebuild.NodeConfig{Catalog: local.Catalog, Service: local.Service, Snapshots: snaps})
+	cfg := nodebuild.NodeConfig{Catalog: local.Catalog, Service: local.Service, Snapshots: snaps}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := nodebuild.NewNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
