@@ -128,8 +128,9 @@ type NodeServiceClient interface {
 	// TemplatesInUse lists the template builds the node's sandboxes and
 	// pools use (nodeapi.TemplateHolder).
 	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
-	// Snapshots (nodeapi.SandboxSnapshotter, nodeapi.TemplateSnapshotter);
-	// dir is a directory on the node.
+	// Snapshots into a directory on the node (dir): template snapshots
+	// (nodeapi.TemplateSnapshotter). SnapshotSandbox answers unimplemented:
+	// sandbox snapshots are TakeSandboxSnapshot's, which names no path.
 	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
 	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
 	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
@@ -480,8 +481,9 @@ type NodeServiceHandler interface {
 	// TemplatesInUse lists the template builds the node's sandboxes and
 	// pools use (nodeapi.TemplateHolder).
 	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
-	// Snapshots (nodeapi.SandboxSnapshotter, nodeapi.TemplateSnapshotter);
-	// dir is a directory on the node.
+	// Snapshots into a directory on the node (dir): template snapshots
+	// (nodeapi.TemplateSnapshotter). SnapshotSandbox answers unimplemented:
+	// sandbox snapshots are TakeSandboxSnapshot's, which names no path.
 	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
 	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
 	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
