@@ -137,6 +137,11 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 	}
 	snap, nodeID, err := s.lc.Snapshot(ctx, c.teamID, id, nodeapi.SnapshotRequest{TeamID: c.teamID, TemplateID: t.ID, BuildID: b.ID})
 	if err != nil {
+		// A node that took it though its answer was lost (the client went
+		// away, the connection broke) deletes it.
+		if derr := s.lc.DeleteSnapshot(context.WithoutCancel(ctx), b.ID); derr != nil && !errdefs.IsNotFound(derr) && !errdefs.IsUnsupported(derr) {
+			s.log.Warn("delete the failed snapshot on its node", "sandbox_id", id, "build_id", b.ID, "error", derr)
+		}
 		undo(err)
 		switch {
 		case errdefs.IsUnsupported(err):

@@ -73,6 +73,7 @@ type tplEnv struct {
 	api     *apiserver.Server
 	local   *builder.Local
 	snaps   *fakeSnapshotter
+	lossy   *lossySnapshots
 	recNode *recNode
 }
 
@@ -105,7 +106,8 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: rn, Snapshots: ss})
+	lossy := &lossySnapshots{SandboxSnapshotter: ss}
+	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: rn, Snapshots: lossy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +147,7 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	mux.Handle("/", api)
 	e.srv = httptest.NewServer(conformTo(t, mux))
 	t.Cleanup(e.srv.Close)
-	return &tplEnv{env: e, api: api, local: local, snaps: snaps, recNode: rn}
+	return &tplEnv{env: e, api: api, local: local, snaps: snaps, lossy: lossy, recNode: rn}
 }
 
 // decodeJSON decodes r's body into v, failing the test on error.
