@@ -39,7 +39,7 @@ func (f *fakeSnapshotter) Get(ctx context.Context, id string) (*nodeapi.Sandbox,
 	return f.node.Get(ctx, id)
 }
 
-func (f *fakeSnapshotter) SnapshotSandboxInto(ctx context.Context, id, dir string) (nodeapi.Template, error) {
+func (f *fakeSnapshotter) SnapshotSandboxInto(ctx context.Context, id, dir string, _ bool) (nodeapi.Template, error) {
 	if f.Unsupported {
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q: driver fake cannot checkpoint memory: %w", id, errdefs.ErrUnsupported)
 	}

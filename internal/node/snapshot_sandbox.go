@@ -17,8 +17,8 @@ import (
 // SnapshotSandboxInto takes a snapshot of running sandbox id into dir,
 // leaving the sandbox running (E2B's POST /sandboxes/{id}/snapshots): the
 // sandbox is frozen when the driver can, its memory checkpointed into dir,
-// its writable layer saved and, when this node's snapshots can travel
-// (SnapshotHost), its layer's changes written beside as
+// its writable layer saved and, with travel when this node's snapshots can
+// travel (SnapshotHost), its layer's changes written beside as
 // nodeapi.SnapshotLayerTar with the host recorded, then thawed. The result
 // has the layout of a template snapshot on ready, so a sandbox created
 // with Template.SnapshotDir = dir restores it (processes, memory and files
@@ -29,7 +29,7 @@ import (
 // ErrConflict. Delete the snapshot with DeleteSnapshot. The node contract's
 // part (nodeapi.SandboxSnapshotter, which names no directory) is
 // internal/nodebuild.SandboxSnapshots over this.
-func (a *Agent) SnapshotSandboxInto(ctx context.Context, id, dir string) (nodeapi.Template, error) {
+func (a *Agent) SnapshotSandboxInto(ctx context.Context, id, dir string, travel bool) (nodeapi.Template, error) {
 	s, err := a.lookup(id)
 	if err != nil {
 		return nodeapi.Template{}, err
@@ -103,10 +103,12 @@ func (a *Agent) SnapshotSandboxInto(ctx context.Context, id, dir string) (nodeap
 	}
 	meta := snapshotMeta{Version: 1, InitToken: initToken, Layer: layer, TakenAt: a.clock.Now().UTC()}
 	// Still frozen: the layer's changes are those of the memory image.
-	if host, err := a.exportSnapshotLayer(ctx, id, shape, dir); err != nil {
-		log.Info("sandbox snapshot stays on this node: its layer could not be written for others", "error", err)
-	} else {
-		meta.Host = host
+	if travel {
+		if host, err := a.exportSnapshotLayer(ctx, id, shape, dir); err != nil {
+			log.Info("sandbox snapshot stays on this node: its layer could not be written for others", "error", err)
+		} else {
+			meta.Host = host
+		}
 	}
 	b, _ := json.Marshal(meta)
 	if err := os.WriteFile(filepath.Join(dir, snapshotMetaFile), b, 0o600); err != nil {

@@ -33,8 +33,10 @@ import (
 type SandboxAgent interface {
 	Get(ctx context.Context, id string) (*nodeapi.Sandbox, error)
 	// SnapshotSandboxInto checkpoints running sandbox id into dir, leaving
-	// it running, and returns the template it was started from.
-	SnapshotSandboxInto(ctx context.Context, id, dir string) (nodeapi.Template, error)
+	// it running, and returns the template it was started from; with
+	// travel, the snapshot is written to be restorable on other nodes too
+	// when this node's can be.
+	SnapshotSandboxInto(ctx context.Context, id, dir string, travel bool) (nodeapi.Template, error)
 	// DeleteSnapshot deletes the snapshot in dir with its saved layer.
 	DeleteSnapshot(ctx context.Context, dir string) error
 }
@@ -105,7 +107,9 @@ func (s *SandboxSnapshots) SnapshotSandbox(ctx context.Context, id string, req n
 		return nil, err
 	}
 	dir := s.snapshotDir(req.BuildID)
-	src, err := s.cfg.Agent.SnapshotSandboxInto(ctx, id, dir)
+	// Under `warren serve` no other node restores it: the layer's changes
+	// are not written (the sandbox stays frozen for less).
+	src, err := s.cfg.Agent.SnapshotSandboxInto(ctx, id, dir, s.cfg.Node != nil)
 	if err != nil {
 		os.Remove(s.cfg.Catalog.BuildDir(req.BuildID)) // only when empty: nothing of another's
 		return nil, err

@@ -41,7 +41,10 @@ func (a *sandboxAgent) Get(_ context.Context, id string) (*nodeapi.Sandbox, erro
 		Resources: sandbox.Resources{VCPUs: 2, MemoryMB: 512, DiskMB: 1024}, EnvdVersion: "0.5.0"}, nil
 }
 
-func (a *sandboxAgent) SnapshotSandboxInto(_ context.Context, id, dir string) (nodeapi.Template, error) {
+func (a *sandboxAgent) SnapshotSandboxInto(_ context.Context, id, dir string, travel bool) (nodeapi.Template, error) {
+	if !travel {
+		return nodeapi.Template{}, fmt.Errorf("a node's snapshots are taken to travel: %w", errdefs.ErrInvalid)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nodeapi.Template{}, err
 	}
