@@ -39,7 +39,7 @@ func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
 
 const (
 	apiKey     = "e2b_d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3"
-	adminToken = "snapnodes-admin-token"
+	adminToken = "snapnodes-admin-token-0123456789abcdef"
 	nodeToken  = "snapnodes-node-token-0123456789"
 	apiAddr    = "127.0.0.1:4600"
 )

@@ -64,7 +64,7 @@ func TestAPIRoleSnapshotsAndLogs(t *testing.T) {
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: key, AdminToken: "adm", NodeToken: nodeToken,
+		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: key, AdminToken: "adm-0123456789abcdef0123456789abcdef", NodeToken: nodeToken,
 			Logger: slog.New(slog.DiscardHandler), Out: io.Discard, Ready: func(a string) { addr <- a }})
 	}()
 	t.Cleanup(func() {
@@ -128,7 +128,7 @@ func TestAPIRoleSnapshotsAndLogs(t *testing.T) {
 		APIKey string `json:"apiKey"`
 	}
 	adm := client.New(api, "")
-	adm.Header.Set("X-Admin-Token", "adm")
+	adm.Header.Set("X-Admin-Token", "adm-0123456789abcdef0123456789abcdef")
 	if _, code, err := adm.Do(ctx, "POST", "/admin/teams", map[string]string{"name": "other"}, &team); err != nil || code/100 != 2 {
 		t.Fatalf("create a team: %d %v", code, err)
 	}
