@@ -96,9 +96,6 @@ type Config struct {
 	PublicURL string
 	// Pools, when set, serves the warm pool admin routes (pools.go).
 	Pools nodeapi.Pooler
-	// Snapshots, when set (with Catalog), takes sandbox snapshots and
-	// deletes template snapshots (the node agent; snapshots.go).
-	Snapshots Snapshotter
 	// TrustedProxies are the reverse proxies in front of the API: for
 	// their requests the client whose failed authentications are counted
 	// (auththrottle.go) is the one their X-Forwarded-For names.
@@ -110,10 +107,8 @@ type Server struct {
 	cfg Config
 	st  store.Store
 	lc  *lifecycle.Manager
-	// envd reads sandboxes' kept logs from their envd (sandboxlogs.go).
-	envd *http.Client
-	log  *slog.Logger
-	mux  *http.ServeMux
+	log *slog.Logger
+	mux *http.ServeMux
 	// routes are the patterns served, in the order handle added them.
 	routes []string
 	hm     *httpMetrics
@@ -146,8 +141,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux(),
-		envd: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}, Timeout: envdLogsTimeout}}
+	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux()}
 	if err := s.initHTTPMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
+	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -72,6 +73,7 @@ type tplEnv struct {
 	api     *apiserver.Server
 	local   *builder.Local
 	snaps   *fakeSnapshotter
+	lossy   *lossySnapshots
 	recNode *recNode
 }
 
@@ -97,7 +99,15 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	st := storetest.SQLite(t)
 	n := fakenode.New()
 	rn := &recNode{Node: n}
-	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: rn})
+	// The node side of snapshots as `warren serve` has it: the agent's
+	// snapshots kept in the one catalog.
+	snaps := &fakeSnapshotter{node: n}
+	ss, err := nodebuild.NewSandboxSnapshots(nodebuild.SandboxSnapshotsConfig{Agent: snaps, Catalog: local.Catalog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lossy := &lossySnapshots{SandboxSnapshotter: ss}
+	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: rn, Snapshots: lossy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +131,9 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 		}
 		*dst = k
 	}
-	snaps := &fakeSnapshotter{node: n}
 	cfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: local.Catalog, AdminToken: adminToken,
-		Builds: local.Service, Catalog: local.Catalog, Snapshots: snaps,
+		Builds: local.Service, Catalog: local.Catalog,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -138,7 +147,7 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	mux.Handle("/", api)
 	e.srv = httptest.NewServer(conformTo(t, mux))
 	t.Cleanup(e.srv.Close)
-	return &tplEnv{env: e, api: api, local: local, snaps: snaps, recNode: rn}
+	return &tplEnv{env: e, api: api, local: local, snaps: snaps, lossy: lossy, recNode: rn}
 }
 
 // decodeJSON decodes r's body into v, failing the test on error.

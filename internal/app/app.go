@@ -261,9 +261,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	snaps, err := serveSnapshots(ctx, parts, log)
+	if err != nil {
+		return err
+	}
 	lc, err := lifecycle.New(lifecycle.Config{Store: pokingStore{Store: st, poke: disp.Poke}, Node: parts.node, Logger: log.With("component", "lifecycle"), Registry: reg,
-		SandboxChanges: st.WatchSandboxes,
-		TeamLimits:     apiserver.LifecycleLimits(st, cfg.Limits)})
+		SandboxChanges: st.WatchSandboxes, Snapshots: snaps,
+		TeamLimits: apiserver.LifecycleLimits(st, cfg.Limits)})
 	if err != nil {
 		return err
 	}
@@ -281,9 +285,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if parts.local != nil {
 		apiCfg.Builds, apiCfg.Catalog = parts.local.Service, parts.local.Catalog
-	}
-	if parts.agent != nil {
-		apiCfg.Snapshots = parts.agent
 	}
 	if pl, ok := parts.node.(nodeapi.Pooler); ok {
 		apiCfg.Pools = pl

@@ -195,9 +195,18 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		}
 		resolve = builds.Resolve
 	}
+	// Sandbox snapshots are kept as builds of the node's catalog, which
+	// its peers pull.
+	var snaps nodeapi.SandboxSnapshotter
+	if builds != nil && parts.agent != nil {
+		if snaps, err = nodebuild.NewSandboxSnapshots(nodebuild.SandboxSnapshotsConfig{Agent: parts.agent, Catalog: parts.local.Catalog,
+			Node: builds, Logger: log.With("component", "snapshots")}); err != nil {
+			return err
+		}
+	}
 	rpcMux := noderpc.NewMux(parts.node, noderpc.Options{
 		Token: cfg.NodeToken, Logger: log.With("component", "noderpc"), NodeProxy: nodeProxy, SnapshotRoot: cfg.DataDir,
-		ResolveTemplate: resolve,
+		ResolveTemplate: resolve, SandboxSnapshots: snaps,
 	}, reg)
 	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	if builds != nil {

@@ -75,6 +75,10 @@ type Config struct {
 	// negative: no cache).
 	SandboxChanges func(ctx context.Context, fn func(id string)) error
 	RouteCacheTTL  time.Duration
+	// Snapshots, when set, takes sandbox snapshots (`warren serve`: the
+	// in-process agent's, kept in its catalog); nil: Node's own, when it
+	// has them (the placement of `warren api`, over each node's RPC).
+	Snapshots nodeapi.SandboxSnapshotter
 }
 
 // Manager runs sandbox lifecycles. Create it with New and start its
@@ -83,6 +87,8 @@ type Manager struct {
 	cfg   Config
 	st    store.Store
 	node  nodeapi.Service
+	snaps nodeapi.SandboxSnapshotter // nil: no sandbox snapshots
+	logs  nodeapi.LogSource          // nil: no kept logs
 	log   *slog.Logger
 	locks [64]sync.Mutex // striped per-sandbox locks
 	// killing (under killMu, made on first use) holds the sandboxes whose
@@ -138,7 +144,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.RouteCacheTTL = DefaultRouteCacheTTL
 	}
 	m := &Manager{
-		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
+		cfg: cfg, st: cfg.Store, node: cfg.Node, snaps: cfg.Snapshots, log: cfg.Logger,
 		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{}, resuming: map[string]int{},
 		pending: map[string]*pendingCreate{}, admitted: map[string]int{}, signs: newSignIndex(),
 		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -149,6 +155,10 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.SandboxChanges != nil && cfg.RouteCacheTTL > 0 {
 		m.routes = newRouteCache(cfg.RouteCacheTTL)
 	}
+	if m.snaps == nil {
+		m.snaps, _ = cfg.Node.(nodeapi.SandboxSnapshotter)
+	}
+	m.logs, _ = cfg.Node.(nodeapi.LogSource)
 	if cfg.Registry != nil {
 		if err := cfg.Registry.Register(m.killed); err != nil {
 			return nil, fmt.Errorf("lifecycle metrics: %w", err)

@@ -206,6 +206,9 @@ func (c *Catalog) Resolve(ctx context.Context, teamID, ref string) (nodeapi.Temp
 	if err != nil {
 		return nodeapi.Template{}, err
 	}
+	if err := checkSandboxSnapshot(b); err != nil {
+		return nodeapi.Template{}, fmt.Errorf("template %q: %w", ref, err)
+	}
 	dir, err := c.ensureRootFS(ctx, b)
 	if err != nil {
 		return nodeapi.Template{}, fmt.Errorf("template %q: %w", ref, err)
@@ -236,6 +239,16 @@ func (b *Build) NodeTemplate() nodeapi.Template {
 		SnapshotDir: b.SnapshotDir,
 		Resources:   sandbox.Resources{VCPUs: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskMB},
 	}
+}
+
+// checkSandboxSnapshot refuses a sandbox snapshot's build whose snapshot
+// is not on this machine: its sandboxes never start cold (they would lack
+// the sandbox's files).
+func checkSandboxSnapshot(b *Build) error {
+	if b.SandboxSnapshot != nil && (b.SnapshotDir == "" || !dirExists(b.SnapshotDir)) {
+		return fmt.Errorf("build %s is a sandbox's snapshot, which is not on this machine: %w", b.ID, errdefs.ErrUnavailable)
+	}
+	return nil
 }
 
 // ensureRootFS returns the build's unpacked root filesystem, unpacking its

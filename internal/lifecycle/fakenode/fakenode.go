@@ -49,9 +49,15 @@ type Node struct {
 	BeforeFork   func(id string, req nodeapi.ForkRequest)
 	BeforeList   func()
 	AfterList    func(listed []*nodeapi.Sandbox)
+	// Logs, when set, is the kept log SandboxLogs answers for a running
+	// sandbox (before start's filter); nil: one line of its start.
+	Logs func(id string) []nodeapi.LogEntry
 }
 
-var _ nodeapi.Service = (*Node)(nil)
+var (
+	_ nodeapi.Service   = (*Node)(nil)
+	_ nodeapi.LogSource = (*Node)(nil)
+)
 
 // New returns an empty fake node.
 func New() *Node {
@@ -287,6 +293,39 @@ func (n *Node) Stats(_ context.Context, id string) (*nodeapi.Stats, error) {
 	return &nodeapi.Stats{At: time.Now(), CPUCount: s.Resources.VCPUs, CPUUsedPct: 1.5,
 		MemoryUsedBytes: 64 << 20, MemoryTotal: uint64(s.Resources.MemoryMB) << 20,
 		DiskUsedBytes: 1 << 20, DiskTotalBytes: 1 << 30}, nil
+}
+
+// SandboxLogs implements nodeapi.LogSource.
+func (n *Node) SandboxLogs(_ context.Context, id string, start time.Time) ([]nodeapi.LogEntry, error) {
+	n.mu.Lock()
+	n.record("logs %s", id)
+	s, err := n.get(id)
+	var state sandbox.State
+	var started time.Time
+	if err == nil {
+		state, started = s.State, s.StartedAt
+	}
+	logs := n.Logs
+	n.mu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case state != sandbox.StateRunning:
+		return nil, fmt.Errorf("sandbox %q is %s: %w", id, state, errdefs.ErrConflict)
+	}
+	var all []nodeapi.LogEntry
+	if logs != nil {
+		all = logs(id)
+	} else {
+		all = []nodeapi.LogEntry{{Timestamp: started, Level: "info", Message: "sandbox started", Fields: map[string]string{"logger": "fakenode"}}}
+	}
+	out := make([]nodeapi.LogEntry, 0, len(all))
+	for _, e := range all {
+		if !e.Timestamp.Before(start) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // Watch implements nodeapi.Service.

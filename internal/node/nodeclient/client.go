@@ -38,8 +38,8 @@ type Options struct {
 
 // Client is a nodeapi.Service over RPC, with every optional part
 // (nodeapi.Pooler, MetricsSource, ExecutionKiller, TemplateHolder,
-// SandboxSnapshotter, TemplateSnapshotter): a node that lacks one answers
-// ErrUnsupported.
+// SandboxSnapshotter, TemplateSnapshotter, LogSource): a node that lacks
+// one answers ErrUnsupported.
 type Client struct {
 	rpc     nodepbconnect.NodeServiceClient
 	log     *slog.Logger

@@ -30,7 +30,9 @@ type rig struct {
 	url    string
 }
 
-func newRig(t *testing.T, fcfg fake.Config, token string) *rig {
+// newRig serves an agent over the fake driver through the noderpc
+// server; opts tune the server's options.
+func newRig(t *testing.T, fcfg fake.Config, token string, opts ...func(*node.Agent, *noderpc.Options)) *rig {
 	t.Helper()
 	drv := fake.New(fcfg)
 	a, err := node.New(context.Background(), node.Config{
@@ -42,8 +44,12 @@ func newRig(t *testing.T, fcfg fake.Config, token string) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
+	o := noderpc.Options{Token: token}
+	for _, f := range opts {
+		f(a, &o)
+	}
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: token}))
+	mux.Handle(noderpc.NewHandler(a, o))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return &rig{agent: a, client: nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token}), drv: drv, url: srv.URL}

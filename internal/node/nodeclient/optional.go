@@ -2,6 +2,7 @@ package nodeclient
 
 import (
 	"context"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -17,6 +18,7 @@ var (
 	_ nodeapi.TemplateHolder      = (*Client)(nil)
 	_ nodeapi.SandboxSnapshotter  = (*Client)(nil)
 	_ nodeapi.TemplateSnapshotter = (*Client)(nil)
+	_ nodeapi.LogSource           = (*Client)(nil)
 )
 
 // SetPool implements nodeapi.Pooler.
@@ -82,12 +84,29 @@ func (c *Client) TemplatesInUse(ctx context.Context) ([]nodeapi.TemplateUse, err
 }
 
 // SnapshotSandbox implements nodeapi.SandboxSnapshotter.
-func (c *Client) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error) {
-	resp, err := c.rpc.SnapshotSandbox(ctx, connect.NewRequest(&nodepb.SnapshotSandboxRequest{Id: id, Dir: dir}))
+func (c *Client) SnapshotSandbox(ctx context.Context, id string, req nodeapi.SnapshotRequest) (*nodeapi.SandboxSnapshot, error) {
+	resp, err := c.rpc.TakeSandboxSnapshot(ctx, connect.NewRequest(&nodepb.TakeSandboxSnapshotRequest{
+		Id: id, TeamId: req.TeamID, TemplateId: req.TemplateID, BuildId: req.BuildID,
+	}))
 	if err != nil {
-		return nodeapi.Template{}, noderpc.FromConnectError(err)
+		return nil, noderpc.FromConnectError(err)
 	}
-	return noderpc.TemplateFromProto(resp.Msg.GetTemplate()), nil
+	return noderpc.SandboxSnapshotFromProto(resp.Msg), nil
+}
+
+// DeleteSandboxSnapshot implements nodeapi.SandboxSnapshotter.
+func (c *Client) DeleteSandboxSnapshot(ctx context.Context, buildID string) error {
+	_, err := c.rpc.DeleteSandboxSnapshot(ctx, connect.NewRequest(&nodepb.DeleteSandboxSnapshotRequest{BuildId: buildID}))
+	return noderpc.FromConnectError(err)
+}
+
+// SandboxLogs implements nodeapi.LogSource.
+func (c *Client) SandboxLogs(ctx context.Context, id string, start time.Time) ([]nodeapi.LogEntry, error) {
+	resp, err := c.rpc.SandboxLogs(ctx, connect.NewRequest(&nodepb.SandboxLogsRequest{Id: id, Start: noderpc.Timestamp(start)}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return noderpc.LogEntriesFromProto(resp.Msg.GetEntries()), nil
 }
 
 // Snapshot implements nodeapi.TemplateSnapshotter.
@@ -98,8 +117,7 @@ func (c *Client) Snapshot(ctx context.Context, t nodeapi.Template, readyCmd, dir
 	return noderpc.FromConnectError(err)
 }
 
-// DeleteSnapshot implements nodeapi.SandboxSnapshotter and
-// nodeapi.TemplateSnapshotter.
+// DeleteSnapshot implements nodeapi.TemplateSnapshotter.
 func (c *Client) DeleteSnapshot(ctx context.Context, dir string) error {
 	_, err := c.rpc.DeleteSnapshot(ctx, connect.NewRequest(&nodepb.DeleteSnapshotRequest{Dir: dir}))
 	return noderpc.FromConnectError(err)

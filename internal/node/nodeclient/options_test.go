@@ -5,10 +5,15 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/warren-sandbox/warren/internal/apiserver"
+	"connectrpc.com/connect"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
+	"github.com/warren-sandbox/warren/api/node/nodepbconnect"
+
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -45,21 +50,24 @@ func TestServerOptions(t *testing.T) {
 		t.Errorf("Get through a server without a proxy: %+v, want no node proxy", g)
 	}
 	for _, dir := range []string{"/etc", filepath.Join(root, "..", "x"), root, "relative/dir", filepath.Dir(root) + "/other"} {
-		if _, err := c.SnapshotSandbox(ctx, "sb1", dir); !errors.Is(err, errdefs.ErrInvalid) {
-			t.Errorf("SnapshotSandbox into %q: %v, want invalid", dir, err)
-		}
 		if err := c.DeleteSnapshot(ctx, dir); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("DeleteSnapshot of %q: %v, want invalid", dir, err)
 		}
 	}
-	if _, err := c.SnapshotSandbox(ctx, "sb1", filepath.Join(root, "snap")); err != nil {
-		t.Errorf("SnapshotSandbox under the root: %v", err)
+	// A sandbox snapshot into a directory the caller names is no longer
+	// taken, even under the root: TakeSandboxSnapshot names build IDs.
+	raw := nodepbconnect.NewNodeServiceClient(srv.Client(), srv.URL)
+	for _, dir := range []string{"/etc", filepath.Join(root, "snap")} {
+		_, err := raw.SnapshotSandbox(ctx, connect.NewRequest(&nodepb.SnapshotSandboxRequest{Id: "sb1", Dir: dir}))
+		if connect.CodeOf(err) != connect.CodeUnimplemented {
+			t.Errorf("SnapshotSandbox into %q: %v, want unimplemented", dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "snap")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused snapshot wrote %s: %v", filepath.Join(root, "snap"), err)
 	}
 }
 
 // The client stands in for the agent wherever the control plane takes a
-// node's snapshots.
-var (
-	_ apiserver.Snapshotter = (*nodeclient.Client)(nil)
-	_ builder.Snapshotter   = (*nodeclient.Client)(nil)
-)
+// node's template snapshots.
+var _ builder.Snapshotter = (*nodeclient.Client)(nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodeapi/nodeapitest"
+	"github.com/warren-sandbox/warren/internal/nodebuild/nodebuildtest"
 )
 
 // TestConformanceRunsc runs the node contract's suite against the agent
@@ -34,9 +35,14 @@ func runscNode(t *testing.T, rpc bool) nodeapitest.Node {
 	h := newHost(t)
 	a, drv := h.agent()
 	t.Cleanup(func() { a.Close() })
+	// Sandbox snapshots are kept in a catalog of the node's own, as
+	// `warren node` keeps them.
+	ss := nodebuildtest.New(t, a, a)
 	n := nodeapitest.Node{
-		Service:  a,
-		Template: nodeapi.Template{ID: "base", BuildID: "b", RootFS: h.tmpl, User: "user", Workdir: "/home/user"},
+		Service:   a,
+		Snapshots: ss,
+		Resolve:   ss.Resolve,
+		Template:  nodeapi.Template{ID: "base", BuildID: "b", RootFS: h.tmpl, User: "user", Workdir: "/home/user"},
 		// The sandbox's init ends as if it had exited by itself: the
 		// runtime kills it behind the agent's back.
 		Exit: func(t *testing.T, id string) {
@@ -49,10 +55,12 @@ func runscNode(t *testing.T, rpc bool) nodeapitest.Node {
 		const token = "conformance-runsc-token"
 		n.SnapshotRoot = t.TempDir()
 		mux := http.NewServeMux()
-		mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: token, SnapshotRoot: n.SnapshotRoot}))
+		mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: token, SnapshotRoot: n.SnapshotRoot,
+			SandboxSnapshots: ss, ResolveTemplate: ss.Resolve}))
 		srv := httptest.NewServer(mux)
 		t.Cleanup(srv.Close)
 		n.Service = nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token})
+		n.Snapshots, n.Resolve = nil, nil // the client's own; the server resolves
 	}
 	return n
 }

@@ -88,19 +88,10 @@ func (s *server) TemplatesInUse(ctx context.Context, req *connect.Request[nodepb
 	return connect.NewResponse(out), nil
 }
 
+// SnapshotSandbox is the wire's first sandbox snapshot, into a directory
+// the caller named: superseded by TakeSandboxSnapshot, which names none.
 func (s *server) SnapshotSandbox(ctx context.Context, req *connect.Request[nodepb.SnapshotSandboxRequest]) (*connect.Response[nodepb.SnapshotSandboxResponse], error) {
-	sn, ok := s.svc.(nodeapi.SandboxSnapshotter)
-	if !ok {
-		return nil, s.fail("SnapshotSandbox", unsupported("sandbox snapshots"))
-	}
-	if err := s.checkDir(req.Msg.GetDir()); err != nil {
-		return nil, s.fail("SnapshotSandbox", err)
-	}
-	t, err := sn.SnapshotSandbox(ctx, req.Msg.GetId(), req.Msg.GetDir())
-	if err != nil {
-		return nil, s.fail("SnapshotSandbox", err)
-	}
-	return connect.NewResponse(&nodepb.SnapshotSandboxResponse{Template: TemplateToProto(t)}), nil
+	return nil, s.fail("SnapshotSandbox", unsupported("sandbox snapshots into a named directory (use TakeSandboxSnapshot)"))
 }
 
 func (s *server) SnapshotTemplate(ctx context.Context, req *connect.Request[nodepb.SnapshotTemplateRequest]) (*connect.Response[nodepb.SnapshotTemplateResponse], error) {
@@ -118,18 +109,14 @@ func (s *server) SnapshotTemplate(ctx context.Context, req *connect.Request[node
 }
 
 func (s *server) DeleteSnapshot(ctx context.Context, req *connect.Request[nodepb.DeleteSnapshotRequest]) (*connect.Response[nodepb.DeleteSnapshotResponse], error) {
-	var del func(context.Context, string) error
-	if sn, ok := s.svc.(nodeapi.SandboxSnapshotter); ok {
-		del = sn.DeleteSnapshot
-	} else if sn, ok := s.svc.(nodeapi.TemplateSnapshotter); ok {
-		del = sn.DeleteSnapshot
-	} else {
+	sn, ok := s.svc.(nodeapi.TemplateSnapshotter)
+	if !ok {
 		return nil, s.fail("DeleteSnapshot", unsupported("snapshots"))
 	}
 	if err := s.checkDir(req.Msg.GetDir()); err != nil {
 		return nil, s.fail("DeleteSnapshot", err)
 	}
-	if err := del(ctx, req.Msg.GetDir()); err != nil {
+	if err := sn.DeleteSnapshot(ctx, req.Msg.GetDir()); err != nil {
 		return nil, s.fail("DeleteSnapshot", err)
 	}
 	return connect.NewResponse(&nodepb.DeleteSnapshotResponse{}), nil

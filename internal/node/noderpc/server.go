@@ -37,6 +37,11 @@ type Options struct {
 	// catalog (warren api sends its system templates so, each node having
 	// prepared them itself).
 	ResolveTemplate func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
+	// SandboxSnapshots, when set, takes the sandbox snapshots
+	// (TakeSandboxSnapshot, DeleteSandboxSnapshot): the agent's are kept
+	// in the node's catalog (internal/nodebuild.SandboxSnapshots). Nil:
+	// the served Service's own, if it has them.
+	SandboxSnapshots nodeapi.SandboxSnapshotter
 }
 
 // NewHandler returns the path prefix and the HTTP handler that serve svc
@@ -46,7 +51,11 @@ func NewHandler(svc nodeapi.Service, opts Options) (string, http.Handler) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, snapshotRoot: filepath.Clean(opts.SnapshotRoot), resolve: opts.ResolveTemplate}
+	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, snapshotRoot: filepath.Clean(opts.SnapshotRoot), resolve: opts.ResolveTemplate,
+		snaps: opts.SandboxSnapshots}
+	if s.snaps == nil {
+		s.snaps, _ = svc.(nodeapi.SandboxSnapshotter)
+	}
 	if opts.SnapshotRoot == "" {
 		s.snapshotRoot = ""
 	}
@@ -63,6 +72,7 @@ type server struct {
 	nodeProxy    string
 	snapshotRoot string
 	resolve      func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
+	snaps        nodeapi.SandboxSnapshotter // nil: none
 }
 
 // sandbox converts sb for the wire, naming this node's proxy listener.

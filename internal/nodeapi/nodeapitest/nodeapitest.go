@@ -39,12 +39,22 @@ type Node struct {
 	// Partial lets the node lack optional parts of the contract (the
 	// control plane's fake); their cases are skipped. Otherwise a missing
 	// part (nodeapi.Pooler, MetricsSource, ExecutionKiller,
-	// TemplateHolder, SandboxSnapshotter, TemplateSnapshotter) fails.
+	// TemplateHolder, SandboxSnapshotter, TemplateSnapshotter, LogSource)
+	// fails.
 	Partial bool
 	// SnapshotRoot, when set, is where the node accepts snapshot
 	// directories (noderpc.Options.SnapshotRoot); default: the case's
 	// temporary directory.
 	SnapshotRoot string
+	// Snapshots, when set, are the node's sandbox snapshots where Service
+	// does not carry them itself: the in-process agent's are kept in its
+	// catalog (nodebuild.SandboxSnapshots).
+	Snapshots nodeapi.SandboxSnapshotter
+	// Resolve, when set, fills a template that names a build only (its
+	// ID and build ID) as the caller of Create does for the in-process
+	// agent, which takes paths; nil: Create takes it as it is (the node
+	// RPC's server resolves builds itself).
+	Resolve func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
 }
 
 // Harness makes nodes for the suite.
@@ -80,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"Pools", testPools},
 		{"TemplatesInUse", testTemplatesInUse},
 		{"SnapshotSandbox", testSnapshotSandbox},
+		{"SandboxLogs", testSandboxLogs},
 		{"SnapshotTemplate", testSnapshotTemplate},
 	}
 	for _, c := range cases {
