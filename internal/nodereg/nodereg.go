@@ -179,6 +179,12 @@ func (r *Registry) Record(ctx context.Context, st Status) (string, error) {
 
 // KillLost kills node nodeID's sandboxes in states with node_lost.
 func (r *Registry) KillLost(ctx context.Context, nodeID string, states []sandbox.State) error {
+	return r.killLost(ctx, nodeID, states, false)
+}
+
+// killLost is KillLost; whileLost checks before each kill that the node is
+// still lost, and stops at the first look that finds it heard again.
+func (r *Registry) killLost(ctx context.Context, nodeID string, states []sandbox.State, whileLost bool) error {
 	sbs, err := r.st.ListSandboxes(ctx, store.SandboxFilter{NodeID: nodeID, States: states})
 	if err != nil {
 		return fmt.Errorf("node %q: %w", nodeID, err)
@@ -187,6 +193,16 @@ func (r *Registry) KillLost(ctx context.Context, nodeID string, states []sandbox
 		return fmt.Errorf("node %q: no lifecycle to kill its lost sandboxes: %w", nodeID, errdefs.ErrUnavailable)
 	}
 	for _, sb := range sbs {
+		if whileLost {
+			n, err := r.nodes.GetNode(ctx, nodeID)
+			if err != nil {
+				return fmt.Errorf("node %q: %w", nodeID, err)
+			}
+			if n.Liveness != store.NodeLost {
+				r.log.Info("lost node heard again: its sandboxes are left to it", "node_id", nodeID, "liveness", n.Liveness)
+				return nil
+			}
+		}
 		err := r.killer.Kill(ctx, sb.TeamID, sb.ID, sandbox.KillNodeLost)
 		switch {
 		case err == nil:
