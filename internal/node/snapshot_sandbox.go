@@ -37,7 +37,7 @@ func (a *Agent) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Te
 	switch {
 	case s.gone:
 		a.mu.Unlock()
-		return nodeapi.Template{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nodeapi.Template{}, a.goneErr(id)
 	case s.checkpointing:
 		a.mu.Unlock()
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q: a checkpoint is already in flight, try again later: %w", id, errdefs.ErrExhausted)
