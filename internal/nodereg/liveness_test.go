@@ -5,12 +5,16 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -281,4 +285,67 @@ func TestHeartbeatRetry(t *testing.T) {
 			t.Fatalf("%d heartbeats in the 20 s after the API came back, want 4 or 5 (every 5 s)", n)
 		}
 	})
+}
+
+// TestKillsInHeartbeat: the kills a node made on its own while no replica
+// heard it travel in its next heartbeat: recorded with their reason and
+// time, acknowledged in the reply (the node forgets them), the sandbox's
+// reservation given back. A node's report of a sandbox placed on another
+// node changes nothing there (and is acknowledged, so it stops).
+func TestKillsInHeartbeat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.SQLite(t)
+	c := newCluster(t, st, "a")
+	sb := c.create(t)
+	c.nodes["b"] = fakenode.New()
+	srv := httptest.NewServer(c.reg.Handler("tok"))
+	defer srv.Close()
+	cl := &nodereg.Client{APIURL: srv.URL, Token: "tok"}
+	at := time.Now().UTC() // after the start: a kill is never recorded before it
+
+	// Node b claims a's sandbox.
+	c.nodes["b"].Put(&nodeapi.Sandbox{ID: sb.ID, ExecutionID: sb.Spec.ExecutionID, State: sandbox.StateRunning})
+	c.nodes["b"].KillOwn(sb.ID, sandbox.KillOOM, at)
+	stB, err := nodereg.Collect(ctx, c.nodes["b"], status("b", "boot-1"))
+	if err != nil || len(stB.Kills) != 1 {
+		t.Fatalf("b's status %+v %v", stB, err)
+	}
+	r, err := cl.Heartbeat(ctx, stB)
+	if err != nil || len(r.AckedKills) != 1 {
+		t.Fatalf("b's heartbeat: %+v %v", r, err)
+	}
+	c.wantState(t, sb.ID, sandbox.StateRunning, "")
+	if n, _ := st.GetNode(ctx, "a"); n.Allocated == (store.NodeResources{}) {
+		t.Fatal("another node's report gave a's reservation back")
+	}
+
+	// Node a's own report.
+	c.nodes["a"].KillOwn(sb.ID, sandbox.KillTTLBackstop, at)
+	stA, err := nodereg.Collect(ctx, c.nodes["a"], status("a", "boot-1"))
+	if err != nil || len(stA.Kills) != 1 || stA.Kills[0].Reason != "ttl_backstop" || !stA.Kills[0].At.Equal(at) {
+		t.Fatalf("a's status %+v %v", stA, err)
+	}
+	r, err = cl.Heartbeat(ctx, stA)
+	if err != nil || len(r.AckedKills) != 1 || r.AckedKills[0].SandboxID != sb.ID || r.AckedKills[0].ExecutionID != sb.Spec.ExecutionID {
+		t.Fatalf("a's heartbeat: %+v %v", r, err)
+	}
+	c.wantState(t, sb.ID, sandbox.StateKilled, sandbox.KillTTLBackstop)
+	if got, _ := st.GetSandbox(ctx, sb.ID); !got.KilledAt.Equal(at) {
+		t.Fatalf("killed at %s, the node killed it at %s", got.KilledAt, at)
+	}
+	if n, _ := st.GetNode(ctx, "a"); n.Allocated != (store.NodeResources{}) {
+		t.Fatalf("a's reservation after its sandbox's kill: %+v", n.Allocated)
+	}
+	if err := nodereg.Apply(ctx, c.nodes["a"], r); err != nil {
+		t.Fatal(err)
+	}
+	if kills, _ := c.nodes["a"].OwnKills(ctx); len(kills) != 0 {
+		t.Fatalf("a still reports %+v after the ack", kills)
+	}
+	// Too many kills in one heartbeat: refused.
+	stA.Kills = make([]nodereg.Kill, nodereg.MaxReportedKills+1)
+	if _, err := cl.Heartbeat(ctx, stA); !errdefs.IsInvalid(err) {
+		t.Fatalf("a heartbeat with %d kills: %v", len(stA.Kills), err)
+	}
 }

@@ -266,7 +266,9 @@ func TestRestartedNode(t *testing.T) {
 			}
 			c.wantState(t, running.ID, sandbox.StateRunning, "")
 			// The node restarted: its fake forgets what ran.
-			c.nodes["a"].Exit(running.ID, sandbox.KillNodeLost)
+			if err := c.nodes["a"].Kill(ctx, running.ID, sandbox.KillRequest); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := c.reg.Record(ctx, status("a", "boot-2")); err != nil {
 				t.Fatal(err)
 			}
