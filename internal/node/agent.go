@@ -252,6 +252,8 @@ type Agent struct {
 	backlog   []nodeapi.Event
 	reclaimed map[string]int
 	closed    bool
+	// draining: the control plane drains the node (keep.go's SetDraining).
+	draining bool
 
 	// kills are the agent's own kills not acknowledged yet (kills.go).
 	kills  *killJournal
