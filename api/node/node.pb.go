@@ -1540,6 +1540,10 @@ func (*WatchRequest) Descriptor() ([]byte, []int) {
 	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
+// Event is also the error detail of a not_found about a sandbox the node
+// killed on its own (its TTL backstop, an exit, a limit) that the control
+// plane has not acknowledged yet (it does through the node's heartbeat):
+// the control plane records that kill as the node made it.
 type Event struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`

@@ -40,6 +40,7 @@ func hostFlags(f *pflag.FlagSet, cfg *app.Config, rebuildBase *bool, logLevel *s
 	f.DurationVar(&cfg.Node.WatchdogInterval, "watchdog-interval", 0, "mean interval between health probes of a running sandbox, jittered ±25% (default 32s; negative disables)")
 	f.IntVar(&cfg.Node.PoolConcurrency, "pool-concurrency", 0, "warm pool members made at once (default 2)")
 	f.DurationVar(&cfg.Node.MetricsRetention, "metrics-retention", 0, "how long per-sandbox metric samples are kept (default 1h)")
+	f.DurationVar(&cfg.Node.BackstopGrace, "backstop-grace", 0, "how long after a sandbox's end time the node stops it by itself (ttl_backstop) when the control plane has not (default 2m)")
 	f.DurationVar(&cfg.TemplateGCGrace, "template-gc-grace", 0, "how long the template garbage collector keeps a build nothing needs any more before freeing it (default 15m)")
 	f.DurationVar(&cfg.TemplateGCInterval, "template-gc-interval", 0, "time between runs of the template garbage collector, which frees the files of deleted and superseded template builds once no sandbox uses them (default 1h; negative disables)")
 	f.Int64Var(&cfg.MaxTemplateDiskMB, "max-template-disk-mb", 0, "largest disk size in MiB a template build may ask for with minFreeDiskMb (default 65536)")

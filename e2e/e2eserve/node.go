@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -84,6 +85,8 @@ type NodeOptions struct {
 	// Command, when set, makes the command to start of the node's command
 	// line (to run it in a network namespace, say); nil runs it as is.
 	Command func(name string, args ...string) *exec.Cmd
+	// ExtraArgs are added to the command line (e.g. --backstop-grace).
+	ExtraArgs []string
 }
 
 // Node is one `warren node` of a test; Run starts it, and again after it
@@ -110,6 +113,7 @@ func (n *Node) Run(t testing.TB) {
 		"--runsc", os.Getenv("WARREN_RUNSC"), "--envd", os.Getenv("WARREN_ENVD"),
 		"--base-rootfs", os.Getenv("WARREN_TEST_ROOTFS_TAR"), "--cgroup-root", n.Isolation.CgroupRoot,
 		"--nft-table", n.Isolation.Table, "--net-cidr", n.Isolation.CIDR, "--veth-prefix", n.Isolation.VethPrefix)
+	cmd.Args = append(cmd.Args, n.ExtraArgs...)
 	n.P = StartProc(t, "warren node "+n.ID, cmd, "WARREN_NODE_TOKEN="+n.Token)
 	t.Cleanup(func() { // before the node stops: kill what is left on it
 		if list, err := n.Client().List(context.Background()); err == nil {
@@ -123,6 +127,23 @@ func (n *Node) Run(t testing.TB) {
 // Client is the node's RPC, as the API calls it.
 func (n *Node) Client() *nodeclient.Client {
 	return nodeclient.New("http://"+n.RPCListen, nodeclient.Options{Token: n.Token})
+}
+
+// KillCount is the node's own sandbox_killed_total for reason, read from
+// its metrics (the RPC listener's GET /metrics, with the node token).
+func (n *Node) KillCount(t testing.TB, reason string) int {
+	t.Helper()
+	code, body := Call(t, "GET", "http://"+n.RPCListen+"/metrics", map[string]string{"Authorization": "Bearer " + n.Token})
+	if code != 200 {
+		t.Fatalf("metrics of node %s: %d %s", n.ID, code, body)
+	}
+	var v int
+	for line := range strings.Lines(string(body)) {
+		if rest, ok := strings.CutPrefix(line, `sandbox_killed_total{kill_reason="`+reason+`"} `); ok {
+			fmt.Sscanf(rest, "%d", &v) //nolint:errcheck // absent: 0
+		}
+	}
+	return v
 }
 
 // Running lists the IDs of the sandboxes the node runs (its own word).

@@ -140,6 +140,12 @@ type NodeTuning struct {
 	PoolConcurrency int
 	// MetricsRetention is how long per-sandbox metric samples are kept.
 	MetricsRetention time.Duration
+	// BackstopGrace is how long after a sandbox's end time the node stops
+	// it by itself (docs/lifecycle.md §2); zero keeps the node's default.
+	BackstopGrace time.Duration
+	// CountKills has the agent count its kills in sandbox_killed_total
+	// (warren node; warren serve's control plane counts them).
+	CountKills bool
 }
 
 // apply sets the tuned fields of a node agent's configuration.
@@ -156,6 +162,10 @@ func (t NodeTuning) apply(c *node.Config) {
 	if t.MetricsRetention > 0 {
 		c.MetricsRetention = t.MetricsRetention
 	}
+	if t.BackstopGrace != 0 {
+		c.BackstopGrace = t.BackstopGrace
+	}
+	c.CountKills = t.CountKills
 }
 
 func (c *Config) setDefaults() error {

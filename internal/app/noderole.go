@@ -167,6 +167,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The node counts its kills itself: those it makes while the control
+	// plane is away are counted nowhere else until it hears of them.
+	cfg.Node.CountKills = true
 	parts, err := buildNode(ctx, cfg.Config, eg, reg)
 	if err != nil {
 		return err
@@ -317,7 +320,13 @@ func (c *NodeConfig) startHeartbeats(ctx context.Context, done chan<- struct{}, 
 				st.Templates = append(slices.Clone(base.Templates), ids...)
 			}
 			return nodereg.Collect(ctx, svc, st)
-		}, nil)
+		}, func(r *nodereg.Reply) {
+			// The kills the API recorded are forgotten; a drain reaches
+			// the agent.
+			if err := nodereg.Apply(ctx, svc, r); err != nil {
+				c.Logger.Warn("apply the heartbeat's reply", "error", err)
+			}
+		})
 	}()
 	return nil
 }

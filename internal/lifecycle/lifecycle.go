@@ -275,7 +275,19 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 		log.Warn("node kill failed", "error", err)
 		return fmt.Errorf("kill sandbox %q: %w", id, err)
 	}
-	sb, err := m.markKilled(ctx, id, reason, executionID)
+	var sb *store.Sandbox
+	if err != nil {
+		// Gone from its node already: the node's own kill, when it
+		// tells one, is what is recorded.
+		var recorded sandbox.KillReason
+		sb, recorded, err = m.nodeEnded(ctx, id, err, reason, executionID)
+		if recorded != reason {
+			log = log.With("kill_reason", recorded.String())
+			log.Info("sandbox had been killed by its node on its own", "requested_kill_reason", reason.String())
+		}
+	} else {
+		sb, err = m.markKilled(ctx, id, reason, executionID)
+	}
 	if errdefs.IsNotFound(err) {
 		// Another replica may have recorded the end first (it heard the
 		// node's exit event): the sandbox is killed all the same.
@@ -292,9 +304,17 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 	return nil
 }
 
-// markKilled records the kill; executionID, when set, must match the
+// markKilled records the kill, now; executionID, when set, must match the
 // sandbox's current execution (a stale node event is dropped).
 func (m *Manager) markKilled(ctx context.Context, id string, reason sandbox.KillReason, executionID string) (*store.Sandbox, error) {
+	return m.markKilledAt(ctx, id, reason, executionID, time.Time{})
+}
+
+// markKilledAt is markKilled for a kill made at (a node's own kill, which
+// the control plane hears of later): the sandbox's killed time and its
+// killed event are at, kept between the start of its execution and now
+// (zero: now).
+func (m *Manager) markKilledAt(ctx context.Context, id string, reason sandbox.KillReason, executionID string, at time.Time) (*store.Sandbox, error) {
 	sb, err := m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State == sandbox.StateKilled {
 			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
@@ -303,8 +323,17 @@ func (m *Manager) markKilled(ctx context.Context, id string, reason sandbox.Kill
 			return nil, fmt.Errorf("sandbox %q: stale execution %q: %w", id, executionID, errdefs.ErrConflict)
 		}
 		wasRunning := s.State == sandbox.StateRunning || s.State == sandbox.StatePausing
-		s.State, s.KillReason, s.KilledAt = sandbox.StateKilled, reason, time.Now().UTC()
+		now := time.Now().UTC()
+		killedAt := at.UTC()
+		switch {
+		case at.IsZero() || killedAt.After(now):
+			killedAt = now
+		case killedAt.Before(s.StartedAt):
+			killedAt = s.StartedAt.UTC()
+		}
+		s.State, s.KillReason, s.KilledAt = sandbox.StateKilled, reason, killedAt
 		e := newEvent(s, store.EventKilled)
+		e.At = killedAt
 		e.Reason = reason
 		if wasRunning {
 			e.Data.Execution = execution(s, s.KilledAt)
@@ -424,8 +453,8 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 	})
 	if perr != nil {
 		if errdefs.IsNotFound(perr) {
-			if _, err := m.markKilled(ctx, sb.ID, sandbox.KillNodeLost, ""); err == nil {
-				m.log.Warn("sandbox lost by its node during pause", "sandbox_id", sb.ID, "kill_reason", sandbox.KillNodeLost.String())
+			if _, reason, err := m.nodeEnded(ctx, sb.ID, perr, sandbox.KillNodeLost, ""); err == nil {
+				m.log.Warn("sandbox gone from its node at its pause", "sandbox_id", sb.ID, "kill_reason", reason.String())
 			}
 		}
 		return fmt.Errorf("pause sandbox %q: %w", sb.ID, perr)
@@ -493,8 +522,8 @@ func (m *Manager) resumeLocked(ctx context.Context, sb *store.Sandbox, d time.Du
 	ns, err := m.node.Resume(ctx, sb.ID, nodeapi.ResumeRequest{ExecutionID: exec, EndAt: end})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			if _, kerr := m.markKilled(ctx, sb.ID, sandbox.KillResumeFailed, ""); kerr == nil {
-				m.log.Warn("sandbox could not be resumed", "sandbox_id", sb.ID, "kill_reason", sandbox.KillResumeFailed.String(), "error", err)
+			if _, reason, kerr := m.nodeEnded(ctx, sb.ID, err, sandbox.KillResumeFailed, ""); kerr == nil {
+				m.log.Warn("sandbox could not be resumed", "sandbox_id", sb.ID, "kill_reason", reason.String(), "error", err)
 			}
 			return nil, fmt.Errorf("resume sandbox %q: %w", sb.ID, errdefs.ErrNotFound)
 		}

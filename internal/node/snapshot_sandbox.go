@@ -42,7 +42,7 @@ func (a *Agent) SnapshotSandboxInto(ctx context.Context, id, dir string, travel 
 	switch {
 	case s.gone:
 		a.mu.Unlock()
-		return nodeapi.Template{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nodeapi.Template{}, a.goneErr(id)
 	case s.checkpointing:
 		a.mu.Unlock()
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q: a checkpoint is already in flight, try again later: %w", id, errdefs.ErrExhausted)

@@ -170,3 +170,14 @@ type TemplateSnapshotter interface {
 	// DeleteSnapshot deletes the snapshot in dir with its saved layer.
 	DeleteSnapshot(ctx context.Context, dir string) error
 }
+
+// Drainer is the optional part of Service that hears whether the control
+// plane drains the node (its heartbeat's reply says so). A draining node
+// takes no placements, resumes included, so its paused sandboxes will not
+// resume there while it drains: what it keeps for their resume is given
+// back. Agent implements it; it does not cross the node RPC.
+type Drainer interface {
+	// SetDraining says whether the node drains now; it is called with
+	// every heartbeat's reply and must not block.
+	SetDraining(draining bool)
+}

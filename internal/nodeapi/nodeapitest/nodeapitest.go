@@ -489,6 +489,32 @@ func testWatchExit(t *testing.T, n Node) {
 	}
 	_, err = n.Service.Get(t.Context(), "sb-w")
 	wantClass(t, "Get after the exit", err, errdefs.ErrNotFound)
+	// Until the control plane acknowledges it, the node answers about the
+	// sandbox with its own kill, as the event told it.
+	for what, err := range map[string]error{"Get": err, "Kill": n.Service.Kill(t.Context(), "sb-w", sandbox.KillTimeout)} {
+		kill, ok := nodeapi.NodeKill(err)
+		if !ok || kill.SandboxID != "sb-w" || kill.ExecutionID != sb.ExecutionID || kill.Reason != ev.Reason || !kill.At.Equal(ev.At) {
+			t.Errorf("%s after the exit: %v (kill %+v), want the node's own kill %+v", what, err, kill, ev)
+		}
+		wantClass(t, what+" after the exit", err, errdefs.ErrNotFound)
+	}
+	if kr, ok := n.Service.(nodeapi.KillReporter); ok {
+		kills, err := kr.OwnKills(t.Context())
+		if err != nil || len(kills) != 1 || kills[0].SandboxID != "sb-w" || kills[0].Reason != ev.Reason || !kills[0].At.Equal(ev.At) {
+			t.Errorf("OwnKills after the exit: %+v %v", kills, err)
+		}
+		if err := kr.AckKills(t.Context(), []nodeapi.KillAck{{SandboxID: "sb-w", ExecutionID: sb.ExecutionID}}); err != nil {
+			t.Fatal(err)
+		}
+		if kills, err := kr.OwnKills(t.Context()); err != nil || len(kills) != 0 {
+			t.Errorf("OwnKills after the ack: %+v %v", kills, err)
+		}
+		_, err = n.Service.Get(t.Context(), "sb-w")
+		if _, ok := nodeapi.NodeKill(err); ok {
+			t.Errorf("Get after the ack still tells the node's kill: %v", err)
+		}
+		wantClass(t, "Get after the ack", err, errdefs.ErrNotFound)
+	}
 	// The stream ends with the caller's context.
 	cancel()
 	for range ch {
