@@ -1047,13 +1047,16 @@ func (x *ResumeRequest) GetEndAt() *timestamppb.Timestamp {
 }
 
 type ForkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Ids           []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
-	ExecutionIds  []string               `protobuf:"bytes,3,rep,name=execution_ids,json=executionIds,proto3" json:"execution_ids,omitempty"`
-	EndAt         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_at,json=endAt,proto3" json:"end_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ids          []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	ExecutionIds []string               `protobuf:"bytes,3,rep,name=execution_ids,json=executionIds,proto3" json:"execution_ids,omitempty"`
+	EndAt        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_at,json=endAt,proto3" json:"end_at,omitempty"`
+	// envd_access_tokens, when given, holds each copy's own envd access
+	// token ("" for none), one per id (nodeapi.ForkRequest.EnvdAccessTokens).
+	EnvdAccessTokens []string `protobuf:"bytes,5,rep,name=envd_access_tokens,json=envdAccessTokens,proto3" json:"envd_access_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ForkRequest) Reset() {
@@ -1110,6 +1113,13 @@ func (x *ForkRequest) GetExecutionIds() []string {
 func (x *ForkRequest) GetEndAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.EndAt
+	}
+	return nil
+}
+
+func (x *ForkRequest) GetEnvdAccessTokens() []string {
+	if x != nil {
+		return x.EnvdAccessTokens
 	}
 	return nil
 }
@@ -3229,12 +3239,13 @@ const file_node_proto_rawDesc = "" +
 	"\rResumeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x121\n" +
-	"\x06end_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"\x87\x01\n" +
+	"\x06end_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"\xb5\x01\n" +
 	"\vForkRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\x12#\n" +
 	"\rexecution_ids\x18\x03 \x03(\tR\fexecutionIds\x121\n" +
-	"\x06end_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"E\n" +
+	"\x06end_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\x12,\n" +
+	"\x12envd_access_tokens\x18\x05 \x03(\tR\x10envdAccessTokens\"E\n" +
 	"\fForkResponse\x125\n" +
 	"\tsandboxes\x18\x01 \x03(\v2\x17.warren.node.v1.SandboxR\tsandboxes\"X\n" +
 	"\vKillRequest\x12\x0e\n" +

@@ -186,4 +186,62 @@ func TestTenancyRunsc(t *testing.T) {
 	if st := req("POST", "/admin/teams", "", `{"id":"tapi-gone"}`, nil); st != http.StatusConflict {
 		t.Fatalf("a new team with a deleted team's ID: %d, want 409", st)
 	}
+	t.Run("fork tokens", func(t *testing.T) { testForkTokens(t, s, a) })
+}
+
+// testForkTokens: each copy of a fork has envd and traffic access tokens
+// of its own, so a copy's tokens open neither its source nor its sibling:
+// envd answers 401 to another's access token, the proxy 403 to another's
+// traffic token.
+func testForkTokens(t *testing.T, s *e2eserve.Server, c *client.Client) {
+	ctx := context.Background()
+	private, count := false, 2
+	src, err := c.Create(ctx, client.NewSandbox{TemplateID: "base", Network: &client.NetworkConfig{AllowPublicTraffic: &private}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill(ctx, src.SandboxID)
+	var forks []client.ForkResult
+	if _, _, err := c.Do(ctx, "POST", "/sandboxes/"+src.SandboxID+"/fork", client.ForkRequest{Count: &count}, &forks); err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	all := []*client.Sandbox{src}
+	for _, f := range forks {
+		if f.Sandbox == nil {
+			t.Fatalf("fork: %+v", f.Error)
+		}
+		defer c.Kill(ctx, f.Sandbox.SandboxID)
+		all = append(all, f.Sandbox)
+	}
+	seen := map[string]string{}
+	for _, sb := range all {
+		if sb.EnvdAccessToken == "" || sb.TrafficAccessToken == nil || *sb.TrafficAccessToken == "" {
+			t.Fatalf("sandbox %s: envd token %q, traffic token %v", sb.SandboxID, sb.EnvdAccessToken, sb.TrafficAccessToken)
+		}
+		for _, tok := range []string{sb.EnvdAccessToken, *sb.TrafficAccessToken} {
+			if other, dup := seen[tok]; dup {
+				t.Errorf("sandboxes %s and %s share a token", other, sb.SandboxID)
+			}
+			seen[tok] = sb.SandboxID
+		}
+	}
+	call := func(id, port string, header map[string]string) (int, []byte) {
+		header["E2b-Sandbox-Id"], header["E2b-Sandbox-Port"] = id, port
+		return e2eserve.Call(t, "GET", s.Env["E2B_SANDBOX_URL"]+"/envs", header)
+	}
+	for _, to := range all {
+		for _, from := range all {
+			own := to == from
+			st, body := call(to.SandboxID, "49983", map[string]string{"X-Access-Token": from.EnvdAccessToken})
+			if own && st != http.StatusOK || !own && st != http.StatusUnauthorized {
+				t.Errorf("envd of %s with the access token of %s: %d %s", to.SandboxID, from.SandboxID, st, body)
+			}
+			// Port 8000 has no listener: its own token passes the proxy
+			// (502, the port is closed), another's does not (403).
+			st, body = call(to.SandboxID, "8000", map[string]string{"E2b-Traffic-Access-Token": *from.TrafficAccessToken})
+			if own && st != http.StatusBadGateway || !own && st != http.StatusForbidden {
+				t.Errorf("port 8000 of %s with the traffic token of %s: %d %s", to.SandboxID, from.SandboxID, st, body)
+			}
+		}
+	}
 }

@@ -30,6 +30,12 @@ const Port = 49983
 const (
 	AccessTokenHeader = "X-Access-Token"
 	InitTokenHeader   = "X-Warren-Init-Token"
+	// InitIDHeader carries, on GET /envs, envd's init ID: random, renewed
+	// at start and at every /init (which the node calls after every
+	// start and restore). A process in the sandbox that keeps state
+	// across a restore (the code interpreter's kernels) compares it to
+	// notice that its memory may have been copied.
+	InitIDHeader = "X-Warren-Init-Id"
 )
 
 // Messages of the 401 answers.

@@ -600,7 +600,10 @@ type ForkResult struct {
 	Err     error
 }
 
-// Fork makes count copies of a running sandbox, each living for d.
+// Fork makes count copies of a running sandbox, each living for d. Each
+// copy gets an envd access token and a traffic access token of its own
+// where the source has one (copyTokens), so that one copy's tokens open
+// neither its source nor its siblings.
 func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time.Duration, maxConcurrent int) ([]ForkResult, error) {
 	src, err := m.Get(ctx, teamID, id)
 	if err != nil {
@@ -611,7 +614,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 	}
 	now := time.Now().UTC()
 	results := make([]ForkResult, count)
-	var ids, execs, all []string
+	var ids, execs, tokens, all []string
 	var idx []int
 	defer func() { m.endStart(all...) }()
 	for i := range count {
@@ -619,18 +622,19 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		c.ID, c.State, c.Epoch, c.StartedAt, c.EndAt, c.CreatedAt = sandbox.NewID(), sandbox.StateStarting, 1, now, now.Add(d), time.Time{}
 		c.Spec.ExecutionID = sandbox.NewExecutionID()
 		c.Spec.Metadata = maps.Clone(src.Spec.Metadata)
+		copyTokens(&c.Spec)
 		m.beginStart(c.ID)
 		all = append(all, c.ID)
 		if err := m.reserve(ctx, &c, maxConcurrent); err != nil {
 			results[i].Err = err
 			continue
 		}
-		ids, execs, idx = append(ids, c.ID), append(execs, c.Spec.ExecutionID), append(idx, i)
+		ids, execs, tokens, idx = append(ids, c.ID), append(execs, c.Spec.ExecutionID), append(tokens, c.Spec.EnvdAccessToken), append(idx, i)
 	}
 	if len(ids) == 0 {
 		return results, nil
 	}
-	forks, ferr := m.node.Fork(context.WithoutCancel(ctx), id, nodeapi.ForkRequest{IDs: ids, ExecutionIDs: execs, EndAt: now.Add(d)})
+	forks, ferr := m.node.Fork(context.WithoutCancel(ctx), id, nodeapi.ForkRequest{IDs: ids, ExecutionIDs: execs, EndAt: now.Add(d), EnvdAccessTokens: tokens})
 	got := map[string]*nodeapi.Sandbox{}
 	var forked []string
 	for _, f := range forks {
@@ -678,6 +682,18 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		return nil, fmt.Errorf("fork sandbox %q: %w", id, ferr)
 	}
 	return results, nil
+}
+
+// copyTokens gives the spec of a fork's copy, made from its source's,
+// new access tokens where the source has them: a copy is secured as its
+// source is, with credentials of its own.
+func copyTokens(sp *store.Spec) {
+	if sp.EnvdAccessToken != "" {
+		sp.EnvdAccessToken = sandbox.RandomToken(32)
+	}
+	if sp.TrafficAccessToken != "" {
+		sp.TrafficAccessToken = sandbox.RandomToken(32)
+	}
 }
 
 // Stats returns a running sandbox's resource usage.

@@ -476,6 +476,11 @@ func (a *Agent) admitFork(src *sbx, req nodeapi.ForkRequest) (record, []*sbx, er
 		if !req.EndAt.IsZero() {
 			r.EndAt = req.EndAt
 		}
+		if len(req.EnvdAccessTokens) > 0 {
+			// The copy's own: its envd gets it at the /init after the
+			// restore (bringUp), and at every resume after.
+			r.AccessToken = req.EnvdAccessTokens[i]
+		}
 		r.State, r.Epoch, r.Slot, r.Cgroup, r.RootFS, r.PausedWithMemory = sandbox.StateStarting, 0, nil, "", "", false
 		r.EnvVars, r.Metadata = maps.Clone(parent.EnvVars), maps.Clone(parent.Metadata)
 		children[i] = &sbx{rec: r}
@@ -553,6 +558,9 @@ func (a *Agent) fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([
 	}
 	if len(req.ExecutionIDs) != 0 && len(req.ExecutionIDs) != len(req.IDs) {
 		return nil, fmt.Errorf("sandbox %q: fork: %d execution IDs for %d copies: %w", id, len(req.ExecutionIDs), len(req.IDs), errdefs.ErrInvalid)
+	}
+	if len(req.EnvdAccessTokens) != 0 && len(req.EnvdAccessTokens) != len(req.IDs) {
+		return nil, fmt.Errorf("sandbox %q: fork: %d access tokens for %d copies: %w", id, len(req.EnvdAccessTokens), len(req.IDs), errdefs.ErrInvalid)
 	}
 	seen := map[string]bool{}
 	for _, cid := range req.IDs {

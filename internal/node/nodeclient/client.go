@@ -142,6 +142,7 @@ func (c *Client) Resume(ctx context.Context, id string, req nodeapi.ResumeReques
 func (c *Client) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
 	resp, err := c.rpc.Fork(ctx, connect.NewRequest(&nodepb.ForkRequest{
 		Id: id, Ids: req.IDs, ExecutionIds: req.ExecutionIDs, EndAt: noderpc.Timestamp(req.EndAt),
+		EnvdAccessTokens: req.EnvdAccessTokens,
 	}))
 	if err != nil {
 		return nil, noderpc.FromConnectError(err)

@@ -170,6 +170,7 @@ func (s *server) Resume(ctx context.Context, req *connect.Request[nodepb.ResumeR
 func (s *server) Fork(ctx context.Context, req *connect.Request[nodepb.ForkRequest]) (*connect.Response[nodepb.ForkResponse], error) {
 	list, err := s.svc.Fork(ctx, req.Msg.GetId(), nodeapi.ForkRequest{
 		IDs: req.Msg.GetIds(), ExecutionIDs: req.Msg.GetExecutionIds(), EndAt: Time(req.Msg.GetEndAt()),
+		EnvdAccessTokens: req.Msg.GetEnvdAccessTokens(),
 	})
 	if err != nil {
 		return nil, s.fail("Fork", err)
