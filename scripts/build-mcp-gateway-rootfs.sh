@@ -11,8 +11,9 @@
 #                                catalog, and the preinstalled ones installed
 #                                (mcp-gateway prepare-image)
 #   /etc/mcp-gateway, /var/lib/mcp-gateway   root's alone (token, state)
-# npm's downloads are kept in $WARREN_NPM_CACHE (default ~/.cache/warren-npm)
-# for the next run.
+# npm's downloads and the installed servers are kept in $WARREN_NPM_CACHE
+# (default ~/.cache/warren-npm) for the next run, which then runs no npm
+# for what its lockfiles did not change.
 # Usage: scripts/build-mcp-gateway-rootfs.sh OUT.tar CODE_INTERPRETER.tar MCP_GATEWAY_BINARY
 set -euo pipefail
 out=${1:?usage: $0 OUT.tar CODE_INTERPRETER.tar MCP_GATEWAY_BINARY}
@@ -25,7 +26,7 @@ tmp="$out.tmp.$$"
 stage=$(mktemp -d)
 trap 'rm -rf "$tmp" "$stage"' EXIT
 umask 022
-mkdir -p "$cache/catalog" "$cache/tools"
+mkdir -p "$cache/catalog" "$cache/servers" "$cache/tools"
 root=$stage/opt/warren/mcp-gateway
 mkdir -p "$stage/usr/local/bin" "$stage/usr/local/lib/node_modules/npm" "$root/npm-cache" \
   "$stage/etc/mcp-gateway" "$stage/var/lib/mcp-gateway"
@@ -39,9 +40,12 @@ ln -s ../lib/node_modules/npm/bin/npm-cli.js "$stage/usr/local/bin/npm"
 ln -s ../lib/node_modules/npm/bin/npx-cli.js "$stage/usr/local/bin/npx"
 
 echo "# the catalog's servers"
+mkdir -p "$root/servers"
 cp -a "$cache/catalog/." "$root/npm-cache/"
+cp -a "$cache/servers/." "$root/servers/"
 "$gw" prepare-image --root "$root"
 cp -a "$root/npm-cache/." "$cache/catalog/"
+rm -rf "$cache/servers.new" && cp -a "$root/servers" "$cache/servers.new" && rm -rf "$cache/servers" && mv "$cache/servers.new" "$cache/servers"
 chmod 0700 "$stage/etc/mcp-gateway" "$stage/var/lib/mcp-gateway"
 
 echo "# $out: $base with the gateway appended"

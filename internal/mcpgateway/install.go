@@ -3,6 +3,8 @@ package mcpgateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -52,10 +54,13 @@ func Pull(ctx context.Context, l Layout, names []string, out io.Writer) error {
 }
 
 // PrepareImage fills l.Root for the template's root filesystem: every npm
-// server of the catalog is installed from the registry, all at once,
-// which fills npm's cache with its whole pinned tree; then those not
-// Preinstalled are removed again, their packages staying in the cache for
-// an offline pull.
+// server of the catalog is installed from npm's cache and the registry,
+// all at once, which fills the cache with its whole pinned tree; then
+// those not Preinstalled are removed again, their packages staying in the
+// cache for an offline pull. A server installed already (a tree the
+// caller kept from an earlier run) is left as it is, and one whose tree
+// the cache holds already (a marker in the cache says so) is not
+// installed again.
 func PrepareImage(ctx context.Context, l Layout, out io.Writer) error {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -66,11 +71,7 @@ func PrepareImage(ctx context.Context, l Layout, out io.Writer) error {
 		}
 		wg.Go(func() {
 			var buf bytes.Buffer
-			err := install(ctx, l, e, true, &buf)
-			if err == nil && !e.Preinstalled {
-				err = os.RemoveAll(l.serverDir(e.Name))
-				fmt.Fprintf(&buf, "%s: in the npm cache only (installed by pull or at start)\n", e.Name)
-			}
+			err := prepareEntry(ctx, l, e, &buf)
 			mu.Lock()
 			defer mu.Unlock()
 			_, _ = out.Write(buf.Bytes())
@@ -81,6 +82,33 @@ func PrepareImage(ctx context.Context, l Layout, out io.Writer) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+func prepareEntry(ctx context.Context, l Layout, e *Entry, out io.Writer) error {
+	_, lock, err := e.pinFiles()
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(lock)
+	marker := filepath.Join(l.npmCache(), ".warren-pinned", e.Name)
+	if b, err := os.ReadFile(marker); err == nil && string(b) == hex.EncodeToString(sum[:]) && !e.Preinstalled {
+		fmt.Fprintf(out, "%s: in the npm cache already (installed by pull or at start)\n", e.Name)
+		return nil
+	}
+	if err := install(ctx, l, e, true, out); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(marker), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(marker, []byte(hex.EncodeToString(sum[:])), 0o644); err != nil {
+		return err
+	}
+	if !e.Preinstalled {
+		fmt.Fprintf(out, "%s: in the npm cache only (installed by pull or at start)\n", e.Name)
+		return os.RemoveAll(l.serverDir(e.Name))
+	}
+	return nil
 }
 
 // installed reports whether e is installed in l with the lockfile the

@@ -163,7 +163,8 @@ func TestPull(t *testing.T) {
 }
 
 // TestPrepareImage: every npm server is installed once (filling npm's
-// cache), those not preinstalled are removed again.
+// cache), those not preinstalled are removed again; a second run with the
+// trees and the cache kept installs nothing.
 func TestPrepareImage(t *testing.T) {
 	t.Parallel()
 	l := testLayout(t)
@@ -191,5 +192,11 @@ func TestPrepareImage(t *testing.T) {
 	calls, _ := os.ReadFile(filepath.Join(dir, "calls"))
 	if strings.Count(string(calls), "--prefer-offline") != 4 || strings.Contains(string(calls), "--offline ") {
 		t.Errorf("npm calls:\n%s", calls)
+	}
+	if err := PrepareImage(context.Background(), l, &out); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(filepath.Join(dir, "calls")); !bytes.Equal(again, calls) {
+		t.Errorf("a second run called npm:\n%s", again)
 	}
 }
