@@ -59,10 +59,13 @@ func newGateway(backends []*backend, log *slog.Logger) *Gateway {
 		}
 	}
 	opts := &mcp.ServerOptions{
-		Logger:            log,
-		HasTools:          true,
-		HasPrompts:        true,
-		HasResources:      true,
+		Logger: log,
+		// Offered even while no server offers any: servers' lists change.
+		Capabilities: &mcp.ServerCapabilities{
+			Tools:     &mcp.ToolCapabilities{ListChanged: true},
+			Prompts:   &mcp.PromptCapabilities{ListChanged: true},
+			Resources: &mcp.ResourceCapabilities{ListChanged: true},
+		},
 		CompletionHandler: g.complete,
 	}
 	if len(instr) > 0 {
