@@ -11,7 +11,8 @@
 //   template   Template().addMcpServer on mcp-gateway, with a
 //              github/<owner>/<repo> server of the template; envs reach it
 //              and stay out of the gateway's log
-//   tokens     another sandbox's and another team's tokens are refused
+//   tokens     another sandbox's and another team's tokens are refused (and
+//              a server that was not pulled is installed at start)
 import { Sandbox, Template, SandboxError, BuildError, CommandExitError, SandboxNotFoundError } from 'e2b'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -153,13 +154,17 @@ const cases = {
 
   async tokens () {
     const a = await Sandbox.create({ mcp: { memory: {} }, timeoutMs })
-    const b = await Sandbox.create({ mcp: { memory: {} }, timeoutMs, apiKey: keyB })
+    // B's server is not preinstalled: the gateway installs it at start,
+    // offline from the template's npm cache.
+    const b = await Sandbox.create({ mcp: { sequentialthinking: {} }, timeoutMs, apiKey: keyB })
     try {
       const [ta, tb] = [await a.getMcpToken(), await b.getMcpToken()]
       check(ta && tb && ta !== tb, 'two sandboxes share a token')
       check((await status(a.getMcpUrl(), tb)) === 401, "team B's sandbox's token opens team A's gateway")
       check((await status(b.getMcpUrl(), ta)) === 401, "team A's token opens team B's gateway")
       check((await status(a.getMcpUrl(), ta)) === 200, "A's own token")
+      const log = await b.files.read('/var/log/mcp-gateway.log', { user: 'root' })
+      check(log.includes('not pulled at build time') && log.includes('"server started","server":"sequentialthinking"'), `B's gateway log:\n${log}`)
       // Team B cannot get A's token: A's sandbox does not exist for it.
       const viaB = await Sandbox.connect(a.sandboxId, { apiKey: keyB }).catch((x) => x)
       check(viaB instanceof SandboxNotFoundError, `team B connects to A's sandbox: ${viaB}`)
