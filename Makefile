@@ -17,6 +17,7 @@ BIN := $(CURDIR)/bin
 VAR := $(CURDIR)/var
 BASE_ROOTFS := $(VAR)/base-rootfs.tar
 CODE_INTERPRETER_ROOTFS := $(VAR)/code-interpreter-rootfs.tar
+MCP_GATEWAY_ROOTFS := $(VAR)/mcp-gateway-rootfs.tar
 
 # Paths the tests read; a test whose prerequisite is missing skips locally
 # and fails under CI=true.
@@ -25,8 +26,9 @@ export WARREN_ENVD := $(BIN)/envd
 export WARREN_WARREN := $(BIN)/warren
 export WARREN_TEST_ROOTFS_TAR := $(BASE_ROOTFS)
 export WARREN_TEST_CODE_INTERPRETER_TAR := $(CODE_INTERPRETER_ROOTFS)
+export WARREN_TEST_MCP_GATEWAY_TAR := $(MCP_GATEWAY_ROOTFS)
 
-.PHONY: all deps build run check test test-unit test-e2e test-fuzz generate check-generate lint base-rootfs code-interpreter-rootfs clean
+.PHONY: all deps build run check test test-unit test-e2e test-fuzz generate check-generate lint base-rootfs code-interpreter-rootfs mcp-gateway-rootfs clean
 
 all: build
 
@@ -34,13 +36,19 @@ deps:
 	scripts/install-deps.sh
 	scripts/check-deps.sh
 
-build: $(BIN)/warren $(BIN)/envd $(BIN)/runsc
+build: $(BIN)/warren $(BIN)/envd $(BIN)/runsc $(BIN)/mcp-gateway
 
 $(BIN)/warren: FORCE
 	$(GO) build -o $@ ./cmd/warren
 
 $(BIN)/envd: FORCE
 	$(GO) build -ldflags="-s -w" -o $@ ./cmd/envd
+
+# The MCP gateway of the mcp-gateway template (static): remade only when
+# its sources change, and with it the template's root filesystem.
+MCP_GATEWAY_SRC := $(shell find cmd/mcp-gateway internal/mcpgateway -type f ! -name '*_test.go') go.mod go.sum
+$(BIN)/mcp-gateway: $(MCP_GATEWAY_SRC)
+	$(GO) build -ldflags="-s -w" -o $@ ./cmd/mcp-gateway
 
 # runsc is pinned in tools/runsc/go.mod (a tool directive) and built static.
 $(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum
@@ -72,6 +80,14 @@ code-interpreter-rootfs: $(CODE_INTERPRETER_ROOTFS)
 $(CODE_INTERPRETER_ROOTFS): scripts/build-code-interpreter-rootfs.sh $(wildcard images/code-interpreter/*) | $(VAR)/go.mod
 	scripts/build-code-interpreter-rootfs.sh $@
 
+# The mcp-gateway template's root filesystem: the code interpreter's tar
+# with the gateway, npm and the catalog's servers appended (about a
+# minute, most of it npm; its downloads are cached in ~/.cache/warren-npm).
+mcp-gateway-rootfs: $(MCP_GATEWAY_ROOTFS)
+
+$(MCP_GATEWAY_ROOTFS): scripts/build-mcp-gateway-rootfs.sh $(CODE_INTERPRETER_ROOTFS) $(BIN)/mcp-gateway | $(VAR)/go.mod
+	scripts/build-mcp-gateway-rootfs.sh $@ $(CODE_INTERPRETER_ROOTFS) $(BIN)/mcp-gateway
+
 # var/ holds root filesystems whose trees contain .go files (Debian's docs):
 # a go.mod of its own keeps them out of `go test ./...` and `go vet ./...`.
 $(VAR)/go.mod:
@@ -87,7 +103,7 @@ check-generate:
 lint: $(BIN)/staticcheck $(VULN_TOOLS)
 	scripts/lint.sh
 
-run: deps build code-interpreter-rootfs | $(VAR)/go.mod
+run: deps build code-interpreter-rootfs mcp-gateway-rootfs | $(VAR)/go.mod
 	$(BIN)/warren serve --data-dir $(VAR)/data $(ARGS)
 
 # The fast loop for a change that touches no host object: gofmt, vet,
@@ -99,13 +115,13 @@ check: $(BIN)/staticcheck | $(VAR)/go.mod
 # The full run: every tier this machine can run. test-unit is its Go
 # tests (root, runsc, SQLite and Postgres), test-e2e its end-to-end tests
 # with the real e2b SDK.
-test: deps build base-rootfs code-interpreter-rootfs check-generate lint | $(VAR)/go.mod
+test: deps build base-rootfs code-interpreter-rootfs mcp-gateway-rootfs check-generate lint | $(VAR)/go.mod
 	scripts/test.sh
 
-test-unit: deps build base-rootfs code-interpreter-rootfs | $(VAR)/go.mod
+test-unit: deps build base-rootfs code-interpreter-rootfs mcp-gateway-rootfs | $(VAR)/go.mod
 	scripts/test.sh unit
 
-test-e2e: deps build base-rootfs code-interpreter-rootfs | $(VAR)/go.mod
+test-e2e: deps build base-rootfs code-interpreter-rootfs mcp-gateway-rootfs | $(VAR)/go.mod
 	scripts/test.sh e2e
 
 # Fuzz targets of the parsers of tenant input, FUZZTIME (default 5s) each.

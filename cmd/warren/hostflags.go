@@ -35,6 +35,7 @@ func hostFlags(f *pflag.FlagSet, cfg *app.Config, rebuildBase *bool, logLevel *s
 	f.StringVar(&cfg.EnvdPath, "envd", defaultPath("envd"), "envd binary mounted into sandboxes")
 	f.StringVar(&cfg.BaseRootFSTar, "base-rootfs", filepath.Join("var", "base-rootfs.tar"), "pre-built root filesystem tar of the base template")
 	f.StringVar(&cfg.CodeInterpreterRootFSTar, "code-interpreter-rootfs", filepath.Join("var", "code-interpreter-rootfs.tar"), "root filesystem tar of the code-interpreter-v1 template (scripts/build-code-interpreter-rootfs.sh); the template is offered when it exists")
+	f.StringVar(&cfg.MCPGatewayRootFSTar, "mcp-gateway-rootfs", filepath.Join("var", "mcp-gateway-rootfs.tar"), "root filesystem tar of the mcp-gateway template (scripts/build-mcp-gateway-rootfs.sh); the template is offered when it exists")
 	f.BoolVar(rebuildBase, "rebuild-base", false, "make a new build of the base template at this start, even if its tar is unchanged (from --base-rootfs, else a new mmdebstrap run)")
 	f.StringArrayVar(&cfg.EgressAllow, "egress-allow", nil, "let image pulls and webhook deliveries reach this non-public destination: CIDR, IP, IP:PORT or HOST:PORT (repeatable; by default only public addresses are reached)")
 	f.DurationVar(&cfg.Node.WatchdogInterval, "watchdog-interval", 0, "mean interval between health probes of a running sandbox, jittered ±25% (default 32s; negative disables)")

@@ -103,7 +103,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.Int64Var(&cfg.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
 	fairnessFlags(f, &cfg.Limits)
 	cfg.DefaultPools = app.PoolSizeAuto
-	f.Func("pool-size", "ready sandboxes kept in the warm pool of base and of code-interpreter-v1 (when offered): auto (each from the host's CPUs and memory, at most 4) or 0 to 100; 0 turns them off (default auto)", func(v string) error {
+	f.Func("pool-size", "ready sandboxes kept in the warm pool of base and of code-interpreter-v1 and mcp-gateway (when offered): auto (each from the host's CPUs and memory, at most 4) or 0 to 100; 0 turns them off (default auto)", func(v string) error {
 		n, err := app.ParsePoolSize(v)
 		cfg.DefaultPools = n
 		return err

@@ -18,7 +18,6 @@ import (
 // the test machine for a reason outside what it tests, by title, with the
 // reason; they count as neither passed nor failed (a pass is reported).
 var mayFail = map[string]string{
-	"MCP gateway start failure kills the created sandbox":   "mcp is refused (400) until the MCP gateway exists (its own issue)",
 	"internet access enabled":                               "needs the internet (connectivitycheck.gstatic.com)",
 	"internet access default":                               "needs the internet (connectivitycheck.gstatic.com)",
 	"allow specific IP with deny all traffic":               "needs the internet (1.1.1.1)",

@@ -80,7 +80,7 @@ func TestUnsupportedFieldsRefused(t *testing.T) {
 	for _, tc := range []struct{ name, body, field string }{
 		{"rules", `{"templateID":"base","network":{"rules":{"example.com":[{"transform":{"headers":{"a":"b"}}}]}}}`, "network.rules"},
 		{"iam", `{"templateID":"base","iam":{"tokens":{"t":{"audience":"x","tokenType":"oidc"}}}}`, "iam"},
-		{"mcp", `{"templateID":"base","mcp":{"server":{}}}`, "mcp"},
+		{"mcp not an object", `{"templateID":"base","mcp":["memory"]}`, "'mcp'"},
 		{"bad https port", `{"templateID":"base","network":{"httpsPorts":[49983]}}`, "network.httpsPorts[0]"},
 		{"bad mask", `{"templateID":"base","network":{"maskRequestHost":" "}}`, "network.maskRequestHost"},
 		{"mask injects a header", `{"templateID":"base","network":{"maskRequestHost":"a.example\r\nX-Evil: 1"}}`, "network.maskRequestHost"},

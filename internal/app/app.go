@@ -87,6 +87,9 @@ type Config struct {
 	// CodeInterpreterRootFSTar, when the file exists, is the root
 	// filesystem tar of the code-interpreter-v1 system template.
 	CodeInterpreterRootFSTar string
+	// MCPGatewayRootFSTar, when the file exists, is the root filesystem
+	// tar of the mcp-gateway system template.
+	MCPGatewayRootFSTar string
 	// PublicURL, when set, is the absolute URL clients reach the API at
 	// (behind a reverse proxy); upload URLs handed to the SDK start with
 	// it. Empty: the scheme and Host of each request.

@@ -106,6 +106,7 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 		return nil, fmt.Errorf("base template: %w", err)
 	}
 	ensureCodeInterpreter(ctx, cfg, local.Catalog, a, log)
+	ensureMCPGateway(ctx, cfg, local.Catalog, log)
 	if err := local.Service.Recover(ctx); err != nil {
 		local.Service.Close()
 		a.Close()
