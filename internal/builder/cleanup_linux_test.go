@@ -38,7 +38,7 @@ func TestCrashHelper(t *testing.T) {
 		t.Skip("helper process of TestCrashLeftoversRemoved")
 	}
 	ctx := context.Background()
-	cat, err := templates.New(templates.Config{DataDir: filepath.Join(dir, "templates"), Mmdebstrap: "/nonexistent"})
+	cat, err := templates.New(templates.Config{DataDir: filepath.Join(dir, "templates"), Mmdebstrap: "/nonexistent", UnpackRootFS: layer.UnpackRootFS})
 	if err != nil {
 		t.Fatal(err)
 	}

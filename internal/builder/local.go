@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -72,6 +73,7 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 	log := cfg.Logger
 	cat, err := templates.New(templates.Config{
 		DataDir: filepath.Join(cfg.DataDir, "templates"), BaseRootFSTar: cfg.BaseRootFSTar, Logger: log,
+		UnpackRootFS: layer.UnpackRootFS,
 	})
 	if err != nil {
 		return nil, err
