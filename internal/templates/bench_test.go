@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 )
 
 // BenchmarkEnsureBaseFromTar measures first start with a pre-built base
