@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/atomicfile"
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/templates"
 )

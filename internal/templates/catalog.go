@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -41,6 +40,17 @@ type Config struct {
 	Mmdebstrap string
 	// DebianMirror is the mirror mmdebstrap uses; Debian's by default.
 	DebianMirror string
+
+	// UnpackRootFS unpacks an operator's root filesystem tar (the base
+	// tar, a system template's tar) from r into the existing directory
+	// dir, passing the bytes of file content written so far to progress
+	// when it is set. The node's composition root sets it to the one tar
+	// package's unpack (internal/node/layer, device nodes kept: the tar
+	// is the operator's own); a catalog without it (of records only, as
+	// `warren api` has) refuses to unpack (errdefs.ErrUnsupported). It is
+	// passed in so that the catalog, which the control plane links,
+	// links no node code.
+	UnpackRootFS func(ctx context.Context, r io.Reader, dir string, progress func(written int64)) error
 
 	// Now returns the current time; time.Now by default.
 	Now func() time.Time
@@ -281,6 +291,9 @@ func (c *Catalog) ensureRootFS(ctx context.Context, b *Build) (string, error) {
 // differs from it, nothing is renamed into place and the error is
 // ErrUnavailable (the build's tar was replaced since).
 func (c *Catalog) unpackTar(ctx context.Context, tarPath, dir string, want *TarFingerprint, progress func(done, total int64)) (*TarFingerprint, error) {
+	if c.cfg.UnpackRootFS == nil {
+		return nil, fmt.Errorf("root filesystem tar %s: this catalog unpacks no tar: %w", tarPath, errdefs.ErrUnsupported)
+	}
 	f, err := os.Open(tarPath)
 	if err != nil {
 		return nil, fmt.Errorf("root filesystem tar: %w", err)
@@ -306,8 +319,7 @@ func (c *Catalog) unpackTar(ctx context.Context, tarPath, dir string, want *TarF
 	}
 	h := sha256.New()
 	tee := io.TeeReader(f, h)
-	// The operator's own base tar: its device nodes are kept.
-	err = layer.Unpack(ctx, tee, tmp, layer.Options{Devices: true, Progress: cb})
+	err = c.cfg.UnpackRootFS(ctx, tee, tmp, cb)
 	if err == nil {
 		_, err = io.Copy(io.Discard, tee) // the tar's end, for the hash
 	}

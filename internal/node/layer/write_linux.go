@@ -3,6 +3,7 @@ package layer
 import (
 	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,6 +17,50 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
+// WriteTree writes the tree at root as a tar to w, as a build's artifact
+// carries it: directories, regular files (hard links as links) and
+// symbolic links, in lexical order, with their modes, owners, times and
+// the extended attributes keep accepts (as PAX records). Device nodes,
+// sockets and pipes are left out, and ".wh." names are files like any
+// other: Unpack with Options.Tree reads it back.
+func WriteTree(ctx context.Context, root string, w io.Writer, keep func(name string) bool) error {
+	tw := tar.NewWriter(w)
+	links := hardLinks{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		h, err := treeHeader(p, filepath.ToSlash(rel), fi, links)
+		if err != nil || h == nil {
+			return err
+		}
+		if h.Typeflag != tar.TypeLink { // a hard link shares its source's
+			if h.PAXRecords, _, err = readXattrs(p, keep); err != nil {
+				return err
+			}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		return writeBody(tw, h, p)
+	})
+	if err != nil {
+		return fmt.Errorf("tar of %s: %w", root, err)
+	}
+	return tw.Close()
+}
+
 // WriteDiff writes the upper directory of an overlay mount as an OCI
 // layer tar to w, which Unpack applies over the same lower tree: a
 // character device 0/0 (overlayfs' whiteout) becomes ".wh.NAME", a
@@ -25,7 +70,7 @@ import (
 // sockets and pipes are left out.
 func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name string) bool) error {
 	tw := tar.NewWriter(w)
-	links := Links{}
+	links := hardLinks{}
 	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -53,13 +98,13 @@ func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name st
 			// file for a whiteout and delete what it names instead.
 			return fmt.Errorf("%s: a file whose name begins %q cannot travel in a layer: %w", name, whiteoutPrefix, errdefs.ErrUnsupported)
 		}
-		h, err := TreeHeader(p, name, fi, links)
+		h, err := treeHeader(p, name, fi, links)
 		if err != nil || h == nil {
 			return err
 		}
 		opaque := false
 		if h.Typeflag != tar.TypeLink {
-			if h.PAXRecords, opaque, err = diffXattrs(p, keep); err != nil {
+			if h.PAXRecords, opaque, err = readXattrs(p, keep); err != nil {
 				return err
 			}
 		}
@@ -72,7 +117,7 @@ func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name st
 				return err
 			}
 		}
-		return WriteBody(tw, h, p)
+		return writeBody(tw, h, p)
 	})
 	if err != nil {
 		return fmt.Errorf("diff of %s: %w", upper, err)
@@ -80,9 +125,10 @@ func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name st
 	return tw.Close()
 }
 
-// diffXattrs returns the PAX records of the extended attributes of p that
-// keep accepts, and whether overlayfs marked p opaque.
-func diffXattrs(p string, keep func(string) bool) (map[string]string, bool, error) {
+// readXattrs returns the PAX records of the extended attributes of p (not
+// following a symbolic link) that keep accepts (nil when none), and
+// whether overlayfs marked p opaque; its marker is never a record.
+func readXattrs(p string, keep func(string) bool) (map[string]string, bool, error) {
 	names, err := listXattrs(p)
 	if err != nil {
 		return nil, false, err
@@ -91,6 +137,9 @@ func diffXattrs(p string, keep func(string) bool) (map[string]string, bool, erro
 	opaque := false
 	for _, n := range names {
 		v, err := getXattr(p, n)
+		if errors.Is(err, unix.ENODATA) {
+			continue // removed since it was listed
+		}
 		if err != nil {
 			return nil, false, err
 		}

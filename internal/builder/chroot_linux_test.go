@@ -15,9 +15,9 @@ import (
 // ChrootRunner runs build commands with chroot(2) into the build root
 // filesystem, as the step's user, with no other isolation: no namespaces,
 // no cgroup, the host's network, no /proc or /dev inside. It is honest for
-// simple RUN steps (files, shells, interpreters) and is what the builder's
-// tests use; untrusted Dockerfiles belong in a real sandbox runner. Needs
-// root.
+// simple RUN steps (files, shells, interpreters) and is what most of the
+// builder's tests use (a test double: no binary has it); builds run their
+// steps in driverrun's sandboxes. Needs root.
 type ChrootRunner struct{}
 
 var _ Runner = ChrootRunner{}

@@ -27,16 +27,20 @@ const (
 // (openat2 with RESOLVE_IN_ROOT), so ".." and symbolic links, absolute or
 // not, stop at dir, and a hard link can only name a file inside dir. OCI
 // whiteouts (".wh.NAME", ".wh..wh..opq") delete what lies below them, so
-// that layers can be unpacked one over the other. Ownership (when running
-// as root), modes, times and extended attributes are kept within the
-// limits of opts.
+// that layers can be unpacked one over the other; never what the same tar
+// wrote (a whiteout hides the layers below its own, wherever in its tar
+// it comes). Ownership (when running as root), modes, times and extended
+// attributes are kept within the limits of opts.
 func Unpack(ctx context.Context, r io.Reader, dir string, opts Options) error {
 	rootFd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("unpack into %q: %w", dir, err)
 	}
 	defer unix.Close(rootFd)
-	u := &unpacker{root: rootFd, opts: opts, asRoot: os.Geteuid() == 0}
+	u := &unpacker{root: rootFd, opts: opts, asRoot: os.Geteuid() == 0, layer: !opts.Untrusted && !opts.Tree}
+	if u.layer {
+		u.fresh = map[string]struct{}{}
+	}
 	tr := tar.NewReader(r)
 	type dirMeta struct {
 		rel string
@@ -119,6 +123,11 @@ type unpacker struct {
 	written int64
 	entries int64
 	skipped int64
+	// layer is set when whiteouts apply (not an upload, not a whole
+	// tree); fresh then holds the paths this tar wrote, which its
+	// whiteouts spare.
+	layer bool
+	fresh map[string]struct{}
 }
 
 // entry writes one tar entry; it returns the entry's path and whether it
@@ -136,12 +145,18 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) (string, bool, error) 
 	defer unix.Close(pfd)
 	// Whiteouts are layers' business: in a tenant's upload or a whole
 	// tree ".wh." names are files like any other.
-	layer := !u.opts.Untrusted && !u.opts.Tree
-	if base == whiteoutOpaque && layer {
-		return "", false, removeChildrenAt(pfd)
+	if base == whiteoutOpaque && u.layer {
+		parent := CleanRel(parentRel)
+		return "", false, removeChildrenAt(pfd, func(name string) bool { return u.wrote(path.Join(parent, name)) })
 	}
-	if name, ok := strings.CutPrefix(base, whiteoutPrefix); ok && layer {
+	if name, ok := strings.CutPrefix(base, whiteoutPrefix); ok && u.layer {
+		if u.wrote(path.Join(CleanRel(parentRel), name)) {
+			return "", false, nil
+		}
 		return "", false, removeAt(pfd, name)
+	}
+	if u.layer {
+		u.fresh[rel] = struct{}{}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
@@ -401,7 +416,15 @@ func removeAt(pfd int, base string) error {
 	return err
 }
 
-func removeChildrenAt(pfd int) error {
+// wrote reports whether this unpack wrote the entry rel.
+func (u *unpacker) wrote(rel string) bool {
+	_, ok := u.fresh[rel]
+	return ok
+}
+
+// removeChildrenAt removes the entries of the directory pfd but those
+// spare keeps.
+func removeChildrenAt(pfd int, spare func(name string) bool) error {
 	dfd, err := unix.Openat(pfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -413,6 +436,9 @@ func removeChildrenAt(pfd int) error {
 		return err
 	}
 	for _, n := range names {
+		if spare(n) {
+			continue
+		}
 		if err := removeAt(pfd, n); err != nil {
 			return err
 		}

@@ -8,17 +8,17 @@ import (
 	"syscall"
 )
 
-// Links remembers the regular files with more than one link a tree's tar
+// hardLinks remembers the regular files with more than one link a tree's tar
 // has carried, so that later names of the same file go as hard links.
-type Links map[[2]uint64]string
+type hardLinks map[[2]uint64]string
 
-// TreeHeader returns the tar header of the file at p, named name in the
+// treeHeader returns the tar header of the file at p, named name in the
 // tar, as a build artifact and a layer diff carry it: directories (name
 // with a trailing slash), regular files (a later name of a file already
 // carried as a hard link to it) and symbolic links keep their modes,
 // owners and times, with no user or group names; nil for any other kind.
 // The caller adds the extended attributes.
-func TreeHeader(p, name string, fi fs.FileInfo, links Links) (*tar.Header, error) {
+func treeHeader(p, name string, fi fs.FileInfo, carried hardLinks) (*tar.Header, error) {
 	var target string
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
@@ -44,19 +44,19 @@ func TreeHeader(p, name string, fi fs.FileInfo, links Links) (*tar.Header, error
 		h.Uid, h.Gid = int(st.Uid), int(st.Gid)
 		if fi.Mode().IsRegular() && st.Nlink > 1 {
 			key := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
-			if first, ok := links[key]; ok {
+			if first, ok := carried[key]; ok {
 				h.Typeflag, h.Linkname, h.Size = tar.TypeLink, first, 0
 			} else {
-				links[key] = h.Name
+				carried[key] = h.Name
 			}
 		}
 	}
 	return h, nil
 }
 
-// WriteBody copies the content of the file at p after its header h was
+// writeBody copies the content of the file at p after its header h was
 // written, when h is a regular file's.
-func WriteBody(tw *tar.Writer, h *tar.Header, p string) error {
+func writeBody(tw *tar.Writer, h *tar.Header, p string) error {
 	if h.Typeflag != tar.TypeReg {
 		return nil
 	}

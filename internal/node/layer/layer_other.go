@@ -42,6 +42,11 @@ type Options struct {
 	Xattr                func(name string) bool
 }
 
+// WriteTree needs Linux.
+func WriteTree(ctx context.Context, root string, w io.Writer, keep func(name string) bool) error {
+	return errNotLinux
+}
+
 // WriteDiff needs Linux.
 func WriteDiff(ctx context.Context, upper string, w io.Writer, keep func(name string) bool) error {
 	return errNotLinux

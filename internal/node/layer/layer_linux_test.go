@@ -98,6 +98,33 @@ func TestUnpack(t *testing.T) {
 			want:    map[string]string{"a/keep": "1", "b/new": "2"},
 			missing: []string{"a/gone", "b/old", "a/.wh.gone"},
 		},
+		{
+			// A whiteout hides what the layers below hold, never what its
+			// own layer wrote: here the opaque marker comes after an entry
+			// of its directory (tars need not put it first).
+			name: "opaque whiteout after its layer's own entries",
+			layers: [][]entry{
+				{
+					{name: "etc/", typ: tar.TypeDir, mode: 0o755},
+					{name: "etc/keep", typ: tar.TypeReg, body: "1"},
+					{name: "etc/gone", typ: tar.TypeReg, body: "1"},
+					{name: "opt/", typ: tar.TypeDir, mode: 0o755},
+					{name: "opt/old", typ: tar.TypeReg, body: "1"},
+					{name: "opt/sub/", typ: tar.TypeDir, mode: 0o755},
+					{name: "opt/sub/x", typ: tar.TypeReg, body: "1"},
+				},
+				{
+					{name: "etc/.wh.gone", typ: tar.TypeReg},
+					{name: "opt/", typ: tar.TypeDir, mode: 0o755},
+					{name: "opt/new", typ: tar.TypeReg, body: "2"},
+					{name: "opt/.wh..wh..opq", typ: tar.TypeReg},
+					{name: "etc/added", typ: tar.TypeReg, body: "2"},
+					{name: "etc/.wh.added", typ: tar.TypeReg},
+				},
+			},
+			want:    map[string]string{"etc/keep": "1", "etc/added": "2", "opt": "", "opt/new": "2"},
+			missing: []string{"etc/gone", "etc/.wh.gone", "opt/old", "opt/sub", "opt/.wh..wh..opq"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,6 +34,10 @@ func TestUnpackStaysInRoot(t *testing.T) {
 		// victim is a path in outer that must not appear.
 		victim string
 	}{
+		{"dotdot names", []entry{
+			{name: "../../victim", typ: tar.TypeReg, body: "x"},
+			{name: "../../../victim/", typ: tar.TypeDir},
+		}, false, "victim"},
 		{"absolute link parent", []entry{
 			{name: "evil", typ: tar.TypeSymlink, link: outer},
 			{name: "evil/victim", typ: tar.TypeReg, body: "x"},
@@ -71,10 +76,11 @@ func TestUnpackStaysInRoot(t *testing.T) {
 			{name: "evil/.wh..wh..opq", typ: tar.TypeReg},
 		}, false, ""},
 	}
-	for _, tc := range tests {
+	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			root := filepath.Join(t.TempDir(), "root")
-			if err := os.Mkdir(root, 0o755); err != nil {
+			// Two levels below outer: "../../victim" would be outer's.
+			root := filepath.Join(outer, "case"+strconv.Itoa(i), "root")
+			if err := os.MkdirAll(root, 0o755); err != nil {
 				t.Fatal(err)
 			}
 			err := Unpack(context.Background(), mkTar(t, tc.entries), root, Options{})
