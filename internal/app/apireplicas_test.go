@@ -75,7 +75,7 @@ func TestAPIReplicasElectOneLeader(t *testing.T) {
 	const nodeToken = "node-secret-0123456789"
 	fn := fakenode.New()
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(fn, noderpc.Options{Token: nodeToken}))
+	mux.Handle(noderpc.NewHandler(fn, noderpc.Options{Token: nodeToken, ResolveTemplate: fakeTemplates}))
 	nodeSrv := httptest.NewServer(mux)
 	t.Cleanup(nodeSrv.Close) // after the replicas' clean-ups: they hold its watch streams
 	replicas := []string{startAPIReplica(t, dsn, nodeToken), startAPIReplica(t, dsn, nodeToken)}

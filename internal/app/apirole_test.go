@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
@@ -41,6 +42,12 @@ func TestAPIRoleNeedsPostgresAndNodeToken(t *testing.T) {
 	}
 }
 
+// fakeTemplates is the template resolver of a fake node behind the node
+// RPC: it holds every template, its files nowhere.
+func fakeTemplates(_ context.Context, _ string, t nodeapi.Template) (nodeapi.Template, error) {
+	return nodeapi.Template{ID: t.ID, BuildID: t.BuildID, RootFS: "/nonexistent/fake-rootfs", User: "user", Workdir: "/home/user"}, nil
+}
+
 // TestAPIRole runs warren api over Postgres with one node: a fake node
 // behind the real node RPC server. The node registers with the node
 // token, a create through the REST API is placed on it, /admin/nodes
@@ -51,7 +58,7 @@ func TestAPIRole(t *testing.T) {
 	const key, nodeToken = "e2b_00112233445566778899aabbccddeeff00112233", "node-secret-0123456789"
 	fn := fakenode.New()
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(fn, noderpc.Options{Token: nodeToken}))
+	mux.Handle(noderpc.NewHandler(fn, noderpc.Options{Token: nodeToken, ResolveTemplate: fakeTemplates}))
 	nodeSrv := httptest.NewServer(mux)
 	defer nodeSrv.Close()
 

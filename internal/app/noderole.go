@@ -196,7 +196,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		resolve = builds.Resolve
 	}
 	rpcMux := noderpc.NewMux(parts.node, noderpc.Options{
-		Token: cfg.NodeToken, Logger: log.With("component", "noderpc"), NodeProxy: nodeProxy, SnapshotRoot: cfg.DataDir,
+		Token: cfg.NodeToken, Logger: log.With("component", "noderpc"), NodeProxy: nodeProxy,
 		ResolveTemplate: resolve,
 	}, reg)
 	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })

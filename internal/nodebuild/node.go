@@ -30,9 +30,9 @@ const PathPrefix = "/warren.nodebuild.v1/"
 // the template and the waiting build (mirrored into the node's catalog)
 // and what to build.
 type StartRequest struct {
-	Template templates.Template `json:"template"`
-	Build    templates.Build    `json:"build"`
-	Spec     builder.Spec       `json:"spec"`
+	Template WireTemplate `json:"template"`
+	Build    WireBuild    `json:"build"`
+	Spec     WireSpec     `json:"spec"`
 	// RegistryAuth carries Spec.RegistryAuth (which Spec's own encoding
 	// leaves out): the credentials of a private base image's registry,
 	// for this build only.
@@ -93,17 +93,17 @@ func (w *RegistryAuth) Auth() *builder.RegistryAuth {
 
 // BuildStatus is a build on a node with its log from an offset.
 type BuildStatus struct {
-	Build templates.Build      `json:"build"`
+	Build WireBuild            `json:"build"`
 	Logs  []templates.LogEntry `json:"logs"`
 }
 
 // Source is where a node that lacks a build gets it: the control plane's
-// records of the build and its template, and the RPC addresses of nodes
+// view of the build and its template, and the RPC addresses of nodes
 // that hold its artifact.
 type Source struct {
-	Template templates.Template `json:"template"`
-	Build    templates.Build    `json:"build"`
-	Holders  []string           `json:"holders"`
+	Template WireTemplate `json:"template"`
+	Build    WireBuild    `json:"build"`
+	Holders  []string     `json:"holders"`
 	// Current tells whether a tag of the template points at the build
 	// (what a create can still name).
 	Current bool `json:"current"`
@@ -245,31 +245,31 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 func (n *Node) start(w http.ResponseWriter, r *http.Request) {
 	var req StartRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(&req); err != nil {
-		n.fail(w, r, fmt.Errorf("start build: %w: %w", errdefs.ErrInvalid, err))
+	if err := decode(http.MaxBytesReader(w, r.Body, 4<<20), 4<<20, &req); err != nil {
+		n.fail(w, r, fmt.Errorf("start build: %w", err))
 		return
 	}
-	b := req.Build
+	b, t := req.Build.Record(), req.Template.Record()
 	if b.Status != templates.BuildWaiting {
 		n.fail(w, r, fmt.Errorf("build %q is %s, not waiting: %w", b.ID, b.Status, errdefs.ErrConflict))
 		return
 	}
-	b.NodeID, b.RootFSDir, b.RootFSTar, b.SnapshotDir, b.RootFSTarFingerprint = "", "", "", "", nil
-	if err := n.cfg.Catalog.Mirror(r.Context(), &req.Template, &b); err != nil {
+	if err := n.cfg.Catalog.Mirror(r.Context(), t, b); err != nil {
 		n.fail(w, r, err)
 		return
 	}
-	req.Spec.RegistryAuth = req.RegistryAuth.Auth()
+	spec := req.Spec.Spec()
+	spec.RegistryAuth = req.RegistryAuth.Auth()
 	if req.From != nil {
-		ref, err := n.parent(r.Context(), req.Template.TeamID, *req.From)
+		ref, err := n.parent(r.Context(), t.TeamID, *req.From)
 		if err != nil {
 			n.fail(w, r, err)
 			return
 		}
-		req.Spec.FromTemplate = ref
+		spec.FromTemplate = ref
 	}
 	if _, err := n.cfg.Service.StartBuild(r.Context(), builder.StartRequest{
-		TeamID: req.Template.TeamID, TemplateID: req.Template.ID, BuildID: b.ID, Spec: req.Spec,
+		TeamID: t.TeamID, TemplateID: t.ID, BuildID: b.ID, Spec: spec,
 	}); err != nil {
 		n.fail(w, r, err)
 		return
@@ -286,16 +286,17 @@ type FilesPresence struct {
 // COPY context hash of it is here (the team's upload quota checked, as
 // builder.Service.Files does).
 func (n *Node) filesPresent(w http.ResponseWriter, r *http.Request) {
-	var t templates.Template
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&t); err != nil {
-		n.fail(w, r, fmt.Errorf("files: %w: %w", errdefs.ErrInvalid, err))
+	var wt WireTemplate
+	if err := decode(http.MaxBytesReader(w, r.Body, 1<<20), 1<<20, &wt); err != nil {
+		n.fail(w, r, fmt.Errorf("files: %w", err))
 		return
 	}
+	t := wt.Record()
 	if t.ID != r.PathValue("id") {
 		n.fail(w, r, fmt.Errorf("files: template %q in the body, %q in the path: %w", t.ID, r.PathValue("id"), errdefs.ErrInvalid))
 		return
 	}
-	if err := n.cfg.Catalog.MirrorTemplate(r.Context(), &t); err != nil {
+	if err := n.cfg.Catalog.MirrorTemplate(r.Context(), t); err != nil {
 		n.fail(w, r, err)
 		return
 	}
@@ -353,7 +354,7 @@ func (n *Node) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(BuildStatus{Build: *b, Logs: logs}) //nolint:errcheck // the peer sees a short body
+	json.NewEncoder(w).Encode(BuildStatus{Build: BuildOnWire(b), Logs: logs}) //nolint:errcheck // the peer sees a short body
 }
 
 func (n *Node) rootfs(w http.ResponseWriter, r *http.Request) {
@@ -556,7 +557,7 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 	if err != nil {
 		return err
 	}
-	b := src.Build
+	b, t := *src.Build.Record(), src.Template.Record()
 	if b.ID != buildID || b.Status != templates.BuildReady {
 		return fmt.Errorf("build %q is not ready: %w", buildID, errdefs.ErrUnavailable)
 	}
@@ -591,11 +592,11 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 	}
 	// The snapshot, if any, comes next (pullSnapshot), once the build is
 	// recorded here.
-	b.RootFSDir, b.RootFSTar, b.SnapshotDir, b.RootFSTarFingerprint = rootfs, "", "", nil
-	if err := n.cfg.Catalog.Mirror(ctx, &src.Template, &b); err != nil {
+	b.RootFSDir = rootfs
+	if err := n.cfg.Catalog.Mirror(ctx, t, &b); err != nil {
 		return err
 	}
-	if err := n.tagCopy(ctx, src.Template.ID, &b); err != nil {
+	if err := n.tagCopy(ctx, t.ID, &b); err != nil {
 		return err
 	}
 	n.pullBytes.Add(float64(want.Size))

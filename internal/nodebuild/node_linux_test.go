@@ -117,7 +117,7 @@ func sourceFrom(t *testing.T, holder *peer, addr string) func(context.Context, s
 		if err != nil {
 			return nil, err
 		}
-		return &nodebuild.Source{Template: *t, Build: *b, Holders: []string{addr}}, nil
+		return nodebuild.SourceOf(t, b, addr), nil
 	}
 }
 

@@ -152,7 +152,7 @@ func (r *Remote) Files(ctx context.Context, teamID, templateID, hash string) (bo
 		return false, "", err
 	}
 	var fp FilesPresence
-	if err := r.do(ctx, http.MethodPost, n, PathPrefix+"templates/"+t.ID+"/files/"+hash, jsonBody(t), &fp); err != nil {
+	if err := r.do(ctx, http.MethodPost, n, PathPrefix+"templates/"+t.ID+"/files/"+hash, jsonBody(TemplateOnWire(t)), &fp); err != nil {
 		return false, "", err
 	}
 	if fp.Present {
@@ -317,7 +317,8 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 		}); err != nil {
 			return "", err
 		}
-		err := r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: *t, Build: waiting, Spec: req.Spec, RegistryAuth: WireAuth(req.Spec.RegistryAuth), From: from})
+		err := r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: TemplateOnWire(t), Build: BuildOnWire(&waiting), Spec: SpecOnWire(req.Spec),
+			RegistryAuth: WireAuth(req.Spec.RegistryAuth), From: from})
 		if err == nil {
 			r.log.Info("build started on a node", "template_id", t.ID, "build_id", bd.ID, "node_id", n.ID)
 			r.wg.Go(func() { r.follow(bd.ID, n.ID) })
@@ -429,14 +430,14 @@ func (r *Remote) follow(id, nodeID string) {
 		copied = next
 		switch st.Build.Status {
 		case templates.BuildReady:
-			r.finish(log, id, &st.Build, nil)
+			r.finish(log, id, st.Build.Record(), nil)
 			return
 		case templates.BuildError:
 			reason := st.Build.Reason
 			if reason == nil {
 				reason = &templates.Reason{Message: "the build failed"}
 			}
-			r.finish(log, id, &st.Build, reason)
+			r.finish(log, id, st.Build.Record(), reason)
 			return
 		}
 	}
@@ -541,7 +542,7 @@ func (r *Remote) locate(ctx context.Context, buildID string) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	src := &Source{Template: *t, Build: *b, Holders: []string{}}
+	src := SourceOf(t, b)
 	for _, tg := range t.Tags {
 		src.Current = src.Current || tg.BuildID == b.ID
 	}

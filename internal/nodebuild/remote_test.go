@@ -145,7 +145,7 @@ func TestRegistryAuthTravels(t *testing.T) {
 		{ECR: &awsauth.ECR{Credentials: awsauth.Credentials{AccessKeyID: "AKIA", SecretAccessKey: "s", SessionToken: "tok"}, Region: "eu-west-1"}},
 	} {
 		spec := builder.Spec{FromImage: "reg.example/x:1", RegistryAuth: a}
-		b, err := json.Marshal(nodebuild.StartRequest{Spec: spec, RegistryAuth: nodebuild.WireAuth(a)})
+		b, err := json.Marshal(nodebuild.StartRequest{Spec: nodebuild.SpecOnWire(spec), RegistryAuth: nodebuild.WireAuth(a)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestRegistryAuthTravels(t *testing.T) {
 		if err := json.Unmarshal(b, &got); err != nil {
 			t.Fatal(err)
 		}
-		if got.Spec.RegistryAuth != nil {
+		if got.Spec.Spec().RegistryAuth != nil {
 			t.Fatal("the spec carried credentials itself")
 		}
 		back := got.RegistryAuth.Auth()

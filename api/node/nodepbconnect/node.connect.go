@@ -120,8 +120,9 @@ type NodeServiceClient interface {
 	// TemplatesInUse lists the template builds the node's sandboxes and
 	// pools use (nodeapi.TemplateHolder).
 	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
-	// Snapshots (nodeapi.SandboxSnapshotter, nodeapi.TemplateSnapshotter);
-	// dir is a directory on the node.
+	// Snapshots by directory: refused (invalid_argument). A directory on the
+	// node does not cross the wire; nodeapi.SandboxSnapshotter and
+	// TemplateSnapshotter are in-process parts of the contract.
 	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
 	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
 	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
@@ -425,8 +426,9 @@ type NodeServiceHandler interface {
 	// TemplatesInUse lists the template builds the node's sandboxes and
 	// pools use (nodeapi.TemplateHolder).
 	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
-	// Snapshots (nodeapi.SandboxSnapshotter, nodeapi.TemplateSnapshotter);
-	// dir is a directory on the node.
+	// Snapshots by directory: refused (invalid_argument). A directory on the
+	// node does not cross the wire; nodeapi.SandboxSnapshotter and
+	// TemplateSnapshotter are in-process parts of the contract.
 	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
 	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
 	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)

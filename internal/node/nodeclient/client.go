@@ -36,10 +36,11 @@ type Options struct {
 	CallTimeout time.Duration
 }
 
-// Client is a nodeapi.Service over RPC, with every optional part
-// (nodeapi.Pooler, MetricsSource, ExecutionKiller, TemplateHolder,
-// SandboxSnapshotter, TemplateSnapshotter): a node that lacks one answers
-// ErrUnsupported.
+// Client is a nodeapi.Service over RPC, with every optional part that
+// names no path on the node (nodeapi.Pooler, MetricsSource,
+// ExecutionKiller, TemplateHolder): a node that lacks one answers
+// ErrUnsupported. A template crosses as its ID and build ID only; the
+// node resolves its files.
 type Client struct {
 	rpc     nodepbconnect.NodeServiceClient
 	log     *slog.Logger

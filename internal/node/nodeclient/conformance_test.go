@@ -25,6 +25,7 @@ func TestConformance(t *testing.T) {
 		return nodeapitest.Node{
 			Service:  r.client,
 			Template: nodeapi.Template{ID: "t", BuildID: "b", RootFS: "/rootfs", User: "user", Workdir: "/home/user"},
+			Remote:   true,
 			Exit: func(t *testing.T, id string) {
 				if err := r.drv.Exit(id, 0); err != nil {
 					t.Fatalf("exit %q: %v", id, err)

@@ -11,12 +11,12 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// The optional parts of nodeapi.Service, over the wire.
+// The optional parts of nodeapi.Service, over the wire. The parts that
+// name directories on the node (nodeapi.SandboxSnapshotter,
+// TemplateSnapshotter) do not cross it: a path is the node's own.
 var (
-	_ nodeapi.Pooler              = (*Client)(nil)
-	_ nodeapi.TemplateHolder      = (*Client)(nil)
-	_ nodeapi.SandboxSnapshotter  = (*Client)(nil)
-	_ nodeapi.TemplateSnapshotter = (*Client)(nil)
+	_ nodeapi.Pooler         = (*Client)(nil)
+	_ nodeapi.TemplateHolder = (*Client)(nil)
 )
 
 // SetPool implements nodeapi.Pooler.
@@ -79,28 +79,4 @@ func (c *Client) TemplatesInUse(ctx context.Context) ([]nodeapi.TemplateUse, err
 		out = append(out, noderpc.TemplateUseFromProto(u))
 	}
 	return out, nil
-}
-
-// SnapshotSandbox implements nodeapi.SandboxSnapshotter.
-func (c *Client) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error) {
-	resp, err := c.rpc.SnapshotSandbox(ctx, connect.NewRequest(&nodepb.SnapshotSandboxRequest{Id: id, Dir: dir}))
-	if err != nil {
-		return nodeapi.Template{}, noderpc.FromConnectError(err)
-	}
-	return noderpc.TemplateFromProto(resp.Msg.GetTemplate()), nil
-}
-
-// Snapshot implements nodeapi.TemplateSnapshotter.
-func (c *Client) Snapshot(ctx context.Context, t nodeapi.Template, readyCmd, dir string) error {
-	_, err := c.rpc.SnapshotTemplate(ctx, connect.NewRequest(&nodepb.SnapshotTemplateRequest{
-		Template: noderpc.TemplateToProto(t), ReadyCmd: readyCmd, Dir: dir,
-	}))
-	return noderpc.FromConnectError(err)
-}
-
-// DeleteSnapshot implements nodeapi.SandboxSnapshotter and
-// nodeapi.TemplateSnapshotter.
-func (c *Client) DeleteSnapshot(ctx context.Context, dir string) error {
-	_, err := c.rpc.DeleteSnapshot(ctx, connect.NewRequest(&nodepb.DeleteSnapshotRequest{Dir: dir}))
-	return noderpc.FromConnectError(err)
 }

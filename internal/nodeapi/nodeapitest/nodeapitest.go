@@ -41,10 +41,12 @@ type Node struct {
 	// part (nodeapi.Pooler, MetricsSource, ExecutionKiller,
 	// TemplateHolder, SandboxSnapshotter, TemplateSnapshotter) fails.
 	Partial bool
-	// SnapshotRoot, when set, is where the node accepts snapshot
-	// directories (noderpc.Options.SnapshotRoot); default: the case's
-	// temporary directory.
-	SnapshotRoot string
+	// Remote tells that the node is reached over a wire: no path on the
+	// node crosses it, so a TemplateUse names no files, and the parts
+	// that name directories on the node (SandboxSnapshotter,
+	// TemplateSnapshotter) must be absent. The node resolves Template
+	// (its ID and build ID) to its own copy.
+	Remote bool
 }
 
 // Harness makes nodes for the suite.
