@@ -22,14 +22,17 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
-// Nodes is what Remote reads of the node registry.
+// Nodes is what Remote reads of the node registry, and of the sandboxes
+// placed on a node (what builds it needs).
 type Nodes interface {
 	ListNodes(ctx context.Context) ([]*store.Node, error)
 	GetNode(ctx context.Context, id string) (*store.Node, error)
+	ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error)
 }
 
 // RemoteConfig configures a Remote.
@@ -37,9 +40,23 @@ type RemoteConfig struct {
 	// Catalog is the control plane's catalog (over store.TemplateStore).
 	Catalog *templates.Catalog
 	Nodes   Nodes
-	// Token is the node token, presented to nodes and asked of them.
-	Token string
-	// HTTP carries the calls to nodes (default: a client without proxy).
+	// Credential gives the credential of the calls to node nodeID
+	// (nodereg.Credentials.Credential with nodeauth.PurposeRPC); nil: none
+	// (loopback nodes without tokens).
+	Credential func(ctx context.Context, nodeID string) (string, error)
+	// Grant gives the leave for node requester to pull build buildID from
+	// node holder (nodereg.Credentials.Grant); nil: none.
+	Grant func(ctx context.Context, holder, buildID, requester string) (string, error)
+	// Authenticate tells which node a question (LocatePath) comes from
+	// (nodereg.Credentials.Authenticate): "" is any node (the insecure
+	// loopback mode). Required by LocateHandler.
+	Authenticate func(r *http.Request) (string, error)
+	// UploadKey signs the upload URLs of build contexts, so that any
+	// replica takes them: the same on every replica (derived from the
+	// node credential key). Empty: a key of this process.
+	UploadKey string
+	// HTTP carries the calls to nodes (default: nodeauth.Client(nil): no
+	// proxy, no redirects).
 	HTTP *http.Client
 	// MaxTemplateDiskMB is the largest disk a template may ask for
 	// (default 65536, as builder.ServiceConfig).
@@ -83,7 +100,10 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		return nil, fmt.Errorf("nodebuild: the catalog's store has no conditional log append (store.TemplateStore): %w", errdefs.ErrInvalid)
 	}
 	if cfg.HTTP == nil {
-		cfg.HTTP = peerClient()
+		cfg.HTTP = nodeauth.Client(nil)
+	}
+	if cfg.UploadKey == "" {
+		cfg.UploadKey = nodeauth.NewTokenID() + nodeauth.NewTokenID()
 	}
 	if cfg.MaxTemplateDiskMB <= 0 {
 		cfg.MaxTemplateDiskMB = 64 << 10
@@ -178,10 +198,10 @@ func jsonBody(v any) io.Reader {
 	return bytes.NewReader(b)
 }
 
-// uploadToken signs an upload URL with a key every replica derives from
-// the node token, so that the PUT may reach any replica.
+// uploadToken signs an upload URL with a key every replica shares, so
+// that the PUT may reach any replica.
 func (r *Remote) uploadToken(templateID, hash string) string {
-	k := hmac.New(sha256.New, []byte(r.cfg.Token))
+	k := hmac.New(sha256.New, []byte(r.cfg.UploadKey))
 	k.Write([]byte("warren build upload v1"))
 	m := hmac.New(sha256.New, k.Sum(nil))
 	m.Write([]byte(templateID + "/" + hash))
@@ -317,8 +337,11 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 		}); err != nil {
 			return "", err
 		}
-		err := r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: TemplateOnWire(t), Build: BuildOnWire(&waiting), Spec: SpecOnWire(req.Spec),
-			RegistryAuth: WireAuth(req.Spec.RegistryAuth), From: from})
+		fromN, err := r.fromFor(ctx, from, n.ID)
+		if err == nil {
+			err = r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: TemplateOnWire(t), Build: BuildOnWire(&waiting), Spec: SpecOnWire(req.Spec),
+				RegistryAuth: WireAuth(req.Spec.RegistryAuth), From: fromN})
+		}
 		if err == nil {
 			r.log.Info("build started on a node", "template_id", t.ID, "build_id", bd.ID, "node_id", n.ID)
 			r.wg.Go(func() { r.follow(bd.ID, n.ID) })
@@ -352,6 +375,21 @@ func (r *Remote) parent(ctx context.Context, teamID string, spec builder.Spec) *
 		return nil
 	}
 	return &FromBuild{TemplateID: t.ID, BuildID: b.ID}
+}
+
+// fromFor is from for node nodeID, with where it can pull the parent and
+// the leave to (a node needs the parent of the build it runs).
+func (r *Remote) fromFor(ctx context.Context, from *FromBuild, nodeID string) (*FromBuild, error) {
+	if from == nil {
+		return nil, nil
+	}
+	src, err := r.source(ctx, from.BuildID, nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("parent build %s: %w", from.BuildID, err)
+	}
+	out := *from
+	out.Source = src
+	return &out, nil
 }
 
 // buildNodes returns the ready nodes a build may run on: those with room
@@ -495,26 +533,41 @@ func (r *Remote) Resolve(ctx context.Context, teamID, ref string) (nodeapi.Templ
 }
 
 // LocatePath is where the control plane answers nodes asking where a
-// build can be had (behind the node token).
+// build can be had (behind the node's token).
 const LocatePath = PathPrefix + "locate/"
 
-// LocateHandler answers GET LocatePath+"<buildID>" with the build's
-// Source: its records and the RPC addresses of the ready nodes that hold
-// it, the node that built it first.
+// LocateHandler answers GET LocatePath+"<buildID>" for the node the
+// request authenticates as (RemoteConfig.Authenticate). For a build the
+// node needs (a sandbox of it is placed there), the answer is the
+// build's Source: its records and the ready nodes that hold it, the node
+// that built it first, each with a pull grant for the asking node. For a
+// build the node only holds (it built it, or says it holds it), the
+// answer says whether the build is still current and nothing else. Any
+// other build is 403: a node is not trusted beyond its own sandboxes.
 func (r *Remote) LocateHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodGet {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		if !authorized(req, r.cfg.Token) || r.cfg.Token == "" {
+		if r.cfg.Authenticate == nil {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
-		src, err := r.locate(req.Context(), strings.TrimPrefix(req.URL.Path, LocatePath))
+		nodeID, err := r.cfg.Authenticate(req)
+		if err != nil {
+			status := http.StatusUnauthorized
+			if !errors.Is(err, errdefs.ErrUnauthorized) {
+				status = errdefs.HTTPStatus(err)
+			}
+			r.log.Warn("locate build: node refused", "remote_addr", req.RemoteAddr, "error", err)
+			http.Error(w, http.StatusText(status), status)
+			return
+		}
+		src, err := r.locate(req.Context(), nodeID, strings.TrimPrefix(req.URL.Path, LocatePath))
 		if err != nil {
 			status := errdefs.HTTPStatus(err)
-			r.log.Info("locate build", "path", req.URL.Path, "status", status, "error", err)
+			r.log.Info("locate build", "node_id", nodeID, "path", req.URL.Path, "status", status, "error", err)
 			http.Error(w, http.StatusText(status), status)
 			return
 		}
@@ -523,7 +576,8 @@ func (r *Remote) LocateHandler() http.Handler {
 	})
 }
 
-func (r *Remote) locate(ctx context.Context, buildID string) (*Source, error) {
+// locate answers node nodeID ("" for any node) about build buildID.
+func (r *Remote) locate(ctx context.Context, nodeID, buildID string) (*Source, error) {
 	if err := templates.CheckID("build", buildID); err != nil {
 		return nil, err
 	}
@@ -533,6 +587,53 @@ func (r *Remote) locate(ctx context.Context, buildID string) (*Source, error) {
 	}
 	if b.Status != templates.BuildReady {
 		return nil, fmt.Errorf("build %q is %s: %w", buildID, b.Status, errdefs.ErrConflict)
+	}
+	if nodeID == "" {
+		return r.source(ctx, buildID, "")
+	}
+	need, err := r.needs(ctx, nodeID, buildID)
+	if err != nil {
+		return nil, err
+	}
+	if need {
+		return r.source(ctx, buildID, nodeID)
+	}
+	n, err := r.cfg.Nodes.GetNode(ctx, nodeID)
+	if err != nil && !errdefs.IsNotFound(err) {
+		return nil, err
+	}
+	if b.NodeID != nodeID && (n == nil || !n.HoldsTemplate(buildID)) {
+		return nil, errdefs.Publicf(errdefs.ErrForbidden, "node %q does not need build %s", nodeID, buildID)
+	}
+	full, err := r.source(ctx, buildID, "")
+	if err != nil {
+		return nil, err
+	}
+	return &Source{Holders: []Holder{}, Current: full.Current, Superseded: superseded(full)}, nil
+}
+
+// needs reports whether node nodeID needs build buildID: a sandbox of it
+// (starting, running, pausing or paused) is placed there.
+func (r *Remote) needs(ctx context.Context, nodeID, buildID string) (bool, error) {
+	sbs, err := r.cfg.Nodes.ListSandboxes(ctx, store.SandboxFilter{NodeID: nodeID, States: store.LiveStates})
+	if err != nil {
+		return false, err
+	}
+	for _, sb := range sbs {
+		if sb.Spec.BuildID == buildID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// source is the whole answer about ready build buildID: its records and
+// the ready nodes that hold it (the node that built it first), each with
+// a grant for node requester ("": none).
+func (r *Remote) source(ctx context.Context, buildID, requester string) (*Source, error) {
+	b, err := r.cat.Build(ctx, buildID)
+	if err != nil {
+		return nil, err
 	}
 	t, err := r.cat.Store().GetTemplate(ctx, b.TemplateID)
 	if err != nil {
@@ -547,14 +648,20 @@ func (r *Remote) locate(ctx context.Context, buildID string) (*Source, error) {
 		src.Current = src.Current || tg.BuildID == b.ID
 	}
 	for _, n := range nodes {
-		if n.Liveness != store.NodeReady {
+		if n.Liveness != store.NodeReady || n.ID == requester || n.ID != b.NodeID && !n.HoldsTemplate(buildID) {
 			continue
 		}
-		switch {
-		case n.ID == b.NodeID:
-			src.Holders = append([]string{n.RPCAddress}, src.Holders...)
-		case n.HoldsTemplate(buildID):
-			src.Holders = append(src.Holders, n.RPCAddress)
+		h := Holder{Address: n.RPCAddress}
+		if requester != "" && r.cfg.Grant != nil {
+			if h.Grant, err = r.cfg.Grant(ctx, n.ID, buildID, requester); err != nil {
+				r.log.Warn("no pull grant for a holder", "node_id", n.ID, "build_id", buildID, "error", err)
+				continue
+			}
+		}
+		if n.ID == b.NodeID {
+			src.Holders = append([]Holder{h}, src.Holders...)
+		} else {
+			src.Holders = append(src.Holders, h)
 		}
 	}
 	return src, nil
@@ -573,7 +680,17 @@ func (r *Remote) get(ctx context.Context, n *store.Node, path string, out any) e
 }
 
 func (r *Remote) do(ctx context.Context, method string, n *store.Node, path string, body io.Reader, out any) error {
-	return call(ctx, r.cfg.HTTP, method, n.RPCAddress+path, r.cfg.Token, body, out)
+	if err := nodeauth.CheckRPCURL(n.RPCAddress); err != nil {
+		return fmt.Errorf("node %q: %w: %w", n.ID, errdefs.ErrUnavailable, err)
+	}
+	cred := ""
+	if r.cfg.Credential != nil {
+		var err error
+		if cred, err = r.cfg.Credential(ctx, n.ID); err != nil {
+			return err
+		}
+	}
+	return call(ctx, r.cfg.HTTP, method, n.RPCAddress+path, cred, body, out)
 }
 
 // callTimeout bounds a call to a node or the control plane; a build
@@ -628,11 +745,12 @@ func call(ctx context.Context, c *http.Client, method, url, token string, body i
 }
 
 // Locator asks the control plane at APIURL where builds can be had (a
-// node's NodeConfig.Locate).
+// node's NodeConfig.Locate), with the node's token.
 type Locator struct {
 	APIURL string
 	Token  string
-	HTTP   *http.Client
+	// HTTP carries the questions (default: nodeauth.Client(nil)).
+	HTTP *http.Client
 }
 
 // Locate implements NodeConfig.Locate.
@@ -642,23 +760,13 @@ func (l *Locator) Locate(ctx context.Context, buildID string) (*Source, error) {
 	}
 	c := l.HTTP
 	if c == nil {
-		c = peerClient()
+		c = nodeauth.Client(nil)
 	}
 	var src Source
 	if err := call(ctx, c, http.MethodGet, strings.TrimSuffix(l.APIURL, "/")+LocatePath+buildID, l.Token, nil, &src); err != nil {
 		return nil, err
 	}
 	return &src, nil
-}
-
-// peerClient is the HTTP client of calls between the control plane and
-// nodes: no proxy, and no redirects (a peer answers itself; a redirect
-// is its failure, never a fetch elsewhere).
-func peerClient() *http.Client {
-	return &http.Client{
-		Transport:     &http.Transport{Proxy: nil},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
 }
 
 // statusClass is the error class an HTTP status of a peer stands for.

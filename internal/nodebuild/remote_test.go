@@ -26,7 +26,7 @@ func newRemote(t *testing.T) (*nodebuild.Remote, *templates.Catalog, *store.SQL,
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := nodebuild.NewRemote(nodebuild.RemoteConfig{Catalog: cat, Nodes: st, Token: token})
+	r, err := nodebuild.NewRemote(remoteConfig(nodebuild.RemoteConfig{Catalog: cat, Nodes: st}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestLocate(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(body, &src) != nil {
 		t.Fatalf("locate = %d %s", code, body)
 	}
-	if src.Template.ID != tm.ID || src.Build.ID != b.ID || len(src.Holders) != 2 || src.Holders[0] != "http://n-2" || src.Holders[1] != "http://n-1" {
+	if src.Template.ID != tm.ID || src.Build.ID != b.ID || len(src.Holders) != 2 || src.Holders[0].Address != "http://n-2" || src.Holders[1].Address != "http://n-1" {
 		t.Fatalf("locate = %+v, want the builder n-2 then n-1", src)
 	}
 	loc := &nodebuild.Locator{APIURL: srv.URL, Token: token}

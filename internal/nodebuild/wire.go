@@ -139,8 +139,8 @@ func (w WireSpec) Spec() builder.Spec {
 
 // SourceOf is the control plane's answer for build b of template t,
 // held by holders.
-func SourceOf(t *templates.Template, b *templates.Build, holders ...string) *Source {
-	return &Source{Template: TemplateOnWire(t), Build: BuildOnWire(b), Holders: append([]string{}, holders...)}
+func SourceOf(t *templates.Template, b *templates.Build, holders ...Holder) *Source {
+	return &Source{Template: TemplateOnWire(t), Build: BuildOnWire(b), Holders: append([]Holder{}, holders...)}
 }
 
 // decode reads one JSON body of at most limit bytes into v, refusing a

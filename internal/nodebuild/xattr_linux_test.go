@@ -173,7 +173,7 @@ func TestPullRefusesForeignXattrs(t *testing.T) {
 			b := build
 			b.RootFSSHA256, b.RootFSSize = hex.EncodeToString(sum[:]), int64(len(art))
 			puller := newPeer(t, func(context.Context, string) (*nodebuild.Source, error) {
-				src := nodebuild.SourceOf(&tmpl, &b, holder.URL)
+				src := nodebuild.SourceOf(&tmpl, &b, grantTo(holder.URL, b.ID))
 				src.Current = true
 				return src, nil
 			})
@@ -197,7 +197,7 @@ func TestPullRefusesForeignXattrs(t *testing.T) {
 	b := build
 	b.RootFSSHA256, b.RootFSSize = hex.EncodeToString(sum[:]), int64(len(art))
 	puller := newPeer(t, func(context.Context, string) (*nodebuild.Source, error) {
-		src := nodebuild.SourceOf(&tmpl, &b, holder.URL)
+		src := nodebuild.SourceOf(&tmpl, &b, grantTo(holder.URL, b.ID))
 		src.Current = true
 		return src, nil
 	})

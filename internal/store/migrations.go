@@ -154,7 +154,27 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		sqlite:   migration6,
 		postgres: migration6,
 	},
+	{
+		// Version 7: node tokens (internal/nodeauth): each node's own
+		// credential, bound to its ID, issued and revoked by the operator.
+		version:  7,
+		sqlite:   migration7,
+		postgres: migration7,
+	},
 }
+
+// migration7 is plain SQL both dialects accept.
+const migration7 = `
+CREATE TABLE node_tokens (
+  id TEXT PRIMARY KEY,
+  node_id TEXT NOT NULL,
+  name TEXT NOT NULL DEFAULT '',
+  created_at BIGINT NOT NULL,
+  revoked_at BIGINT NOT NULL DEFAULT 0,
+  last_used_at BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX node_tokens_node ON node_tokens(node_id);
+`
 
 // migration6 is plain SQL both dialects accept. An alias row per
 // (team, alias) makes names unique within a team; a log line's seq

@@ -20,9 +20,13 @@ import (
 // Options tune the server.
 type Options struct {
 	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every call (the control plane and its nodes share it).
-	Token  string
-	Logger *slog.Logger
+	// every call: the control plane's credential of this node
+	// (nodeauth.Credential(node token, PurposeRPC)), no other node's.
+	Token string
+	// MetricsToken, when set, opens GET /metrics (NewMux) besides Token:
+	// the scrapers' credential (nodeauth.PurposeMetrics).
+	MetricsToken string
+	Logger       *slog.Logger
 	// NodeProxy, when set, is the address (host:port) of this node's proxy
 	// listener as the edge proxy reaches it; every sandbox the server
 	// returns carries it (nodeapi.Sandbox.NodeProxy).
