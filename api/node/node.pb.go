@@ -1053,13 +1053,16 @@ func (x *ResumeRequest) GetEndAt() *timestamppb.Timestamp {
 }
 
 type ForkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Ids           []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
-	ExecutionIds  []string               `protobuf:"bytes,3,rep,name=execution_ids,json=executionIds,proto3" json:"execution_ids,omitempty"`
-	EndAt         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_at,json=endAt,proto3" json:"end_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ids          []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	ExecutionIds []string               `protobuf:"bytes,3,rep,name=execution_ids,json=executionIds,proto3" json:"execution_ids,omitempty"`
+	EndAt        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_at,json=endAt,proto3" json:"end_at,omitempty"`
+	// envd_access_tokens, when given, holds each copy's own envd access
+	// token ("" for none), one per id (nodeapi.ForkRequest.EnvdAccessTokens).
+	EnvdAccessTokens []string `protobuf:"bytes,5,rep,name=envd_access_tokens,json=envdAccessTokens,proto3" json:"envd_access_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ForkRequest) Reset() {
@@ -1116,6 +1119,13 @@ func (x *ForkRequest) GetExecutionIds() []string {
 func (x *ForkRequest) GetEndAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.EndAt
+	}
+	return nil
+}
+
+func (x *ForkRequest) GetEnvdAccessTokens() []string {
+	if x != nil {
+		return x.EnvdAccessTokens
 	}
 	return nil
 }
@@ -1546,6 +1556,10 @@ func (*WatchRequest) Descriptor() ([]byte, []int) {
 	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
+// Event is also the error detail of a not_found about a sandbox the node
+// killed on its own (its TTL backstop, an exit, a limit) that the control
+// plane has not acknowledged yet (it does through the node's heartbeat):
+// the control plane records that kill as the node made it.
 type Event struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -2602,6 +2616,539 @@ func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
 	return file_node_proto_rawDescGZIP(), []int{44}
 }
 
+type TakeSandboxSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the sandbox, of team team_id.
+	Id     string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	TeamId string `protobuf:"bytes,2,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	// template_id and build_id name the build the snapshot becomes.
+	TemplateId    string `protobuf:"bytes,3,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	BuildId       string `protobuf:"bytes,4,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeSandboxSnapshotRequest) Reset() {
+	*x = TakeSandboxSnapshotRequest{}
+	mi := &file_node_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeSandboxSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeSandboxSnapshotRequest) ProtoMessage() {}
+
+func (x *TakeSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeSandboxSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*TakeSandboxSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *TakeSandboxSnapshotRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TakeSandboxSnapshotRequest) GetTeamId() string {
+	if x != nil {
+		return x.TeamId
+	}
+	return ""
+}
+
+func (x *TakeSandboxSnapshotRequest) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+func (x *TakeSandboxSnapshotRequest) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+// Artifact is a tar as nodes exchange it: its sha256 (hex) and size.
+type Artifact struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sha256        string                 `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Artifact) Reset() {
+	*x = Artifact{}
+	mi := &file_node_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Artifact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Artifact) ProtoMessage() {}
+
+func (x *Artifact) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
+func (*Artifact) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *Artifact) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *Artifact) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+// SnapshotHost is what a memory snapshot was taken with
+// (nodeapi.SnapshotHost).
+type SnapshotHost struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Runtime       string                 `protobuf:"bytes,1,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Envd          string                 `protobuf:"bytes,2,opt,name=envd,proto3" json:"envd,omitempty"`
+	CpuFlags      []string               `protobuf:"bytes,3,rep,name=cpu_flags,json=cpuFlags,proto3" json:"cpu_flags,omitempty"`
+	Vcpus         int32                  `protobuf:"varint,4,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
+	MemoryMb      int64                  `protobuf:"varint,5,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
+	TmpMb         int64                  `protobuf:"varint,6,opt,name=tmp_mb,json=tmpMb,proto3" json:"tmp_mb,omitempty"`
+	DiskMb        int64                  `protobuf:"varint,7,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotHost) Reset() {
+	*x = SnapshotHost{}
+	mi := &file_node_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotHost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotHost) ProtoMessage() {}
+
+func (x *SnapshotHost) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotHost.ProtoReflect.Descriptor instead.
+func (*SnapshotHost) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *SnapshotHost) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *SnapshotHost) GetEnvd() string {
+	if x != nil {
+		return x.Envd
+	}
+	return ""
+}
+
+func (x *SnapshotHost) GetCpuFlags() []string {
+	if x != nil {
+		return x.CpuFlags
+	}
+	return nil
+}
+
+func (x *SnapshotHost) GetVcpus() int32 {
+	if x != nil {
+		return x.Vcpus
+	}
+	return 0
+}
+
+func (x *SnapshotHost) GetMemoryMb() int64 {
+	if x != nil {
+		return x.MemoryMb
+	}
+	return 0
+}
+
+func (x *SnapshotHost) GetTmpMb() int64 {
+	if x != nil {
+		return x.TmpMb
+	}
+	return 0
+}
+
+func (x *SnapshotHost) GetDiskMb() int64 {
+	if x != nil {
+		return x.DiskMb
+	}
+	return 0
+}
+
+type TakeSandboxSnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is the template the sandbox was started from (rootfs and
+	// snapshot_dir empty).
+	Source *Template `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Rootfs *Artifact `protobuf:"bytes,2,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
+	// snapshot and host are unset for a snapshot that stays on its node.
+	Snapshot      *Artifact     `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Host          *SnapshotHost `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeSandboxSnapshotResponse) Reset() {
+	*x = TakeSandboxSnapshotResponse{}
+	mi := &file_node_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeSandboxSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeSandboxSnapshotResponse) ProtoMessage() {}
+
+func (x *TakeSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeSandboxSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*TakeSandboxSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *TakeSandboxSnapshotResponse) GetSource() *Template {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *TakeSandboxSnapshotResponse) GetRootfs() *Artifact {
+	if x != nil {
+		return x.Rootfs
+	}
+	return nil
+}
+
+func (x *TakeSandboxSnapshotResponse) GetSnapshot() *Artifact {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *TakeSandboxSnapshotResponse) GetHost() *SnapshotHost {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
+type DeleteSandboxSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BuildId       string                 `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSandboxSnapshotRequest) Reset() {
+	*x = DeleteSandboxSnapshotRequest{}
+	mi := &file_node_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSandboxSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSandboxSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSandboxSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSandboxSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *DeleteSandboxSnapshotRequest) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+type DeleteSandboxSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSandboxSnapshotResponse) Reset() {
+	*x = DeleteSandboxSnapshotResponse{}
+	mi := &file_node_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSandboxSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSandboxSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSandboxSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSandboxSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{50}
+}
+
+type SandboxLogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// start, when set, drops the entries before it.
+	Start         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxLogsRequest) Reset() {
+	*x = SandboxLogsRequest{}
+	mi := &file_node_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxLogsRequest) ProtoMessage() {}
+
+func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxLogsRequest.ProtoReflect.Descriptor instead.
+func (*SandboxLogsRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *SandboxLogsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SandboxLogsRequest) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+type LogEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Timestamp     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	Level         string                 `protobuf:"bytes,2,opt,name=level,proto3" json:"level,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Fields        map[string]string      `protobuf:"bytes,4,rep,name=fields,proto3" json:"fields,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogEntry) Reset() {
+	*x = LogEntry{}
+	mi := &file_node_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogEntry) ProtoMessage() {}
+
+func (x *LogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
+func (*LogEntry) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *LogEntry) GetTimestamp() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Timestamp
+	}
+	return nil
+}
+
+func (x *LogEntry) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *LogEntry) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *LogEntry) GetFields() map[string]string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+type SandboxLogsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*LogEntry            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxLogsResponse) Reset() {
+	*x = SandboxLogsResponse{}
+	mi := &file_node_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxLogsResponse) ProtoMessage() {}
+
+func (x *SandboxLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxLogsResponse.ProtoReflect.Descriptor instead.
+func (*SandboxLogsResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *SandboxLogsResponse) GetEntries() []*LogEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -2699,12 +3246,13 @@ const file_node_proto_rawDesc = "" +
 	"\rResumeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x121\n" +
-	"\x06end_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"\x87\x01\n" +
+	"\x06end_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"\xb5\x01\n" +
 	"\vForkRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\x12#\n" +
 	"\rexecution_ids\x18\x03 \x03(\tR\fexecutionIds\x121\n" +
-	"\x06end_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"E\n" +
+	"\x06end_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\x12,\n" +
+	"\x12envd_access_tokens\x18\x05 \x03(\tR\x10envdAccessTokens\"E\n" +
 	"\fForkResponse\x125\n" +
 	"\tsandboxes\x18\x01 \x03(\v2\x17.warren.node.v1.SandboxR\tsandboxes\"X\n" +
 	"\vKillRequest\x12\x0e\n" +
@@ -2796,7 +3344,45 @@ const file_node_proto_rawDesc = "" +
 	"\x18SnapshotTemplateResponse\")\n" +
 	"\x15DeleteSnapshotRequest\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\tR\x03dir\"\x18\n" +
-	"\x16DeleteSnapshotResponse2\x93\r\n" +
+	"\x16DeleteSnapshotResponse\"\x81\x01\n" +
+	"\x1aTakeSandboxSnapshotRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\ateam_id\x18\x02 \x01(\tR\x06teamId\x12\x1f\n" +
+	"\vtemplate_id\x18\x03 \x01(\tR\n" +
+	"templateId\x12\x19\n" +
+	"\bbuild_id\x18\x04 \x01(\tR\abuildId\"6\n" +
+	"\bArtifact\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\"\xbc\x01\n" +
+	"\fSnapshotHost\x12\x18\n" +
+	"\aruntime\x18\x01 \x01(\tR\aruntime\x12\x12\n" +
+	"\x04envd\x18\x02 \x01(\tR\x04envd\x12\x1b\n" +
+	"\tcpu_flags\x18\x03 \x03(\tR\bcpuFlags\x12\x14\n" +
+	"\x05vcpus\x18\x04 \x01(\x05R\x05vcpus\x12\x1b\n" +
+	"\tmemory_mb\x18\x05 \x01(\x03R\bmemoryMb\x12\x15\n" +
+	"\x06tmp_mb\x18\x06 \x01(\x03R\x05tmpMb\x12\x17\n" +
+	"\adisk_mb\x18\a \x01(\x03R\x06diskMb\"\xe9\x01\n" +
+	"\x1bTakeSandboxSnapshotResponse\x120\n" +
+	"\x06source\x18\x01 \x01(\v2\x18.warren.node.v1.TemplateR\x06source\x120\n" +
+	"\x06rootfs\x18\x02 \x01(\v2\x18.warren.node.v1.ArtifactR\x06rootfs\x124\n" +
+	"\bsnapshot\x18\x03 \x01(\v2\x18.warren.node.v1.ArtifactR\bsnapshot\x120\n" +
+	"\x04host\x18\x04 \x01(\v2\x1c.warren.node.v1.SnapshotHostR\x04host\"9\n" +
+	"\x1cDeleteSandboxSnapshotRequest\x12\x19\n" +
+	"\bbuild_id\x18\x01 \x01(\tR\abuildId\"\x1f\n" +
+	"\x1dDeleteSandboxSnapshotResponse\"V\n" +
+	"\x12SandboxLogsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
+	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\"\xed\x01\n" +
+	"\bLogEntry\x128\n" +
+	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x14\n" +
+	"\x05level\x18\x02 \x01(\tR\x05level\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12<\n" +
+	"\x06fields\x18\x04 \x03(\v2$.warren.node.v1.LogEntry.FieldsEntryR\x06fields\x1a9\n" +
+	"\vFieldsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
+	"\x13SandboxLogsResponse\x122\n" +
+	"\aentries\x18\x01 \x03(\v2\x18.warren.node.v1.LogEntryR\aentries2\xd1\x0f\n" +
 	"\vNodeService\x12H\n" +
 	"\x06Create\x12\x1d.warren.node.v1.CreateRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12B\n" +
 	"\x03Get\x12\x1a.warren.node.v1.GetRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12A\n" +
@@ -2819,7 +3405,10 @@ const file_node_proto_rawDesc = "" +
 	"\x0eTemplatesInUse\x12%.warren.node.v1.TemplatesInUseRequest\x1a&.warren.node.v1.TemplatesInUseResponse\x12b\n" +
 	"\x0fSnapshotSandbox\x12&.warren.node.v1.SnapshotSandboxRequest\x1a'.warren.node.v1.SnapshotSandboxResponse\x12e\n" +
 	"\x10SnapshotTemplate\x12'.warren.node.v1.SnapshotTemplateRequest\x1a(.warren.node.v1.SnapshotTemplateResponse\x12_\n" +
-	"\x0eDeleteSnapshot\x12%.warren.node.v1.DeleteSnapshotRequest\x1a&.warren.node.v1.DeleteSnapshotResponseB2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
+	"\x0eDeleteSnapshot\x12%.warren.node.v1.DeleteSnapshotRequest\x1a&.warren.node.v1.DeleteSnapshotResponse\x12n\n" +
+	"\x13TakeSandboxSnapshot\x12*.warren.node.v1.TakeSandboxSnapshotRequest\x1a+.warren.node.v1.TakeSandboxSnapshotResponse\x12t\n" +
+	"\x15DeleteSandboxSnapshot\x12,.warren.node.v1.DeleteSandboxSnapshotRequest\x1a-.warren.node.v1.DeleteSandboxSnapshotResponse\x12V\n" +
+	"\vSandboxLogs\x12\".warren.node.v1.SandboxLogsRequest\x1a#.warren.node.v1.SandboxLogsResponseB2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -2833,142 +3422,166 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_node_proto_goTypes = []any{
-	(*Resources)(nil),                // 0: warren.node.v1.Resources
-	(*Policy)(nil),                   // 1: warren.node.v1.Policy
-	(*Template)(nil),                 // 2: warren.node.v1.Template
-	(*Sandbox)(nil),                  // 3: warren.node.v1.Sandbox
-	(*CreateRequest)(nil),            // 4: warren.node.v1.CreateRequest
-	(*SandboxResponse)(nil),          // 5: warren.node.v1.SandboxResponse
-	(*GetRequest)(nil),               // 6: warren.node.v1.GetRequest
-	(*ListRequest)(nil),              // 7: warren.node.v1.ListRequest
-	(*ListResponse)(nil),             // 8: warren.node.v1.ListResponse
-	(*SetEndTimeRequest)(nil),        // 9: warren.node.v1.SetEndTimeRequest
-	(*SetEndTimeResponse)(nil),       // 10: warren.node.v1.SetEndTimeResponse
-	(*UpdateNetworkRequest)(nil),     // 11: warren.node.v1.UpdateNetworkRequest
-	(*UpdateNetworkResponse)(nil),    // 12: warren.node.v1.UpdateNetworkResponse
-	(*PauseRequest)(nil),             // 13: warren.node.v1.PauseRequest
-	(*ResumeRequest)(nil),            // 14: warren.node.v1.ResumeRequest
-	(*ForkRequest)(nil),              // 15: warren.node.v1.ForkRequest
-	(*ForkResponse)(nil),             // 16: warren.node.v1.ForkResponse
-	(*KillRequest)(nil),              // 17: warren.node.v1.KillRequest
-	(*KillResponse)(nil),             // 18: warren.node.v1.KillResponse
-	(*StatsRequest)(nil),             // 19: warren.node.v1.StatsRequest
-	(*StatsResponse)(nil),            // 20: warren.node.v1.StatsResponse
-	(*MetricsRequest)(nil),           // 21: warren.node.v1.MetricsRequest
-	(*MetricsResponse)(nil),          // 22: warren.node.v1.MetricsResponse
-	(*WatchRequest)(nil),             // 23: warren.node.v1.WatchRequest
-	(*Event)(nil),                    // 24: warren.node.v1.Event
-	(*CapabilitiesRequest)(nil),      // 25: warren.node.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),     // 26: warren.node.v1.CapabilitiesResponse
-	(*SetPoolRequest)(nil),           // 27: warren.node.v1.SetPoolRequest
-	(*SetPoolResponse)(nil),          // 28: warren.node.v1.SetPoolResponse
-	(*ReserveRequest)(nil),           // 29: warren.node.v1.ReserveRequest
-	(*ReserveResponse)(nil),          // 30: warren.node.v1.ReserveResponse
-	(*UnreserveRequest)(nil),         // 31: warren.node.v1.UnreserveRequest
-	(*UnreserveResponse)(nil),        // 32: warren.node.v1.UnreserveResponse
-	(*PoolsRequest)(nil),             // 33: warren.node.v1.PoolsRequest
-	(*PoolStatus)(nil),               // 34: warren.node.v1.PoolStatus
-	(*PoolsResponse)(nil),            // 35: warren.node.v1.PoolsResponse
-	(*TemplatesInUseRequest)(nil),    // 36: warren.node.v1.TemplatesInUseRequest
-	(*TemplateUse)(nil),              // 37: warren.node.v1.TemplateUse
-	(*TemplatesInUseResponse)(nil),   // 38: warren.node.v1.TemplatesInUseResponse
-	(*SnapshotSandboxRequest)(nil),   // 39: warren.node.v1.SnapshotSandboxRequest
-	(*SnapshotSandboxResponse)(nil),  // 40: warren.node.v1.SnapshotSandboxResponse
-	(*SnapshotTemplateRequest)(nil),  // 41: warren.node.v1.SnapshotTemplateRequest
-	(*SnapshotTemplateResponse)(nil), // 42: warren.node.v1.SnapshotTemplateResponse
-	(*DeleteSnapshotRequest)(nil),    // 43: warren.node.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),   // 44: warren.node.v1.DeleteSnapshotResponse
-	nil,                              // 45: warren.node.v1.Template.EnvEntry
-	nil,                              // 46: warren.node.v1.Sandbox.MetadataEntry
-	nil,                              // 47: warren.node.v1.CreateRequest.EnvVarsEntry
-	nil,                              // 48: warren.node.v1.CreateRequest.MetadataEntry
-	nil,                              // 49: warren.node.v1.PoolsResponse.PoolsEntry
-	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
+	(*Resources)(nil),                     // 0: warren.node.v1.Resources
+	(*Policy)(nil),                        // 1: warren.node.v1.Policy
+	(*Template)(nil),                      // 2: warren.node.v1.Template
+	(*Sandbox)(nil),                       // 3: warren.node.v1.Sandbox
+	(*CreateRequest)(nil),                 // 4: warren.node.v1.CreateRequest
+	(*SandboxResponse)(nil),               // 5: warren.node.v1.SandboxResponse
+	(*GetRequest)(nil),                    // 6: warren.node.v1.GetRequest
+	(*ListRequest)(nil),                   // 7: warren.node.v1.ListRequest
+	(*ListResponse)(nil),                  // 8: warren.node.v1.ListResponse
+	(*SetEndTimeRequest)(nil),             // 9: warren.node.v1.SetEndTimeRequest
+	(*SetEndTimeResponse)(nil),            // 10: warren.node.v1.SetEndTimeResponse
+	(*UpdateNetworkRequest)(nil),          // 11: warren.node.v1.UpdateNetworkRequest
+	(*UpdateNetworkResponse)(nil),         // 12: warren.node.v1.UpdateNetworkResponse
+	(*PauseRequest)(nil),                  // 13: warren.node.v1.PauseRequest
+	(*ResumeRequest)(nil),                 // 14: warren.node.v1.ResumeRequest
+	(*ForkRequest)(nil),                   // 15: warren.node.v1.ForkRequest
+	(*ForkResponse)(nil),                  // 16: warren.node.v1.ForkResponse
+	(*KillRequest)(nil),                   // 17: warren.node.v1.KillRequest
+	(*KillResponse)(nil),                  // 18: warren.node.v1.KillResponse
+	(*StatsRequest)(nil),                  // 19: warren.node.v1.StatsRequest
+	(*StatsResponse)(nil),                 // 20: warren.node.v1.StatsResponse
+	(*MetricsRequest)(nil),                // 21: warren.node.v1.MetricsRequest
+	(*MetricsResponse)(nil),               // 22: warren.node.v1.MetricsResponse
+	(*WatchRequest)(nil),                  // 23: warren.node.v1.WatchRequest
+	(*Event)(nil),                         // 24: warren.node.v1.Event
+	(*CapabilitiesRequest)(nil),           // 25: warren.node.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),          // 26: warren.node.v1.CapabilitiesResponse
+	(*SetPoolRequest)(nil),                // 27: warren.node.v1.SetPoolRequest
+	(*SetPoolResponse)(nil),               // 28: warren.node.v1.SetPoolResponse
+	(*ReserveRequest)(nil),                // 29: warren.node.v1.ReserveRequest
+	(*ReserveResponse)(nil),               // 30: warren.node.v1.ReserveResponse
+	(*UnreserveRequest)(nil),              // 31: warren.node.v1.UnreserveRequest
+	(*UnreserveResponse)(nil),             // 32: warren.node.v1.UnreserveResponse
+	(*PoolsRequest)(nil),                  // 33: warren.node.v1.PoolsRequest
+	(*PoolStatus)(nil),                    // 34: warren.node.v1.PoolStatus
+	(*PoolsResponse)(nil),                 // 35: warren.node.v1.PoolsResponse
+	(*TemplatesInUseRequest)(nil),         // 36: warren.node.v1.TemplatesInUseRequest
+	(*TemplateUse)(nil),                   // 37: warren.node.v1.TemplateUse
+	(*TemplatesInUseResponse)(nil),        // 38: warren.node.v1.TemplatesInUseResponse
+	(*SnapshotSandboxRequest)(nil),        // 39: warren.node.v1.SnapshotSandboxRequest
+	(*SnapshotSandboxResponse)(nil),       // 40: warren.node.v1.SnapshotSandboxResponse
+	(*SnapshotTemplateRequest)(nil),       // 41: warren.node.v1.SnapshotTemplateRequest
+	(*SnapshotTemplateResponse)(nil),      // 42: warren.node.v1.SnapshotTemplateResponse
+	(*DeleteSnapshotRequest)(nil),         // 43: warren.node.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),        // 44: warren.node.v1.DeleteSnapshotResponse
+	(*TakeSandboxSnapshotRequest)(nil),    // 45: warren.node.v1.TakeSandboxSnapshotRequest
+	(*Artifact)(nil),                      // 46: warren.node.v1.Artifact
+	(*SnapshotHost)(nil),                  // 47: warren.node.v1.SnapshotHost
+	(*TakeSandboxSnapshotResponse)(nil),   // 48: warren.node.v1.TakeSandboxSnapshotResponse
+	(*DeleteSandboxSnapshotRequest)(nil),  // 49: warren.node.v1.DeleteSandboxSnapshotRequest
+	(*DeleteSandboxSnapshotResponse)(nil), // 50: warren.node.v1.DeleteSandboxSnapshotResponse
+	(*SandboxLogsRequest)(nil),            // 51: warren.node.v1.SandboxLogsRequest
+	(*LogEntry)(nil),                      // 52: warren.node.v1.LogEntry
+	(*SandboxLogsResponse)(nil),           // 53: warren.node.v1.SandboxLogsResponse
+	nil,                                   // 54: warren.node.v1.Template.EnvEntry
+	nil,                                   // 55: warren.node.v1.Sandbox.MetadataEntry
+	nil,                                   // 56: warren.node.v1.CreateRequest.EnvVarsEntry
+	nil,                                   // 57: warren.node.v1.CreateRequest.MetadataEntry
+	nil,                                   // 58: warren.node.v1.PoolsResponse.PoolsEntry
+	nil,                                   // 59: warren.node.v1.LogEntry.FieldsEntry
+	(*timestamppb.Timestamp)(nil),         // 60: google.protobuf.Timestamp
 }
 var file_node_proto_depIdxs = []int32{
-	45, // 0: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
+	54, // 0: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
 	0,  // 1: warren.node.v1.Template.resources:type_name -> warren.node.v1.Resources
-	50, // 2: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	50, // 3: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	60, // 2: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	60, // 3: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
 	0,  // 4: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
 	1,  // 5: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
-	46, // 6: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
+	55, // 6: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
 	2,  // 7: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
 	0,  // 8: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
-	50, // 9: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
+	60, // 9: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
 	1,  // 10: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
-	47, // 11: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
-	48, // 12: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
+	56, // 11: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
+	57, // 12: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
 	3,  // 13: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
 	3,  // 14: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	50, // 15: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
+	60, // 15: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
 	1,  // 16: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
-	50, // 17: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
-	50, // 18: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
+	60, // 17: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
+	60, // 18: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
 	3,  // 19: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	50, // 20: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
-	50, // 21: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
-	50, // 22: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	60, // 20: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
+	60, // 21: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	60, // 22: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
 	20, // 23: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
-	50, // 24: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
+	60, // 24: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
 	2,  // 25: warren.node.v1.SetPoolRequest.template:type_name -> warren.node.v1.Template
 	0,  // 26: warren.node.v1.SetPoolRequest.resources:type_name -> warren.node.v1.Resources
 	2,  // 27: warren.node.v1.ReserveRequest.template:type_name -> warren.node.v1.Template
 	0,  // 28: warren.node.v1.ReserveRequest.resources:type_name -> warren.node.v1.Resources
-	49, // 29: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
+	58, // 29: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
 	37, // 30: warren.node.v1.TemplatesInUseResponse.templates:type_name -> warren.node.v1.TemplateUse
 	2,  // 31: warren.node.v1.SnapshotSandboxResponse.template:type_name -> warren.node.v1.Template
 	2,  // 32: warren.node.v1.SnapshotTemplateRequest.template:type_name -> warren.node.v1.Template
-	34, // 33: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
-	4,  // 34: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
-	6,  // 35: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
-	7,  // 36: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
-	9,  // 37: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
-	11, // 38: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
-	13, // 39: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
-	14, // 40: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
-	15, // 41: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
-	17, // 42: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
-	19, // 43: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
-	21, // 44: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
-	23, // 45: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
-	25, // 46: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
-	27, // 47: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
-	29, // 48: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
-	31, // 49: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
-	33, // 50: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
-	36, // 51: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
-	39, // 52: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
-	41, // 53: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
-	43, // 54: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
-	5,  // 55: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
-	5,  // 56: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
-	8,  // 57: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
-	10, // 58: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
-	12, // 59: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
-	5,  // 60: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
-	5,  // 61: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
-	16, // 62: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
-	18, // 63: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
-	20, // 64: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
-	22, // 65: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
-	24, // 66: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
-	26, // 67: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
-	28, // 68: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
-	30, // 69: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
-	32, // 70: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
-	35, // 71: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
-	38, // 72: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
-	40, // 73: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
-	42, // 74: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
-	44, // 75: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
-	55, // [55:76] is the sub-list for method output_type
-	34, // [34:55] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	2,  // 33: warren.node.v1.TakeSandboxSnapshotResponse.source:type_name -> warren.node.v1.Template
+	46, // 34: warren.node.v1.TakeSandboxSnapshotResponse.rootfs:type_name -> warren.node.v1.Artifact
+	46, // 35: warren.node.v1.TakeSandboxSnapshotResponse.snapshot:type_name -> warren.node.v1.Artifact
+	47, // 36: warren.node.v1.TakeSandboxSnapshotResponse.host:type_name -> warren.node.v1.SnapshotHost
+	60, // 37: warren.node.v1.SandboxLogsRequest.start:type_name -> google.protobuf.Timestamp
+	60, // 38: warren.node.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	59, // 39: warren.node.v1.LogEntry.fields:type_name -> warren.node.v1.LogEntry.FieldsEntry
+	52, // 40: warren.node.v1.SandboxLogsResponse.entries:type_name -> warren.node.v1.LogEntry
+	34, // 41: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
+	4,  // 42: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
+	6,  // 43: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
+	7,  // 44: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
+	9,  // 45: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
+	11, // 46: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
+	13, // 47: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
+	14, // 48: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
+	15, // 49: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
+	17, // 50: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
+	19, // 51: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
+	21, // 52: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
+	23, // 53: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
+	25, // 54: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
+	27, // 55: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
+	29, // 56: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
+	31, // 57: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
+	33, // 58: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
+	36, // 59: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
+	39, // 60: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
+	41, // 61: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
+	43, // 62: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
+	45, // 63: warren.node.v1.NodeService.TakeSandboxSnapshot:input_type -> warren.node.v1.TakeSandboxSnapshotRequest
+	49, // 64: warren.node.v1.NodeService.DeleteSandboxSnapshot:input_type -> warren.node.v1.DeleteSandboxSnapshotRequest
+	51, // 65: warren.node.v1.NodeService.SandboxLogs:input_type -> warren.node.v1.SandboxLogsRequest
+	5,  // 66: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
+	5,  // 67: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
+	8,  // 68: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
+	10, // 69: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
+	12, // 70: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
+	5,  // 71: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
+	5,  // 72: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
+	16, // 73: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
+	18, // 74: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
+	20, // 75: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
+	22, // 76: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
+	24, // 77: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
+	26, // 78: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
+	28, // 79: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
+	30, // 80: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
+	32, // 81: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
+	35, // 82: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
+	38, // 83: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
+	40, // 84: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
+	42, // 85: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
+	44, // 86: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
+	48, // 87: warren.node.v1.NodeService.TakeSandboxSnapshot:output_type -> warren.node.v1.TakeSandboxSnapshotResponse
+	50, // 88: warren.node.v1.NodeService.DeleteSandboxSnapshot:output_type -> warren.node.v1.DeleteSandboxSnapshotResponse
+	53, // 89: warren.node.v1.NodeService.SandboxLogs:output_type -> warren.node.v1.SandboxLogsResponse
+	66, // [66:90] is the sub-list for method output_type
+	42, // [42:66] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -2982,7 +3595,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/warren-sandbox/warren/internal/app"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -18,7 +19,7 @@ type controlPlane struct {
 	MetricsListen, Domain           *string
 	PublicURL, TLSCert, TLSKey      *string
 	Events                          *app.EventsConfig
-	EgressAllow                     *[]string
+	EgressAllow, TrustedProxies     *[]string
 	Limits                          *store.Limits
 	LogLevel                        string
 }
@@ -28,7 +29,8 @@ type controlPlane struct {
 func addControlPlaneFlags(cmd *cobra.Command, c *controlPlane) {
 	f := cmd.Flags()
 	f.StringVar(c.APIKey, "api-key", "", "API key (e2b_ + 40 hex) to accept for the default team (env WARREN_API_KEY)")
-	f.StringVar(c.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token (env WARREN_ADMIN_TOKEN)")
+	f.StringVar(c.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token, at least 32 characters (env WARREN_ADMIN_TOKEN; none: admin API off)")
+	f.StringArrayVar(c.TrustedProxies, "trusted-proxy", nil, "a reverse proxy in front of the listener (CIDR or IP, repeatable): for its requests the client whose failed authentications are throttled is the one its X-Forwarded-For names")
 	f.StringVar(c.MetricsListen, "metrics-listen", app.DefaultMetricsListen, "address serving Prometheus GET /metrics without a token (empty disables; the API's /metrics still needs the admin token)")
 	f.StringVar(c.Domain, "domain", "", "sandbox domain for <port>-<sandboxID>.<domain> hosts (default localhost:<port>)")
 	f.StringVar(c.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
@@ -37,12 +39,24 @@ func addControlPlaneFlags(cmd *cobra.Command, c *controlPlane) {
 	f.DurationVar(&c.Events.Retention, "event-retention", 0, "how long lifecycle events, webhook deliveries and records of killed sandboxes are kept (default 720h)")
 	f.IntVar(&c.Events.WebhookMaxAttempts, "webhook-max-attempts", 0, "attempts per webhook delivery before it is marked failed (default 10)")
 	f.DurationVar(&c.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
+	f.IntVar(&c.Events.WebhookTeamConcurrency, "webhook-team-concurrency", 0, "webhook delivery attempts of one team in flight at once, of the 8 of the server (default 2)")
 	f.StringArrayVar(c.EgressAllow, "egress-allow", nil, "let image pulls and webhook deliveries reach this non-public destination: CIDR, IP, IP:PORT or HOST:PORT (repeatable; by default only public addresses are reached)")
 	f.IntVar(&c.Limits.MaxConcurrent, "max-concurrent", 0, "default limit of a team's running sandboxes (default 20; a team's own limit wins)")
 	f.DurationVar(&c.Limits.MaxTimeout, "max-timeout", 0, "default longest sandbox timeout a team may ask for (default 24h)")
 	f.IntVar(&c.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")
 	f.Int64Var(&c.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
+	fairnessFlags(f, c.Limits)
 	f.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+// fairnessFlags are the defaults of the team limits that keep one team
+// from taking what others are owed (docs/configuration.md), shared by
+// serve and api.
+func fairnessFlags(f *pflag.FlagSet, l *store.Limits) {
+	f.Int64Var(&l.MaxDiskMB, "max-disk-mb", 0, "default bound of a team's sandbox disk (and template disk) in MiB (default 20480)")
+	f.IntVar(&l.MaxBuilds, "max-builds", 0, "default number of a team's template builds running at once on a node (default: half the node's --build-slots, at least 1)")
+	f.IntVar(&l.MaxWebhooks, "max-webhooks", 0, "default number of webhooks a team may register (default 20)")
+	f.Int64Var(&l.MaxTemplateStorageMB, "max-template-storage-mb", 0, "default bound in MiB of the disk a team's templates take: build trees, snapshots and the layer cache their builds made (default 102400)")
 }
 
 // fromEnv fills the flags left empty from the environment, and returns
@@ -64,7 +78,7 @@ func newAPI(stdout, stderr io.Writer) *cobra.Command {
 	var cfg app.APIConfig
 	cp := &controlPlane{APIKey: &cfg.APIKey, AdminToken: &cfg.AdminToken, DatabaseURL: &cfg.DatabaseURL, MetricsListen: &cfg.MetricsListen,
 		Domain: &cfg.Domain, PublicURL: &cfg.PublicURL, TLSCert: &cfg.TLSCert, TLSKey: &cfg.TLSKey, Events: &cfg.Events,
-		EgressAllow: &cfg.EgressAllow, Limits: &cfg.Limits}
+		EgressAllow: &cfg.EgressAllow, TrustedProxies: &cfg.TrustedProxies, Limits: &cfg.Limits}
 	cmd := &cobra.Command{
 		Use:   "api",
 		Short: "Run the API and the edge proxy over registered nodes (no local node; Postgres)",

@@ -34,6 +34,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // nodeIso names the host objects of this file's `warren node` apart from
@@ -52,7 +53,7 @@ const (
 // left on it, stops it with SIGTERM and removes its host objects.
 func startNodeBinary(t *testing.T, token string) (dataDir string) {
 	t.Helper()
-	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
+	testenv.NeedRoot(t, "network namespaces, cgroups and runsc")
 	for _, env := range []string{"WARREN_WARREN", "WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
 		e2eserve.Require(t, e2eserve.Exists(os.Getenv(env)), fmt.Sprintf("$%s (%q) does not exist; run make build base-rootfs", env, os.Getenv(env)))
 	}

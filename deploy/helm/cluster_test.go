@@ -126,11 +126,11 @@ func TestHelmInstallUpgrade(t *testing.T) {
 
 	// More replicas and a given admin token: the API rolls, the nodes do not.
 	if out, err := c.helm("upgrade", "warren", chartDir, "--namespace", ns, db,
-		"--set", "api.replicas=3,tokens.adminToken=given-admin-token"); err != nil {
+		"--set", "api.replicas=3,tokens.adminToken=given-admin-token-0123456789abcdef"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	got := c.secret(t, ns, "warren-tokens")
-	if got["admin-token"] != "given-admin-token" || got["node-credential-key"] != tokens["node-credential-key"] {
+	if got["admin-token"] != "given-admin-token-0123456789abcdef" || got["node-credential-key"] != tokens["node-credential-key"] {
 		t.Errorf("after giving an admin token: %v, node credential key was %q", got, tokens["node-credential-key"])
 	}
 	c.wantGeneration(t, ns, "deployment/warren-api", 2)
@@ -144,7 +144,7 @@ func TestHelmInstallUpgrade(t *testing.T) {
 	if out, err := c.helm("upgrade", "warren", chartDir, "--namespace", ns, db); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if got := c.secret(t, ns, "warren-tokens"); got["admin-token"] != "given-admin-token" || got["node-credential-key"] != tokens["node-credential-key"] {
+	if got := c.secret(t, ns, "warren-tokens"); got["admin-token"] != "given-admin-token-0123456789abcdef" || got["node-credential-key"] != tokens["node-credential-key"] {
 		t.Errorf("after dropping the given admin token: %v", got)
 	}
 }

@@ -80,7 +80,7 @@ func TestTemplateDefaults(t *testing.T) {
 // Every value the chart documents moves what it should.
 func TestTemplateCustomValues(t *testing.T) {
 	r := render(t, "sandboxes", "--values", "testdata/custom-values.yaml")
-	if got := r.get(t, "Secret", "warren-tokens"); got.secretValue(t, "admin-token") != "admin-secret-0f4a9b2c" ||
+	if got := r.get(t, "Secret", "warren-tokens"); got.secretValue(t, "admin-token") != "admin-secret-0f4a9b2c-0123456789abcd" ||
 		got.secretValue(t, "node-credential-key") != "node-credential-key-5e6d7c8b9a0b1c2d3e4f" {
 		t.Errorf("tokens given in the values are not the Secret's: %v", got.Data)
 	}
@@ -89,7 +89,7 @@ func TestTemplateCustomValues(t *testing.T) {
 		t.Errorf("database URL %q", got)
 	}
 	// The credentials reach the pods through Secrets only, never in plain text.
-	for _, secret := range []string{"admin-secret-0f4a9b2c", "node-credential-key-5e6d7c8b9a0b1c2d3e4f", "db-secret-7c1f"} {
+	for _, secret := range []string{"admin-secret-0f4a9b2c-0123456789abcd", "node-credential-key-5e6d7c8b9a0b1c2d3e4f", "db-secret-7c1f"} {
 		if strings.Contains(r.yaml, secret) {
 			t.Errorf("%q appears in plain text in the rendered objects", secret)
 		}

@@ -6,12 +6,16 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
 	"github.com/warren-sandbox/warren/internal/nodeauth"
@@ -92,6 +96,8 @@ type NodeOptions struct {
 	// Command, when set, makes the command to start of the node's command
 	// line (to run it in a network namespace, say); nil runs it as is.
 	Command func(name string, args ...string) *exec.Cmd
+	// ExtraArgs are added to the command line (e.g. --backstop-grace).
+	ExtraArgs []string
 }
 
 // Node is one `warren node` of a test; Run starts it, and again after it
@@ -135,6 +141,7 @@ func (n *Node) Run(t testing.TB) {
 		"--runsc", os.Getenv("WARREN_RUNSC"), "--envd", os.Getenv("WARREN_ENVD"),
 		"--base-rootfs", os.Getenv("WARREN_TEST_ROOTFS_TAR"), "--cgroup-root", n.Isolation.CgroupRoot,
 		"--nft-table", n.Isolation.Table, "--net-cidr", n.Isolation.CIDR, "--veth-prefix", n.Isolation.VethPrefix)
+	cmd.Args = append(cmd.Args, n.ExtraArgs...)
 	n.P = StartProc(t, "warren node "+n.ID, cmd, "WARREN_NODE_TOKEN="+n.NodeToken)
 	t.Cleanup(func() { // before the node stops: kill what is left on it
 		if list, err := n.Client().List(context.Background()); err == nil {
@@ -154,6 +161,35 @@ func (n *Node) Client() *nodeclient.Client {
 	}
 	return nodeclient.New("https://"+n.RPCListen, nodeclient.Options{TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		Token: nodeauth.Credential(n.NodeToken, nodeauth.PurposeRPC)})
+}
+
+// KillCount is the node's own sandbox_killed_total for reason, read from
+// its metrics (the RPC listener's GET /metrics over TLS, with the node's
+// metrics credential).
+func (n *Node) KillCount(t testing.TB, reason string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "https://"+n.RPCListen+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+nodeauth.Credential(n.NodeToken, nodeauth.PurposeMetrics))
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: ClientTLS(t)}, Timeout: 30 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("metrics of node %s: %v", n.ID, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("metrics of node %s: %d %s", n.ID, resp.StatusCode, body)
+	}
+	var v int
+	for line := range strings.Lines(string(body)) {
+		if rest, ok := strings.CutPrefix(line, `sandbox_killed_total{kill_reason="`+reason+`"} `); ok {
+			fmt.Sscanf(rest, "%d", &v) //nolint:errcheck // absent: 0
+		}
+	}
+	return v
 }
 
 // Running lists the IDs of the sandboxes the node runs (its own word).

@@ -55,7 +55,8 @@ func CreateTeam(ctx context.Context, st store.Store, id, name string, lim store.
 // ValidLimits checks team limits set by the operator.
 func ValidLimits(l store.Limits) error {
 	switch {
-	case l.MaxConcurrent < 0, l.MaxVCPUs < 0, l.MaxMemoryMB < 0, l.MaxDiskMB < 0, l.MaxPaused < 0, l.MaxSnapshots < 0, l.MaxTimeout < 0:
+	case l.MaxConcurrent < 0, l.MaxVCPUs < 0, l.MaxMemoryMB < 0, l.MaxDiskMB < 0, l.MaxPaused < 0, l.MaxSnapshots < 0, l.MaxTimeout < 0,
+		l.MaxBuilds < 0, l.MaxWebhooks < 0, l.MaxTemplateStorageMB < 0:
 		return fmt.Errorf("team limits must not be negative (0 means the server default): %w", errdefs.ErrInvalid)
 	}
 	return nil
@@ -71,11 +72,17 @@ type limitsJSON struct {
 	MaxTimeoutSeconds *int64 `json:"maxTimeoutSeconds,omitempty"`
 	MaxPaused         *int   `json:"maxPaused,omitempty"`
 	MaxSnapshots      *int   `json:"maxSnapshots,omitempty"`
+	// MaxBuilds, MaxWebhooks and MaxTemplateStorageMB bound the team's
+	// builds running at once, its webhooks and its templates' disk.
+	MaxBuilds            *int   `json:"maxBuilds,omitempty"`
+	MaxWebhooks          *int   `json:"maxWebhooks,omitempty"`
+	MaxTemplateStorageMB *int64 `json:"maxTemplateStorageMB,omitempty"`
 }
 
 func limitsOf(l store.Limits) limitsJSON {
 	secs := int64(l.MaxTimeout / time.Second)
-	return limitsJSON{&l.MaxConcurrent, &l.MaxVCPUs, &l.MaxMemoryMB, &l.MaxDiskMB, &secs, &l.MaxPaused, &l.MaxSnapshots}
+	return limitsJSON{&l.MaxConcurrent, &l.MaxVCPUs, &l.MaxMemoryMB, &l.MaxDiskMB, &secs, &l.MaxPaused, &l.MaxSnapshots,
+		&l.MaxBuilds, &l.MaxWebhooks, &l.MaxTemplateStorageMB}
 }
 
 // apply sets the given fields on l.
@@ -96,6 +103,9 @@ func (j limitsJSON) apply(l *store.Limits) {
 	set64(&l.MaxDiskMB, j.MaxDiskMB)
 	set(&l.MaxPaused, j.MaxPaused)
 	set(&l.MaxSnapshots, j.MaxSnapshots)
+	set(&l.MaxBuilds, j.MaxBuilds)
+	set(&l.MaxWebhooks, j.MaxWebhooks)
+	set64(&l.MaxTemplateStorageMB, j.MaxTemplateStorageMB)
 	if j.MaxTimeoutSeconds != nil {
 		l.MaxTimeout = time.Duration(*j.MaxTimeoutSeconds) * time.Second
 	}

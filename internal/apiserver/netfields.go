@@ -40,6 +40,12 @@ func errRules(field string) error {
 	return fmt.Errorf("%s (header transforms of outbound traffic) is not supported by this server: %w", field, errdefs.ErrInvalid)
 }
 
+// jsonObject reports whether a raw JSON value is an object.
+func jsonObject(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return strings.HasPrefix(s, "{")
+}
+
 // given reports whether a raw JSON field was sent with a value.
 func given(raw json.RawMessage) bool {
 	s := strings.TrimSpace(string(raw))

@@ -148,8 +148,12 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	if req.TemplateID != tmpl.ID {
 		alias = req.TemplateID
 	}
-	if given(req.Mcp) {
-		return nil, fmt.Errorf("mcp is not supported by this server (no MCP gateway): %w", errdefs.ErrInvalid)
+	// mcp is the SDK's: it creates from mcp-gateway and then starts the
+	// gateway in the sandbox with this config itself (docs/mcp.md). The
+	// server only checks its shape; the config (which holds the servers'
+	// secrets) is neither kept nor logged.
+	if given(req.Mcp) && !jsonObject(req.Mcp) {
+		return nil, invalid("mcp", "must be an object of MCP servers")
 	}
 	if given(req.IAM) {
 		return nil, fmt.Errorf("iam is not supported by this server (no workload identity tokens): %w", errdefs.ErrInvalid)

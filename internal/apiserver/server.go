@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/throttle"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -70,9 +72,8 @@ type Config struct {
 	// DefaultResources are given to each sandbox (default 2 vCPU, 512 MiB,
 	// 10 GiB disk).
 	DefaultResources sandbox.Resources
-	// DefaultLimits apply to teams whose own limits are zero (defaults: 20
-	// concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, no disk bound,
-	// 100 paused sandboxes, 100 snapshots).
+	// DefaultLimits apply to teams whose own limits are zero (defaults:
+	// WithDefaults).
 	DefaultLimits store.Limits
 	// RetryAfter is the Retry-After sent with a concurrency 429 (default
 	// 5 s).
@@ -95,9 +96,10 @@ type Config struct {
 	PublicURL string
 	// Pools, when set, serves the warm pool admin routes (pools.go).
 	Pools nodeapi.Pooler
-	// Snapshots, when set (with Catalog), takes sandbox snapshots and
-	// deletes template snapshots (the node agent; snapshots.go).
-	Snapshots Snapshotter
+	// TrustedProxies are the reverse proxies in front of the API: for
+	// their requests the client whose failed authentications are counted
+	// (auththrottle.go) is the one their X-Forwarded-For names.
+	TrustedProxies []netip.Prefix
 }
 
 // Server serves the API. It is an http.Handler.
@@ -105,13 +107,14 @@ type Server struct {
 	cfg Config
 	st  store.Store
 	lc  *lifecycle.Manager
-	// envd reads sandboxes' kept logs from their envd (sandboxlogs.go).
-	envd *http.Client
-	log  *slog.Logger
-	mux  *http.ServeMux
+	log *slog.Logger
+	mux *http.ServeMux
 	// routes are the patterns served, in the order handle added them.
 	routes []string
 	hm     *httpMetrics
+	auths  *authThrottle
+	// snapshots counts the snapshots in progress per team (snapshotcount.go).
+	snapshots snapshotSlots
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -138,9 +141,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux(),
-		envd: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}, Timeout: envdLogsTimeout}}
+	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux()}
 	if err := s.initHTTPMetrics(cfg.Registry); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.auths, err = newAuthThrottle(cfg.Registry); err != nil {
 		return nil, err
 	}
 	s.addRoutes()
@@ -279,12 +285,17 @@ func (s *Server) auth(h func(http.ResponseWriter, *http.Request, *caller), admin
 
 func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	ctx := r.Context()
+	client := throttle.Client(r, s.cfg.TrustedProxies)
 	tok := r.Header.Get("X-Admin-Token")
 	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok == "" && !strings.HasPrefix(b, KeyPrefix) {
 		tok = b
 	}
 	if tok != "" {
+		if err := s.auths.allow(client, credAdmin); err != nil {
+			return nil, err
+		}
 		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) != 1 {
+			s.auths.failed(client, credAdmin)
 			return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid admin token")
 		}
 		c := &caller{admin: true, teamID: r.Header.Get("X-Team-ID")}
@@ -309,15 +320,24 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	if key == "" {
 		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "missing API key: set the X-API-Key header")
 	}
+	if err := s.auths.allow(client, credKey); err != nil {
+		return nil, err
+	}
+	if !ValidKey(key) { // never stored: no need to look
+		s.auths.failed(client, credKey)
+		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key")
+	}
 	k, err := s.st.APIKeyByHash(ctx, HashKey(key))
 	if err != nil {
 		if errdefs.IsNotFound(err) {
+			s.auths.failed(client, credKey)
 			return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key")
 		}
 		return nil, fmt.Errorf("api key lookup: %w", err)
 	}
 	t, err := s.st.GetTeam(ctx, k.TeamID)
 	if errdefs.IsNotFound(err) {
+		s.auths.failed(client, credKey)
 		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key: its team no longer exists")
 	}
 	if err != nil {
@@ -329,11 +349,24 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 // limits returns the caller's effective limits.
 func (s *Server) limits(c *caller) store.Limits { return EffectiveLimits(s.cfg.DefaultLimits, c.team) }
 
+// Warren's default team limits that are new enough to be named.
+const (
+	// DefaultMaxDiskMB bounds one sandbox's disk (and a template's).
+	DefaultMaxDiskMB = 20 << 10
+	// DefaultMaxWebhooks bounds a team's webhooks.
+	DefaultMaxWebhooks = 20
+	// DefaultMaxTemplateStorageMB bounds the disk a team's templates take.
+	DefaultMaxTemplateStorageMB = 100 << 10
+)
+
 // WithDefaults fills the zero fields of a server's default limits with
-// Warren's: 20 concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, no disk
-// bound, 100 paused sandboxes, 100 snapshots.
+// Warren's: 20 concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, 20 GiB
+// of disk per sandbox, 100 paused sandboxes, 100 snapshots, 20 webhooks,
+// 100 GiB of template storage; builds at once (MaxBuilds) stay 0, which
+// the build service reads as half its build slots, at least 1.
 func WithDefaults(l store.Limits) store.Limits {
-	def := store.Limits{MaxConcurrent: 20, MaxTimeout: 24 * time.Hour, MaxVCPUs: 8, MaxMemoryMB: 8192, MaxPaused: 100, MaxSnapshots: 100}
+	def := store.Limits{MaxConcurrent: 20, MaxTimeout: 24 * time.Hour, MaxVCPUs: 8, MaxMemoryMB: 8192, MaxPaused: 100, MaxSnapshots: 100,
+		MaxDiskMB: DefaultMaxDiskMB, MaxWebhooks: DefaultMaxWebhooks, MaxTemplateStorageMB: DefaultMaxTemplateStorageMB}
 	pick(&l, def)
 	return l
 }
@@ -353,6 +386,7 @@ func EffectiveLimits(defaults store.Limits, t *store.Team) store.Limits {
 func pick(l *store.Limits, def store.Limits) {
 	for _, f := range []struct{ dst, def *int }{
 		{&l.MaxConcurrent, &def.MaxConcurrent}, {&l.MaxVCPUs, &def.MaxVCPUs}, {&l.MaxPaused, &def.MaxPaused}, {&l.MaxSnapshots, &def.MaxSnapshots},
+		{&l.MaxBuilds, &def.MaxBuilds}, {&l.MaxWebhooks, &def.MaxWebhooks},
 	} {
 		if *f.dst == 0 {
 			*f.dst = *f.def
@@ -363,6 +397,9 @@ func pick(l *store.Limits, def store.Limits) {
 	}
 	if l.MaxDiskMB == 0 {
 		l.MaxDiskMB = def.MaxDiskMB
+	}
+	if l.MaxTemplateStorageMB == 0 {
+		l.MaxTemplateStorageMB = def.MaxTemplateStorageMB
 	}
 	if l.MaxTimeout == 0 {
 		l.MaxTimeout = def.MaxTimeout
@@ -414,7 +451,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Log(r.Context(), lvl, "api request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	}
 	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
+		secs := int(s.cfg.RetryAfter.Seconds())
+		var te *throttledError
+		if errors.As(err, &te) {
+			secs = te.seconds()
+		}
+		w.Header().Set("Retry-After", fmt.Sprint(secs))
 	}
 	writeErrorBody(w, status, msg)
 }

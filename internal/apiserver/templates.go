@@ -60,6 +60,15 @@ func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Reques
 // X-Team-ID acts as the operator on system templates (no team: base, and
 // the ones the operator builds, which every team may use, under any name
 // including the reserved ones).
+//
+// A template is inspected and changed by its owner only
+// (templates.Catalog.Owned). Another team's public template is usable,
+// not inspectable: a team may create sandboxes of it and build from it
+// (by ID or team/name, with a tag) and resolve its name
+// (GET /templates/aliases/{name}: its ID and public flag); every other
+// route (get with its builds, tags, build status and logs, uploads,
+// builds, publish, delete, tag changes) answers 404, as for a template
+// that does not exist. The lists show the caller's own templates only.
 
 // templateErr answers err of an operation on template id.
 func (s *Server) templateErr(w http.ResponseWriter, r *http.Request, id string, err error) {
@@ -116,6 +125,10 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *calle
 		return
 	}
 	lim := s.limits(c)
+	if lim.MaxDiskMB > 0 && disk > lim.MaxDiskMB {
+		s.fail(w, r, invalid("minFreeDiskMb", "%d MiB is more than the team's disk limit of %d MiB (a sandbox's disk)", disk, lim.MaxDiskMB))
+		return
+	}
 	t, b, err := s.cfg.Builds.CreateTemplate(r.Context(), templates.CreateRequest{
 		TeamID: c.teamID, Name: name, Tags: req.Tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB, DiskMB: disk,
 		Limits: templates.Limits{MaxCPU: lim.MaxVCPUs, MaxMemoryMB: lim.MaxMemoryMB},
@@ -221,7 +234,9 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("fromTemplate", "give fromImage or fromTemplate, not both"))
 		return
 	}
-	spec := builder.Spec{FromImage: req.FromImage, FromTemplate: req.FromTemplate, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force}
+	lim := s.limits(c)
+	spec := builder.Spec{FromImage: req.FromImage, FromTemplate: req.FromTemplate, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force,
+		Team: builder.TeamLimits{Builds: lim.MaxBuilds, StorageMB: lim.MaxTemplateStorageMB}}
 	if a := req.FromImageRegistry; a != nil {
 		auth, err := registryAuthOf(a)
 		if err != nil {
@@ -482,7 +497,7 @@ func (s *Server) listTemplatesV2(w http.ResponseWriter, r *http.Request, c *call
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
 	id := r.PathValue("id")
-	t, err := s.cfg.Catalog.Find(r.Context(), c.teamID, id)
+	t, err := s.cfg.Catalog.Owned(r.Context(), c.teamID, id)
 	if err != nil {
 		s.templateErr(w, r, id, err)
 		return
@@ -520,13 +535,9 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, c *calle
 	id := r.PathValue("id")
 	ctx := r.Context()
 	name, _ := templates.ParseRef(id)
-	t, err := s.cfg.Catalog.Find(ctx, c.teamID, name)
+	t, err := s.cfg.Catalog.Owned(ctx, c.teamID, name)
 	if err != nil {
 		s.templateErr(w, r, id, err)
-		return
-	}
-	if t.TeamID != c.teamID {
-		s.templateErr(w, r, id, fmt.Errorf("template %q: %w", id, errdefs.ErrForbidden))
 		return
 	}
 	// The builds' files (trees, memory snapshots and their saved layers)
@@ -552,7 +563,7 @@ func (s *Server) patchTemplate(w http.ResponseWriter, r *http.Request, c *caller
 	if req.Public != nil {
 		t, err = s.cfg.Catalog.SetPublic(r.Context(), c.teamID, id, *req.Public)
 	} else {
-		t, err = s.cfg.Catalog.Find(r.Context(), c.teamID, id)
+		t, err = s.cfg.Catalog.Owned(r.Context(), c.teamID, id)
 	}
 	if err != nil {
 		s.templateErr(w, r, id, err)

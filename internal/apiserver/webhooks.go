@@ -91,7 +91,9 @@ func (a *eventsAPI) createWebhook(w http.ResponseWriter, r *http.Request, c *cal
 		a.fail(w, r, err)
 		return
 	}
-	if err := a.st.CreateWebhook(r.Context(), hook); err != nil {
+	// The team's webhooks are bounded (maxWebhooks): counted with the
+	// insert, so parallel creates cannot pass the bound.
+	if err := a.st.CreateWebhookWithin(r.Context(), hook, a.limits(c).MaxWebhooks); err != nil {
 		a.fail(w, r, err)
 		return
 	}

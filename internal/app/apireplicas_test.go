@@ -32,7 +32,7 @@ func startAPIReplica(t *testing.T, dsn string) string {
 	done := make(chan error, 1)
 	go func() {
 		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: apiKey,
-			AdminToken: "adm", NodeCredentialKey: credentialKey, Logger: slog.New(slog.DiscardHandler), Out: io.Discard, Ready: func(a string) { addr <- a }})
+			AdminToken: "adm-0123456789abcdef0123456789abcdef", NodeCredentialKey: credentialKey, Logger: slog.New(slog.DiscardHandler), Out: io.Discard, Ready: func(a string) { addr <- a }})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -56,7 +56,7 @@ func startAPIReplica(t *testing.T, dsn string) string {
 func metricsOf(t *testing.T, base string) string {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
-	req.Header.Set("X-Admin-Token", "adm")
+	req.Header.Set("X-Admin-Token", "adm-0123456789abcdef0123456789abcdef")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/throttle"
 )
 
 // APIConfig is the configuration of `warren api`: the REST API, the edge
@@ -40,8 +41,11 @@ type APIConfig struct {
 	// APIKey seeds a key of the default team, as for serve; with none and
 	// no key yet, one is generated and printed once.
 	APIKey string
-	// AdminToken enables the admin endpoints (X-Admin-Token).
+	// AdminToken enables the admin endpoints (X-Admin-Token); at least
+	// MinAdminTokenLen characters.
 	AdminToken string
+	// TrustedProxies: as for serve.
+	TrustedProxies []string
 	// NodeCredentialKey is the key every node's own token is made and
 	// checked with (internal/nodeauth; `warren node token create`): the
 	// same on every replica, at least 32 characters. Required unless
@@ -94,6 +98,9 @@ func (c *APIConfig) setDefaults() error {
 	}
 	if c.APIKey != "" && !apiserver.ValidKey(c.APIKey) {
 		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
+	}
+	if err := checkControlPlane(c.AdminToken, c.TrustedProxies); err != nil {
+		return err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -179,10 +186,11 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	if err := builds.Resume(ctx); err != nil {
 		return fmt.Errorf("template builds on nodes: %w", err)
 	}
+	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: builds, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted,
 	})
 	if err != nil {
 		return err
@@ -197,7 +205,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	}
 	nodes.AdminRoutes(api.HandleAdmin)
 	hops.creds.AdminRoutes(api.HandleAdmin)
-	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, NodeHop: hops.proxyHop, NodeTLS: hops.tls, Logger: log.With("component", "proxy")})
+	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, NodeHop: hops.proxyHop, NodeTLS: hops.tls, TrustedProxies: trusted, Logger: log.With("component", "proxy")})
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ const credentialKey = "app-test-node-credential-key-0123456789"
 func issueNodeToken(t *testing.T, base, nodeID string) string {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, base+"/admin/nodes/"+nodeID+"/tokens", strings.NewReader(`{}`))
-	req.Header.Set("X-Admin-Token", "adm")
+	req.Header.Set("X-Admin-Token", "adm-0123456789abcdef0123456789abcdef")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestAPIRole(t *testing.T) {
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: key, AdminToken: "adm", NodeCredentialKey: credentialKey,
+		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: key, AdminToken: "adm-0123456789abcdef0123456789abcdef", NodeCredentialKey: credentialKey,
 			Logger: slog.New(slog.DiscardHandler), Out: io.Discard, Ready: func(a string) { addr <- a }})
 	}()
 	t.Cleanup(func() {
@@ -148,7 +148,7 @@ func TestAPIRole(t *testing.T) {
 		t.Fatalf("/admin/nodes after the kill: %+v", nodes)
 	}
 	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
-	req.Header.Set("X-Admin-Token", "adm")
+	req.Header.Set("X-Admin-Token", "adm-0123456789abcdef0123456789abcdef")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestAPIRole(t *testing.T) {
 func adminNodes(t *testing.T, base string) []nodereg.NodeInfo {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, base+"/admin/nodes", nil)
-	req.Header.Set("X-Admin-Token", "adm")
+	req.Header.Set("X-Admin-Token", "adm-0123456789abcdef0123456789abcdef")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

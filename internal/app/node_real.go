@@ -92,6 +92,7 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 	local, err := builder.OpenLocal(builder.LocalConfig{
 		DataDir: cfg.DataDir, BaseRootFSTar: cfg.BaseRootFSTar, Runner: bs.runner,
 		Snapshotter: a, Logger: cfg.Logger.With("component", "templates"), MaxTemplateDiskMB: cfg.MaxTemplateDiskMB,
+		Builds: cfg.Builds, StepTimeout: cfg.BuildStepTimeout,
 		Transport: (&egress.Dialer{Policy: eg}).Transport(),
 	})
 	if err != nil {
@@ -105,6 +106,7 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 		return nil, fmt.Errorf("base template: %w", err)
 	}
 	ensureCodeInterpreter(ctx, cfg, local.Catalog, a, log)
+	ensureMCPGateway(ctx, cfg, local.Catalog, log)
 	if err := local.Service.Recover(ctx); err != nil {
 		local.Service.Close()
 		a.Close()

@@ -169,6 +169,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The node counts its kills itself: those it makes while the control
+	// plane is away are counted nowhere else until it hears of them.
+	cfg.Node.CountKills = true
 	parts, err := buildNode(ctx, cfg.Config, eg, reg)
 	if err != nil {
 		return err
@@ -198,9 +201,18 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		}
 		resolve = builds.Resolve
 	}
+	// Sandbox snapshots are kept as builds of the node's catalog, which
+	// its peers pull.
+	var snaps nodeapi.SandboxSnapshotter
+	if builds != nil && parts.agent != nil {
+		if snaps, err = nodebuild.NewSandboxSnapshots(nodebuild.SandboxSnapshotsConfig{Agent: parts.agent, Catalog: parts.local.Catalog,
+			Node: builds, Logger: log.With("component", "snapshots")}); err != nil {
+			return err
+		}
+	}
 	rpcMux := noderpc.NewMux(parts.node, noderpc.Options{
 		Token: hops.rpc, MetricsToken: hops.metrics, Logger: log.With("component", "noderpc"), NodeProxy: nodeProxy,
-		ResolveTemplate: resolve,
+		ResolveTemplate: resolve, SandboxSnapshots: snaps,
 	}, reg)
 	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	if builds != nil {
@@ -323,7 +335,13 @@ func (c *NodeConfig) startHeartbeats(ctx context.Context, done chan<- struct{}, 
 				st.Templates = append(slices.Clone(base.Templates), ids...)
 			}
 			return nodereg.Collect(ctx, svc, st)
-		}, nil)
+		}, func(r *nodereg.Reply) {
+			// The kills the API recorded are forgotten; a drain reaches
+			// the agent.
+			if err := nodereg.Apply(ctx, svc, r); err != nil {
+				c.Logger.Warn("apply the heartbeat's reply", "error", err)
+			}
+		})
 	}()
 	return nil
 }

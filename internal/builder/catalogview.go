@@ -11,17 +11,10 @@ import (
 // What the build services (Service here, nodebuild.Remote for `warren
 // api`) answer from the catalog alike.
 
-// OwnedTemplate finds team's template templateID, refusing a template the
-// team may see but does not own (a public one of another team).
+// OwnedTemplate finds team's template templateID (templates.Catalog.Owned:
+// another team's template, public or not, is not found).
 func OwnedTemplate(ctx context.Context, cat *templates.Catalog, teamID, templateID string) (*templates.Template, error) {
-	t, err := cat.Find(ctx, teamID, templateID)
-	if err != nil {
-		return nil, err
-	}
-	if t.TeamID != teamID {
-		return nil, fmt.Errorf("template %q belongs to another team: %w", templateID, errdefs.ErrForbidden)
-	}
-	return t, nil
+	return cat.Owned(ctx, teamID, templateID)
 }
 
 // WaitingBuild resolves req to team's template and the waiting build it
@@ -56,10 +49,11 @@ func WaitingBuild(ctx context.Context, cat *templates.Catalog, req *StartRequest
 	return t, bd, nil
 }
 
-// BuildStatus reports a build of team's template with its log entries
-// from logsOffset on.
+// BuildStatus reports a build of team's own template with its log
+// entries from logsOffset on. A build's status and log are its owner's
+// alone: the log holds every step line as expanded and all RUN output.
 func BuildStatus(ctx context.Context, cat *templates.Catalog, teamID, templateID, buildID string, logsOffset int) (*Status, error) {
-	t, err := cat.Find(ctx, teamID, templateID)
+	t, err := cat.Owned(ctx, teamID, templateID)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -36,7 +37,11 @@ type LocalConfig struct {
 	Limits Limits
 	// MaxTemplateDiskMB bounds a template's disk size (ServiceConfig).
 	MaxTemplateDiskMB int64
-	Logger            *slog.Logger
+	// Builds bound the builds (ServiceConfig.Builds); StepTimeout one RUN
+	// step (Config.StepTimeout).
+	Builds      BuildLimits
+	StepTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // RequestBaseRebuild asks the next Catalog.EnsureBase over dataDir (the
@@ -75,12 +80,12 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 		DataDir: filepath.Join(cfg.DataDir, "builder"), Catalog: cat, Runner: cfg.Runner,
 		Logger: log, Network: !cfg.NoNetwork, InsecureRegistries: cfg.InsecureRegistries, Snapshotter: cfg.Snapshotter,
 		Limits:    cfg.Limits,
-		Transport: cfg.Transport,
+		Transport: cfg.Transport, StepTimeout: cfg.StepTimeout,
 	})
 	if err != nil {
 		return nil, err
 	}
-	svc, err := NewService(ServiceConfig{Builder: b, Logger: log, MaxTemplateDiskMB: cfg.MaxTemplateDiskMB})
+	svc, err := NewService(ServiceConfig{Builder: b, Logger: log, MaxTemplateDiskMB: cfg.MaxTemplateDiskMB, Builds: cfg.Builds})
 	if err != nil {
 		b.Close()
 		return nil, err

@@ -390,6 +390,7 @@ func (b *Builder) withLayer(ctx context.Context, buildID, name string, ns *state
 	if err := os.Rename(upper, dst); err != nil {
 		return err
 	}
+	b.addLayer(buildID, dst)
 	ns.Layers = append(ns.Layers, dst)
 	return nil
 }

@@ -49,6 +49,10 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 		s.logs.Reset()
 	}
 	s.inited.Store(true)
+	// Every /init is a start or a restore of this memory (which may be
+	// one of many copies): processes that compare the init ID renew
+	// their state.
+	s.renewInitID()
 	s.state.Apply(state.Update{
 		EnvVars:        req.EnvVars,
 		AccessToken:    req.AccessToken,

@@ -75,6 +75,10 @@ type Config struct {
 	// negative: no cache).
 	SandboxChanges func(ctx context.Context, fn func(id string)) error
 	RouteCacheTTL  time.Duration
+	// Snapshots, when set, takes sandbox snapshots (`warren serve`: the
+	// in-process agent's, kept in its catalog); nil: Node's own, when it
+	// has them (the placement of `warren api`, over each node's RPC).
+	Snapshots nodeapi.SandboxSnapshotter
 }
 
 // Manager runs sandbox lifecycles. Create it with New and start its
@@ -83,8 +87,14 @@ type Manager struct {
 	cfg   Config
 	st    store.Store
 	node  nodeapi.Service
+	snaps nodeapi.SandboxSnapshotter // nil: no sandbox snapshots
+	logs  nodeapi.LogSource          // nil: no kept logs
 	log   *slog.Logger
 	locks [64]sync.Mutex // striped per-sandbox locks
+	// killing (under killMu, made on first use) holds the sandboxes whose
+	// kill has begun, which Route no longer routes (killroute.go).
+	killMu  sync.Mutex
+	killing map[string]struct{}
 	// createMu makes the concurrency-limit check and the insert atomic;
 	// resuming (under createMu) counts each team's resumes in progress,
 	// which hold a concurrency slot before the store shows them running.
@@ -107,6 +117,7 @@ type Manager struct {
 
 	killed *prometheus.CounterVec
 	routes *routeCache // nil without Config.SandboxChanges
+	signs  *signIndex  // used while Config.SandboxChanges is live
 }
 
 // New returns a Manager.
@@ -133,9 +144,9 @@ func New(cfg Config) (*Manager, error) {
 		cfg.RouteCacheTTL = DefaultRouteCacheTTL
 	}
 	m := &Manager{
-		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
+		cfg: cfg, st: cfg.Store, node: cfg.Node, snaps: cfg.Snapshots, log: cfg.Logger,
 		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{}, resuming: map[string]int{},
-		pending: map[string]*pendingCreate{}, admitted: map[string]int{},
+		pending: map[string]*pendingCreate{}, admitted: map[string]int{}, signs: newSignIndex(),
 		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_killed_total",
 			Help: "Sandboxes killed, by kill reason.",
@@ -144,6 +155,10 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.SandboxChanges != nil && cfg.RouteCacheTTL > 0 {
 		m.routes = newRouteCache(cfg.RouteCacheTTL)
 	}
+	if m.snaps == nil {
+		m.snaps, _ = cfg.Node.(nodeapi.SandboxSnapshotter)
+	}
+	m.logs, _ = cfg.Node.(nodeapi.LogSource)
 	if cfg.Registry != nil {
 		if err := cfg.Registry.Register(m.killed); err != nil {
 			return nil, fmt.Errorf("lifecycle metrics: %w", err)
@@ -249,6 +264,7 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 		log = log.With("execution_id", executionID)
 	}
 	log.Info("killing sandbox")
+	defer m.unroutable(id)()
 	var err error
 	if ek, ok := m.node.(nodeapi.ExecutionKiller); ok && executionID != "" {
 		err = ek.KillExecution(ctx, id, executionID, reason)
@@ -259,7 +275,19 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 		log.Warn("node kill failed", "error", err)
 		return fmt.Errorf("kill sandbox %q: %w", id, err)
 	}
-	sb, err := m.markKilled(ctx, id, reason, executionID)
+	var sb *store.Sandbox
+	if err != nil {
+		// Gone from its node already: the node's own kill, when it
+		// tells one, is what is recorded.
+		var recorded sandbox.KillReason
+		sb, recorded, err = m.nodeEnded(ctx, id, err, reason, executionID)
+		if recorded != reason {
+			log = log.With("kill_reason", recorded.String())
+			log.Info("sandbox had been killed by its node on its own", "requested_kill_reason", reason.String())
+		}
+	} else {
+		sb, err = m.markKilled(ctx, id, reason, executionID)
+	}
 	if errdefs.IsNotFound(err) {
 		// Another replica may have recorded the end first (it heard the
 		// node's exit event): the sandbox is killed all the same.
@@ -276,9 +304,17 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 	return nil
 }
 
-// markKilled records the kill; executionID, when set, must match the
+// markKilled records the kill, now; executionID, when set, must match the
 // sandbox's current execution (a stale node event is dropped).
 func (m *Manager) markKilled(ctx context.Context, id string, reason sandbox.KillReason, executionID string) (*store.Sandbox, error) {
+	return m.markKilledAt(ctx, id, reason, executionID, time.Time{})
+}
+
+// markKilledAt is markKilled for a kill made at (a node's own kill, which
+// the control plane hears of later): the sandbox's killed time and its
+// killed event are at, kept between the start of its execution and now
+// (zero: now).
+func (m *Manager) markKilledAt(ctx context.Context, id string, reason sandbox.KillReason, executionID string, at time.Time) (*store.Sandbox, error) {
 	sb, err := m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State == sandbox.StateKilled {
 			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
@@ -287,8 +323,17 @@ func (m *Manager) markKilled(ctx context.Context, id string, reason sandbox.Kill
 			return nil, fmt.Errorf("sandbox %q: stale execution %q: %w", id, executionID, errdefs.ErrConflict)
 		}
 		wasRunning := s.State == sandbox.StateRunning || s.State == sandbox.StatePausing
-		s.State, s.KillReason, s.KilledAt = sandbox.StateKilled, reason, time.Now().UTC()
+		now := time.Now().UTC()
+		killedAt := at.UTC()
+		switch {
+		case at.IsZero() || killedAt.After(now):
+			killedAt = now
+		case killedAt.Before(s.StartedAt):
+			killedAt = s.StartedAt.UTC()
+		}
+		s.State, s.KillReason, s.KilledAt = sandbox.StateKilled, reason, killedAt
 		e := newEvent(s, store.EventKilled)
+		e.At = killedAt
 		e.Reason = reason
 		if wasRunning {
 			e.Data.Execution = execution(s, s.KilledAt)
@@ -408,8 +453,8 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 	})
 	if perr != nil {
 		if errdefs.IsNotFound(perr) {
-			if _, err := m.markKilled(ctx, sb.ID, sandbox.KillNodeLost, ""); err == nil {
-				m.log.Warn("sandbox lost by its node during pause", "sandbox_id", sb.ID, "kill_reason", sandbox.KillNodeLost.String())
+			if _, reason, err := m.nodeEnded(ctx, sb.ID, perr, sandbox.KillNodeLost, ""); err == nil {
+				m.log.Warn("sandbox gone from its node at its pause", "sandbox_id", sb.ID, "kill_reason", reason.String())
 			}
 		}
 		return fmt.Errorf("pause sandbox %q: %w", sb.ID, perr)
@@ -477,8 +522,8 @@ func (m *Manager) resumeLocked(ctx context.Context, sb *store.Sandbox, d time.Du
 	ns, err := m.node.Resume(ctx, sb.ID, nodeapi.ResumeRequest{ExecutionID: exec, EndAt: end})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			if _, kerr := m.markKilled(ctx, sb.ID, sandbox.KillResumeFailed, ""); kerr == nil {
-				m.log.Warn("sandbox could not be resumed", "sandbox_id", sb.ID, "kill_reason", sandbox.KillResumeFailed.String(), "error", err)
+			if _, reason, kerr := m.nodeEnded(ctx, sb.ID, err, sandbox.KillResumeFailed, ""); kerr == nil {
+				m.log.Warn("sandbox could not be resumed", "sandbox_id", sb.ID, "kill_reason", reason.String(), "error", err)
 			}
 			return nil, fmt.Errorf("resume sandbox %q: %w", sb.ID, errdefs.ErrNotFound)
 		}
@@ -555,7 +600,10 @@ type ForkResult struct {
 	Err     error
 }
 
-// Fork makes count copies of a running sandbox, each living for d.
+// Fork makes count copies of a running sandbox, each living for d. Each
+// copy gets an envd access token and a traffic access token of its own
+// where the source has one (copyTokens), so that one copy's tokens open
+// neither its source nor its siblings.
 func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time.Duration, maxConcurrent int) ([]ForkResult, error) {
 	src, err := m.Get(ctx, teamID, id)
 	if err != nil {
@@ -566,7 +614,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 	}
 	now := time.Now().UTC()
 	results := make([]ForkResult, count)
-	var ids, execs, all []string
+	var ids, execs, tokens, all []string
 	var idx []int
 	defer func() { m.endStart(all...) }()
 	for i := range count {
@@ -574,18 +622,19 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		c.ID, c.State, c.Epoch, c.StartedAt, c.EndAt, c.CreatedAt = sandbox.NewID(), sandbox.StateStarting, 1, now, now.Add(d), time.Time{}
 		c.Spec.ExecutionID = sandbox.NewExecutionID()
 		c.Spec.Metadata = maps.Clone(src.Spec.Metadata)
+		copyTokens(&c.Spec)
 		m.beginStart(c.ID)
 		all = append(all, c.ID)
 		if err := m.reserve(ctx, &c, maxConcurrent); err != nil {
 			results[i].Err = err
 			continue
 		}
-		ids, execs, idx = append(ids, c.ID), append(execs, c.Spec.ExecutionID), append(idx, i)
+		ids, execs, tokens, idx = append(ids, c.ID), append(execs, c.Spec.ExecutionID), append(tokens, c.Spec.EnvdAccessToken), append(idx, i)
 	}
 	if len(ids) == 0 {
 		return results, nil
 	}
-	forks, ferr := m.node.Fork(context.WithoutCancel(ctx), id, nodeapi.ForkRequest{IDs: ids, ExecutionIDs: execs, EndAt: now.Add(d)})
+	forks, ferr := m.node.Fork(context.WithoutCancel(ctx), id, nodeapi.ForkRequest{IDs: ids, ExecutionIDs: execs, EndAt: now.Add(d), EnvdAccessTokens: tokens})
 	got := map[string]*nodeapi.Sandbox{}
 	var forked []string
 	for _, f := range forks {
@@ -633,6 +682,18 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		return nil, fmt.Errorf("fork sandbox %q: %w", id, ferr)
 	}
 	return results, nil
+}
+
+// copyTokens gives the spec of a fork's copy, made from its source's,
+// new access tokens where the source has them: a copy is secured as its
+// source is, with credentials of its own.
+func copyTokens(sp *store.Spec) {
+	if sp.EnvdAccessToken != "" {
+		sp.EnvdAccessToken = sandbox.RandomToken(32)
+	}
+	if sp.TrafficAccessToken != "" {
+		sp.TrafficAccessToken = sandbox.RandomToken(32)
+	}
 }
 
 // Stats returns a running sandbox's resource usage.

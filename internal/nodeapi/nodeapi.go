@@ -139,6 +139,12 @@ type ForkRequest struct {
 	IDs          []string // one new ID per copy
 	ExecutionIDs []string
 	EndAt        time.Time
+	// EnvdAccessTokens, when given, holds each copy's own envd access
+	// token ("" for none), one per ID, which its envd gets at /init: a
+	// copy's token must not open its source or its siblings. Empty: the
+	// copies keep the source's token (a control plane of an older
+	// version).
+	EnvdAccessTokens []string
 }
 
 // Sandbox is a node's view of one sandbox.

@@ -622,6 +622,15 @@ func (n *Node) pull(ctx context.Context, buildID string, locate func(context.Con
 	if len(src.Holders) == 0 {
 		return fmt.Errorf("build %q: no node holds it: %w", buildID, errdefs.ErrUnavailable)
 	}
+	if b.SandboxSnapshot != nil {
+		// Its sandboxes start from the snapshot only: a node that cannot
+		// restore it fetches nothing.
+		if err := n.restorable(b.NodeTemplate(), &b); err != nil {
+			n.snapPulls.WithLabelValues(snapshotPullResult(err)).Inc()
+			n.log.Warn("a sandbox snapshot's build is not pulled: its snapshot cannot be restored here", "build_id", buildID, "error", err)
+			return fmt.Errorf("build %q is a sandbox's snapshot, which this node cannot restore: %w", buildID, err)
+		}
+	}
 	dir := n.cfg.Catalog.BuildDir(buildID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -648,21 +657,54 @@ func (n *Node) pull(ctx context.Context, buildID string, locate func(context.Con
 		n.log.Warn("a pulled build's artifact was refused", "build_id", buildID, "error", err)
 		return fmt.Errorf("build %q: its artifact does not unpack (%v): %w", buildID, err, errdefs.ErrUnavailable)
 	}
-	// The snapshot, if any, comes next (pullSnapshot), once the build is
-	// recorded here.
+	// A template's snapshot on ready, if any, comes next (pullSnapshot),
+	// once the build is recorded here; a sandbox snapshot's comes first:
+	// without it the build is not pulled (its sandboxes never start cold).
 	b.RootFSDir = rootfs
+	if b.SandboxSnapshot != nil {
+		snap, err := n.pullSnapshot(ctx, b.NodeTemplate(), &b, src.Holders)
+		n.snapPulls.WithLabelValues(snapshotPullResult(err)).Inc()
+		if err != nil {
+			os.RemoveAll(dir)
+			n.log.Warn("a sandbox snapshot's build is not pulled: its snapshot cannot be restored here", "build_id", buildID, "error", err)
+			return fmt.Errorf("build %q is a sandbox's snapshot, which this node cannot restore: %w", buildID, err)
+		}
+		b.SnapshotDir = snap
+		want.Size += b.SnapshotSize
+	}
 	if err := n.cfg.Catalog.Mirror(ctx, t, &b); err != nil {
 		return err
+	}
+	if b.SandboxSnapshot != nil {
+		// A record of an earlier pull stays as it was: it learns where the
+		// snapshot lies now.
+		if _, err := n.cfg.Catalog.Store().UpdateBuild(ctx, b.ID, func(x *templates.Build) error { x.SnapshotDir = b.SnapshotDir; return nil }); err != nil {
+			return err
+		}
 	}
 	if err := n.tagCopy(ctx, t.ID, &b); err != nil {
 		return err
 	}
 	n.pullBytes.Add(float64(want.Size))
-	n.log.Info("build pulled from a peer", "build_id", buildID, "size", want.Size, "sha256", want.SHA256)
-	if b.StartCmd != "" {
+	n.log.Info("build pulled from a peer", "build_id", buildID, "size", want.Size, "sha256", want.SHA256, "sandbox_snapshot", b.SandboxSnapshot != nil)
+	if b.SandboxSnapshot == nil && (b.StartCmd != "" || b.SnapshotSHA256 != "") {
 		n.restoreHere(ctx, src, &b)
 	}
 	return nil
+}
+
+// snapshotPullResult is the node_template_snapshot_pulls_total result of
+// a snapshot's pull that ended in err.
+func snapshotPullResult(err error) string {
+	switch {
+	case err == nil:
+		return "restorable"
+	case errdefs.IsNotFound(err):
+		return "none"
+	case errdefs.IsUnsupported(err):
+		return "incompatible"
+	}
+	return "refused"
 }
 
 // restoreHere gets the snapshot on ready of build b, just pulled, when
@@ -684,13 +726,7 @@ func (n *Node) restoreHere(ctx context.Context, src *Source, b *templates.Build)
 			return
 		}
 	}
-	result := "refused"
-	switch {
-	case errdefs.IsNotFound(err):
-		result = "none"
-	case errdefs.IsUnsupported(err):
-		result = "incompatible"
-	}
+	result := snapshotPullResult(err)
 	n.snapPulls.WithLabelValues(result).Inc()
 	log.Warn("a pulled build's sandboxes start cold here, without its snapshot on ready", "reason", result, "error", err)
 }

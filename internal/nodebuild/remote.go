@@ -300,6 +300,11 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 	if err := builder.ValidateSteps(req.Spec.Steps); err != nil {
 		return "", err
 	}
+	// The team's template storage over every node's builds (a node sees
+	// its own only).
+	if err := builder.CheckStorage(ctx, r.cat, req.TeamID, req.Spec.Team.StorageMB, 0); err != nil {
+		return "", err
+	}
 	var nodes []*store.Node
 	if bd.NodeID != "" {
 		// Pinned by its uploads: it runs where its files are.
@@ -490,6 +495,7 @@ func (r *Remote) finish(log *slog.Logger, id string, nb *templates.Build, reason
 			b.Env, b.User, b.Workdir, b.StartCmd, b.ReadyCmd = nb.Env, nb.User, nb.Workdir, nb.StartCmd, nb.ReadyCmd
 			b.EnvdVersion, b.RootFSSHA256, b.RootFSSize = nb.EnvdVersion, nb.RootFSSHA256, nb.RootFSSize
 			b.SnapshotSHA256, b.SnapshotSize, b.SnapshotHost = nb.SnapshotSHA256, nb.SnapshotSize, nb.SnapshotHost
+			b.DiskBytes = nb.DiskBytes
 			return nil
 		}); errdefs.IsConflict(err) {
 			return // another follower recorded its end

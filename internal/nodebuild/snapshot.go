@@ -179,17 +179,7 @@ func (n *Node) snapshot(w http.ResponseWriter, r *http.Request) {
 // restorable here; it returns the snapshot's directory, or why the
 // build's sandboxes start cold here.
 func (n *Node) pullSnapshot(ctx context.Context, t nodeapi.Template, b *templates.Build, holders []Holder) (string, error) {
-	if b.SnapshotSHA256 == "" || b.SnapshotHost == nil {
-		return "", fmt.Errorf("its builder recorded no snapshot that travels: %w", errdefs.ErrNotFound)
-	}
-	if n.cfg.Snapshots == nil {
-		return "", fmt.Errorf("this node restores no other node's snapshot: %w", errdefs.ErrUnsupported)
-	}
-	here, err := n.cfg.Snapshots.SnapshotHost(t)
-	if err != nil {
-		return "", err
-	}
-	if err := b.SnapshotHost.RestorableOn(here); err != nil {
+	if err := n.restorable(t, b); err != nil {
 		return "", err
 	}
 	want := Digest{SHA256: b.SnapshotSHA256, Size: b.SnapshotSize}
@@ -224,6 +214,23 @@ func (n *Node) pullSnapshot(ctx context.Context, t nodeapi.Template, b *template
 		return "", err
 	}
 	return dir, nil
+}
+
+// restorable tells whether this node can restore the snapshot build b
+// (of template t as it resolves here; only its resources matter)
+// recorded: one that travels, taken on a host this node matches.
+func (n *Node) restorable(t nodeapi.Template, b *templates.Build) error {
+	if b.SnapshotSHA256 == "" || b.SnapshotHost == nil {
+		return fmt.Errorf("its builder recorded no snapshot that travels: %w", errdefs.ErrNotFound)
+	}
+	if n.cfg.Snapshots == nil {
+		return fmt.Errorf("this node restores no other node's snapshot: %w", errdefs.ErrUnsupported)
+	}
+	here, err := n.cfg.Snapshots.SnapshotHost(t)
+	if err != nil {
+		return err
+	}
+	return b.SnapshotHost.RestorableOn(here)
 }
 
 // stageSnapshot unpacks the snapshot artifact at art (its digest checked)

@@ -60,9 +60,15 @@ type WireBuild struct {
 	SnapshotSize   int64                 `json:"snapshotSize,omitempty"`
 	SnapshotHost   *nodeapi.SnapshotHost `json:"snapshotHost,omitempty"`
 	EnvdVersion    string                `json:"envdVersion,omitempty"`
-	Reason         *templates.Reason     `json:"reason,omitempty"`
-	CreatedAt      time.Time             `json:"createdAt"`
-	FinishedAt     time.Time             `json:"finishedAt,omitzero"`
+	// DiskBytes is the disk the build took on its node (its team's
+	// template storage: builder.CheckStorage).
+	DiskBytes int64 `json:"diskBytes,omitempty"`
+	// SandboxSnapshot marks a sandbox snapshot's build: a node that pulls
+	// it restores it, never starts it cold.
+	SandboxSnapshot *templates.SandboxSnapshotOrigin `json:"sandboxSnapshot,omitempty"`
+	Reason          *templates.Reason                `json:"reason,omitempty"`
+	CreatedAt       time.Time                        `json:"createdAt"`
+	FinishedAt      time.Time                        `json:"finishedAt,omitzero"`
 }
 
 // WireStep is a build step on the wire (builder.Step).
@@ -85,6 +91,9 @@ type WireSpec struct {
 	StartCmd     string     `json:"startCmd,omitempty"`
 	ReadyCmd     string     `json:"readyCmd,omitempty"`
 	Force        bool       `json:"force,omitempty"`
+	// Team is the build's team's share of the node's build service (its
+	// build slots, its template storage), set by the control plane.
+	Team builder.TeamLimits `json:"team"`
 }
 
 // TemplateOnWire is t on the wire.
@@ -104,8 +113,17 @@ func BuildOnWire(b *templates.Build) WireBuild {
 		ID: b.ID, TemplateID: b.TemplateID, Status: b.Status, Tags: b.Tags, Env: b.Env, User: b.User, Workdir: b.Workdir,
 		StartCmd: b.StartCmd, ReadyCmd: b.ReadyCmd, CPUCount: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskMB,
 		RootFSSHA256: b.RootFSSHA256, RootFSSize: b.RootFSSize, SnapshotSHA256: b.SnapshotSHA256, SnapshotSize: b.SnapshotSize,
-		SnapshotHost: b.SnapshotHost, EnvdVersion: b.EnvdVersion, Reason: b.Reason, CreatedAt: b.CreatedAt, FinishedAt: b.FinishedAt,
+		SnapshotHost: b.SnapshotHost, EnvdVersion: b.EnvdVersion, DiskBytes: b.DiskBytes, SandboxSnapshot: cloneOrigin(b.SandboxSnapshot),
+		Reason: b.Reason, CreatedAt: b.CreatedAt, FinishedAt: b.FinishedAt,
 	}
+}
+
+func cloneOrigin(o *templates.SandboxSnapshotOrigin) *templates.SandboxSnapshotOrigin {
+	if o == nil {
+		return nil
+	}
+	c := *o
+	return &c
 }
 
 // Record is w as a catalog's record, with no path: the side that keeps
@@ -115,13 +133,14 @@ func (w WireBuild) Record() *templates.Build {
 		ID: w.ID, TemplateID: w.TemplateID, Status: w.Status, Tags: w.Tags, Env: w.Env, User: w.User, Workdir: w.Workdir,
 		StartCmd: w.StartCmd, ReadyCmd: w.ReadyCmd, CPUCount: w.CPUCount, MemoryMB: w.MemoryMB, DiskMB: w.DiskMB,
 		RootFSSHA256: w.RootFSSHA256, RootFSSize: w.RootFSSize, SnapshotSHA256: w.SnapshotSHA256, SnapshotSize: w.SnapshotSize,
-		SnapshotHost: w.SnapshotHost, EnvdVersion: w.EnvdVersion, Reason: w.Reason, CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt,
+		SnapshotHost: w.SnapshotHost, EnvdVersion: w.EnvdVersion, DiskBytes: w.DiskBytes, SandboxSnapshot: cloneOrigin(w.SandboxSnapshot),
+		Reason: w.Reason, CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt,
 	}
 }
 
 // SpecOnWire is s on the wire.
 func SpecOnWire(s builder.Spec) WireSpec {
-	w := WireSpec{FromImage: s.FromImage, FromTemplate: s.FromTemplate, StartCmd: s.StartCmd, ReadyCmd: s.ReadyCmd, Force: s.Force, Steps: []WireStep{}}
+	w := WireSpec{FromImage: s.FromImage, FromTemplate: s.FromTemplate, StartCmd: s.StartCmd, ReadyCmd: s.ReadyCmd, Force: s.Force, Team: s.Team, Steps: []WireStep{}}
 	for _, st := range s.Steps {
 		w.Steps = append(w.Steps, WireStep{Type: st.Type, Args: st.Args, Force: st.Force, FilesHash: st.FilesHash, Expand: st.Expand})
 	}
@@ -130,7 +149,7 @@ func SpecOnWire(s builder.Spec) WireSpec {
 
 // Spec is w as the builder takes it.
 func (w WireSpec) Spec() builder.Spec {
-	s := builder.Spec{FromImage: w.FromImage, FromTemplate: w.FromTemplate, StartCmd: w.StartCmd, ReadyCmd: w.ReadyCmd, Force: w.Force}
+	s := builder.Spec{FromImage: w.FromImage, FromTemplate: w.FromTemplate, StartCmd: w.StartCmd, ReadyCmd: w.ReadyCmd, Force: w.Force, Team: w.Team}
 	for _, st := range w.Steps {
 		s.Steps = append(s.Steps, builder.Step{Type: st.Type, Args: st.Args, Force: st.Force, FilesHash: st.FilesHash, Expand: st.Expand})
 	}

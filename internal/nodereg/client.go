@@ -18,6 +18,11 @@ import (
 // DefaultHeartbeatInterval is the time between two heartbeats of a node.
 const DefaultHeartbeatInterval = 5 * time.Second
 
+// DefaultHeartbeatRetry is the time between two attempts while heartbeats
+// fail (the API is away): short, so that the control plane hears the node
+// within about a second of its return.
+const DefaultHeartbeatRetry = time.Second
+
 // Client is a node's side of registration: it sends heartbeats to the API
 // at APIURL with the node token.
 type Client struct {
@@ -31,6 +36,9 @@ type Client struct {
 	HTTPClient *http.Client
 	// Logger receives failed heartbeats; nil discards them.
 	Logger *slog.Logger
+	// Retry is the time between two attempts after a failed heartbeat
+	// (default DefaultHeartbeatRetry, at most the interval).
+	Retry time.Duration
 }
 
 // Heartbeat sends one heartbeat and returns the API's reply. A refused
@@ -80,19 +88,26 @@ func (c *Client) Heartbeat(ctx context.Context, st Status) (*Reply, error) {
 // Run sends a heartbeat with what status returns every interval
 // (DefaultHeartbeatInterval when zero) until ctx ends; onReply, when set,
 // gets each reply (e.g. to stop refilling pools while draining). Failed
-// heartbeats are logged and retried at the next tick: the node keeps
-// serving its sandboxes while the API is away.
+// heartbeats are logged and retried every c.Retry until one is accepted:
+// the node keeps serving its sandboxes while the API is away, and is heard
+// again soon after it returns.
 func (c *Client) Run(ctx context.Context, interval time.Duration, status func(context.Context) (Status, error), onReply func(*Reply)) {
 	if interval <= 0 {
 		interval = DefaultHeartbeatInterval
 	}
+	retry := c.Retry
+	if retry <= 0 {
+		retry = DefaultHeartbeatRetry
+	}
+	retry = min(retry, interval)
 	log := c.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := time.NewTicker(interval)
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	failing := false
+	var failingSince time.Time
 	for {
 		st, err := status(ctx)
 		if err == nil {
@@ -100,7 +115,7 @@ func (c *Client) Run(ctx context.Context, interval time.Duration, status func(co
 			r, err = c.Heartbeat(ctx, st)
 			if err == nil {
 				if failing {
-					log.Info("heartbeat accepted again", "node_id", st.ID)
+					log.Info("heartbeat accepted again", "node_id", st.ID, "failed_for", time.Since(failingSince).Round(time.Millisecond).String())
 				}
 				failing = false
 				if onReply != nil {
@@ -108,10 +123,18 @@ func (c *Client) Run(ctx context.Context, interval time.Duration, status func(co
 				}
 			}
 		}
+		next := interval
 		if err != nil && ctx.Err() == nil {
+			if !failing {
+				failingSince = time.Now()
+				log.Warn("node heartbeat failed; retrying until one is accepted", "error", err, "retry_every", retry.String())
+			} else {
+				log.Debug("node heartbeat failed", "error", err)
+			}
 			failing = true
-			log.Warn("node heartbeat failed", "error", err)
+			next = retry
 		}
+		t.Reset(next)
 		select {
 		case <-ctx.Done():
 			return

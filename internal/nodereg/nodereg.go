@@ -60,6 +60,9 @@ type Status struct {
 	// Templates are the build IDs the node holds.
 	Templates []string         `json:"templates,omitempty"`
 	Pools     []store.NodePool `json:"pools,omitempty"`
+	// Kills are the kills the node made on its own that no reply has
+	// acknowledged yet, oldest first (kills.go).
+	Kills []Kill `json:"kills,omitempty"`
 }
 
 // Reply is the API's answer to a heartbeat.
@@ -68,6 +71,8 @@ type Reply struct {
 	// cordoned): a draining or cordoned node should stop refilling its
 	// pools.
 	Status string `json:"status"`
+	// AckedKills are the reported kills the node may forget (kills.go).
+	AckedKills []KillAck `json:"ackedKills,omitempty"`
 }
 
 // idPattern is what a node ID may be: a host name (warren node's
@@ -96,7 +101,7 @@ func (s *Status) validate() error {
 	case len(s.Templates) > 10000 || len(s.Pools) > 10000:
 		return fmt.Errorf("node %q: too many templates or pools: %w", s.ID, errdefs.ErrInvalid)
 	}
-	return nil
+	return validKills(s.ID, s.Kills)
 }
 
 // validateAddresses checks the addresses of a node that heartbeats over
@@ -201,6 +206,12 @@ func (r *Registry) Record(ctx context.Context, st Status) (string, error) {
 
 // KillLost kills node nodeID's sandboxes in states with node_lost.
 func (r *Registry) KillLost(ctx context.Context, nodeID string, states []sandbox.State) error {
+	return r.killLost(ctx, nodeID, states, false)
+}
+
+// killLost is KillLost; whileLost checks before each kill that the node is
+// still lost, and stops at the first look that finds it heard again.
+func (r *Registry) killLost(ctx context.Context, nodeID string, states []sandbox.State, whileLost bool) error {
 	sbs, err := r.st.ListSandboxes(ctx, store.SandboxFilter{NodeID: nodeID, States: states})
 	if err != nil {
 		return fmt.Errorf("node %q: %w", nodeID, err)
@@ -209,6 +220,16 @@ func (r *Registry) KillLost(ctx context.Context, nodeID string, states []sandbox
 		return fmt.Errorf("node %q: no lifecycle to kill its lost sandboxes: %w", nodeID, errdefs.ErrUnavailable)
 	}
 	for _, sb := range sbs {
+		if whileLost {
+			n, err := r.nodes.GetNode(ctx, nodeID)
+			if err != nil {
+				return fmt.Errorf("node %q: %w", nodeID, err)
+			}
+			if n.Liveness != store.NodeLost {
+				r.log.Info("lost node heard again: its sandboxes are left to it", "node_id", nodeID, "liveness", n.Liveness)
+				return nil
+			}
+		}
 		err := r.killer.Kill(ctx, sb.TeamID, sb.ID, sandbox.KillNodeLost)
 		switch {
 		case err == nil:
@@ -266,7 +287,10 @@ func (r *Registry) Handler(auth Authenticator) http.Handler {
 			writeError(w, http.StatusForbidden, fmt.Sprintf("this node token is node %q's, not %q's", nodeID, st.ID))
 			return
 		}
-		status, err := r.Record(req.Context(), st)
+		// The status, and the kills it reports (each taken only for a
+		// sandbox placed on this node, in its execution), are the node's
+		// the token names.
+		reply, err := r.Beat(req.Context(), st)
 		switch {
 		case errdefs.IsInvalid(err):
 			r.countHeartbeat("invalid")
@@ -279,7 +303,7 @@ func (r *Registry) Handler(auth Authenticator) http.Handler {
 			return
 		}
 		r.countHeartbeat("accepted")
-		writeJSON(w, http.StatusOK, Reply{Status: status})
+		writeJSON(w, http.StatusOK, reply)
 	})
 }
 

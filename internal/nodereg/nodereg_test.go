@@ -200,7 +200,7 @@ func TestLostNode(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := c.reg.CheckLiveness(ctx, now.Add(16*time.Second), cfg); err != nil {
+			if err := c.reg.CheckLiveness(ctx, now.Add(16*time.Second), time.Time{}, cfg); err != nil {
 				t.Fatal(err)
 			}
 			if n, _ := c.st.GetNode(ctx, "a"); n.Status() != store.NodeUnreachable {
@@ -219,7 +219,7 @@ func TestLostNode(t *testing.T) {
 			// The checks below are judged from a's last heartbeat; b's is
 			// as old by then (the store's clock is real), so b goes too.
 			aBeat, _ := c.st.GetNode(ctx, "a")
-			if err := c.reg.CheckLiveness(ctx, aBeat.LastHeartbeat.Add(61*time.Second), cfg); err != nil {
+			if err := c.reg.CheckLiveness(ctx, aBeat.LastHeartbeat.Add(61*time.Second), time.Time{}, cfg); err != nil {
 				t.Fatal(err)
 			}
 			if n, _ := c.st.GetNode(ctx, "a"); n.Status() != store.NodeLost || n.Allocated != (store.NodeResources{}) {
@@ -227,11 +227,11 @@ func TestLostNode(t *testing.T) {
 			}
 			c.wantState(t, running.ID, sandbox.StateKilled, sandbox.KillNodeLost)
 			c.wantState(t, paused.ID, sandbox.StatePaused, "")
-			if err := c.reg.CheckLiveness(ctx, aBeat.LastHeartbeat.Add(61*time.Second), cfg); err != nil {
+			if err := c.reg.CheckLiveness(ctx, aBeat.LastHeartbeat.Add(61*time.Second), time.Time{}, cfg); err != nil {
 				t.Fatal(err)
 			}
 			c.wantState(t, running.ID, sandbox.StateKilled, sandbox.KillNodeLost) // still one event
-			if err := c.reg.CheckLiveness(ctx, aBeat.LastHeartbeat.Add(61*time.Minute), cfg); err != nil {
+			if err := c.reg.CheckLiveness(ctx, aBeat.LastHeartbeat.Add(61*time.Minute), time.Time{}, cfg); err != nil {
 				t.Fatal(err)
 			}
 			c.wantState(t, paused.ID, sandbox.StateKilled, sandbox.KillNodeLost)
@@ -261,7 +261,9 @@ func TestRestartedNode(t *testing.T) {
 			}
 			c.wantState(t, running.ID, sandbox.StateRunning, "")
 			// The node restarted: its fake forgets what ran.
-			c.nodes["a"].Exit(running.ID, sandbox.KillNodeLost)
+			if err := c.nodes["a"].Kill(ctx, running.ID, sandbox.KillRequest); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := c.reg.Record(ctx, status("a", "boot-2")); err != nil {
 				t.Fatal(err)
 			}
@@ -352,7 +354,7 @@ func TestLostNodeTwoReplicas(t *testing.T) {
 	at := n.LastHeartbeat.Add(10 * time.Minute)
 	errs := make(chan error, 4)
 	for _, c := range []*cluster{a, b, a, b} {
-		go func() { errs <- c.reg.CheckLiveness(ctx, at, nodereg.LivenessConfig{}) }()
+		go func() { errs <- c.reg.CheckLiveness(ctx, at, time.Time{}, nodereg.LivenessConfig{}) }()
 	}
 	for range 4 {
 		if err := <-errs; err != nil {

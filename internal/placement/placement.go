@@ -365,6 +365,9 @@ func (s *Service) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) 
 		if i < len(req.ExecutionIDs) {
 			keep.ExecutionIDs = append(keep.ExecutionIDs, req.ExecutionIDs[i])
 		}
+		if i < len(req.EnvdAccessTokens) {
+			keep.EnvdAccessTokens = append(keep.EnvdAccessTokens, req.EnvdAccessTokens[i])
+		}
 	}
 	if len(keep.IDs) == 0 {
 		return nil, fmt.Errorf("fork sandbox %q: node %q has no room for a copy: %w", id, n.ID, errdefs.ErrExhausted)

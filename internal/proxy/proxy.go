@@ -21,7 +21,7 @@
 //
 // A sandbox on another node (Route.NodeProxy) is reached through that
 // node's proxy listener (NodeProxy, nodeproxy.go), which takes the sandbox
-// ID and port from headers, checks the node token and forwards to that
+// ID and port from headers, checks the node's proxy credential and forwards to that
 // sandbox's own address only.
 package proxy
 
@@ -38,6 +38,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -50,6 +51,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/throttle"
 )
 
 // sandboxTLS is how the proxy speaks TLS to a sandbox's httpsPorts: the
@@ -93,6 +95,16 @@ type Config struct {
 	// NodeTLS verifies the node proxy listeners' certificates (nil: the
 	// system's roots).
 	NodeTLS *tls.Config
+	// SignedLookupBurst and SignedLookupEvery are each client address's
+	// budget of signed /files requests without a sandbox ID that need a
+	// lookup (signed.go): Burst at once, then one per Every (defaults
+	// DefaultSignedLookupBurst, DefaultSignedLookupEvery).
+	SignedLookupBurst int
+	SignedLookupEvery time.Duration
+	// TrustedProxies are reverse proxies in front of this one: a request
+	// from them is the client's that their X-Forwarded-For names, for the
+	// budget above (package throttle).
+	TrustedProxies []netip.Prefix
 }
 
 // NodeHop is how the edge proxy reaches one node's proxy listener.
@@ -112,6 +124,9 @@ type Proxy struct {
 	wake *httputil.ReverseProxy
 	// epochs drops pooled connections to a sandbox seen in a new epoch.
 	epochs *epochWatch
+	// signed and lookups serve signed URLs without a sandbox ID.
+	signed  *signedCache
+	lookups *throttle.Limiter
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -154,7 +169,14 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.WakeTimeout <= 0 {
 		cfg.WakeTimeout = 30 * time.Second
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger}
+	if cfg.SignedLookupBurst <= 0 {
+		cfg.SignedLookupBurst = DefaultSignedLookupBurst
+	}
+	if cfg.SignedLookupEvery <= 0 {
+		cfg.SignedLookupEvery = DefaultSignedLookupEvery
+	}
+	p := &Proxy{cfg: cfg, log: cfg.Logger, signed: newSignedCache(),
+		lookups: throttle.New(throttle.Config{Burst: cfg.SignedLookupBurst, Every: cfg.SignedLookupEvery})}
 	p.domain = strings.ToLower(cfg.Domain)
 	if h, _, err := net.SplitHostPort(p.domain); err == nil {
 		p.domain = h
@@ -306,22 +328,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, r, http.StatusBadRequest, errBody{SandboxID: id, Message: err.Error(), Code: 400})
 		return
 	}
-	if id == "" {
-		if id, err = p.sandboxBySignature(r); err != nil {
-			p.log.Warn("proxy signed url", "error", err)
-			writeJSONError(w, r, http.StatusBadGateway, errBody{Message: "The sandbox could not be reached", Code: 502})
-			return
-		}
-		if id == "" {
-			writeJSONError(w, r, http.StatusUnauthorized, errBody{Message: "invalid signature", Code: 401})
-			return
-		}
-	}
 	if port == EnvdPort && cors.IsPreflight(r) {
 		// envd's policy, answered here: a preflight carries no token and
-		// must not wake a paused sandbox.
+		// must not wake a paused sandbox (nor cost a signature lookup).
 		cors.Preflight(w, r)
 		return
+	}
+	if id == "" {
+		if id, ok = p.sandboxBySignature(w, r); !ok {
+			return
+		}
 	}
 	if port == EnvdPort {
 		for _, ir := range internalRoutes {

@@ -57,6 +57,18 @@ const (
 	KillExited          KillReason = "exited"           // its init exited by itself
 )
 
+// Known reports whether r is one of the reasons above, or empty. A reason
+// from a node's report or event that is not is recorded as empty: labels
+// and stored rows only ever hold the fixed set.
+func (r KillReason) Known() bool {
+	switch r {
+	case "", KillRequest, KillTimeout, KillAdmin, KillOrphaned, KillTTLBackstop, KillResumeFailed,
+		KillTemplateMissing, KillOOM, KillPidsLimit, KillNodeLost, KillExited:
+		return true
+	}
+	return false
+}
+
 // String returns the reason, or "unknown" for the empty reason.
 func (r KillReason) String() string {
 	if r == "" {

@@ -206,6 +206,9 @@ func (c *Catalog) Resolve(ctx context.Context, teamID, ref string) (nodeapi.Temp
 	if err != nil {
 		return nodeapi.Template{}, err
 	}
+	if err := checkSandboxSnapshot(b); err != nil {
+		return nodeapi.Template{}, fmt.Errorf("template %q: %w", ref, err)
+	}
 	dir, err := c.ensureRootFS(ctx, b)
 	if err != nil {
 		return nodeapi.Template{}, fmt.Errorf("template %q: %w", ref, err)
@@ -236,6 +239,16 @@ func (b *Build) NodeTemplate() nodeapi.Template {
 		SnapshotDir: b.SnapshotDir,
 		Resources:   sandbox.Resources{VCPUs: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskMB},
 	}
+}
+
+// checkSandboxSnapshot refuses a sandbox snapshot's build whose snapshot
+// is not on this machine: its sandboxes never start cold (they would lack
+// the sandbox's files).
+func checkSandboxSnapshot(b *Build) error {
+	if b.SandboxSnapshot != nil && (b.SnapshotDir == "" || !dirExists(b.SnapshotDir)) {
+		return fmt.Errorf("build %s is a sandbox's snapshot, which is not on this machine: %w", b.ID, errdefs.ErrUnavailable)
+	}
+	return nil
 }
 
 // ensureRootFS returns the build's unpacked root filesystem, unpacking its
@@ -334,6 +347,29 @@ func (c *Catalog) List(ctx context.Context, teamID string) ([]*Template, error) 
 	return out, nil
 }
 
+// TeamDiskBytes is the disk the builds of team's templates recorded
+// (Build.DiskBytes), their team's template storage.
+func (c *Catalog) TeamDiskBytes(ctx context.Context, teamID string) (int64, error) {
+	own, err := c.List(ctx, teamID)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range own {
+		if t.TeamID != teamID {
+			continue
+		}
+		builds, err := c.Builds(ctx, t.ID)
+		if err != nil {
+			return 0, err
+		}
+		for _, b := range builds {
+			n += b.DiskBytes
+		}
+	}
+	return n, nil
+}
+
 // Builds returns a template's builds, oldest first.
 func (c *Catalog) Builds(ctx context.Context, templateID string) ([]*Build, error) {
 	return c.store.ListBuilds(ctx, templateID)
@@ -344,22 +380,31 @@ func (c *Catalog) Build(ctx context.Context, buildID string) (*Build, error) {
 	return c.store.GetBuild(ctx, buildID)
 }
 
-// owned returns the template if team may change it.
-func (c *Catalog) owned(ctx context.Context, teamID, idOrAlias string) (*Template, error) {
-	t, err := c.Find(ctx, teamID, idOrAlias)
+// Owned returns the template with ID or name ref if team owns it (the
+// operator, teamID "", owns the system templates): what may be inspected
+// (its builds, their status and logs, tags, uploads) and changed. A
+// template the team may only use is refused: another team's public one
+// as not found, the same answer as for one that does not exist (public
+// means usable, not inspectable); a system template as forbidden (every
+// team knows the operator's names).
+func (c *Catalog) Owned(ctx context.Context, teamID, ref string) (*Template, error) {
+	t, err := c.Find(ctx, teamID, ref)
 	if err != nil {
 		return nil, err
 	}
-	if t.TeamID != teamID {
-		return nil, fmt.Errorf("template %q belongs to another team: %w", idOrAlias, errdefs.ErrForbidden)
+	switch {
+	case t.TeamID == teamID:
+		return t, nil
+	case t.TeamID == "":
+		return nil, fmt.Errorf("template %q is a system template: %w", ref, errdefs.ErrForbidden)
 	}
-	return t, nil
+	return nil, fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
 }
 
 // Delete removes a template of team and its builds; their files go later
 // (garbage collection).
 func (c *Catalog) Delete(ctx context.Context, teamID, idOrAlias string) error {
-	t, err := c.owned(ctx, teamID, idOrAlias)
+	t, err := c.Owned(ctx, teamID, idOrAlias)
 	if err != nil {
 		return err
 	}
@@ -420,7 +465,7 @@ func (c *Catalog) PurgeDeleted(ctx context.Context, inUse func(buildID string) b
 
 // SetPublic makes a template of team public or private.
 func (c *Catalog) SetPublic(ctx context.Context, teamID, idOrAlias string, public bool) (*Template, error) {
-	t, err := c.owned(ctx, teamID, idOrAlias)
+	t, err := c.Owned(ctx, teamID, idOrAlias)
 	if err != nil {
 		return nil, err
 	}
@@ -556,7 +601,7 @@ func (c *Catalog) FinishBuild(ctx context.Context, buildID string, reason *Reaso
 // "alias", meaning its default tag) and returns that build's ID.
 func (c *Catalog) AssignTags(ctx context.Context, teamID, target string, tags []string) (string, error) {
 	name, tag := ParseRef(target)
-	t, err := c.owned(ctx, teamID, name)
+	t, err := c.Owned(ctx, teamID, name)
 	if err != nil {
 		return "", err
 	}
@@ -582,7 +627,7 @@ func (c *Catalog) AssignTags(ctx context.Context, teamID, target string, tags []
 // allowed: the bare alias then resolves to nothing until a build is tagged
 // again.
 func (c *Catalog) DeleteTags(ctx context.Context, teamID, name string, tags []string) error {
-	t, err := c.owned(ctx, teamID, name)
+	t, err := c.Owned(ctx, teamID, name)
 	if err != nil {
 		return err
 	}
@@ -608,9 +653,9 @@ type TagInfo struct {
 	CreatedAt time.Time
 }
 
-// ListTags returns a template's tags, oldest first.
+// ListTags returns the tags of a template team owns, oldest first.
 func (c *Catalog) ListTags(ctx context.Context, teamID, idOrAlias string) ([]TagInfo, error) {
-	t, err := c.Find(ctx, teamID, idOrAlias)
+	t, err := c.Owned(ctx, teamID, idOrAlias)
 	if err != nil {
 		return nil, err
 	}

@@ -134,12 +134,30 @@ type Build struct {
 	SnapshotHost   *nodeapi.SnapshotHost `json:"snapshotHost,omitempty"`
 	// EnvdVersion is the envd the template was built with, when known.
 	EnvdVersion string `json:"envdVersion,omitempty"`
+	// DiskBytes is the disk the build takes, recorded when it ended (its
+	// directory when ready, and the layer cache entries it made): what
+	// counts against its team's template storage.
+	DiskBytes int64 `json:"diskBytes,omitempty"`
+	// SandboxSnapshot, when set, makes the build a snapshot of a running
+	// sandbox (E2B's POST /sandboxes/{id}/snapshots), recorded from the
+	// start of the snapshot: its memory image and layer are that
+	// sandbox's, over its template's root filesystem, so its sandboxes
+	// start from the snapshot only, never cold (a node that cannot restore
+	// it refuses them).
+	SandboxSnapshot *SandboxSnapshotOrigin `json:"sandboxSnapshot,omitempty"`
 	// Reason tells why a build failed.
 	Reason *Reason `json:"reason,omitempty"`
 
 	CreatedAt  time.Time `json:"createdAt"`
 	UpdatedAt  time.Time `json:"updatedAt"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
+}
+
+// SandboxSnapshotOrigin is where a sandbox snapshot's build comes from.
+type SandboxSnapshotOrigin struct {
+	SandboxID string    `json:"sandboxID"`
+	TeamID    string    `json:"teamID"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 // Reason is why a build failed: the message and the step it failed at.

@@ -90,6 +90,14 @@ const (
 	// NodeServiceDeleteSnapshotProcedure is the fully-qualified name of the NodeService's
 	// DeleteSnapshot RPC.
 	NodeServiceDeleteSnapshotProcedure = "/warren.node.v1.NodeService/DeleteSnapshot"
+	// NodeServiceTakeSandboxSnapshotProcedure is the fully-qualified name of the NodeService's
+	// TakeSandboxSnapshot RPC.
+	NodeServiceTakeSandboxSnapshotProcedure = "/warren.node.v1.NodeService/TakeSandboxSnapshot"
+	// NodeServiceDeleteSandboxSnapshotProcedure is the fully-qualified name of the NodeService's
+	// DeleteSandboxSnapshot RPC.
+	NodeServiceDeleteSandboxSnapshotProcedure = "/warren.node.v1.NodeService/DeleteSandboxSnapshot"
+	// NodeServiceSandboxLogsProcedure is the fully-qualified name of the NodeService's SandboxLogs RPC.
+	NodeServiceSandboxLogsProcedure = "/warren.node.v1.NodeService/SandboxLogs"
 )
 
 // NodeServiceClient is a client for the warren.node.v1.NodeService service.
@@ -121,11 +129,23 @@ type NodeServiceClient interface {
 	// pools use (nodeapi.TemplateHolder).
 	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
 	// Snapshots by directory: refused (invalid_argument). A directory on the
-	// node does not cross the wire; nodeapi.SandboxSnapshotter and
-	// TemplateSnapshotter are in-process parts of the contract.
+	// node does not cross the wire; nodeapi.TemplateSnapshotter is an
+	// in-process part of the contract, and sandbox snapshots are
+	// TakeSandboxSnapshot's, which names no path.
 	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
 	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
 	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
+	// TakeSandboxSnapshot snapshots a running sandbox as a new build of the
+	// control plane's catalog, which the node then holds, and answers what
+	// the control plane records of it (nodeapi.SandboxSnapshotter); no path
+	// crosses: the node resolves the build ID itself.
+	TakeSandboxSnapshot(context.Context, *connect.Request[node.TakeSandboxSnapshotRequest]) (*connect.Response[node.TakeSandboxSnapshotResponse], error)
+	// DeleteSandboxSnapshot deletes the sandbox snapshot the node took as a
+	// build (one the control plane failed to record).
+	DeleteSandboxSnapshot(context.Context, *connect.Request[node.DeleteSandboxSnapshotRequest]) (*connect.Response[node.DeleteSandboxSnapshotResponse], error)
+	// SandboxLogs returns the log a running sandbox keeps, read by the node
+	// from the sandbox's envd (nodeapi.LogSource).
+	SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the warren.node.v1.NodeService service. By default,
@@ -265,32 +285,53 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("DeleteSnapshot")),
 			connect.WithClientOptions(opts...),
 		),
+		takeSandboxSnapshot: connect.NewClient[node.TakeSandboxSnapshotRequest, node.TakeSandboxSnapshotResponse](
+			httpClient,
+			baseURL+NodeServiceTakeSandboxSnapshotProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("TakeSandboxSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSandboxSnapshot: connect.NewClient[node.DeleteSandboxSnapshotRequest, node.DeleteSandboxSnapshotResponse](
+			httpClient,
+			baseURL+NodeServiceDeleteSandboxSnapshotProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("DeleteSandboxSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		sandboxLogs: connect.NewClient[node.SandboxLogsRequest, node.SandboxLogsResponse](
+			httpClient,
+			baseURL+NodeServiceSandboxLogsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SandboxLogs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	create           *connect.Client[node.CreateRequest, node.SandboxResponse]
-	get              *connect.Client[node.GetRequest, node.SandboxResponse]
-	list             *connect.Client[node.ListRequest, node.ListResponse]
-	setEndTime       *connect.Client[node.SetEndTimeRequest, node.SetEndTimeResponse]
-	updateNetwork    *connect.Client[node.UpdateNetworkRequest, node.UpdateNetworkResponse]
-	pause            *connect.Client[node.PauseRequest, node.SandboxResponse]
-	resume           *connect.Client[node.ResumeRequest, node.SandboxResponse]
-	fork             *connect.Client[node.ForkRequest, node.ForkResponse]
-	kill             *connect.Client[node.KillRequest, node.KillResponse]
-	stats            *connect.Client[node.StatsRequest, node.StatsResponse]
-	metrics          *connect.Client[node.MetricsRequest, node.MetricsResponse]
-	watch            *connect.Client[node.WatchRequest, node.Event]
-	capabilities     *connect.Client[node.CapabilitiesRequest, node.CapabilitiesResponse]
-	setPool          *connect.Client[node.SetPoolRequest, node.SetPoolResponse]
-	reserve          *connect.Client[node.ReserveRequest, node.ReserveResponse]
-	unreserve        *connect.Client[node.UnreserveRequest, node.UnreserveResponse]
-	pools            *connect.Client[node.PoolsRequest, node.PoolsResponse]
-	templatesInUse   *connect.Client[node.TemplatesInUseRequest, node.TemplatesInUseResponse]
-	snapshotSandbox  *connect.Client[node.SnapshotSandboxRequest, node.SnapshotSandboxResponse]
-	snapshotTemplate *connect.Client[node.SnapshotTemplateRequest, node.SnapshotTemplateResponse]
-	deleteSnapshot   *connect.Client[node.DeleteSnapshotRequest, node.DeleteSnapshotResponse]
+	create                *connect.Client[node.CreateRequest, node.SandboxResponse]
+	get                   *connect.Client[node.GetRequest, node.SandboxResponse]
+	list                  *connect.Client[node.ListRequest, node.ListResponse]
+	setEndTime            *connect.Client[node.SetEndTimeRequest, node.SetEndTimeResponse]
+	updateNetwork         *connect.Client[node.UpdateNetworkRequest, node.UpdateNetworkResponse]
+	pause                 *connect.Client[node.PauseRequest, node.SandboxResponse]
+	resume                *connect.Client[node.ResumeRequest, node.SandboxResponse]
+	fork                  *connect.Client[node.ForkRequest, node.ForkResponse]
+	kill                  *connect.Client[node.KillRequest, node.KillResponse]
+	stats                 *connect.Client[node.StatsRequest, node.StatsResponse]
+	metrics               *connect.Client[node.MetricsRequest, node.MetricsResponse]
+	watch                 *connect.Client[node.WatchRequest, node.Event]
+	capabilities          *connect.Client[node.CapabilitiesRequest, node.CapabilitiesResponse]
+	setPool               *connect.Client[node.SetPoolRequest, node.SetPoolResponse]
+	reserve               *connect.Client[node.ReserveRequest, node.ReserveResponse]
+	unreserve             *connect.Client[node.UnreserveRequest, node.UnreserveResponse]
+	pools                 *connect.Client[node.PoolsRequest, node.PoolsResponse]
+	templatesInUse        *connect.Client[node.TemplatesInUseRequest, node.TemplatesInUseResponse]
+	snapshotSandbox       *connect.Client[node.SnapshotSandboxRequest, node.SnapshotSandboxResponse]
+	snapshotTemplate      *connect.Client[node.SnapshotTemplateRequest, node.SnapshotTemplateResponse]
+	deleteSnapshot        *connect.Client[node.DeleteSnapshotRequest, node.DeleteSnapshotResponse]
+	takeSandboxSnapshot   *connect.Client[node.TakeSandboxSnapshotRequest, node.TakeSandboxSnapshotResponse]
+	deleteSandboxSnapshot *connect.Client[node.DeleteSandboxSnapshotRequest, node.DeleteSandboxSnapshotResponse]
+	sandboxLogs           *connect.Client[node.SandboxLogsRequest, node.SandboxLogsResponse]
 }
 
 // Create calls warren.node.v1.NodeService.Create.
@@ -398,6 +439,21 @@ func (c *nodeServiceClient) DeleteSnapshot(ctx context.Context, req *connect.Req
 	return c.deleteSnapshot.CallUnary(ctx, req)
 }
 
+// TakeSandboxSnapshot calls warren.node.v1.NodeService.TakeSandboxSnapshot.
+func (c *nodeServiceClient) TakeSandboxSnapshot(ctx context.Context, req *connect.Request[node.TakeSandboxSnapshotRequest]) (*connect.Response[node.TakeSandboxSnapshotResponse], error) {
+	return c.takeSandboxSnapshot.CallUnary(ctx, req)
+}
+
+// DeleteSandboxSnapshot calls warren.node.v1.NodeService.DeleteSandboxSnapshot.
+func (c *nodeServiceClient) DeleteSandboxSnapshot(ctx context.Context, req *connect.Request[node.DeleteSandboxSnapshotRequest]) (*connect.Response[node.DeleteSandboxSnapshotResponse], error) {
+	return c.deleteSandboxSnapshot.CallUnary(ctx, req)
+}
+
+// SandboxLogs calls warren.node.v1.NodeService.SandboxLogs.
+func (c *nodeServiceClient) SandboxLogs(ctx context.Context, req *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error) {
+	return c.sandboxLogs.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the warren.node.v1.NodeService service.
 type NodeServiceHandler interface {
 	Create(context.Context, *connect.Request[node.CreateRequest]) (*connect.Response[node.SandboxResponse], error)
@@ -427,11 +483,23 @@ type NodeServiceHandler interface {
 	// pools use (nodeapi.TemplateHolder).
 	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
 	// Snapshots by directory: refused (invalid_argument). A directory on the
-	// node does not cross the wire; nodeapi.SandboxSnapshotter and
-	// TemplateSnapshotter are in-process parts of the contract.
+	// node does not cross the wire; nodeapi.TemplateSnapshotter is an
+	// in-process part of the contract, and sandbox snapshots are
+	// TakeSandboxSnapshot's, which names no path.
 	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
 	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
 	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
+	// TakeSandboxSnapshot snapshots a running sandbox as a new build of the
+	// control plane's catalog, which the node then holds, and answers what
+	// the control plane records of it (nodeapi.SandboxSnapshotter); no path
+	// crosses: the node resolves the build ID itself.
+	TakeSandboxSnapshot(context.Context, *connect.Request[node.TakeSandboxSnapshotRequest]) (*connect.Response[node.TakeSandboxSnapshotResponse], error)
+	// DeleteSandboxSnapshot deletes the sandbox snapshot the node took as a
+	// build (one the control plane failed to record).
+	DeleteSandboxSnapshot(context.Context, *connect.Request[node.DeleteSandboxSnapshotRequest]) (*connect.Response[node.DeleteSandboxSnapshotResponse], error)
+	// SandboxLogs returns the log a running sandbox keeps, read by the node
+	// from the sandbox's envd (nodeapi.LogSource).
+	SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -567,6 +635,24 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("DeleteSnapshot")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceTakeSandboxSnapshotHandler := connect.NewUnaryHandler(
+		NodeServiceTakeSandboxSnapshotProcedure,
+		svc.TakeSandboxSnapshot,
+		connect.WithSchema(nodeServiceMethods.ByName("TakeSandboxSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceDeleteSandboxSnapshotHandler := connect.NewUnaryHandler(
+		NodeServiceDeleteSandboxSnapshotProcedure,
+		svc.DeleteSandboxSnapshot,
+		connect.WithSchema(nodeServiceMethods.ByName("DeleteSandboxSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceSandboxLogsHandler := connect.NewUnaryHandler(
+		NodeServiceSandboxLogsProcedure,
+		svc.SandboxLogs,
+		connect.WithSchema(nodeServiceMethods.ByName("SandboxLogs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/warren.node.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceCreateProcedure:
@@ -611,6 +697,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceSnapshotTemplateHandler.ServeHTTP(w, r)
 		case NodeServiceDeleteSnapshotProcedure:
 			nodeServiceDeleteSnapshotHandler.ServeHTTP(w, r)
+		case NodeServiceTakeSandboxSnapshotProcedure:
+			nodeServiceTakeSandboxSnapshotHandler.ServeHTTP(w, r)
+		case NodeServiceDeleteSandboxSnapshotProcedure:
+			nodeServiceDeleteSandboxSnapshotHandler.ServeHTTP(w, r)
+		case NodeServiceSandboxLogsProcedure:
+			nodeServiceSandboxLogsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -702,4 +794,16 @@ func (UnimplementedNodeServiceHandler) SnapshotTemplate(context.Context, *connec
 
 func (UnimplementedNodeServiceHandler) DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.DeleteSnapshot is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) TakeSandboxSnapshot(context.Context, *connect.Request[node.TakeSandboxSnapshotRequest]) (*connect.Response[node.TakeSandboxSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.TakeSandboxSnapshot is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) DeleteSandboxSnapshot(context.Context, *connect.Request[node.DeleteSandboxSnapshotRequest]) (*connect.Response[node.DeleteSandboxSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.DeleteSandboxSnapshot is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.SandboxLogs is not implemented"))
 }

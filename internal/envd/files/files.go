@@ -45,17 +45,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // begin authorises the request for op and resolves its user.
-func (h *Handler) begin(w http.ResponseWriter, r *http.Request, op string) (*identity.User, bool) {
-	if msg := h.auth.CheckFiles(r, op); msg != "" {
+func (h *Handler) begin(w http.ResponseWriter, r *http.Request, op string) (*identity.User, auth.Grant, bool) {
+	g, msg := h.auth.Files(r, op)
+	if msg != "" {
 		auth.WriteError(w, http.StatusUnauthorized, msg)
-		return nil, false
+		return nil, g, false
 	}
 	u, err := h.auth.User(r.URL.Query().Get("username"))
 	if err != nil {
 		auth.WriteError(w, http.StatusUnauthorized, fmt.Sprintf("invalid user: '%s'", r.URL.Query().Get("username")))
-		return nil, false
+		return nil, g, false
 	}
-	return u, true
+	return u, g, true
 }
 
 // httpError answers with the status of err's class.

@@ -35,8 +35,12 @@ type uploaded struct {
 }
 
 func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
-	u, ok := h.begin(w, r, auth.OpWrite)
+	u, grant, ok := h.begin(w, r, auth.OpWrite)
 	if !ok {
+		return
+	}
+	if grant.Signed && grant.Path == "" {
+		auth.WriteError(w, http.StatusForbidden, msgSignedNoPath)
 		return
 	}
 	md, err := metadataFromHeaders(r.Header)
@@ -62,9 +66,12 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	queryPath := r.URL.Query().Get("path")
 	var result []uploaded
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if mt == "multipart/form-data" {
+	switch {
+	case mt == "multipart/form-data" && grant.Signed:
+		result, err = uploadSigned(u, body, params["boundary"], u.ResolvePath(queryPath, ""), md)
+	case mt == "multipart/form-data":
 		result, err = h.uploadMultipart(u, body, params["boundary"], queryPath, md)
-	} else {
+	default:
 		if queryPath == "" {
 			auth.WriteError(w, http.StatusBadRequest, "path is required for a raw upload")
 			return
@@ -75,7 +82,11 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		h.log.Debug("upload failed", "error", err)
-		httpError(w, err, err.Error())
+		msg := err.Error()
+		if errors.Is(err, errSignedPath) {
+			msg = errdefs.ClientMessage(err)
+		}
+		httpError(w, err, msg)
 		return
 	}
 	if len(result) == 0 {

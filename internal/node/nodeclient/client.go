@@ -50,9 +50,9 @@ type Options struct {
 
 // Client is a nodeapi.Service over RPC, with every optional part that
 // names no path on the node (nodeapi.Pooler, MetricsSource,
-// ExecutionKiller, TemplateHolder): a node that lacks one answers
-// ErrUnsupported. A template crosses as its ID and build ID only; the
-// node resolves its files.
+// ExecutionKiller, TemplateHolder, SandboxSnapshotter, LogSource): a node
+// that lacks one answers ErrUnsupported. A template crosses as its ID and
+// build ID only; the node resolves its files.
 type Client struct {
 	rpc     nodepbconnect.NodeServiceClient
 	log     *slog.Logger
@@ -159,6 +159,7 @@ func (c *Client) Resume(ctx context.Context, id string, req nodeapi.ResumeReques
 func (c *Client) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
 	resp, err := c.rpc.Fork(ctx, connect.NewRequest(&nodepb.ForkRequest{
 		Id: id, Ids: req.IDs, ExecutionIds: req.ExecutionIDs, EndAt: noderpc.Timestamp(req.EndAt),
+		EnvdAccessTokens: req.EnvdAccessTokens,
 	}))
 	if err != nil {
 		return nil, noderpc.FromConnectError(err)

@@ -27,26 +27,33 @@ type rig struct {
 	agent  *node.Agent
 	client *nodeclient.Client
 	drv    *fake.Driver
+	envd   *nodetest.Envd
 	url    string
 }
 
-func newRig(t *testing.T, fcfg fake.Config, token string) *rig {
+// newRig serves an agent over the fake driver through the noderpc
+// server; opts tune the server's options.
+func newRig(t *testing.T, fcfg fake.Config, token string, opts ...func(*node.Agent, *noderpc.Options)) *rig {
 	t.Helper()
-	drv := fake.New(fcfg)
+	drv, envd := fake.New(fcfg), &nodetest.Envd{}
 	a, err := node.New(context.Background(), node.Config{
 		DataDir: t.TempDir(), Driver: drv, Cgroups: nodetest.NewCgroups(), Net: nodetest.NewNet(),
-		Layers: nodetest.NewLayers(), Envd: &nodetest.Envd{}, ReclaimInterval: -1,
+		Layers: nodetest.NewLayers(), Envd: envd, ReclaimInterval: -1,
 		FreeDisk: func(string) (uint64, error) { return 1 << 40, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
+	o := noderpc.Options{Token: token, ResolveTemplate: resolveOwn}
+	for _, f := range opts {
+		f(a, &o)
+	}
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: token, ResolveTemplate: resolveOwn}))
+	mux.Handle(noderpc.NewHandler(a, o))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &rig{agent: a, client: nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token}), drv: drv, url: srv.URL}
+	return &rig{agent: a, client: nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token}), drv: drv, envd: envd, url: srv.URL}
 }
 
 // resolveOwn is the rig node's template resolver: it holds template "t",
@@ -133,9 +140,20 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("capabilities %+v, %v", caps, err)
 	}
 
-	kids, err := c.Fork(ctx, "sb1", nodeapi.ForkRequest{IDs: []string{"k1", "k2"}, ExecutionIDs: []string{"x1", "x2"}})
+	kids, err := c.Fork(ctx, "sb1", nodeapi.ForkRequest{IDs: []string{"k1", "k2"}, ExecutionIDs: []string{"x1", "x2"}, EnvdAccessTokens: []string{"tk1", "tk2"}})
 	if err != nil || len(kids) != 2 || kids[1].ID != "k2" || kids[1].ExecutionID != "x2" || kids[0].State != sandbox.StateRunning {
 		t.Fatalf("fork %+v, %v", kids, err)
+	}
+	for i, k := range kids {
+		got := ""
+		for _, in := range r.envd.Inits() {
+			if in.Addr == k.Address {
+				got = in.Init.AccessToken
+			}
+		}
+		if want := []string{"tk1", "tk2"}[i]; got != want {
+			t.Errorf("fork %s: envd access token %q, want %q (the request's, over the wire)", k.ID, got, want)
+		}
 	}
 	p, err := c.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true})
 	if err != nil || p.State != sandbox.StatePaused || !p.PausedWithMemory {

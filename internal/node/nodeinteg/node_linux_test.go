@@ -80,7 +80,7 @@ type host struct {
 
 func newHost(t testing.TB) *host {
 	t.Helper()
-	testenv.Require(t, os.Geteuid() == 0, "needs root")
+	testenv.NeedRoot(t, "node integration tests")
 	h := &host{
 		t:     t,
 		runsc: testenv.Runsc(t),
@@ -766,7 +766,7 @@ func TestSnapshotSandbox(t *testing.T) {
 	run(t, sb, tok, "echo disk > /home/user/f; echo mem > /tmp/m")
 	dir := filepath.Join(h.dir, "sandbox-snapshot")
 	start := time.Now()
-	tmpl, err := a.SnapshotSandbox(ctx, id, dir)
+	tmpl, err := a.SnapshotSandboxInto(ctx, id, dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}

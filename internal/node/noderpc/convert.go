@@ -202,7 +202,8 @@ func EventFromProto(e *nodepb.Event) nodeapi.Event {
 }
 
 // ToConnectError maps err's class to a Connect code (package errconnect),
-// keeping its message.
+// keeping its message. A nodeapi.KilledError (the node killed the
+// sandbox on its own) carries its kill as an Event detail.
 func ToConnectError(err error) error {
 	if err == nil {
 		return nil
@@ -211,7 +212,13 @@ func ToConnectError(err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
-	return connect.NewError(errconnect.Code(err), err)
+	ce = connect.NewError(errconnect.Code(err), err)
+	if kill, ok := nodeapi.NodeKill(err); ok {
+		if d, derr := connect.NewErrorDetail(EventToProto(kill)); derr == nil {
+			ce.AddDetail(d)
+		}
+	}
+	return ce
 }
 
 // FromConnectError maps a Connect error back to Warren's error class; the
@@ -227,6 +234,9 @@ func FromConnectError(err error) error {
 		msg = ce.Message()
 	}
 	if class := errconnect.Class(code); class != nil {
+		if kill, ok := killDetail(ce); ok && errors.Is(class, errdefs.ErrNotFound) {
+			return &nodeapi.KilledError{Kill: kill}
+		}
 		return &classError{msg: msg, class: class}
 	}
 	switch code {
@@ -237,6 +247,23 @@ func FromConnectError(err error) error {
 		return &classError{msg: msg, class: errdefs.ErrUnavailable}
 	}
 	return fmt.Errorf("node: %s", msg)
+}
+
+// killDetail returns the node's own kill a not-found error carries.
+func killDetail(ce *connect.Error) (nodeapi.Event, bool) {
+	if ce == nil {
+		return nodeapi.Event{}, false
+	}
+	for _, d := range ce.Details() {
+		v, err := d.Value()
+		if err != nil {
+			continue
+		}
+		if ev, ok := v.(*nodepb.Event); ok && ev.GetSandboxId() != "" {
+			return EventFromProto(ev), true
+		}
+	}
+	return nodeapi.Event{}, false
 }
 
 // classError is an error of a class with the server's message.

@@ -98,13 +98,14 @@ func (s *server) TemplatesInUse(ctx context.Context, req *connect.Request[nodepb
 	return connect.NewResponse(out), nil
 }
 
-// The snapshot calls of the proto name directories on the node: none is
-// served (a directory does not cross the wire; the node's own builder
-// takes its template snapshots in process, and sandbox snapshots are
-// named by ID where the wire carries them).
+// The snapshot calls of the proto that name directories on the node: none
+// is served (a directory does not cross the wire; the node's own builder
+// takes its template snapshots in process). SnapshotSandbox was the wire's
+// first sandbox snapshot, into a directory the caller named: superseded by
+// TakeSandboxSnapshot, which names none.
 
 func noSnapshotDirs(what string) error {
-	return fmt.Errorf("%s: a snapshot directory does not cross the wire: %w", what, errdefs.ErrInvalid)
+	return fmt.Errorf("%s: a snapshot directory does not cross the wire (sandbox snapshots: TakeSandboxSnapshot): %w", what, errdefs.ErrInvalid)
 }
 
 func (s *server) SnapshotSandbox(ctx context.Context, req *connect.Request[nodepb.SnapshotSandboxRequest]) (*connect.Response[nodepb.SnapshotSandboxResponse], error) {

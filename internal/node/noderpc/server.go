@@ -37,6 +37,11 @@ type Options struct {
 	// snapshot directory is refused), so a node without it starts
 	// nothing. The node's catalog pulls a build it lacks first.
 	ResolveTemplate func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
+	// SandboxSnapshots, when set, takes the sandbox snapshots
+	// (TakeSandboxSnapshot, DeleteSandboxSnapshot): the agent's are kept
+	// in the node's catalog (internal/nodebuild.SandboxSnapshots). Nil:
+	// the served Service's own, if it has them.
+	SandboxSnapshots nodeapi.SandboxSnapshotter
 }
 
 // NewHandler returns the path prefix and the HTTP handler that serve svc
@@ -46,7 +51,10 @@ func NewHandler(svc nodeapi.Service, opts Options) (string, http.Handler) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, resolve: opts.ResolveTemplate}
+	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, resolve: opts.ResolveTemplate, snaps: opts.SandboxSnapshots}
+	if s.snaps == nil {
+		s.snaps, _ = svc.(nodeapi.SandboxSnapshotter)
+	}
 	var hopts []connect.HandlerOption
 	if opts.Token != "" {
 		hopts = append(hopts, connect.WithInterceptors(tokenInterceptor(opts.Token)))
@@ -59,6 +67,7 @@ type server struct {
 	log       *slog.Logger
 	nodeProxy string
 	resolve   func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
+	snaps     nodeapi.SandboxSnapshotter // nil: none
 }
 
 // template resolves the template p names for team to this node's own
@@ -171,6 +180,7 @@ func (s *server) Resume(ctx context.Context, req *connect.Request[nodepb.ResumeR
 func (s *server) Fork(ctx context.Context, req *connect.Request[nodepb.ForkRequest]) (*connect.Response[nodepb.ForkResponse], error) {
 	list, err := s.svc.Fork(ctx, req.Msg.GetId(), nodeapi.ForkRequest{
 		IDs: req.Msg.GetIds(), ExecutionIDs: req.Msg.GetExecutionIds(), EndAt: Time(req.Msg.GetEndAt()),
+		EnvdAccessTokens: req.Msg.GetEnvdAccessTokens(),
 	})
 	if err != nil {
 		return nil, s.fail("Fork", err)
