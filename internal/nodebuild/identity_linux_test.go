@@ -138,6 +138,85 @@ func TestLocateOnlyWhatTheNodeNeeds(t *testing.T) {
 	}
 }
 
+// TestLocateSandboxSnapshot: a sandbox snapshot's build (taken on n-1,
+// which holds it) travels as a template build does, under the same rule:
+// a node learns where it is, with a grant from its holder, only once a
+// create of it is placed there, and the answer marks it as a sandbox
+// snapshot (the puller restores it, never starts it cold); a node asked
+// for nothing of it gets 403.
+func TestLocateSandboxSnapshot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.Postgres(t)
+	creds, err := nodereg.NewCredentials(st, credentialKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := templates.New(templates.Config{Store: st.Templates()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := nodebuild.NewRemote(nodebuild.RemoteConfig{Catalog: cat, Nodes: st, Authenticate: creds.Authenticate, Grant: creds.Grant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	srv := httptest.NewServer(r.LocateHandler())
+	t.Cleanup(srv.Close)
+	tokens := map[string]string{}
+	for _, id := range []string{"n-1", "n-2", "n-3"} {
+		if tokens[id], _, err = creds.Issue(ctx, id, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tm, b, err := r.CreateTemplate(ctx, templates.CreateRequest{TeamID: "team-a", Name: "snap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := &templates.SandboxSnapshotOrigin{SandboxID: "sb-source", TeamID: "team-a", CreatedAt: time.Now().UTC().Truncate(time.Second)}
+	if _, err := cat.UpdateBuild(ctx, b.ID, func(b *templates.Build) error {
+		b.NodeID, b.SandboxSnapshot = "n-1", origin
+		b.RootFSSHA256, b.RootFSSize, b.SnapshotSHA256, b.SnapshotSize = strings.Repeat("a", 64), 10, strings.Repeat("b", 64), 20
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.FinishBuild(ctx, b.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat(t, st, "n-1", "https://n-1:3100", b.ID)
+	heartbeat(t, st, "n-2", "https://n-2:3100")
+	heartbeat(t, st, "n-3", "https://n-3:3100")
+	locate := func(id string) (int, []byte) {
+		return getWith(t, srv.URL+nodebuild.LocatePath+b.ID, bearer(tokens[id]))
+	}
+	for _, id := range []string{"n-2", "n-3"} {
+		if code, body := locate(id); code != http.StatusForbidden {
+			t.Errorf("%s, asked to restore nothing of it: %d %s, want 403", id, code, body)
+		}
+	}
+	// A create of the snapshot placed on n-2.
+	if err := st.CreateSandbox(ctx, &store.Sandbox{ID: "sb-restore", TeamID: "team-a", TemplateID: tm.ID, State: sandbox.StateStarting,
+		Spec: store.Spec{NodeID: "n-2", BuildID: b.ID, ExecutionID: "e1"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := locate("n-2")
+	var src nodebuild.Source
+	if code != http.StatusOK || json.Unmarshal(body, &src) != nil || src.Build.ID != b.ID || len(src.Holders) != 1 {
+		t.Fatalf("the node asked to restore it: %d %s", code, body)
+	}
+	if got := src.Build.Record().SandboxSnapshot; got == nil || *got != *origin {
+		t.Errorf("the answer's build is marked %+v, want the sandbox snapshot's origin %+v", got, origin)
+	}
+	h := src.Holders[0]
+	if who, err := nodeauth.CheckGrant(nodeauth.Credential(tokens["n-1"], nodeauth.PurposePull), b.ID, h.Grant, time.Now()); h.Address != "https://n-1:3100" || err != nil || who != "n-2" {
+		t.Fatalf("the holder %+v: grant for %q, %v; want n-1's grant for n-2", h, who, err)
+	}
+	if code, body := locate("n-3"); code != http.StatusForbidden {
+		t.Errorf("n-3 once n-2 restores it: %d %s, want 403", code, body)
+	}
+}
+
 // TestArtifactsNeedAGrant: a node's artifacts go to the control plane
 // and to a peer with a grant for that build, from this node; a peer's own
 // token or credentials, or a grant for another build, from another node
