@@ -160,16 +160,22 @@ func (x *Policy) GetDenyOut() []string {
 	return nil
 }
 
+// Template names a template build: the node resolves id and build_id to
+// its own copy (pulled first when it lacks it). Only those two cross the
+// wire; a request that sets rootfs or snapshot_dir (paths on the node) is
+// refused, and the other fields are ignored.
 type Template struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	BuildId     string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	Rootfs      string                 `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
-	Env         map[string]string      `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	User        string                 `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
-	Workdir     string                 `protobuf:"bytes,6,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	StartCmd    string                 `protobuf:"bytes,7,opt,name=start_cmd,json=startCmd,proto3" json:"start_cmd,omitempty"`
-	SnapshotDir string                 `protobuf:"bytes,8,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	BuildId string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	// Refused when set.
+	Rootfs   string            `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
+	Env      map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	User     string            `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	Workdir  string            `protobuf:"bytes,6,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	StartCmd string            `protobuf:"bytes,7,opt,name=start_cmd,json=startCmd,proto3" json:"start_cmd,omitempty"`
+	// Refused when set.
+	SnapshotDir string `protobuf:"bytes,8,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
 	// resources are the template's own sizing (its build's CPU, memory and
 	// disk); a template snapshot is sized from them.
 	Resources     *Resources `protobuf:"bytes,9,opt,name=resources,proto3" json:"resources,omitempty"`
@@ -2216,11 +2222,12 @@ func (*TemplatesInUseRequest) Descriptor() ([]byte, []int) {
 }
 
 type TemplateUse struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	TemplateId  string                 `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
-	BuildId     string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	Rootfs      string                 `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
-	SnapshotDir string                 `protobuf:"bytes,4,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TemplateId string                 `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	BuildId    string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	// Never set: paths on the node do not cross the wire.
+	Rootfs      string `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
+	SnapshotDir string `protobuf:"bytes,4,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
 	// sandbox_id is empty for a warm pool's template.
 	SandboxId     string `protobuf:"bytes,5,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	unknownFields protoimpl.UnknownFields

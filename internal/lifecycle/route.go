@@ -84,7 +84,7 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admiss
 	}
 	r := &route.Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
 		EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken, Woken: paused,
-		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts, NodeProxy: ns.NodeProxy, Epoch: ns.Epoch}
+		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts, NodeProxy: ns.NodeProxy, NodeID: sb.Spec.NodeID, Epoch: ns.Epoch}
 	if !paused {
 		m.routes.put(gen, r)
 	}

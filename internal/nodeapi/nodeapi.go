@@ -68,7 +68,9 @@ type Service interface {
 }
 
 // Template is what a node needs to know of a template build to start
-// sandboxes from it.
+// sandboxes from it. Over a wire only ID and BuildID cross: the node
+// resolves the rest, its paths above all, from its own catalog
+// (docs/security.md, "Nothing that names a host path crosses a wire").
 type Template struct {
 	ID      string
 	BuildID string

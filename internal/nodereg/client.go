@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 )
 
 // DefaultHeartbeatInterval is the time between two heartbeats of a node.
@@ -27,9 +28,11 @@ const DefaultHeartbeatRetry = time.Second
 type Client struct {
 	// APIURL is the API's base URL (e.g. "http://warren-api:3000").
 	APIURL string
-	// Token is the node token (WARREN_NODE_TOKEN).
+	// Token is the node's own token (WARREN_NODE_TOKEN).
 	Token string
-	// HTTPClient carries the calls; nil means one with a 10 s timeout.
+	// HTTPClient carries the calls; nil means nodeauth.Client(nil) with a
+	// 10 s timeout (no proxy from the environment, no redirects: the
+	// token goes to the API and nowhere else).
 	HTTPClient *http.Client
 	// Logger receives failed heartbeats; nil discards them.
 	Logger *slog.Logger
@@ -54,7 +57,8 @@ func (c *Client) Heartbeat(ctx context.Context, st Status) (*Reply, error) {
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	hc := c.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second}
+		hc = nodeauth.Client(nil)
+		hc.Timeout = 10 * time.Second
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -8,7 +8,9 @@
 //
 //	POST /nodes/heartbeat   Authorization: Bearer <node token>   body: Status
 //
-// (the first heartbeat registers the node). Liveness runs on the API: a
+// (the first heartbeat registers the node). The token is the node's own
+// (Credentials, internal/nodeauth): a heartbeat is accepted only for the
+// node ID the token is bound to. Liveness runs on the API: a
 // node without a heartbeat for UnreachableAfter gets no placements; after
 // LostAfter its running sandboxes are killed with node_lost, after
 // PausedLostAfter its paused ones too. A node that heartbeats with a new
@@ -20,11 +22,11 @@ package nodereg
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -32,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -99,6 +102,25 @@ func (s *Status) validate() error {
 		return fmt.Errorf("node %q: too many templates or pools: %w", s.ID, errdefs.ErrInvalid)
 	}
 	return validKills(s.ID, s.Kills)
+}
+
+// validateAddresses checks the addresses of a node that heartbeats over
+// the wire: the control plane calls it over TLS, or over plain HTTP on
+// loopback only (its credentials cross no network in clear), and reaches
+// its sandboxes through its proxy listener only. (warren serve's
+// in-process node has none.)
+func (s *Status) validateAddresses() error {
+	if err := nodeauth.CheckRPCURL(s.RPCAddress); err != nil {
+		return fmt.Errorf("node %q: %w", s.ID, err)
+	}
+	host, port, err := net.SplitHostPort(s.ProxyAddress)
+	switch {
+	case err != nil || host == "" || port == "":
+		return fmt.Errorf("node %q: proxy address %q: want HOST:PORT: %w", s.ID, s.ProxyAddress, errdefs.ErrInvalid)
+	case strings.HasPrefix(s.RPCAddress, "http://") && !nodeauth.Loopback(host):
+		return fmt.Errorf("node %q: proxy address %q: plain http off loopback: %w", s.ID, s.ProxyAddress, errdefs.ErrInvalid)
+	}
+	return nil
 }
 
 // Killer kills a sandbox for a reason (lifecycle.Manager), recording the
@@ -220,17 +242,30 @@ func (r *Registry) killLost(ctx context.Context, nodeID string, states []sandbox
 	return nil
 }
 
-// Handler serves HeartbeatPath for nodes that present token. An empty
-// token refuses every node (registration is off).
-func (r *Registry) Handler(token string) http.Handler {
+// Authenticator tells which node a request comes from (Credentials):
+// "" is any node (the insecure loopback mode), an error refuses it.
+type Authenticator interface {
+	Authenticate(r *http.Request) (nodeID string, err error)
+}
+
+// Handler serves HeartbeatPath for the nodes auth authenticates; each
+// heartbeats for itself only (403 for another node's ID).
+func (r *Registry) Handler(auth Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "use POST")
 			return
 		}
-		if !authorized(req, token) {
+		nodeID, err := auth.Authenticate(req)
+		if err != nil {
 			r.countHeartbeat("unauthorized")
+			if !errors.Is(err, errdefs.ErrUnauthorized) {
+				r.log.Error("node heartbeat: authentication", "error", err)
+				writeError(w, http.StatusInternalServerError, "internal error")
+				return
+			}
+			r.log.Warn("node heartbeat refused", "remote_addr", req.RemoteAddr, "error", err)
 			writeError(w, http.StatusUnauthorized, "invalid node token")
 			return
 		}
@@ -241,6 +276,20 @@ func (r *Registry) Handler(token string) http.Handler {
 			writeError(w, http.StatusBadRequest, "invalid heartbeat body: "+bodyError(err))
 			return
 		}
+		if err := st.validateAddresses(); err != nil {
+			r.countHeartbeat("invalid")
+			writeError(w, http.StatusBadRequest, errdefs.ClientMessage(err))
+			return
+		}
+		if nodeID != "" && st.ID != nodeID {
+			r.countHeartbeat("forbidden")
+			r.log.Warn("node heartbeat for another node refused", "node_id", nodeID, "claimed_node_id", st.ID, "remote_addr", req.RemoteAddr)
+			writeError(w, http.StatusForbidden, fmt.Sprintf("this node token is node %q's, not %q's", nodeID, st.ID))
+			return
+		}
+		// The status, and the kills it reports (each taken only for a
+		// sandbox placed on this node, in its execution), are the node's
+		// the token names.
 		reply, err := r.Beat(req.Context(), st)
 		switch {
 		case errdefs.IsInvalid(err):
@@ -256,13 +305,6 @@ func (r *Registry) Handler(token string) http.Handler {
 		r.countHeartbeat("accepted")
 		writeJSON(w, http.StatusOK, reply)
 	})
-}
-
-// authorized compares the request's bearer token with token in constant
-// time.
-func authorized(r *http.Request, token string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 func bodyError(err error) string {

@@ -164,6 +164,13 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		sqlite:   migration7,
 		postgres: migration7,
 	},
+	{
+		// Version 8: node tokens (internal/nodeauth): each node's own
+		// credential, bound to its ID, issued and revoked by the operator.
+		version:  8,
+		sqlite:   migration8,
+		postgres: migration8,
+	},
 }
 
 // migration7 is plain SQL both dialects accept. A team ID that rows name
@@ -195,6 +202,19 @@ DELETE FROM template_build_logs WHERE build_id IN (SELECT b.id FROM template_bui
 DELETE FROM template_builds WHERE template_id IN (SELECT id FROM templates WHERE team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0));
 DELETE FROM template_aliases WHERE team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0);
 DELETE FROM templates WHERE team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0);
+`
+
+// migration8 is plain SQL both dialects accept.
+const migration8 = `
+CREATE TABLE node_tokens (
+  id TEXT PRIMARY KEY,
+  node_id TEXT NOT NULL,
+  name TEXT NOT NULL DEFAULT '',
+  created_at BIGINT NOT NULL,
+  revoked_at BIGINT NOT NULL DEFAULT 0,
+  last_used_at BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX node_tokens_node ON node_tokens(node_id);
 `
 
 // migration6 is plain SQL both dialects accept. An alias row per

@@ -128,9 +128,10 @@ type NodeServiceClient interface {
 	// TemplatesInUse lists the template builds the node's sandboxes and
 	// pools use (nodeapi.TemplateHolder).
 	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
-	// Snapshots into a directory on the node (dir): template snapshots
-	// (nodeapi.TemplateSnapshotter). SnapshotSandbox answers unimplemented:
-	// sandbox snapshots are TakeSandboxSnapshot's, which names no path.
+	// Snapshots by directory: refused (invalid_argument). A directory on the
+	// node does not cross the wire; nodeapi.TemplateSnapshotter is an
+	// in-process part of the contract, and sandbox snapshots are
+	// TakeSandboxSnapshot's, which names no path.
 	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
 	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
 	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
@@ -481,9 +482,10 @@ type NodeServiceHandler interface {
 	// TemplatesInUse lists the template builds the node's sandboxes and
 	// pools use (nodeapi.TemplateHolder).
 	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
-	// Snapshots into a directory on the node (dir): template snapshots
-	// (nodeapi.TemplateSnapshotter). SnapshotSandbox answers unimplemented:
-	// sandbox snapshots are TakeSandboxSnapshot's, which names no path.
+	// Snapshots by directory: refused (invalid_argument). A directory on the
+	// node does not cross the wire; nodeapi.TemplateSnapshotter is an
+	// in-process part of the contract, and sandbox snapshots are
+	// TakeSandboxSnapshot's, which names no path.
 	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
 	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
 	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
