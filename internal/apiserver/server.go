@@ -30,6 +30,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -468,7 +469,7 @@ func (s *Server) answer(err error) (int, string) {
 	if errors.As(err, &le) {
 		return http.StatusTooManyRequests, le.Error()
 	}
-	return errdefs.HTTPStatus(err), errdefs.ClientMessage(err)
+	return errhttp.Status(err), errdefs.ClientMessage(err)
 }
 
 // writeErrorBody writes the E2B error body, whose code equals the HTTP

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -353,7 +354,7 @@ func (s *Service) UploadHandler() http.Handler {
 		}
 		if err := s.PutFilesSized(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp), r.ContentLength); err != nil {
 			s.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
-			status := errdefs.HTTPStatus(err)
+			status := errhttp.Status(err)
 			msg := "upload failed"
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {

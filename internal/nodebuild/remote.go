@@ -21,6 +21,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -259,7 +260,7 @@ func (r *Remote) UploadHandler() http.Handler {
 		}()
 		if err != nil {
 			r.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
-			http.Error(w, errdefs.ClientMessage(err), errdefs.HTTPStatus(err))
+			http.Error(w, errdefs.ClientMessage(err), errhttp.Status(err))
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
@@ -518,7 +519,7 @@ func (r *Remote) LocateHandler() http.Handler {
 		}
 		src, err := r.locate(req.Context(), strings.TrimPrefix(req.URL.Path, LocatePath))
 		if err != nil {
-			status := errdefs.HTTPStatus(err)
+			status := errhttp.Status(err)
 			r.log.Info("locate build", "path", req.URL.Path, "status", status, "error", err)
 			http.Error(w, http.StatusText(status), status)
 			return
