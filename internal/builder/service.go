@@ -198,11 +198,11 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 		return "", err
 	}
 	if n := len(req.Spec.Steps); n > s.limits.MaxSteps {
-		return "", fmt.Errorf("the build has %d steps, more than this server allows (%d steps): %w", n, s.limits.MaxSteps, errdefs.ErrInvalid)
+		return "", errdefs.Publicf(errdefs.ErrInvalid, "the build has %d steps, more than this server allows (%d steps)", n, s.limits.MaxSteps)
 	}
 	for i, st := range req.Spec.Steps {
 		if err := validateStep(st); err != nil {
-			return "", fmt.Errorf("step %d: %w", i+1, err)
+			return "", errdefs.Wrapf(err, "step %d", i+1)
 		}
 		if st.FilesHash != "" {
 			p, err := s.b.filesPath(t.ID, st.FilesHash)
@@ -210,7 +210,7 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 				return "", err
 			}
 			if _, err := os.Stat(p); err != nil {
-				return "", fmt.Errorf("step %d: files %s were not uploaded: %w", i+1, st.FilesHash, errdefs.ErrInvalid)
+				return "", errdefs.Publicf(errdefs.ErrInvalid, "step %d: files %s were not uploaded", i+1, st.FilesHash)
 			}
 		}
 	}
@@ -223,7 +223,7 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 	s.mu.Lock()
 	if _, ok := s.done[req.BuildID]; ok {
 		s.mu.Unlock()
-		return "", fmt.Errorf("build %q is already running: %w", req.BuildID, errdefs.ErrConflict)
+		return "", errdefs.Publicf(errdefs.ErrConflict, "build %q is already running", req.BuildID)
 	}
 	tk, err := s.queue.enqueue(req.TeamID, share)
 	if err != nil {
@@ -444,7 +444,7 @@ func (s *Service) PutFilesSized(ctx context.Context, templateID, hash string, r 
 // filesPath is where the COPY context hash of a template is stored.
 func (b *Builder) filesPath(templateID, hash string) (string, error) {
 	if !safeName(templateID) || !safeName(hash) {
-		return "", fmt.Errorf("files %q of template %q: bad name: %w", hash, templateID, errdefs.ErrInvalid)
+		return "", errdefs.Publicf(errdefs.ErrInvalid, "files %q of template %q: bad name", hash, templateID)
 	}
 	return filepath.Join(b.cfg.DataDir, "files", templateID, hash+".tar.gz"), nil
 }

@@ -132,6 +132,33 @@ func Publicf(class error, format string, args ...any) error {
 	return &publicError{msg: fmt.Sprintf(format, args...), err: class}
 }
 
+// Wrapf returns err with a context before it, as
+// fmt.Errorf(format+": %w", args..., err) would; when err carries a public
+// message (Message), the same context goes before that message too. Use
+// it where the context is as fit for a client as the message (a step's
+// number, an ID the caller gave).
+func Wrapf(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	ctx := fmt.Sprintf(format, args...)
+	if msg, ok := Message(err); ok {
+		return &contextError{ctx: ctx, msg: msg, err: err}
+	}
+	return fmt.Errorf("%s: %w", ctx, err)
+}
+
+// contextError is a public error with a context before its text and its
+// message.
+type contextError struct {
+	ctx, msg string
+	err      error
+}
+
+func (e *contextError) Error() string         { return e.ctx + ": " + e.err.Error() }
+func (e *contextError) Unwrap() error         { return e.err }
+func (e *contextError) PublicMessage() string { return e.ctx + ": " + e.msg }
+
 // Classf returns fmt.Errorf(format, args...) as an error of class: it is
 // errors.Is class (and whatever %w wraps), and its text is the formatted
 // text alone, without the class's words. It is for a wire whose clients

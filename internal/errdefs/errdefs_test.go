@@ -53,6 +53,8 @@ func TestMessage(t *testing.T) {
 		{"the outermost message wins", WithMessage(Publicf(ErrConflict, "inner"), "outer"), "outer", true},
 		{"first line only", Publicf(ErrInvalid, "line one\nline two"), "line one", true},
 		{"a typed error's own", fmt.Errorf("create: %w", &limitError{3}), "at most 3", true},
+		{"wrapf adds its context to the message", Wrapf(Publicf(ErrInvalid, "unsupported step type %q", "X"), "step %d", 2), `step 2: unsupported step type "X"`, true},
+		{"wrapf of no message has none", Wrapf(fmt.Errorf("disk: %w", ErrInvalid), "step %d", 2), "", false},
 		{"classf is not public", Classf(ErrNotFound, "process %d not found", 7), "", false},
 	}
 	for _, c := range cases {
@@ -77,7 +79,10 @@ func TestMessage(t *testing.T) {
 	if got := Publicf(ErrNotFound, "sandbox %q", "x").Error(); got != `sandbox "x": not found` {
 		t.Fatalf("Publicf's text for the log = %q", got)
 	}
-	if WithMessage(nil, "m") != nil {
+	if got := Wrapf(Publicf(ErrInvalid, "bad"), "step %d", 1).Error(); got != "step 1: bad: invalid argument" {
+		t.Fatalf("Wrapf's text for the log = %q", got)
+	}
+	if WithMessage(nil, "m") != nil || Wrapf(nil, "x") != nil {
 		t.Fatal("WithMessage(nil) is not nil")
 	}
 }
