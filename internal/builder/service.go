@@ -334,40 +334,54 @@ func (s *Service) token(templateID, hash string) string {
 // UploadHandler takes PUTs of tars (gzip'd or not) at the paths Files
 // hands out.
 // The token in the path authenticates the request; mount it without API
-// key checks at UploadPathPrefix.
+// key checks at UploadPathPrefix. Its errors are answered with a line of
+// text (the SDK's upload reads no JSON), their status from errhttp's
+// table: the message one chosen where the error was made (the team's
+// quota), else "upload failed"; the error goes to the log.
 func (s *Service) UploadHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPut {
-			w.Header().Set("Allow", http.MethodPut)
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		err := s.upload(w, r)
+		if err == nil {
+			w.WriteHeader(http.StatusCreated)
 			return
 		}
-		rest := strings.TrimPrefix(r.URL.Path, UploadPathPrefix)
-		templateID, hash, ok := strings.Cut(rest, "/")
-		if !ok || !hmac.Equal([]byte(r.URL.Query().Get("token")), []byte(s.token(templateID, hash))) {
-			http.Error(w, "invalid upload URL", http.StatusForbidden)
-			return
+		he := errhttp.From(err)
+		for k, v := range he.Header {
+			w.Header()[k] = v
 		}
-		if r.ContentLength > s.maxUp {
-			http.Error(w, fmt.Sprintf("upload larger than %d bytes", s.maxUp), http.StatusRequestEntityTooLarge)
-			return
-		}
-		if err := s.PutFilesSized(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp), r.ContentLength); err != nil {
-			s.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
-			status := errhttp.Status(err)
-			msg := "upload failed"
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				status = http.StatusRequestEntityTooLarge
-				msg = fmt.Sprintf("upload larger than %d bytes", s.maxUp)
-			} else if errdefs.IsExhausted(err) {
-				msg = err.Error() // the team's quota, no internal detail
-			}
-			http.Error(w, msg, status)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
+		http.Error(w, he.Msg, he.Code)
 	})
+}
+
+// upload stores the body of an upload request, or returns what its client
+// is told.
+func (s *Service) upload(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPut {
+		return &errhttp.HTTPError{Code: http.StatusMethodNotAllowed, Msg: "method not allowed", Header: http.Header{"Allow": {http.MethodPut}}}
+	}
+	rest := strings.TrimPrefix(r.URL.Path, UploadPathPrefix)
+	templateID, hash, ok := strings.Cut(rest, "/")
+	if !ok || !hmac.Equal([]byte(r.URL.Query().Get("token")), []byte(s.token(templateID, hash))) {
+		return errhttp.Errorf(http.StatusForbidden, "invalid upload URL")
+	}
+	tooLarge := errhttp.Errorf(http.StatusRequestEntityTooLarge, "upload larger than %d bytes", s.maxUp)
+	if r.ContentLength > s.maxUp {
+		return tooLarge
+	}
+	err := s.PutFilesSized(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp), r.ContentLength)
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		tooLarge.Err = err
+		return tooLarge
+	}
+	if _, public := errdefs.Message(err); !public {
+		return errdefs.WithMessage(err, "upload failed")
+	}
+	return err
 }
 
 // PutFiles stores a gzip'd or plain tar as the COPY context hash of a

@@ -70,6 +70,12 @@ func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
 // IsUnsupported reports whether err is of the not-supported class.
 func IsUnsupported(err error) bool { return errors.Is(err, ErrUnsupported) }
 
+// IsUnauthorized reports whether err is of the unauthorized class.
+func IsUnauthorized(err error) bool { return errors.Is(err, ErrUnauthorized) }
+
+// IsForbidden reports whether err is of the forbidden class.
+func IsForbidden(err error) bool { return errors.Is(err, ErrForbidden) }
+
 // Class returns the class err belongs to, or nil.
 func Class(err error) error {
 	if err == nil {
@@ -159,6 +165,22 @@ func (e *contextError) Error() string         { return e.ctx + ": " + e.err.Erro
 func (e *contextError) Unwrap() error         { return e.err }
 func (e *contextError) PublicMessage() string { return e.ctx + ": " + e.msg }
 
+// MessageOrText is Message(err) when err carries one, else err's whole
+// text. It is for envd's wires only (errconnect.From, envd's file
+// routes), whose client is the tenant of the sandbox envd runs in: what
+// envd's errors say is about the tenant's own files and processes, and
+// envd makes its errors of a class with Classf, whose text carries no
+// class words. Every other boundary tells a client errhttp.Message.
+func MessageOrText(err error) string {
+	if err == nil {
+		return ""
+	}
+	if msg, ok := Message(err); ok {
+		return msg
+	}
+	return err.Error()
+}
+
 // Classf returns fmt.Errorf(format, args...) as an error of class: it is
 // errors.Is class (and whatever %w wraps), and its text is the formatted
 // text alone, without the class's words. It is for a wire whose clients
@@ -195,20 +217,11 @@ func ClientMessage(err error) string {
 	case Class(err) == nil:
 		return "internal error"
 	}
-	return firstLine(StripClass(err))
+	return firstLine(stripClass(err))
 }
 
-// Internal reports whether ClientMessage hides some of err's text.
-//
-// Deprecated: goes with ClientMessage.
-func Internal(err error) bool {
-	return err != nil && ClientMessage(err) != strings.TrimSpace(StripClass(err))
-}
-
-// StripClass returns err's text without the trailing ": <class>".
-//
-// Deprecated: goes with ClientMessage.
-func StripClass(err error) string {
+// stripClass is err's text without a trailing ": <class words>".
+func stripClass(err error) string {
 	msg := err.Error()
 	for _, c := range Classes() {
 		if t, ok := strings.CutSuffix(msg, ": "+c.Error()); ok {

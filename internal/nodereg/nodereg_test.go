@@ -66,6 +66,10 @@ func TestHeartbeatToken(t *testing.T) {
 	cl := &nodereg.Client{APIURL: on.URL, Token: "node-secret"}
 	if _, err := cl.Heartbeat(ctx, status("Bad ID!", "b1")); !errdefs.IsInvalid(err) {
 		t.Fatalf("a bad node ID: %v", err)
+	} else if msg, _ := errdefs.Message(err); !strings.Contains(msg, `node id "Bad ID!"`) || strings.Contains(msg, errdefs.ErrInvalid.Error()) {
+		// The API's message names what is wrong, without a class's words
+		// cut out of an error's text.
+		t.Fatalf("a bad node ID: the API said %q", msg)
 	}
 	r, err := cl.Heartbeat(ctx, status("n1", "b1"))
 	if err != nil || r.Status != store.NodeReady {
@@ -334,8 +338,18 @@ func TestAdminNodes(t *testing.T) {
 			t.Fatalf("%s: %+v, %v", action, n, err)
 		}
 	}
-	call("POST", "/admin/nodes/nope/drain", 404)
-	call("GET", "/admin/nodes/nope", 404)
+	// An unknown node is 404 with the API's error body: a message chosen
+	// for it, not the store's error text.
+	for _, path := range []string{"POST /admin/nodes/nope/drain", "GET /admin/nodes/nope"} {
+		method, p, _ := strings.Cut(path, " ")
+		var eb struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(call(method, p, 404), &eb); err != nil || eb.Code != 404 || eb.Message != `node "nope" not found` {
+			t.Fatalf("%s: %+v %v", path, eb, err)
+		}
+	}
 }
 
 // TestLostNodeTwoReplicas: two API replicas over one Postgres database

@@ -74,9 +74,9 @@ func httpError(w http.ResponseWriter, err error, msg string) {
 func classify(err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+		return errdefs.Classf(errdefs.ErrNotFound, "%w", err)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrForbidden)
+		return errdefs.Classf(errdefs.ErrForbidden, "%w", err)
 	default:
 		return err
 	}

@@ -71,7 +71,7 @@ func New(class error, msg string) *connect.Error {
 
 // From wraps err as a Connect error with the code of its class (a Connect
 // error stays as it is) and, as the message, the one chosen where err was
-// made (errdefs.Message), else err's whole text. envd uses it: what envd
+// made, else err's whole text (errdefs.MessageOrText). envd uses it: what envd
 // reports is about the tenant's own sandbox (its files, its processes),
 // so its errors' text is theirs to see; envd makes its errors of a class
 // with errdefs.Classf, whose text carries no class words, so nothing is
@@ -84,9 +84,5 @@ func From(err error) error {
 	if errors.As(err, &ce) {
 		return ce
 	}
-	msg, ok := errdefs.Message(err)
-	if !ok {
-		msg = errdefs.StripClass(err) // until envd's errors are made with Classf
-	}
-	return connect.NewError(Code(err), errors.New(msg))
+	return connect.NewError(Code(err), errors.New(errdefs.MessageOrText(err)))
 }
