@@ -201,9 +201,10 @@ func (e *classError) Unwrap() []error { return []error{e.err, e.class} }
 // for an error of a client-side class its first line without the trailing
 // class words, else the class alone.
 //
-// Deprecated: it derives a client's text from an error's text. It remains
-// for internal/nodebuild only, whose HTTP wire is being replaced; every
-// other boundary writes errhttp's or errconnect's message.
+// It derives a client's text from an error's text, which no other
+// boundary does: it remains for internal/nodebuild's wire only, which is
+// being replaced by the node RPC, and goes with it. Every other boundary
+// tells a client errhttp.Message (or, envd, MessageOrText).
 func ClientMessage(err error) string {
 	if err == nil {
 		return ""

@@ -1,7 +1,6 @@
 package identity
 
 import (
-
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
