@@ -99,13 +99,15 @@ type Public interface {
 
 // Message returns the message a client may be told of err: the one of the
 // outermost Public error in its chain, to its first line. ok is false when
-// err carries none; the client is then told err's class only.
+// err carries none (or an empty one); the client is then told err's class
+// only.
 func Message(err error) (msg string, ok bool) {
 	var p Public
 	if err == nil || !errors.As(err, &p) {
 		return "", false
 	}
-	return firstLine(p.PublicMessage()), true
+	msg = firstLine(p.PublicMessage())
+	return msg, msg != ""
 }
 
 // publicError is an error with a message for clients apart from its detail.

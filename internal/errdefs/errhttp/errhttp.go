@@ -169,8 +169,15 @@ func (e *HTTPError) Error() string {
 // Unwrap returns Err, whose class it keeps.
 func (e *HTTPError) Unwrap() error { return e.Err }
 
-// PublicMessage is Msg, what the client is told (errdefs.Public).
-func (e *HTTPError) PublicMessage() string { return e.Msg }
+// PublicMessage is what the client is told (errdefs.Public): Msg, else
+// the message Err carries.
+func (e *HTTPError) PublicMessage() string {
+	if e.Msg != "" {
+		return e.Msg
+	}
+	msg, _ := errdefs.Message(e.Err)
+	return msg
+}
 
 var _ errdefs.Public = (*HTTPError)(nil)
 

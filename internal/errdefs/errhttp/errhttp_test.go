@@ -82,6 +82,7 @@ func TestWriteTellsNoInternalText(t *testing.T) {
 		{"with message", errdefs.WithMessage(fmt.Errorf("%w: %w", host, errdefs.ErrUnavailable), "no node could start it"), 503, "no node could start it"},
 		{"http error", &HTTPError{Code: http.StatusRequestEntityTooLarge, Msg: "upload too large", Err: host}, 413, "upload too large"},
 		{"http error of a class", &HTTPError{Err: fmt.Errorf("%w: %w", host, errdefs.ErrForbidden)}, 403, "forbidden"},
+		{"http error of a public error", &HTTPError{Err: errdefs.Publicf(errdefs.ErrForbidden, "not yours")}, 403, "not yours"},
 		{"errorf", Errorf(http.StatusMethodNotAllowed, "use %s", "PUT"), 405, "use PUT"},
 	}
 	for _, class := range errdefs.Classes() {
