@@ -29,7 +29,7 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admiss
 	// After the cache's generation is read: a kill that begins later
 	// evicts, so what this lookup reads is not cached.
 	if m.beingKilled(id) {
-		return nil, fmt.Errorf("sandbox %q is being killed: %w", id, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %q is being killed", id)
 	}
 	if ok {
 		if admit != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -44,7 +45,7 @@ func (r *Remote) LocateHandler() http.Handler {
 		if err != nil {
 			status := http.StatusUnauthorized
 			if !errors.Is(err, errdefs.ErrUnauthorized) {
-				status = errdefs.HTTPStatus(err)
+				status = errhttp.Status(err)
 			}
 			r.log.Warn("locate build: node refused", "remote_addr", req.RemoteAddr, "error", err)
 			http.Error(w, http.StatusText(status), status)
@@ -52,7 +53,7 @@ func (r *Remote) LocateHandler() http.Handler {
 		}
 		src, err := r.locate(req.Context(), nodeID, strings.TrimPrefix(req.URL.Path, LocatePath))
 		if err != nil {
-			status := errdefs.HTTPStatus(err)
+			status := errhttp.Status(err)
 			r.log.Info("locate build", "node_id", nodeID, "path", req.URL.Path, "status", status, "error", err)
 			http.Error(w, http.StatusText(status), status)
 			return

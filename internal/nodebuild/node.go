@@ -18,6 +18,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -280,7 +281,7 @@ func (n *Node) puller(h http.HandlerFunc) http.HandlerFunc {
 // see (errdefs.ClientMessage; the control plane passes it on), the rest
 // logged.
 func (n *Node) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status := errdefs.HTTPStatus(err)
+	status := errhttp.Status(err)
 	n.log.Info("nodebuild request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	http.Error(w, errdefs.ClientMessage(err), status)
 }

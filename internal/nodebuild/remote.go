@@ -21,6 +21,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -279,7 +280,7 @@ func (r *Remote) UploadHandler() http.Handler {
 		}()
 		if err != nil {
 			r.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
-			http.Error(w, errdefs.ClientMessage(err), errdefs.HTTPStatus(err))
+			http.Error(w, errdefs.ClientMessage(err), errhttp.Status(err))
 			return
 		}
 		w.WriteHeader(http.StatusCreated)

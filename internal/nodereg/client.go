@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeauth"
 )
 
@@ -65,19 +66,19 @@ func (c *Client) Heartbeat(ctx context.Context, st Status) (*Reply, error) {
 		return nil, fmt.Errorf("heartbeat of node %q: %w: %w", st.ID, errdefs.ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Message string }
-		json.Unmarshal(data, &e) //nolint:errcheck // the status says enough
-		class := errdefs.ErrUnavailable
-		switch resp.StatusCode {
-		case http.StatusUnauthorized:
-			class = errdefs.ErrUnauthorized
-		case http.StatusBadRequest:
-			class = errdefs.ErrInvalid
-		}
-		return nil, fmt.Errorf("heartbeat of node %q: API answered %d %s: %w", st.ID, resp.StatusCode, e.Message, class)
+	err = errhttp.FromResponse(resp)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
+	if err != nil {
+		switch {
+		case errdefs.IsUnauthorized(err), errdefs.IsInvalid(err):
+			return nil, fmt.Errorf("heartbeat of node %q: API answered %w", st.ID, err)
+		}
+		// Anything else is the API's trouble: tried again.
+		return nil, fmt.Errorf("heartbeat of node %q: API answered %v: %w", st.ID, err, errdefs.ErrUnavailable)
+	}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var r Reply
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("heartbeat of node %q: reply: %w", st.ID, err)

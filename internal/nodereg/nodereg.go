@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -82,7 +83,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
 // ValidID checks a node ID.
 func ValidID(id string) error {
 	if !idPattern.MatchString(id) {
-		return fmt.Errorf("node id %q: 1 to 253 letters, digits, '.', '-' and '_', starting with a letter or digit: %w", id, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node id %q: 1 to 253 letters, digits, '.', '-' and '_', starting with a letter or digit", id)
 	}
 	return nil
 }
@@ -93,13 +94,13 @@ func (s *Status) validate() error {
 	}
 	switch {
 	case s.BootID == "" || len(s.BootID) > 128:
-		return fmt.Errorf("node %q: boot id: 1 to 128 characters: %w", s.ID, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: boot id: 1 to 128 characters", s.ID)
 	case len(s.RPCAddress) > 512 || len(s.ProxyAddress) > 512 || len(s.Version) > 128:
-		return fmt.Errorf("node %q: an address or the version is too long: %w", s.ID, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: an address or the version is too long", s.ID)
 	case s.Capacity.VCPUs < 0 || s.Capacity.MemoryMB < 0 || s.Allocated.VCPUs < 0 || s.Allocated.MemoryMB < 0 || s.Sandboxes < 0:
-		return fmt.Errorf("node %q: capacity and allocation must not be negative: %w", s.ID, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: capacity and allocation must not be negative", s.ID)
 	case len(s.Templates) > 10000 || len(s.Pools) > 10000:
-		return fmt.Errorf("node %q: too many templates or pools: %w", s.ID, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: too many templates or pools", s.ID)
 	}
 	return validKills(s.ID, s.Kills)
 }
@@ -291,15 +292,15 @@ func (r *Registry) Handler(auth Authenticator) http.Handler {
 		// sandbox placed on this node, in its execution), are the node's
 		// the token names.
 		reply, err := r.Beat(req.Context(), st)
-		switch {
-		case errdefs.IsInvalid(err):
-			r.countHeartbeat("invalid")
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		case err != nil:
-			r.countHeartbeat("error")
-			r.log.Error("node heartbeat", "node_id", st.ID, "error", err)
-			writeError(w, http.StatusInternalServerError, "internal error")
+		if err != nil {
+			outcome := "error"
+			if errdefs.IsInvalid(err) {
+				outcome = "invalid"
+			}
+			r.countHeartbeat(outcome)
+			if he := errhttp.Write(w, err); he.Code >= 500 {
+				r.log.Error("node heartbeat", "node_id", st.ID, "error", err)
+			}
 			return
 		}
 		r.countHeartbeat("accepted")
@@ -326,6 +327,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
 }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]any{"code": status, "message": msg})
-}
+// writeError answers with status and msg in the API's error body.
+func writeError(w http.ResponseWriter, status int, msg string) { errhttp.WriteBody(w, status, msg) }

@@ -329,8 +329,18 @@ func TestAdminNodes(t *testing.T) {
 			t.Fatalf("%s: %+v, %v", action, n, err)
 		}
 	}
-	call("POST", "/admin/nodes/nope/drain", 404)
-	call("GET", "/admin/nodes/nope", 404)
+	// An unknown node is 404 with the API's error body: a message chosen
+	// for it, not the store's error text.
+	for _, path := range []string{"POST /admin/nodes/nope/drain", "GET /admin/nodes/nope"} {
+		method, p, _ := strings.Cut(path, " ")
+		var eb struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(call(method, p, 404), &eb); err != nil || eb.Code != 404 || eb.Message != `node "nope" not found` {
+			t.Fatalf("%s: %+v %v", path, eb, err)
+		}
+	}
 }
 
 // TestLostNodeTwoReplicas: two API replicas over one Postgres database

@@ -49,6 +49,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/throttle"
@@ -291,11 +292,11 @@ func (p *Proxy) parse(r *http.Request) (id string, port int, ok bool, err error)
 		}
 		ps := r.Header.Get(HeaderSandboxPort)
 		if ps == "" {
-			return id, 0, true, fmt.Errorf("header %s is missing", HeaderSandboxPort)
+			return id, 0, true, errdefs.Publicf(errdefs.ErrInvalid, "header %s is missing", HeaderSandboxPort)
 		}
 		port, err = strconv.Atoi(ps)
 		if err != nil || port < 1 || port > 65535 {
-			return id, 0, true, fmt.Errorf("header %s: %q is not a port", HeaderSandboxPort, ps)
+			return id, 0, true, errdefs.Publicf(errdefs.ErrInvalid, "header %s: %q is not a port", HeaderSandboxPort, ps)
 		}
 		return id, port, true, nil
 	}
@@ -325,7 +326,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeJSONError(w, r, http.StatusBadRequest, errBody{SandboxID: id, Message: err.Error(), Code: 400})
+		writeJSONError(w, r, http.StatusBadRequest, errBody{SandboxID: id, Message: errhttp.Message(err), Code: 400})
 		return
 	}
 	if port == EnvdPort && cors.IsPreflight(r) {
@@ -399,7 +400,7 @@ func (p *Proxy) routeError(w http.ResponseWriter, r *http.Request, id string, er
 		// (lifecycle.LimitError) or room no node has: it stays paused, as
 		// a resume through the API would (429).
 		w.Header().Set("Retry-After", "5")
-		writeJSONError(w, r, http.StatusTooManyRequests, errBody{SandboxID: id, Message: errdefs.ClientMessage(err), Code: 429})
+		writeJSONError(w, r, http.StatusTooManyRequests, errBody{SandboxID: id, Message: errhttp.Message(err), Code: 429})
 	case errdefs.IsNotFound(err), errdefs.IsUnavailable(err):
 		writeJSONError(w, r, http.StatusBadGateway, errBody{SandboxID: id, Message: "The sandbox was not found", Code: 502})
 	default:

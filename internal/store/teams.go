@@ -30,7 +30,7 @@ func (s *SQL) CreateTeam(ctx context.Context, t *Team) error {
 	case err == nil && deleted != 0:
 		return errdefs.Publicf(errdefs.ErrAlreadyExists, "team id %q belonged to a deleted team; team IDs are not reused", t.ID)
 	case err == nil:
-		return fmt.Errorf("%s: %w", what, errdefs.ErrAlreadyExists)
+		return errdefs.Publicf(errdefs.ErrAlreadyExists, "%s", what)
 	case !errors.Is(err, sql.ErrNoRows):
 		return classify(err, what)
 	}
@@ -141,14 +141,14 @@ func (s *SQL) DeleteTeam(ctx context.Context, id string) error {
 		return err
 	}
 	if n > 0 {
-		return fmt.Errorf("%s has %d sandboxes that are not killed: %w", what, n, errdefs.ErrConflict)
+		return errdefs.Publicf(errdefs.ErrConflict, "%s has %d sandboxes that are not killed", what, n)
 	}
 	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM teams WHERE id = ?`), id)
 	if err != nil {
 		return classify(err, what)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	for _, q := range teamRows {
 		if _, err := tx.ExecContext(ctx, s.d.rebind(q), id); err != nil {

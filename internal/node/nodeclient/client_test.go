@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
@@ -275,7 +276,7 @@ func TestConnectErrorMapping(t *testing.T) {
 			}
 		})
 	}
-	if err := noderpc.FromConnectError(noderpc.ToConnectError(errors.New("disk on fire"))); err == nil || errdefs.HTTPStatus(err) != 500 {
+	if err := noderpc.FromConnectError(noderpc.ToConnectError(errors.New("disk on fire"))); err == nil || errhttp.Status(err) != 500 {
 		t.Errorf("unclassified error came back as %v", err)
 	}
 }
