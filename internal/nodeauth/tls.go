@@ -163,7 +163,7 @@ func LoopbackAddr(addr string) bool {
 func CheckRPCURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return fmt.Errorf("node rpc address %q: want https://HOST:PORT: %w", raw, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node rpc address %q: want https://HOST:PORT", raw)
 	}
 	switch {
 	case u.Scheme == "https":
@@ -171,5 +171,5 @@ func CheckRPCURL(raw string) error {
 	case u.Scheme == "http" && Loopback(u.Hostname()):
 		return nil
 	}
-	return fmt.Errorf("node rpc address %q: plain http off loopback (give the node --tls-cert and --tls-key): %w", raw, errdefs.ErrInvalid)
+	return errdefs.Publicf(errdefs.ErrInvalid, "node rpc address %q: plain http off loopback (give the node --tls-cert and --tls-key)", raw)
 }

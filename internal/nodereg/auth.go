@@ -64,13 +64,13 @@ func (c *Credentials) Insecure() bool { return c.issuer == nil }
 // only its record is kept) with its record.
 func (c *Credentials) Issue(ctx context.Context, nodeID, name string) (string, *store.NodeToken, error) {
 	if c.issuer == nil {
-		return "", nil, fmt.Errorf("node tokens: warren api has no --node-credential-key: %w", errdefs.ErrUnsupported)
+		return "", nil, errdefs.Publicf(errdefs.ErrUnsupported, "node tokens: warren api has no --node-credential-key")
 	}
 	if err := ValidID(nodeID); err != nil {
 		return "", nil, err
 	}
 	if len(name) > 200 {
-		return "", nil, fmt.Errorf("node token name: at most 200 characters: %w", errdefs.ErrInvalid)
+		return "", nil, errdefs.Publicf(errdefs.ErrInvalid, "node token name: at most 200 characters")
 	}
 	rec := &store.NodeToken{ID: nodeauth.NewTokenID(), NodeID: nodeID, Name: name}
 	if err := c.tokens.CreateNodeToken(ctx, rec); err != nil {
@@ -86,7 +86,7 @@ func (c *Credentials) Issue(ctx context.Context, nodeID, name string) (string, *
 func (c *Credentials) Revoke(ctx context.Context, nodeID, id string) (*store.NodeToken, error) {
 	rec, err := c.tokens.GetNodeToken(ctx, id)
 	if err == nil && rec.NodeID != nodeID {
-		err = fmt.Errorf("node token %q of node %q: %w", id, nodeID, errdefs.ErrNotFound)
+		err = errdefs.Publicf(errdefs.ErrNotFound, "node token %q of node %q not found", id, nodeID)
 	}
 	if err != nil {
 		return nil, err

@@ -112,14 +112,14 @@ func (s *Status) validate() error {
 // in-process node has none.)
 func (s *Status) validateAddresses() error {
 	if err := nodeauth.CheckRPCURL(s.RPCAddress); err != nil {
-		return fmt.Errorf("node %q: %w", s.ID, err)
+		return errdefs.Wrapf(err, "node %q", s.ID)
 	}
 	host, port, err := net.SplitHostPort(s.ProxyAddress)
 	switch {
 	case err != nil || host == "" || port == "":
-		return fmt.Errorf("node %q: proxy address %q: want HOST:PORT: %w", s.ID, s.ProxyAddress, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: proxy address %q: want HOST:PORT", s.ID, s.ProxyAddress)
 	case strings.HasPrefix(s.RPCAddress, "http://") && !nodeauth.Loopback(host):
-		return fmt.Errorf("node %q: proxy address %q: plain http off loopback: %w", s.ID, s.ProxyAddress, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: proxy address %q: plain http off loopback", s.ID, s.ProxyAddress)
 	}
 	return nil
 }
@@ -279,7 +279,7 @@ func (r *Registry) Handler(auth Authenticator) http.Handler {
 		}
 		if err := st.validateAddresses(); err != nil {
 			r.countHeartbeat("invalid")
-			writeError(w, http.StatusBadRequest, errdefs.ClientMessage(err))
+			errhttp.Write(w, err)
 			return
 		}
 		if nodeID != "" && st.ID != nodeID {

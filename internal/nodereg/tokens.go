@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -44,65 +45,54 @@ func tokenInfo(t *store.NodeToken) TokenInfo {
 //	POST   /admin/nodes/{nodeID}/tokens             {name?} → IssuedToken
 //	GET    /admin/nodes/{nodeID}/tokens             → []TokenInfo
 //	DELETE /admin/nodes/{nodeID}/tokens/{tokenID}   → TokenInfo (revoked)
+//
+// Their errors are answered through errhttp's table, with the API's body.
 func (c *Credentials) AdminRoutes(handle func(pattern string, h http.Handler)) {
-	handle("POST /admin/nodes/{nodeID}/tokens", http.HandlerFunc(c.issue))
-	handle("GET /admin/nodes/{nodeID}/tokens", http.HandlerFunc(c.list))
-	handle("DELETE /admin/nodes/{nodeID}/tokens/{tokenID}", http.HandlerFunc(c.revoke))
+	serve := func(h errhttp.ReturnHandlerFunc) http.Handler {
+		return errhttp.Handler(h, errhttp.Log(c.log, "node tokens admin"))
+	}
+	handle("POST /admin/nodes/{nodeID}/tokens", serve(c.issue))
+	handle("GET /admin/nodes/{nodeID}/tokens", serve(c.list))
+	handle("DELETE /admin/nodes/{nodeID}/tokens/{tokenID}", serve(c.revoke))
 }
 
-func (c *Credentials) issue(w http.ResponseWriter, r *http.Request) {
+func (c *Credentials) issue(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Name string `json:"name"`
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "invalid body: "+bodyError(err))
-		return
+		return errdefs.Publicf(errdefs.ErrInvalid, "invalid body: %s", bodyError(err))
 	}
 	tok, rec, err := c.Issue(r.Context(), r.PathValue("nodeID"), body.Name)
 	if err != nil {
-		c.fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, IssuedToken{TokenInfo: tokenInfo(rec), Token: tok})
+	return nil
 }
 
-func (c *Credentials) list(w http.ResponseWriter, r *http.Request) {
+func (c *Credentials) list(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("nodeID")
 	if err := ValidID(id); err != nil {
-		c.fail(w, err)
-		return
+		return err
 	}
 	recs, err := c.Tokens(r.Context(), id)
 	if err != nil {
-		c.fail(w, err)
-		return
+		return err
 	}
 	out := []TokenInfo{}
 	for _, t := range recs {
 		out = append(out, tokenInfo(t))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (c *Credentials) revoke(w http.ResponseWriter, r *http.Request) {
+func (c *Credentials) revoke(w http.ResponseWriter, r *http.Request) error {
 	rec, err := c.Revoke(r.Context(), r.PathValue("nodeID"), r.PathValue("tokenID"))
 	if err != nil {
-		c.fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, tokenInfo(rec))
-}
-
-func (c *Credentials) fail(w http.ResponseWriter, err error) {
-	switch {
-	case errdefs.IsNotFound(err):
-		writeError(w, http.StatusNotFound, errdefs.ClientMessage(err))
-	case errdefs.IsInvalid(err):
-		writeError(w, http.StatusBadRequest, errdefs.ClientMessage(err))
-	case errdefs.IsUnsupported(err):
-		writeError(w, http.StatusNotImplemented, errdefs.ClientMessage(err))
-	default:
-		c.log.Error("node tokens admin", "error", err)
-		writeError(w, http.StatusInternalServerError, "internal error")
-	}
+	return nil
 }
