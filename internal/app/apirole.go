@@ -168,11 +168,15 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	if err := builds.Resume(ctx); err != nil {
 		return fmt.Errorf("template builds on nodes: %w", err)
 	}
+	vols, err := newVolumes(st, places, lc, log)
+	if err != nil {
+		return err
+	}
 	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: builds, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Volumes: vols,
 	})
 	if err != nil {
 		return err
@@ -197,6 +201,8 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	defer func() { stopRun(); <-lcDone }()
 	waitEvents := startEvents(runCtx, cfg.Events, eg, st, disp, api, log)
 	defer func() { stopRun(); waitEvents() }()
+	waitVolumes := runVolumes(runCtx, vols)
+	defer func() { stopRun(); waitVolumes() }()
 	electionDone := make(chan struct{})
 	go func() { defer close(electionDone); el.Run(runCtx) }()
 	defer func() { stopRun(); <-electionDone }()

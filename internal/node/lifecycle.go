@@ -78,7 +78,7 @@ func (a *Agent) create(ctx context.Context, req nodeapi.CreateRequest, internal 
 	if req.Template.RootFS == "" && req.Template.SnapshotDir == "" {
 		return nil, fmt.Errorf("sandbox %q: template %q has no root filesystem on this node: %w", req.ID, req.Template.ID, errdefs.ErrInvalid)
 	}
-	if err := CheckVolumeMounts(req.Volumes); err != nil {
+	if err := nodeapi.CheckVolumeMounts(req.Volumes); err != nil {
 		return nil, err
 	}
 	var snap *snapshotMeta

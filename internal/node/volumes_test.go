@@ -168,16 +168,16 @@ func TestCheckVolumeMounts(t *testing.T) {
 		for i, p := range tc.paths {
 			ms = append(ms, nodeapi.VolumeMount{ID: fmt.Sprint("v", i), Path: p})
 		}
-		err := node.CheckVolumeMounts(ms)
+		err := nodeapi.CheckVolumeMounts(ms)
 		if (err == nil) != tc.ok || (err != nil && !errdefs.IsInvalid(err)) {
 			t.Errorf("%v: %v, want ok=%v", tc.paths, err, tc.ok)
 		}
 	}
-	many := make([]nodeapi.VolumeMount, node.MaxVolumeMounts+1)
+	many := make([]nodeapi.VolumeMount, nodeapi.MaxVolumeMounts+1)
 	for i := range many {
 		many[i] = nodeapi.VolumeMount{ID: "v", Path: fmt.Sprint("/mnt/", i)}
 	}
-	if err := node.CheckVolumeMounts(many); !errdefs.IsInvalid(err) {
+	if err := nodeapi.CheckVolumeMounts(many); !errdefs.IsInvalid(err) {
 		t.Errorf("%d mounts: %v", len(many), err)
 	}
 }

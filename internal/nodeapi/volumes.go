@@ -3,7 +3,12 @@ package nodeapi
 import (
 	"context"
 	"io"
+	"path"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // Volumes (docs/volumes.md): a volume is a file system of a fixed size on
@@ -20,6 +25,48 @@ import (
 type VolumeMount struct {
 	ID   string
 	Path string
+}
+
+// MaxVolumeMounts bounds the volumes of one sandbox.
+const MaxVolumeMounts = 16
+
+// reservedMountPaths are the paths of a sandbox's own mounts: a volume
+// may not be mounted at one of them, or at or below the first group.
+var (
+	reservedTrees = []string{"/proc", "/sys", "/dev", "/.warren"}
+	reservedPaths = []string{"/", "/tmp", "/etc", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
+)
+
+// CheckVolumeMounts checks the paths of a sandbox's volume mounts:
+// absolute, clean, not one of the sandbox's own mount points, none at or
+// below another, at most MaxVolumeMounts. The control plane checks them
+// before it places a create, the node again before it mounts.
+func CheckVolumeMounts(mounts []VolumeMount) error {
+	if len(mounts) > MaxVolumeMounts {
+		return errdefs.Publicf(errdefs.ErrInvalid, "volumeMounts: at most %d volumes, got %d", MaxVolumeMounts, len(mounts))
+	}
+	for i, m := range mounts {
+		p := m.Path
+		switch {
+		case m.ID == "":
+			return errdefs.Publicf(errdefs.ErrInvalid, "volumeMounts: the mount at %q names no volume", p)
+		case !path.IsAbs(p) || path.Clean(p) != p || len(p) > 255 || strings.ContainsAny(p, ",:\x00"):
+			return errdefs.Publicf(errdefs.ErrInvalid, "volumeMounts: path %q must be an absolute, clean path", p)
+		case slices.Contains(reservedPaths, p):
+			return errdefs.Publicf(errdefs.ErrInvalid, "volumeMounts: path %q is one of the sandbox's own mounts", p)
+		}
+		for _, r := range reservedTrees {
+			if p == r || strings.HasPrefix(p, r+"/") {
+				return errdefs.Publicf(errdefs.ErrInvalid, "volumeMounts: path %q is under the sandbox's own %s", p, r)
+			}
+		}
+		for _, o := range mounts[:i] {
+			if o.Path == p || strings.HasPrefix(p, o.Path+"/") || strings.HasPrefix(o.Path, p+"/") {
+				return errdefs.Publicf(errdefs.ErrInvalid, "volumeMounts: paths %q and %q overlap", o.Path, p)
+			}
+		}
+	}
+	return nil
 }
 
 // VolumeSpec describes a volume to create.

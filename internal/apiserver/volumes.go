@@ -1,0 +1,168 @@
+package apiserver
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/volumes"
+	"github.com/warren-sandbox/warren/pkg/client"
+)
+
+// E2B's Volume API (docs/volumes.md): a team's volumes at /volumes with
+// its API key, their content at /volumecontent/{volumeID}/... with the
+// volume's token (volumecontent.go).
+
+// volumeJSON is E2B's Volume, with Warren's sizeMB.
+type volumeJSON struct {
+	VolumeID string `json:"volumeID"`
+	Name     string `json:"name"`
+	SizeMB   int64  `json:"sizeMB"`
+}
+
+// volumeAndTokenJSON is E2B's VolumeAndToken, with Warren's sizeMB.
+type volumeAndTokenJSON struct {
+	volumeJSON
+	Token string `json:"token"`
+}
+
+func volumeOf(v *store.Volume) volumeJSON {
+	return volumeJSON{VolumeID: v.ID, Name: v.Name, SizeMB: v.SizeMB}
+}
+
+// volumeRoutes adds the Volume API's routes; without a volume service
+// they answer that the server has none.
+func (s *Server) volumeRoutes(team func(func(http.ResponseWriter, *http.Request, *caller)) http.Handler) {
+	s.handle("GET /volumes", team(s.listVolumes))
+	s.handle("POST /volumes", team(s.createVolume))
+	s.handle("GET /volumes/{volumeID}", team(s.getVolume))
+	s.handle("DELETE /volumes/{volumeID}", team(s.destroyVolume))
+	s.volumeContentRoutes()
+}
+
+// errNoVolumes answers a volume call of a server that keeps none.
+var errNoVolumes = errdefs.Publicf(errdefs.ErrUnsupported, "volumes are not supported by this server")
+
+// volumeLimits are the caller's volume limits.
+func (s *Server) volumeLimits(c *caller) volumes.Limits {
+	l := s.limits(c)
+	return volumes.Limits{MaxVolumes: l.MaxVolumes, MaxVolumeSizeMB: l.MaxVolumeSizeMB, MaxVolumeStorageMB: l.MaxVolumeStorageMB}
+}
+
+func (s *Server) teamOnly(c *caller) error {
+	if c.teamID == "" {
+		return errdefs.Publicf(errdefs.ErrInvalid, "an admin acting on volumes must name the team in X-Team-ID")
+	}
+	if s.cfg.Volumes == nil {
+		return errNoVolumes
+	}
+	return nil
+}
+
+func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request, c *caller) {
+	if err := s.teamOnly(c); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	vols, err := s.cfg.Volumes.List(r.Context(), c.teamID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]volumeJSON, 0, len(vols))
+	for _, v := range vols {
+		out = append(out, volumeOf(v))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// createVolume answers POST /volumes {name, sizeMB?} (sizeMB is
+// Warren's: the team's maxVolumeSizeMB when absent).
+func (s *Server) createVolume(w http.ResponseWriter, r *http.Request, c *caller) {
+	if err := s.teamOnly(c); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req struct {
+		Name   string `json:"name"`
+		SizeMB *int64 `json:"sizeMB"`
+	}
+	if err := decode(r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Name == "" {
+		s.fail(w, r, invalid("name", "required"))
+		return
+	}
+	var size int64
+	if req.SizeMB != nil {
+		if *req.SizeMB <= 0 {
+			s.fail(w, r, invalid("sizeMB", "must be positive, got %d", *req.SizeMB))
+			return
+		}
+		size = *req.SizeMB
+	}
+	v, err := s.cfg.Volumes.Create(r.Context(), c.teamID, req.Name, size, s.volumeLimits(c))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, volumeAndTokenJSON{volumeJSON: volumeOf(v), Token: v.Token})
+}
+
+func (s *Server) getVolume(w http.ResponseWriter, r *http.Request, c *caller) {
+	if err := s.teamOnly(c); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v, err := s.cfg.Volumes.Get(r.Context(), c.teamID, r.PathValue("volumeID"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, volumeAndTokenJSON{volumeJSON: volumeOf(v), Token: v.Token})
+}
+
+// destroyVolume answers DELETE /volumes/{volumeID}[?force=true]: 409
+// while a sandbox mounts the volume, unless forced (Warren's), which
+// kills those sandboxes first.
+func (s *Server) destroyVolume(w http.ResponseWriter, r *http.Request, c *caller) {
+	if err := s.teamOnly(c); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	force := false
+	if f := r.URL.Query().Get("force"); f != "" {
+		var err error
+		if force, err = strconv.ParseBool(f); err != nil {
+			s.fail(w, r, invalid("force", "want true or false, got %q", f))
+			return
+		}
+	}
+	if err := s.cfg.Volumes.Destroy(r.Context(), c.teamID, r.PathValue("volumeID"), force); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// volumeMounts resolves a create's volumeMounts (E2B's [{name, path}])
+// in the caller's team.
+func (s *Server) volumeMounts(r *http.Request, c *caller, req []client.VolumeMount) ([]volumes.RequestedMount, error) {
+	if len(req) == 0 {
+		return nil, nil
+	}
+	if s.cfg.Volumes == nil {
+		return nil, errdefs.Publicf(errdefs.ErrInvalid, "volumeMounts: volumes are not supported by this server")
+	}
+	out := make([]volumes.RequestedMount, 0, len(req))
+	for i, m := range req {
+		if m.Name == "" {
+			return nil, invalid("volumeMounts["+strconv.Itoa(i)+"].name", "required")
+		}
+		out = append(out, volumes.RequestedMount{Name: m.Name, Path: m.Path})
+	}
+	return out, nil
+}
