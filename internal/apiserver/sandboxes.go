@@ -162,6 +162,9 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkSnapshotVolumes(r.Context(), tmpl, mounts); err != nil {
+		return nil, err
+	}
 	var volumes json.RawMessage
 	var nodeVolumes []nodeapi.VolumeMount
 	if len(mounts) > 0 {

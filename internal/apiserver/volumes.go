@@ -1,10 +1,14 @@
 package apiserver
 
 import (
+	"context"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/volumes"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -165,4 +169,41 @@ func (s *Server) volumeMounts(r *http.Request, c *caller, req []client.VolumeMou
 		out = append(out, volumes.RequestedMount{Name: m.Name, Path: m.Path})
 	}
 	return out, nil
+}
+
+// volumePathsOf are the paths sandbox sb mounts volumes at, sorted.
+func volumePathsOf(sb *store.Sandbox) []string {
+	var out []string
+	for _, m := range volumes.MountsOf(sb) {
+		out = append(out, m.Path)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkSnapshotVolumes refuses a create from a sandbox snapshot whose
+// volume mounts are not at the paths the snapshotted sandbox had them: a
+// restore finds what it held there by path (the node checks again).
+func (s *Server) checkSnapshotVolumes(ctx context.Context, tmpl nodeapi.Template, mounts []volumes.RequestedMount) error {
+	if s.cfg.Catalog == nil || tmpl.BuildID == "" {
+		return nil
+	}
+	b, err := s.cfg.Catalog.Build(ctx, tmpl.BuildID)
+	if err != nil || b.SandboxSnapshot == nil {
+		return nil // not a sandbox snapshot (or the node tells)
+	}
+	want := b.SandboxSnapshot.VolumePaths
+	var got []string
+	for _, m := range mounts {
+		got = append(got, m.Path)
+	}
+	slices.Sort(got)
+	switch {
+	case slices.Equal(want, got):
+		return nil
+	case len(want) == 0:
+		return errdefs.Publicf(errdefs.ErrInvalid, "volumeMounts: template %q is a snapshot of a sandbox without volumes; volumes cannot be mounted into it", tmpl.ID)
+	}
+	return errdefs.Publicf(errdefs.ErrInvalid, "volumeMounts: template %q is a snapshot of a sandbox with volumes at %s; create its sandboxes with volumes at exactly those paths",
+		tmpl.ID, strings.Join(want, ", "))
 }

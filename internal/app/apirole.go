@@ -212,7 +212,9 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 
 	srv := newHTTPServer(Dispatch(withUploads(withNodeRegistration(api, nodes.Handler(cfg.NodeToken), builds.LocateHandler()), builds.UploadHandler()), px), cfg.TLSCert != "", log)
 	base := baseURL(addr, cfg.TLSCert != "")
-	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
+	// The SDK's volume content calls go to E2B_VOLUME_API_URL (default
+	// https://api.<E2B_DOMAIN>): this server serves them too.
+	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\nexport E2B_VOLUME_API_URL=%s\n", base, base, base)
 	if key != "" {
 		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)
 	}
