@@ -57,6 +57,9 @@ func fairnessFlags(f *pflag.FlagSet, l *store.Limits) {
 	f.IntVar(&l.MaxBuilds, "max-builds", 0, "default number of a team's template builds running at once on a node (default: half the node's --build-slots, at least 1)")
 	f.IntVar(&l.MaxWebhooks, "max-webhooks", 0, "default number of webhooks a team may register (default 20)")
 	f.Int64Var(&l.MaxTemplateStorageMB, "max-template-storage-mb", 0, "default bound in MiB of the disk a team's templates take: build trees, snapshots and the layer cache their builds made (default 102400)")
+	f.IntVar(&l.MaxVolumes, "max-volumes", 0, "default number of volumes a team may keep (default 20)")
+	f.Int64Var(&l.MaxVolumeSizeMB, "max-volume-size-mb", 0, "default bound in MiB of one volume of a team, and the size of a volume created without one (default 10240)")
+	f.Int64Var(&l.MaxVolumeStorageMB, "max-volume-storage-mb", 0, "default bound in MiB of the sum of the sizes of a team's volumes (default 51200)")
 }
 
 // fromEnv fills the flags left empty from the environment, and returns

@@ -56,7 +56,7 @@ func CreateTeam(ctx context.Context, st store.Store, id, name string, lim store.
 func ValidLimits(l store.Limits) error {
 	switch {
 	case l.MaxConcurrent < 0, l.MaxVCPUs < 0, l.MaxMemoryMB < 0, l.MaxDiskMB < 0, l.MaxPaused < 0, l.MaxSnapshots < 0, l.MaxTimeout < 0,
-		l.MaxBuilds < 0, l.MaxWebhooks < 0, l.MaxTemplateStorageMB < 0:
+		l.MaxBuilds < 0, l.MaxWebhooks < 0, l.MaxTemplateStorageMB < 0, l.MaxVolumes < 0, l.MaxVolumeSizeMB < 0, l.MaxVolumeStorageMB < 0:
 		return errdefs.Publicf(errdefs.ErrInvalid, "team limits must not be negative (0 means the server default)")
 	}
 	return nil
@@ -77,12 +77,17 @@ type limitsJSON struct {
 	MaxBuilds            *int   `json:"maxBuilds,omitempty"`
 	MaxWebhooks          *int   `json:"maxWebhooks,omitempty"`
 	MaxTemplateStorageMB *int64 `json:"maxTemplateStorageMB,omitempty"`
+	// MaxVolumes, MaxVolumeSizeMB and MaxVolumeStorageMB bound the team's
+	// volumes: their number, one volume's size, their sizes' sum.
+	MaxVolumes         *int   `json:"maxVolumes,omitempty"`
+	MaxVolumeSizeMB    *int64 `json:"maxVolumeSizeMB,omitempty"`
+	MaxVolumeStorageMB *int64 `json:"maxVolumeStorageMB,omitempty"`
 }
 
 func limitsOf(l store.Limits) limitsJSON {
 	secs := int64(l.MaxTimeout / time.Second)
 	return limitsJSON{&l.MaxConcurrent, &l.MaxVCPUs, &l.MaxMemoryMB, &l.MaxDiskMB, &secs, &l.MaxPaused, &l.MaxSnapshots,
-		&l.MaxBuilds, &l.MaxWebhooks, &l.MaxTemplateStorageMB}
+		&l.MaxBuilds, &l.MaxWebhooks, &l.MaxTemplateStorageMB, &l.MaxVolumes, &l.MaxVolumeSizeMB, &l.MaxVolumeStorageMB}
 }
 
 // apply sets the given fields on l.
@@ -106,6 +111,9 @@ func (j limitsJSON) apply(l *store.Limits) {
 	set(&l.MaxBuilds, j.MaxBuilds)
 	set(&l.MaxWebhooks, j.MaxWebhooks)
 	set64(&l.MaxTemplateStorageMB, j.MaxTemplateStorageMB)
+	set(&l.MaxVolumes, j.MaxVolumes)
+	set64(&l.MaxVolumeSizeMB, j.MaxVolumeSizeMB)
+	set64(&l.MaxVolumeStorageMB, j.MaxVolumeStorageMB)
 	if j.MaxTimeoutSeconds != nil {
 		l.MaxTimeout = time.Duration(*j.MaxTimeoutSeconds) * time.Second
 	}

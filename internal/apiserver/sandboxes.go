@@ -156,16 +156,26 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	if given(req.IAM) {
 		return nil, errdefs.Publicf(errdefs.ErrInvalid, "iam is not supported by this server (no workload identity tokens)")
 	}
+	mounts, err := s.volumeMounts(r, c, req.VolumeMounts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkSnapshotVolumes(r.Context(), tmpl, mounts); err != nil {
+		return nil, err
+	}
 	var volumes json.RawMessage
-	if len(req.VolumeMounts) > 0 {
-		return nil, errdefs.Publicf(errdefs.ErrInvalid, "volumeMounts are not supported by this server")
+	var nodeVolumes []nodeapi.VolumeMount
+	if len(mounts) > 0 {
+		if nodeVolumes, volumes, err = s.cfg.Volumes.Resolve(r.Context(), c.teamID, mounts); err != nil {
+			return nil, err
+		}
 	}
 	secure := v2 || req.Secure == nil || *req.Secure
 	return &lifecycle.CreateParams{
 		TeamID: c.teamID, Template: tmpl, Alias: alias, Timeout: timeout, Resources: res,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, Secure: secure, TrafficToken: traffic,
 		AutoPause: autoPause, AutoPauseMemory: autoPauseMemory, AutoResume: autoResume,
-		AllowInternet: allow, Policy: policy, Network: netDoc, VolumeMounts: volumes,
+		AllowInternet: allow, Policy: policy, Network: netDoc, VolumeMounts: volumes, Volumes: nodeVolumes,
 		MaxConcurrent: lim.MaxConcurrent,
 	}, nil
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
 	"github.com/warren-sandbox/warren/internal/throttle"
+	"github.com/warren-sandbox/warren/internal/volumes"
 )
 
 // TemplateResolver turns a template ID or alias, as a team sees it, into
@@ -96,6 +97,10 @@ type Config struct {
 	PublicURL string
 	// Pools, when set, serves the warm pool admin routes (pools.go).
 	Pools nodeapi.Pooler
+	// Volumes, when set, serves E2B's Volume API and the volumeMounts of
+	// a create (volumes.go, volumecontent.go); nil answers that the
+	// server has no volumes.
+	Volumes *volumes.Service
 	// TrustedProxies are the reverse proxies in front of the API: for
 	// their requests the client whose failed authentications are counted
 	// (auththrottle.go) is the one their X-Forwarded-For names.
@@ -192,6 +197,7 @@ func (s *Server) addRoutes() {
 	s.handle("POST /sandboxes/{id}/snapshots", team(s.createSnapshot))
 	s.handle("GET /snapshots", team(s.listSnapshots))
 	s.templateRoutes(team)
+	s.volumeRoutes(team)
 
 	s.handle("POST /admin/teams", admin(s.adminCreateTeam))
 	s.handle("GET /admin/teams", admin(s.adminListTeams))
@@ -366,16 +372,25 @@ const (
 	DefaultMaxWebhooks = 20
 	// DefaultMaxTemplateStorageMB bounds the disk a team's templates take.
 	DefaultMaxTemplateStorageMB = 100 << 10
+	// DefaultMaxVolumes, DefaultMaxVolumeSizeMB and
+	// DefaultMaxVolumeStorageMB bound a team's volumes: their number, one
+	// volume's size (a create's size when it gives none) and their sizes'
+	// sum.
+	DefaultMaxVolumes         = 20
+	DefaultMaxVolumeSizeMB    = 10 << 10
+	DefaultMaxVolumeStorageMB = 50 << 10
 )
 
 // WithDefaults fills the zero fields of a server's default limits with
 // Warren's: 20 concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, 20 GiB
 // of disk per sandbox, 100 paused sandboxes, 100 snapshots, 20 webhooks,
-// 100 GiB of template storage; builds at once (MaxBuilds) stay 0, which
-// the build service reads as half its build slots, at least 1.
+// 100 GiB of template storage, 20 volumes of at most 10 GiB and 50 GiB in
+// all; builds at once (MaxBuilds) stay 0, which the build service reads
+// as half its build slots, at least 1.
 func WithDefaults(l store.Limits) store.Limits {
 	def := store.Limits{MaxConcurrent: 20, MaxTimeout: 24 * time.Hour, MaxVCPUs: 8, MaxMemoryMB: 8192, MaxPaused: 100, MaxSnapshots: 100,
-		MaxDiskMB: DefaultMaxDiskMB, MaxWebhooks: DefaultMaxWebhooks, MaxTemplateStorageMB: DefaultMaxTemplateStorageMB}
+		MaxDiskMB: DefaultMaxDiskMB, MaxWebhooks: DefaultMaxWebhooks, MaxTemplateStorageMB: DefaultMaxTemplateStorageMB,
+		MaxVolumes: DefaultMaxVolumes, MaxVolumeSizeMB: DefaultMaxVolumeSizeMB, MaxVolumeStorageMB: DefaultMaxVolumeStorageMB}
 	pick(&l, def)
 	return l
 }
@@ -395,7 +410,7 @@ func EffectiveLimits(defaults store.Limits, t *store.Team) store.Limits {
 func pick(l *store.Limits, def store.Limits) {
 	for _, f := range []struct{ dst, def *int }{
 		{&l.MaxConcurrent, &def.MaxConcurrent}, {&l.MaxVCPUs, &def.MaxVCPUs}, {&l.MaxPaused, &def.MaxPaused}, {&l.MaxSnapshots, &def.MaxSnapshots},
-		{&l.MaxBuilds, &def.MaxBuilds}, {&l.MaxWebhooks, &def.MaxWebhooks},
+		{&l.MaxBuilds, &def.MaxBuilds}, {&l.MaxWebhooks, &def.MaxWebhooks}, {&l.MaxVolumes, &def.MaxVolumes},
 	} {
 		if *f.dst == 0 {
 			*f.dst = *f.def
@@ -409,6 +424,12 @@ func pick(l *store.Limits, def store.Limits) {
 	}
 	if l.MaxTemplateStorageMB == 0 {
 		l.MaxTemplateStorageMB = def.MaxTemplateStorageMB
+	}
+	if l.MaxVolumeSizeMB == 0 {
+		l.MaxVolumeSizeMB = def.MaxVolumeSizeMB
+	}
+	if l.MaxVolumeStorageMB == 0 {
+		l.MaxVolumeStorageMB = def.MaxVolumeStorageMB
 	}
 	if l.MaxTimeout == 0 {
 		l.MaxTimeout = def.MaxTimeout

@@ -98,7 +98,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 	b := &templates.Build{
 		ID: templates.NewBuildID(), TemplateID: t.ID, Status: templates.BuildBuilding, Tags: []string{tag},
 		CPUCount: res.VCPUs, MemoryMB: res.MemoryMB, DiskMB: res.DiskMB, CreatedAt: now, UpdatedAt: now,
-		SandboxSnapshot: &templates.SandboxSnapshotOrigin{SandboxID: id, TeamID: c.teamID, CreatedAt: now},
+		SandboxSnapshot: &templates.SandboxSnapshotOrigin{SandboxID: id, TeamID: c.teamID, CreatedAt: now, VolumePaths: volumePathsOf(sb)},
 	}
 	// The source's tree is named from the start: this build in progress
 	// then keeps it from the template collector even if the source

@@ -186,11 +186,15 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	if err := builds.Resume(ctx); err != nil {
 		return fmt.Errorf("template builds on nodes: %w", err)
 	}
+	vols, err := newVolumes(st, places, lc, log)
+	if err != nil {
+		return err
+	}
 	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: builds, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Volumes: vols,
 	})
 	if err != nil {
 		return err
@@ -216,6 +220,8 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	defer func() { stopRun(); <-lcDone }()
 	waitEvents := startEvents(runCtx, cfg.Events, eg, st, disp, api, log)
 	defer func() { stopRun(); waitEvents() }()
+	waitVolumes := runVolumes(runCtx, vols)
+	defer func() { stopRun(); waitVolumes() }()
 	electionDone := make(chan struct{})
 	go func() { defer close(electionDone); el.Run(runCtx) }()
 	defer func() { stopRun(); <-electionDone }()
@@ -225,7 +231,9 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 
 	srv := newHTTPServer(Dispatch(withUploads(withNodeRegistration(api, nodes.Handler(hops.creds), builds.LocateHandler()), builds.UploadHandler()), px), cfg.TLSCert != "", log)
 	base := baseURL(addr, cfg.TLSCert != "")
-	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
+	// The SDK's volume content calls go to E2B_VOLUME_API_URL (default
+	// https://api.<E2B_DOMAIN>): this server serves them too.
+	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\nexport E2B_VOLUME_API_URL=%s\n", base, base, base)
 	if key != "" {
 		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)
 	}

@@ -210,10 +210,14 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 			return err
 		}
 	}
-	rpcMux := noderpc.NewMux(parts.node, noderpc.Options{
+	rpcOpts := noderpc.Options{
 		Token: hops.rpc, MetricsToken: hops.metrics, Logger: log.With("component", "noderpc"), NodeProxy: nodeProxy,
 		ResolveTemplate: resolve, SandboxSnapshots: snaps,
-	}, reg)
+	}
+	if parts.volumes != nil {
+		rpcOpts.Volumes = parts.volumes
+	}
+	rpcMux := noderpc.NewMux(parts.node, rpcOpts, reg)
 	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	if builds != nil {
 		rpcMux.Handle(nodebuild.PathPrefix, builds.Handler())

@@ -57,7 +57,7 @@ func (m *Manager) nodeCreate(ctx context.Context, p CreateParams, sb *store.Sand
 	req := nodeapi.CreateRequest{
 		ID: sb.ID, ExecutionID: sb.Spec.ExecutionID, TeamID: sb.TeamID, Template: p.Template,
 		Resources: p.Resources, EndAt: sb.EndAt, Timeout: p.Timeout, Network: p.Policy, EnvVars: p.EnvVars,
-		EnvdAccessToken: sb.Spec.EnvdAccessToken, Metadata: p.Metadata,
+		EnvdAccessToken: sb.Spec.EnvdAccessToken, Metadata: p.Metadata, Volumes: p.Volumes,
 	}
 	ns, err := m.node.Create(ctx, req)
 	return req, ns, err

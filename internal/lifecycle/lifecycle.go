@@ -197,6 +197,9 @@ type CreateParams struct {
 	// Network and VolumeMounts are the API's documents, kept for display.
 	Network      json.RawMessage
 	VolumeMounts json.RawMessage
+	// Volumes are mounted into the sandbox (the node's view of
+	// VolumeMounts); a create with volumes takes no warm pool member.
+	Volumes []nodeapi.VolumeMount
 	// MaxConcurrent, when positive, limits the team's active sandboxes.
 	MaxConcurrent int
 }

@@ -116,6 +116,9 @@ type CreateRequest struct {
 	// EnvdAccessToken, when set, is required by envd on every request.
 	EnvdAccessToken string
 	Metadata        map[string]string
+	// Volumes are mounted into the sandbox (VolumeMount; the node holds
+	// each, of the sandbox's team), at every start and resume.
+	Volumes []VolumeMount
 }
 
 // PauseRequest tunes Pause.

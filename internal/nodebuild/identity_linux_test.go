@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -205,7 +206,7 @@ func TestLocateSandboxSnapshot(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(body, &src) != nil || src.Build.ID != b.ID || len(src.Holders) != 1 {
 		t.Fatalf("the node asked to restore it: %d %s", code, body)
 	}
-	if got := src.Build.Record().SandboxSnapshot; got == nil || *got != *origin {
+	if got := src.Build.Record().SandboxSnapshot; got == nil || !reflect.DeepEqual(*got, *origin) {
 		t.Errorf("the answer's build is marked %+v, want the sandbox snapshot's origin %+v", got, origin)
 	}
 	h := src.Holders[0]

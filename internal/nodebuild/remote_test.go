@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 	"time"
 
@@ -200,7 +201,7 @@ func TestWireCarriesTeamAndOrigin(t *testing.T) {
 	if rec.DiskBytes != b.DiskBytes {
 		t.Errorf("disk bytes %d came back as %d", b.DiskBytes, rec.DiskBytes)
 	}
-	if rec.SandboxSnapshot == nil || *rec.SandboxSnapshot != *origin {
+	if rec.SandboxSnapshot == nil || !reflect.DeepEqual(*rec.SandboxSnapshot, *origin) {
 		t.Errorf("sandbox snapshot origin %+v came back as %+v", origin, rec.SandboxSnapshot)
 	}
 	if plain := nodebuild.BuildOnWire(&templates.Build{ID: b.ID}).Record(); plain.SandboxSnapshot != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/builder"
@@ -123,6 +124,7 @@ func cloneOrigin(o *templates.SandboxSnapshotOrigin) *templates.SandboxSnapshotO
 		return nil
 	}
 	c := *o
+	c.VolumePaths = slices.Clone(o.VolumePaths)
 	return &c
 }
 

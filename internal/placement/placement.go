@@ -232,6 +232,9 @@ func free(n *store.Node) float64 {
 // candidate when a node has no room or refuses.
 func (s *Service) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodeapi.Sandbox, error) {
 	want := need(req.Resources)
+	if len(req.Volumes) > 0 {
+		return s.createOnVolumes(ctx, req, want)
+	}
 	cands, err := s.candidates(ctx, want, req.Template.BuildID)
 	if err != nil {
 		return nil, fmt.Errorf("place sandbox %q: %w", req.ID, err)

@@ -171,7 +171,34 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		sqlite:   migration8,
 		postgres: migration8,
 	},
+	{
+		// Version 9: volumes, each on one node, named uniquely within its team; team limits bound
+		// their number, each one's size and their sizes' sum.
+		version:  9,
+		sqlite:   migration9,
+		postgres: migration9,
+	},
 }
+
+// migration9 is plain SQL both dialects accept (volumes.go).
+const migration9 = `
+ALTER TABLE teams ADD COLUMN max_volumes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_volume_size_mb BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_volume_storage_mb BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE volumes (
+  id TEXT PRIMARY KEY,
+  team_id TEXT NOT NULL,
+  name TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  size_mb BIGINT NOT NULL,
+  state TEXT NOT NULL,
+  token TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  updated_at BIGINT NOT NULL
+);
+CREATE UNIQUE INDEX volumes_team_name ON volumes(team_id, name);
+CREATE INDEX volumes_node ON volumes(node_id);
+`
 
 // migration7 is plain SQL both dialects accept. A team ID that rows name
 // but no team has is one of a team deleted before this version: it is

@@ -187,8 +187,8 @@ func TestUpgradeFromVersion7(t *testing.T) {
 	}
 	defer s.Close()
 	var v int
-	if err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&v); err != nil || v != SchemaVersion() || v != 8 {
-		t.Fatalf("version %d, %v; want 8", v, err)
+	if err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&v); err != nil || v != SchemaVersion() || v != 9 {
+		t.Fatalf("version %d, %v; want 9", v, err)
 	}
 	if _, err := s.GetTeam(ctx, "live"); err != nil {
 		t.Errorf("team after the upgrade: %v", err)

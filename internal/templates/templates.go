@@ -158,6 +158,10 @@ type SandboxSnapshotOrigin struct {
 	SandboxID string    `json:"sandboxID"`
 	TeamID    string    `json:"teamID"`
 	CreatedAt time.Time `json:"createdAt"`
+	// VolumePaths are where the sandbox mounted volumes, sorted: their
+	// content is not in the snapshot, and its sandboxes mount volumes at
+	// exactly these paths (docs/volumes.md).
+	VolumePaths []string `json:"volumePaths,omitempty"`
 }
 
 // Reason is why a build failed: the message and the step it failed at.

@@ -94,6 +94,7 @@ func CreateToProto(r nodeapi.CreateRequest) *nodepb.CreateRequest {
 		Id: r.ID, ExecutionId: r.ExecutionID, TeamId: r.TeamID, Template: TemplateToProto(r.Template),
 		Resources: ResourcesToProto(r.Resources), EndAt: Timestamp(r.EndAt), Network: PolicyToProto(r.Network),
 		EnvVars: r.EnvVars, EnvdAccessToken: r.EnvdAccessToken, Metadata: r.Metadata, TimeoutMs: r.Timeout.Milliseconds(),
+		Volumes: VolumeMountsToProto(r.Volumes),
 	}
 }
 
@@ -110,6 +111,7 @@ func CreateFromProto(r *nodepb.CreateRequest) (nodeapi.CreateRequest, error) {
 		Resources: ResourcesFromProto(r.GetResources()), EndAt: Time(r.GetEndAt()), Network: pol,
 		EnvVars: r.GetEnvVars(), EnvdAccessToken: r.GetEnvdAccessToken(), Metadata: r.GetMetadata(),
 		Timeout: time.Duration(max(r.GetTimeoutMs(), 0)) * time.Millisecond,
+		Volumes: VolumeMountsFromProto(r.GetVolumes()),
 	}, nil
 }
 

@@ -42,6 +42,10 @@ type Options struct {
 	// in the node's catalog (internal/nodebuild.SandboxSnapshots). Nil:
 	// the served Service's own, if it has them.
 	SandboxSnapshots nodeapi.SandboxSnapshotter
+	// Volumes, when set, serves the volume calls (the node's
+	// internal/node/volumes.Manager); nil: the served Service's own, if
+	// it has them.
+	Volumes nodeapi.VolumeService
 }
 
 // NewHandler returns the path prefix and the HTTP handler that serve svc
@@ -51,9 +55,13 @@ func NewHandler(svc nodeapi.Service, opts Options) (string, http.Handler) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, resolve: opts.ResolveTemplate, snaps: opts.SandboxSnapshots}
+	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, resolve: opts.ResolveTemplate,
+		snaps: opts.SandboxSnapshots, vols: opts.Volumes}
 	if s.snaps == nil {
 		s.snaps, _ = svc.(nodeapi.SandboxSnapshotter)
+	}
+	if s.vols == nil {
+		s.vols, _ = svc.(nodeapi.VolumeService)
 	}
 	var hopts []connect.HandlerOption
 	if opts.Token != "" {
@@ -68,6 +76,7 @@ type server struct {
 	nodeProxy string
 	resolve   func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
 	snaps     nodeapi.SandboxSnapshotter // nil: none
+	vols      nodeapi.VolumeService      // nil: none
 }
 
 // template resolves the template p names for team to this node's own
