@@ -150,7 +150,7 @@ func TestNodeRole(t *testing.T) {
 	}
 }
 
-// TestNodesAreApart is issue 33 item 4's third attack: node A, with
+// TestNodesAreApart is a compromised node's third attack: node A, with
 // everything it holds (its token and what derives from it), reaches
 // neither node B's RPC nor its proxy; the control plane's credentials of
 // B do.

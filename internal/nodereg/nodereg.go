@@ -1,4 +1,4 @@
-// Package nodereg is node registration and liveness (SCALE-OUT.md): a
+// Package nodereg is node registration and liveness (docs/node.md): a
 // node calls the API with its node token (it never gets database
 // credentials) and heartbeats every few seconds with its addresses, boot
 // ID, version, capacity, what it runs, the templates it holds and its

@@ -1,4 +1,4 @@
-// Package placement is a nodeapi.Service over many nodes (SCALE-OUT.md):
+// Package placement is a nodeapi.Service over many nodes (docs/node.md):
 // the `warren api` role's lifecycle holds it as it holds the one local
 // agent under `warren serve`.
 //

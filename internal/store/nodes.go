@@ -10,7 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
-// The node registry (SCALE-OUT.md): the nodes that registered with the API,
+// The node registry (docs/node.md): the nodes that registered with the API,
 // what they report at every heartbeat, and the capacity the control plane
 // reserved on each for the sandboxes it placed there.
 
