@@ -12,7 +12,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -120,7 +119,7 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	}
 	allow := req.AllowInternetAccess
 	internet := allow == nil || *allow
-	var policy netslot.Policy
+	var policy sandbox.NetworkPolicy
 	var netDoc json.RawMessage
 	traffic := false
 	if req.Network != nil {
@@ -204,8 +203,8 @@ func (s *Server) sandboxResources(tmpl nodeapi.Template) sandbox.Resources {
 }
 
 // policyOf parses allow/deny lists of CIDRs or bare IPs.
-func policyOf(field string, allow, deny []string) (netslot.Policy, error) {
-	var p netslot.Policy
+func policyOf(field string, allow, deny []string) (sandbox.NetworkPolicy, error) {
+	var p sandbox.NetworkPolicy
 	parse := func(name string, in []string) ([]netip.Prefix, error) {
 		var out []netip.Prefix
 		for i, v := range in {

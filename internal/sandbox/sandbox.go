@@ -1,5 +1,6 @@
 // Package sandbox holds the small domain types that every Warren component
-// shares: sandbox states, kill reasons and resource specifications.
+// shares: sandbox states, kill reasons, resource specifications and the
+// network (egress) policy.
 //
 // It has no dependencies inside Warren, so the control plane, the node agent,
 // the runtime drivers and the store can all speak of a sandbox the same way.
