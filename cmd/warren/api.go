@@ -76,6 +76,7 @@ func (c *controlPlane) fromEnv(stderr io.Writer) (*slog.Logger, error) {
 
 func newAPI(stdout, stderr io.Writer) *cobra.Command {
 	var cfg app.APIConfig
+	var secretsKeyFile string
 	cp := &controlPlane{APIKey: &cfg.APIKey, AdminToken: &cfg.AdminToken, DatabaseURL: &cfg.DatabaseURL, MetricsListen: &cfg.MetricsListen,
 		Domain: &cfg.Domain, PublicURL: &cfg.PublicURL, TLSCert: &cfg.TLSCert, TLSKey: &cfg.TLSKey, Events: &cfg.Events,
 		EgressAllow: &cfg.EgressAllow, TrustedProxies: &cfg.TrustedProxies, Limits: &cfg.Limits}
@@ -96,6 +97,9 @@ one Postgres database. Nodes register and heartbeat with the node token.`,
 			}
 			cfg.Logger, cfg.Out = log, stdout
 			cfg.MetricsListenBestEffort = !cmd.Flags().Changed("metrics-listen")
+			if cfg.SecretsKey, err = loadSecretsKey(secretsKeyFile); err != nil {
+				return err
+			}
 			return app.RunAPI(cmd.Context(), cfg)
 		},
 	}
@@ -107,5 +111,6 @@ one Postgres database. Nodes register and heartbeat with the node token.`,
 	f.DurationVar(&cfg.Liveness.LostAfter, "node-lost-after", 0, "a node silent this long is lost: its running sandboxes are killed with node_lost (default 5m)")
 	f.DurationVar(&cfg.Liveness.PausedLostAfter, "node-paused-lost-after", 0, "a node silent this long loses its paused sandboxes too (default 1h)")
 	addControlPlaneFlags(cmd, cp)
+	secretsKeyFlag(f, &secretsKeyFile)
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,6 +20,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/secrets"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -49,6 +51,16 @@ type env struct {
 	key1   string // team t1: limit 3 concurrent, 1 h timeout, 2 vCPU
 	key2   string // team t2
 	keyLow string // team t3: 1 vCPU max (below the default 2)
+	// logs holds every line the API server and the lifecycle logged.
+	logs *syncBuffer
+}
+
+// testSecretsKey is the secrets key of newEnv's server.
+var testSecretsKey = []byte("0123456789abcdef0123456789abcdef")
+
+// logger logs at debug level into e.logs.
+func (e *env) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 const adminToken = "admin-secret"
@@ -60,7 +72,8 @@ func newEnv(t testing.TB, opts ...func(*lifecycle.Config)) *env {
 	ctx := context.Background()
 	st := storetest.SQLite(t)
 	n := fakenode.New()
-	lcfg := lifecycle.Config{Store: st, Node: n}
+	logs := &syncBuffer{}
+	lcfg := lifecycle.Config{Store: st, Node: n, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	for _, o := range opts {
 		o(&lcfg)
 	}
@@ -72,7 +85,7 @@ func newEnv(t testing.TB, opts ...func(*lifecycle.Config)) *env {
 	done := make(chan struct{})
 	go func() { lc.Run(runCtx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	e := &env{t: t, st: st, node: n, lc: lc}
+	e := &env{t: t, st: st, node: n, lc: lc, logs: logs}
 	for _, tm := range []*store.Team{
 		{ID: "t1", Name: "one", Limits: store.Limits{MaxConcurrent: 3, MaxTimeout: time.Hour}},
 		{ID: "t2", Name: "two"},
@@ -89,7 +102,11 @@ func newEnv(t testing.TB, opts ...func(*lifecycle.Config)) *env {
 		}
 		*dst = k
 	}
-	api, err := apiserver.New(apiserver.Config{Store: st, Lifecycle: lc, Templates: staticTemplates{}, AdminToken: adminToken})
+	sec, err := secrets.New(st.Secrets(), testSecretsKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := apiserver.New(apiserver.Config{Store: st, Lifecycle: lc, Templates: staticTemplates{}, AdminToken: adminToken, Secrets: sec, Logger: e.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,7 @@ type APIConfig struct {
 	TLSCert, TLSKey         string
 	Events                  EventsConfig
 	EgressAllow             []string
+	SecretsKey              []byte
 	Limits                  store.Limits
 	MetricsListen           string
 	MetricsListenBestEffort bool
@@ -169,10 +170,14 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return fmt.Errorf("template builds on nodes: %w", err)
 	}
 	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
+	sec, err := secretsService(st, cfg.SecretsKey, log)
+	if err != nil {
+		return err
+	}
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: builds, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Secrets: sec,
 	})
 	if err != nil {
 		return err

@@ -108,6 +108,9 @@ type Config struct {
 	// tenant (image pulls, webhook deliveries): CIDRs, IPs, IP:port or
 	// host:port. Empty: only public addresses are reached.
 	EgressAllow []string
+	// SecretsKey seals the teams' secrets at rest (secrets.KeySize
+	// bytes); nil: the secrets API is refused.
+	SecretsKey []byte
 	// Limits are the server's default team limits (a team's own non-zero
 	// limits win); zero fields keep apiserver's defaults.
 	Limits store.Limits
@@ -291,10 +294,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer stopMetrics()
 	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
+	sec, err := secretsService(st, cfg.SecretsKey, log)
+	if err != nil {
+		return err
+	}
 	apiCfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: parts.templates, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Secrets: sec,
 	}
 	if parts.local != nil {
 		apiCfg.Builds, apiCfg.Catalog = parts.local.Service, parts.local.Catalog

@@ -164,7 +164,32 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		sqlite:   migration7,
 		postgres: migration7,
 	},
+	{
+		// Version 10: teams' secrets (internal/secrets), each value
+		// sealed under the operator's key (versions 8 and 9 belong to
+		// other branches).
+		version:  10,
+		sqlite:   migration10,
+		postgres: migration10,
+	},
 }
+
+// migration10 is plain SQL both dialects accept. sealed is the value's
+// nonce and ciphertext in base64; key_id names the key that sealed it.
+const migration10 = `
+CREATE TABLE secrets (
+  id TEXT PRIMARY KEY,
+  team_id TEXT NOT NULL,
+  name TEXT NOT NULL,
+  version BIGINT NOT NULL,
+  metadata TEXT NOT NULL,
+  sealed TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  updated_at BIGINT NOT NULL,
+  UNIQUE (team_id, name)
+);
+`
 
 // migration7 is plain SQL both dialects accept. A team ID that rows name
 // but no team has is one of a team deleted before this version: it is
