@@ -41,4 +41,3 @@ func OriginalDst(c syscall.Conn) (netip.AddrPort, error) {
 	}
 	return out, nil
 }
-
