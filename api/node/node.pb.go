@@ -101,10 +101,15 @@ func (x *Resources) GetPids() int64 {
 
 // Policy is a sandbox's egress policy; CIDRs in text form.
 type Policy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Internet      bool                   `protobuf:"varint,1,opt,name=internet,proto3" json:"internet,omitempty"`
-	AllowOut      []string               `protobuf:"bytes,2,rep,name=allow_out,json=allowOut,proto3" json:"allow_out,omitempty"`
-	DenyOut       []string               `protobuf:"bytes,3,rep,name=deny_out,json=denyOut,proto3" json:"deny_out,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Internet bool                   `protobuf:"varint,1,opt,name=internet,proto3" json:"internet,omitempty"`
+	AllowOut []string               `protobuf:"bytes,2,rep,name=allow_out,json=allowOut,proto3" json:"allow_out,omitempty"`
+	DenyOut  []string               `protobuf:"bytes,3,rep,name=deny_out,json=denyOut,proto3" json:"deny_out,omitempty"`
+	// egress, when set, puts the sandbox behind the node's egress proxy
+	// (egressrules.Rules). A request carries the transforms' header values
+	// with the secrets filled in and the proxy's password; an answer
+	// (a sandbox's view) carries them redacted.
+	Egress        *EgressRules `protobuf:"bytes,4,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -160,6 +165,185 @@ func (x *Policy) GetDenyOut() []string {
 	return nil
 }
 
+func (x *Policy) GetEgress() *EgressRules {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+type EgressRules struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hosts         []string               `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	Transforms    []*HeaderTransform     `protobuf:"bytes,2,rep,name=transforms,proto3" json:"transforms,omitempty"`
+	Proxy         *SocksProxy            `protobuf:"bytes,3,opt,name=proxy,proto3" json:"proxy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRules) Reset() {
+	*x = EgressRules{}
+	mi := &file_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRules) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRules) ProtoMessage() {}
+
+func (x *EgressRules) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRules.ProtoReflect.Descriptor instead.
+func (*EgressRules) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EgressRules) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *EgressRules) GetTransforms() []*HeaderTransform {
+	if x != nil {
+		return x.Transforms
+	}
+	return nil
+}
+
+func (x *EgressRules) GetProxy() *SocksProxy {
+	if x != nil {
+		return x.Proxy
+	}
+	return nil
+}
+
+type HeaderTransform struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Host          string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	Headers       map[string]string      `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderTransform) Reset() {
+	*x = HeaderTransform{}
+	mi := &file_node_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderTransform) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderTransform) ProtoMessage() {}
+
+func (x *HeaderTransform) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderTransform.ProtoReflect.Descriptor instead.
+func (*HeaderTransform) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HeaderTransform) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *HeaderTransform) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+type SocksProxy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Username      string                 `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	Password      string                 `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SocksProxy) Reset() {
+	*x = SocksProxy{}
+	mi := &file_node_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SocksProxy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SocksProxy) ProtoMessage() {}
+
+func (x *SocksProxy) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SocksProxy.ProtoReflect.Descriptor instead.
+func (*SocksProxy) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SocksProxy) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *SocksProxy) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *SocksProxy) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
 type Template struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -179,7 +363,7 @@ type Template struct {
 
 func (x *Template) Reset() {
 	*x = Template{}
-	mi := &file_node_proto_msgTypes[2]
+	mi := &file_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +375,7 @@ func (x *Template) String() string {
 func (*Template) ProtoMessage() {}
 
 func (x *Template) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[2]
+	mi := &file_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +388,7 @@ func (x *Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Template.ProtoReflect.Descriptor instead.
 func (*Template) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{2}
+	return file_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Template) GetId() string {
@@ -300,7 +484,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_node_proto_msgTypes[3]
+	mi := &file_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +496,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[3]
+	mi := &file_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +509,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{3}
+	return file_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Sandbox) GetId() string {
@@ -475,7 +659,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_node_proto_msgTypes[4]
+	mi := &file_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +671,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[4]
+	mi := &file_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +684,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{4}
+	return file_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateRequest) GetId() string {
@@ -589,7 +773,7 @@ type SandboxResponse struct {
 
 func (x *SandboxResponse) Reset() {
 	*x = SandboxResponse{}
-	mi := &file_node_proto_msgTypes[5]
+	mi := &file_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +785,7 @@ func (x *SandboxResponse) String() string {
 func (*SandboxResponse) ProtoMessage() {}
 
 func (x *SandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[5]
+	mi := &file_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +798,7 @@ func (x *SandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxResponse.ProtoReflect.Descriptor instead.
 func (*SandboxResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{5}
+	return file_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SandboxResponse) GetSandbox() *Sandbox {
@@ -633,7 +817,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_node_proto_msgTypes[6]
+	mi := &file_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +829,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[6]
+	mi := &file_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +842,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{6}
+	return file_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRequest) GetId() string {
@@ -676,7 +860,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_node_proto_msgTypes[7]
+	mi := &file_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +872,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[7]
+	mi := &file_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +885,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{7}
+	return file_node_proto_rawDescGZIP(), []int{10}
 }
 
 type ListResponse struct {
@@ -713,7 +897,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_node_proto_msgTypes[8]
+	mi := &file_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +909,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[8]
+	mi := &file_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +922,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{8}
+	return file_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListResponse) GetSandboxes() []*Sandbox {
@@ -758,7 +942,7 @@ type SetEndTimeRequest struct {
 
 func (x *SetEndTimeRequest) Reset() {
 	*x = SetEndTimeRequest{}
-	mi := &file_node_proto_msgTypes[9]
+	mi := &file_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +954,7 @@ func (x *SetEndTimeRequest) String() string {
 func (*SetEndTimeRequest) ProtoMessage() {}
 
 func (x *SetEndTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[9]
+	mi := &file_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +967,7 @@ func (x *SetEndTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEndTimeRequest.ProtoReflect.Descriptor instead.
 func (*SetEndTimeRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{9}
+	return file_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetEndTimeRequest) GetId() string {
@@ -808,7 +992,7 @@ type SetEndTimeResponse struct {
 
 func (x *SetEndTimeResponse) Reset() {
 	*x = SetEndTimeResponse{}
-	mi := &file_node_proto_msgTypes[10]
+	mi := &file_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +1004,7 @@ func (x *SetEndTimeResponse) String() string {
 func (*SetEndTimeResponse) ProtoMessage() {}
 
 func (x *SetEndTimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[10]
+	mi := &file_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +1017,7 @@ func (x *SetEndTimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEndTimeResponse.ProtoReflect.Descriptor instead.
 func (*SetEndTimeResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{10}
+	return file_node_proto_rawDescGZIP(), []int{13}
 }
 
 type UpdateNetworkRequest struct {
@@ -846,7 +1030,7 @@ type UpdateNetworkRequest struct {
 
 func (x *UpdateNetworkRequest) Reset() {
 	*x = UpdateNetworkRequest{}
-	mi := &file_node_proto_msgTypes[11]
+	mi := &file_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1042,7 @@ func (x *UpdateNetworkRequest) String() string {
 func (*UpdateNetworkRequest) ProtoMessage() {}
 
 func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[11]
+	mi := &file_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1055,7 @@ func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{11}
+	return file_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateNetworkRequest) GetId() string {
@@ -896,7 +1080,7 @@ type UpdateNetworkResponse struct {
 
 func (x *UpdateNetworkResponse) Reset() {
 	*x = UpdateNetworkResponse{}
-	mi := &file_node_proto_msgTypes[12]
+	mi := &file_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1092,7 @@ func (x *UpdateNetworkResponse) String() string {
 func (*UpdateNetworkResponse) ProtoMessage() {}
 
 func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[12]
+	mi := &file_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1105,7 @@ func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{12}
+	return file_node_proto_rawDescGZIP(), []int{15}
 }
 
 type PauseRequest struct {
@@ -937,7 +1121,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1133,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1146,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{13}
+	return file_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PauseRequest) GetId() string {
@@ -997,7 +1181,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1193,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1206,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{14}
+	return file_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResumeRequest) GetId() string {
@@ -1061,7 +1245,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1257,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1270,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{15}
+	return file_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ForkRequest) GetId() string {
@@ -1133,7 +1317,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1329,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1342,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{16}
+	return file_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ForkResponse) GetSandboxes() []*Sandbox {
@@ -1181,7 +1365,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1377,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1390,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{17}
+	return file_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KillRequest) GetId() string {
@@ -1238,7 +1422,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1434,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1447,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{18}
+	return file_node_proto_rawDescGZIP(), []int{21}
 }
 
 type StatsRequest struct {
@@ -1275,7 +1459,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1471,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1484,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{19}
+	return file_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatsRequest) GetId() string {
@@ -1326,7 +1510,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1522,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1535,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{20}
+	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatsResponse) GetAt() *timestamppb.Timestamp {
@@ -1421,7 +1605,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1617,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1630,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{21}
+	return file_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MetricsRequest) GetId() string {
@@ -1479,7 +1663,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1675,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1688,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{22}
+	return file_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MetricsResponse) GetSamples() []*StatsResponse {
@@ -1522,7 +1706,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1718,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1731,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{23}
+	return file_node_proto_rawDescGZIP(), []int{26}
 }
 
 // Event is also the error detail of a not_found about a sandbox the node
@@ -1567,7 +1751,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1763,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1776,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{24}
+	return file_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Event) GetType() string {
@@ -1638,7 +1822,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1834,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1847,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{25}
+	return file_node_proto_rawDescGZIP(), []int{28}
 }
 
 type CapabilitiesResponse struct {
@@ -1678,7 +1862,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1874,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1887,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{26}
+	return file_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CapabilitiesResponse) GetDriver() string {
@@ -1745,7 +1929,7 @@ type SetPoolRequest struct {
 
 func (x *SetPoolRequest) Reset() {
 	*x = SetPoolRequest{}
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1941,7 @@ func (x *SetPoolRequest) String() string {
 func (*SetPoolRequest) ProtoMessage() {}
 
 func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1954,7 @@ func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolRequest.ProtoReflect.Descriptor instead.
 func (*SetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{27}
+	return file_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetPoolRequest) GetTemplate() *Template {
@@ -1802,7 +1986,7 @@ type SetPoolResponse struct {
 
 func (x *SetPoolResponse) Reset() {
 	*x = SetPoolResponse{}
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1998,7 @@ func (x *SetPoolResponse) String() string {
 func (*SetPoolResponse) ProtoMessage() {}
 
 func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +2011,7 @@ func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolResponse.ProtoReflect.Descriptor instead.
 func (*SetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{28}
+	return file_node_proto_rawDescGZIP(), []int{31}
 }
 
 type ReserveRequest struct {
@@ -1840,7 +2024,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2036,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2049,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{29}
+	return file_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReserveRequest) GetTemplate() *Template {
@@ -1892,7 +2076,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2088,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2101,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{30}
+	return file_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReserveResponse) GetId() string {
@@ -1943,7 +2127,7 @@ type UnreserveRequest struct {
 
 func (x *UnreserveRequest) Reset() {
 	*x = UnreserveRequest{}
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2139,7 @@ func (x *UnreserveRequest) String() string {
 func (*UnreserveRequest) ProtoMessage() {}
 
 func (x *UnreserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2152,7 @@ func (x *UnreserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnreserveRequest.ProtoReflect.Descriptor instead.
 func (*UnreserveRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{31}
+	return file_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UnreserveRequest) GetId() string {
@@ -1986,7 +2170,7 @@ type UnreserveResponse struct {
 
 func (x *UnreserveResponse) Reset() {
 	*x = UnreserveResponse{}
-	mi := &file_node_proto_msgTypes[32]
+	mi := &file_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2182,7 @@ func (x *UnreserveResponse) String() string {
 func (*UnreserveResponse) ProtoMessage() {}
 
 func (x *UnreserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[32]
+	mi := &file_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2195,7 @@ func (x *UnreserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnreserveResponse.ProtoReflect.Descriptor instead.
 func (*UnreserveResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{32}
+	return file_node_proto_rawDescGZIP(), []int{35}
 }
 
 type PoolsRequest struct {
@@ -2022,7 +2206,7 @@ type PoolsRequest struct {
 
 func (x *PoolsRequest) Reset() {
 	*x = PoolsRequest{}
-	mi := &file_node_proto_msgTypes[33]
+	mi := &file_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2218,7 @@ func (x *PoolsRequest) String() string {
 func (*PoolsRequest) ProtoMessage() {}
 
 func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[33]
+	mi := &file_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2231,7 @@ func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsRequest.ProtoReflect.Descriptor instead.
 func (*PoolsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{33}
+	return file_node_proto_rawDescGZIP(), []int{36}
 }
 
 type PoolStatus struct {
@@ -2064,7 +2248,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_node_proto_msgTypes[34]
+	mi := &file_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2260,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[34]
+	mi := &file_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2273,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{34}
+	return file_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PoolStatus) GetBuildId() string {
@@ -2144,7 +2328,7 @@ type PoolsResponse struct {
 
 func (x *PoolsResponse) Reset() {
 	*x = PoolsResponse{}
-	mi := &file_node_proto_msgTypes[35]
+	mi := &file_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2340,7 @@ func (x *PoolsResponse) String() string {
 func (*PoolsResponse) ProtoMessage() {}
 
 func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[35]
+	mi := &file_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2353,7 @@ func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsResponse.ProtoReflect.Descriptor instead.
 func (*PoolsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{35}
+	return file_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PoolsResponse) GetPools() map[string]*PoolStatus {
@@ -2187,7 +2371,7 @@ type TemplatesInUseRequest struct {
 
 func (x *TemplatesInUseRequest) Reset() {
 	*x = TemplatesInUseRequest{}
-	mi := &file_node_proto_msgTypes[36]
+	mi := &file_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2383,7 @@ func (x *TemplatesInUseRequest) String() string {
 func (*TemplatesInUseRequest) ProtoMessage() {}
 
 func (x *TemplatesInUseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[36]
+	mi := &file_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2396,7 @@ func (x *TemplatesInUseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplatesInUseRequest.ProtoReflect.Descriptor instead.
 func (*TemplatesInUseRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{36}
+	return file_node_proto_rawDescGZIP(), []int{39}
 }
 
 type TemplateUse struct {
@@ -2229,7 +2413,7 @@ type TemplateUse struct {
 
 func (x *TemplateUse) Reset() {
 	*x = TemplateUse{}
-	mi := &file_node_proto_msgTypes[37]
+	mi := &file_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2425,7 @@ func (x *TemplateUse) String() string {
 func (*TemplateUse) ProtoMessage() {}
 
 func (x *TemplateUse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[37]
+	mi := &file_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2438,7 @@ func (x *TemplateUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateUse.ProtoReflect.Descriptor instead.
 func (*TemplateUse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{37}
+	return file_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TemplateUse) GetTemplateId() string {
@@ -2301,7 +2485,7 @@ type TemplatesInUseResponse struct {
 
 func (x *TemplatesInUseResponse) Reset() {
 	*x = TemplatesInUseResponse{}
-	mi := &file_node_proto_msgTypes[38]
+	mi := &file_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2497,7 @@ func (x *TemplatesInUseResponse) String() string {
 func (*TemplatesInUseResponse) ProtoMessage() {}
 
 func (x *TemplatesInUseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[38]
+	mi := &file_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2510,7 @@ func (x *TemplatesInUseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplatesInUseResponse.ProtoReflect.Descriptor instead.
 func (*TemplatesInUseResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{38}
+	return file_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TemplatesInUseResponse) GetTemplates() []*TemplateUse {
@@ -2346,7 +2530,7 @@ type SnapshotSandboxRequest struct {
 
 func (x *SnapshotSandboxRequest) Reset() {
 	*x = SnapshotSandboxRequest{}
-	mi := &file_node_proto_msgTypes[39]
+	mi := &file_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2542,7 @@ func (x *SnapshotSandboxRequest) String() string {
 func (*SnapshotSandboxRequest) ProtoMessage() {}
 
 func (x *SnapshotSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[39]
+	mi := &file_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2555,7 @@ func (x *SnapshotSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSandboxRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{39}
+	return file_node_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SnapshotSandboxRequest) GetId() string {
@@ -2398,7 +2582,7 @@ type SnapshotSandboxResponse struct {
 
 func (x *SnapshotSandboxResponse) Reset() {
 	*x = SnapshotSandboxResponse{}
-	mi := &file_node_proto_msgTypes[40]
+	mi := &file_node_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2594,7 @@ func (x *SnapshotSandboxResponse) String() string {
 func (*SnapshotSandboxResponse) ProtoMessage() {}
 
 func (x *SnapshotSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[40]
+	mi := &file_node_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2607,7 @@ func (x *SnapshotSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSandboxResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{40}
+	return file_node_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SnapshotSandboxResponse) GetTemplate() *Template {
@@ -2444,7 +2628,7 @@ type SnapshotTemplateRequest struct {
 
 func (x *SnapshotTemplateRequest) Reset() {
 	*x = SnapshotTemplateRequest{}
-	mi := &file_node_proto_msgTypes[41]
+	mi := &file_node_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2640,7 @@ func (x *SnapshotTemplateRequest) String() string {
 func (*SnapshotTemplateRequest) ProtoMessage() {}
 
 func (x *SnapshotTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[41]
+	mi := &file_node_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2653,7 @@ func (x *SnapshotTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTemplateRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{41}
+	return file_node_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SnapshotTemplateRequest) GetTemplate() *Template {
@@ -2501,7 +2685,7 @@ type SnapshotTemplateResponse struct {
 
 func (x *SnapshotTemplateResponse) Reset() {
 	*x = SnapshotTemplateResponse{}
-	mi := &file_node_proto_msgTypes[42]
+	mi := &file_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2697,7 @@ func (x *SnapshotTemplateResponse) String() string {
 func (*SnapshotTemplateResponse) ProtoMessage() {}
 
 func (x *SnapshotTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[42]
+	mi := &file_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2710,7 @@ func (x *SnapshotTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTemplateResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{42}
+	return file_node_proto_rawDescGZIP(), []int{45}
 }
 
 type DeleteSnapshotRequest struct {
@@ -2538,7 +2722,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_node_proto_msgTypes[43]
+	mi := &file_node_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2734,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[43]
+	mi := &file_node_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2747,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{43}
+	return file_node_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteSnapshotRequest) GetDir() string {
@@ -2581,7 +2765,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_node_proto_msgTypes[44]
+	mi := &file_node_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +2777,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[44]
+	mi := &file_node_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +2790,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{44}
+	return file_node_proto_rawDescGZIP(), []int{47}
 }
 
 type TakeSandboxSnapshotRequest struct {
@@ -2623,7 +2807,7 @@ type TakeSandboxSnapshotRequest struct {
 
 func (x *TakeSandboxSnapshotRequest) Reset() {
 	*x = TakeSandboxSnapshotRequest{}
-	mi := &file_node_proto_msgTypes[45]
+	mi := &file_node_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2819,7 @@ func (x *TakeSandboxSnapshotRequest) String() string {
 func (*TakeSandboxSnapshotRequest) ProtoMessage() {}
 
 func (x *TakeSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[45]
+	mi := &file_node_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2832,7 @@ func (x *TakeSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSandboxSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TakeSandboxSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{45}
+	return file_node_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TakeSandboxSnapshotRequest) GetId() string {
@@ -2690,7 +2874,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_node_proto_msgTypes[46]
+	mi := &file_node_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2886,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[46]
+	mi := &file_node_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2899,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{46}
+	return file_node_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Artifact) GetSha256() string {
@@ -2749,7 +2933,7 @@ type SnapshotHost struct {
 
 func (x *SnapshotHost) Reset() {
 	*x = SnapshotHost{}
-	mi := &file_node_proto_msgTypes[47]
+	mi := &file_node_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +2945,7 @@ func (x *SnapshotHost) String() string {
 func (*SnapshotHost) ProtoMessage() {}
 
 func (x *SnapshotHost) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[47]
+	mi := &file_node_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,7 +2958,7 @@ func (x *SnapshotHost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHost.ProtoReflect.Descriptor instead.
 func (*SnapshotHost) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{47}
+	return file_node_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SnapshotHost) GetRuntime() string {
@@ -2841,7 +3025,7 @@ type TakeSandboxSnapshotResponse struct {
 
 func (x *TakeSandboxSnapshotResponse) Reset() {
 	*x = TakeSandboxSnapshotResponse{}
-	mi := &file_node_proto_msgTypes[48]
+	mi := &file_node_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +3037,7 @@ func (x *TakeSandboxSnapshotResponse) String() string {
 func (*TakeSandboxSnapshotResponse) ProtoMessage() {}
 
 func (x *TakeSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[48]
+	mi := &file_node_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +3050,7 @@ func (x *TakeSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSandboxSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*TakeSandboxSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{48}
+	return file_node_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TakeSandboxSnapshotResponse) GetSource() *Template {
@@ -2906,7 +3090,7 @@ type DeleteSandboxSnapshotRequest struct {
 
 func (x *DeleteSandboxSnapshotRequest) Reset() {
 	*x = DeleteSandboxSnapshotRequest{}
-	mi := &file_node_proto_msgTypes[49]
+	mi := &file_node_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3102,7 @@ func (x *DeleteSandboxSnapshotRequest) String() string {
 func (*DeleteSandboxSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[49]
+	mi := &file_node_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3115,7 @@ func (x *DeleteSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{49}
+	return file_node_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeleteSandboxSnapshotRequest) GetBuildId() string {
@@ -2949,7 +3133,7 @@ type DeleteSandboxSnapshotResponse struct {
 
 func (x *DeleteSandboxSnapshotResponse) Reset() {
 	*x = DeleteSandboxSnapshotResponse{}
-	mi := &file_node_proto_msgTypes[50]
+	mi := &file_node_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3145,7 @@ func (x *DeleteSandboxSnapshotResponse) String() string {
 func (*DeleteSandboxSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[50]
+	mi := &file_node_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3158,7 @@ func (x *DeleteSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{50}
+	return file_node_proto_rawDescGZIP(), []int{53}
 }
 
 type SandboxLogsRequest struct {
@@ -2988,7 +3172,7 @@ type SandboxLogsRequest struct {
 
 func (x *SandboxLogsRequest) Reset() {
 	*x = SandboxLogsRequest{}
-	mi := &file_node_proto_msgTypes[51]
+	mi := &file_node_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3184,7 @@ func (x *SandboxLogsRequest) String() string {
 func (*SandboxLogsRequest) ProtoMessage() {}
 
 func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[51]
+	mi := &file_node_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3197,7 @@ func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLogsRequest.ProtoReflect.Descriptor instead.
 func (*SandboxLogsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{51}
+	return file_node_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SandboxLogsRequest) GetId() string {
@@ -3042,7 +3226,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_node_proto_msgTypes[52]
+	mi := &file_node_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3238,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[52]
+	mi := &file_node_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3251,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{52}
+	return file_node_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *LogEntry) GetTimestamp() *timestamppb.Timestamp {
@@ -3107,7 +3291,7 @@ type SandboxLogsResponse struct {
 
 func (x *SandboxLogsResponse) Reset() {
 	*x = SandboxLogsResponse{}
-	mi := &file_node_proto_msgTypes[53]
+	mi := &file_node_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3303,7 @@ func (x *SandboxLogsResponse) String() string {
 func (*SandboxLogsResponse) ProtoMessage() {}
 
 func (x *SandboxLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[53]
+	mi := &file_node_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,10 +3316,222 @@ func (x *SandboxLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLogsResponse.ProtoReflect.Descriptor instead.
 func (*SandboxLogsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{53}
+	return file_node_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SandboxLogsResponse) GetEntries() []*LogEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type EgressLogRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressLogRequest) Reset() {
+	*x = EgressLogRequest{}
+	mi := &file_node_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressLogRequest) ProtoMessage() {}
+
+func (x *EgressLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressLogRequest.ProtoReflect.Descriptor instead.
+func (*EgressLogRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *EgressLogRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type EgressEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	Proto         string                 `protobuf:"bytes,2,opt,name=proto,proto3" json:"proto,omitempty"`
+	Host          string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	Addr          string                 `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
+	Port          int32                  `protobuf:"varint,5,opt,name=port,proto3" json:"port,omitempty"`
+	Allowed       bool                   `protobuf:"varint,6,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	BytesOut      int64                  `protobuf:"varint,8,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	BytesIn       int64                  `protobuf:"varint,9,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	DurationNs    int64                  `protobuf:"varint,10,opt,name=duration_ns,json=durationNs,proto3" json:"duration_ns,omitempty"`
+	Open          bool                   `protobuf:"varint,11,opt,name=open,proto3" json:"open,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressEntry) Reset() {
+	*x = EgressEntry{}
+	mi := &file_node_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressEntry) ProtoMessage() {}
+
+func (x *EgressEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressEntry.ProtoReflect.Descriptor instead.
+func (*EgressEntry) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *EgressEntry) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *EgressEntry) GetProto() string {
+	if x != nil {
+		return x.Proto
+	}
+	return ""
+}
+
+func (x *EgressEntry) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressEntry) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *EgressEntry) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EgressEntry) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *EgressEntry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EgressEntry) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *EgressEntry) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *EgressEntry) GetDurationNs() int64 {
+	if x != nil {
+		return x.DurationNs
+	}
+	return 0
+}
+
+func (x *EgressEntry) GetOpen() bool {
+	if x != nil {
+		return x.Open
+	}
+	return false
+}
+
+type EgressLogResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*EgressEntry         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressLogResponse) Reset() {
+	*x = EgressLogResponse{}
+	mi := &file_node_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressLogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressLogResponse) ProtoMessage() {}
+
+func (x *EgressLogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressLogResponse.ProtoReflect.Descriptor instead.
+func (*EgressLogResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *EgressLogResponse) GetEntries() []*EgressEntry {
 	if x != nil {
 		return x.Entries
 	}
@@ -3152,11 +3548,29 @@ const file_node_proto_rawDesc = "" +
 	"\x05vcpus\x18\x01 \x01(\x05R\x05vcpus\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12\x17\n" +
 	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\x12\x12\n" +
-	"\x04pids\x18\x04 \x01(\x03R\x04pids\"\\\n" +
+	"\x04pids\x18\x04 \x01(\x03R\x04pids\"\x91\x01\n" +
 	"\x06Policy\x12\x1a\n" +
 	"\binternet\x18\x01 \x01(\bR\binternet\x12\x1b\n" +
 	"\tallow_out\x18\x02 \x03(\tR\ballowOut\x12\x19\n" +
-	"\bdeny_out\x18\x03 \x03(\tR\adenyOut\"\xe1\x02\n" +
+	"\bdeny_out\x18\x03 \x03(\tR\adenyOut\x123\n" +
+	"\x06egress\x18\x04 \x01(\v2\x1b.warren.node.v1.EgressRulesR\x06egress\"\x96\x01\n" +
+	"\vEgressRules\x12\x14\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\x12?\n" +
+	"\n" +
+	"transforms\x18\x02 \x03(\v2\x1f.warren.node.v1.HeaderTransformR\n" +
+	"transforms\x120\n" +
+	"\x05proxy\x18\x03 \x01(\v2\x1a.warren.node.v1.SocksProxyR\x05proxy\"\xa9\x01\n" +
+	"\x0fHeaderTransform\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12F\n" +
+	"\aheaders\x18\x02 \x03(\v2,.warren.node.v1.HeaderTransform.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
+	"\n" +
+	"SocksProxy\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\"\xe1\x02\n" +
 	"\bTemplate\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bbuild_id\x18\x02 \x01(\tR\abuildId\x12\x16\n" +
@@ -3375,7 +3789,25 @@ const file_node_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
 	"\x13SandboxLogsResponse\x122\n" +
-	"\aentries\x18\x01 \x03(\v2\x18.warren.node.v1.LogEntryR\aentries2\xd1\x0f\n" +
+	"\aentries\x18\x01 \x03(\v2\x18.warren.node.v1.LogEntryR\aentries\"\"\n" +
+	"\x10EgressLogRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xae\x02\n" +
+	"\vEgressEntry\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
+	"\x05proto\x18\x02 \x01(\tR\x05proto\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x12\n" +
+	"\x04port\x18\x05 \x01(\x05R\x04port\x12\x18\n" +
+	"\aallowed\x18\x06 \x01(\bR\aallowed\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1b\n" +
+	"\tbytes_out\x18\b \x01(\x03R\bbytesOut\x12\x19\n" +
+	"\bbytes_in\x18\t \x01(\x03R\abytesIn\x12\x1f\n" +
+	"\vduration_ns\x18\n" +
+	" \x01(\x03R\n" +
+	"durationNs\x12\x12\n" +
+	"\x04open\x18\v \x01(\bR\x04open\"J\n" +
+	"\x11EgressLogResponse\x125\n" +
+	"\aentries\x18\x01 \x03(\v2\x1b.warren.node.v1.EgressEntryR\aentries2\xa3\x10\n" +
 	"\vNodeService\x12H\n" +
 	"\x06Create\x12\x1d.warren.node.v1.CreateRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12B\n" +
 	"\x03Get\x12\x1a.warren.node.v1.GetRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12A\n" +
@@ -3401,7 +3833,8 @@ const file_node_proto_rawDesc = "" +
 	"\x0eDeleteSnapshot\x12%.warren.node.v1.DeleteSnapshotRequest\x1a&.warren.node.v1.DeleteSnapshotResponse\x12n\n" +
 	"\x13TakeSandboxSnapshot\x12*.warren.node.v1.TakeSandboxSnapshotRequest\x1a+.warren.node.v1.TakeSandboxSnapshotResponse\x12t\n" +
 	"\x15DeleteSandboxSnapshot\x12,.warren.node.v1.DeleteSandboxSnapshotRequest\x1a-.warren.node.v1.DeleteSandboxSnapshotResponse\x12V\n" +
-	"\vSandboxLogs\x12\".warren.node.v1.SandboxLogsRequest\x1a#.warren.node.v1.SandboxLogsResponseB2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
+	"\vSandboxLogs\x12\".warren.node.v1.SandboxLogsRequest\x1a#.warren.node.v1.SandboxLogsResponse\x12P\n" +
+	"\tEgressLog\x12 .warren.node.v1.EgressLogRequest\x1a!.warren.node.v1.EgressLogResponseB2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -3415,166 +3848,181 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_node_proto_goTypes = []any{
 	(*Resources)(nil),                     // 0: warren.node.v1.Resources
 	(*Policy)(nil),                        // 1: warren.node.v1.Policy
-	(*Template)(nil),                      // 2: warren.node.v1.Template
-	(*Sandbox)(nil),                       // 3: warren.node.v1.Sandbox
-	(*CreateRequest)(nil),                 // 4: warren.node.v1.CreateRequest
-	(*SandboxResponse)(nil),               // 5: warren.node.v1.SandboxResponse
-	(*GetRequest)(nil),                    // 6: warren.node.v1.GetRequest
-	(*ListRequest)(nil),                   // 7: warren.node.v1.ListRequest
-	(*ListResponse)(nil),                  // 8: warren.node.v1.ListResponse
-	(*SetEndTimeRequest)(nil),             // 9: warren.node.v1.SetEndTimeRequest
-	(*SetEndTimeResponse)(nil),            // 10: warren.node.v1.SetEndTimeResponse
-	(*UpdateNetworkRequest)(nil),          // 11: warren.node.v1.UpdateNetworkRequest
-	(*UpdateNetworkResponse)(nil),         // 12: warren.node.v1.UpdateNetworkResponse
-	(*PauseRequest)(nil),                  // 13: warren.node.v1.PauseRequest
-	(*ResumeRequest)(nil),                 // 14: warren.node.v1.ResumeRequest
-	(*ForkRequest)(nil),                   // 15: warren.node.v1.ForkRequest
-	(*ForkResponse)(nil),                  // 16: warren.node.v1.ForkResponse
-	(*KillRequest)(nil),                   // 17: warren.node.v1.KillRequest
-	(*KillResponse)(nil),                  // 18: warren.node.v1.KillResponse
-	(*StatsRequest)(nil),                  // 19: warren.node.v1.StatsRequest
-	(*StatsResponse)(nil),                 // 20: warren.node.v1.StatsResponse
-	(*MetricsRequest)(nil),                // 21: warren.node.v1.MetricsRequest
-	(*MetricsResponse)(nil),               // 22: warren.node.v1.MetricsResponse
-	(*WatchRequest)(nil),                  // 23: warren.node.v1.WatchRequest
-	(*Event)(nil),                         // 24: warren.node.v1.Event
-	(*CapabilitiesRequest)(nil),           // 25: warren.node.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),          // 26: warren.node.v1.CapabilitiesResponse
-	(*SetPoolRequest)(nil),                // 27: warren.node.v1.SetPoolRequest
-	(*SetPoolResponse)(nil),               // 28: warren.node.v1.SetPoolResponse
-	(*ReserveRequest)(nil),                // 29: warren.node.v1.ReserveRequest
-	(*ReserveResponse)(nil),               // 30: warren.node.v1.ReserveResponse
-	(*UnreserveRequest)(nil),              // 31: warren.node.v1.UnreserveRequest
-	(*UnreserveResponse)(nil),             // 32: warren.node.v1.UnreserveResponse
-	(*PoolsRequest)(nil),                  // 33: warren.node.v1.PoolsRequest
-	(*PoolStatus)(nil),                    // 34: warren.node.v1.PoolStatus
-	(*PoolsResponse)(nil),                 // 35: warren.node.v1.PoolsResponse
-	(*TemplatesInUseRequest)(nil),         // 36: warren.node.v1.TemplatesInUseRequest
-	(*TemplateUse)(nil),                   // 37: warren.node.v1.TemplateUse
-	(*TemplatesInUseResponse)(nil),        // 38: warren.node.v1.TemplatesInUseResponse
-	(*SnapshotSandboxRequest)(nil),        // 39: warren.node.v1.SnapshotSandboxRequest
-	(*SnapshotSandboxResponse)(nil),       // 40: warren.node.v1.SnapshotSandboxResponse
-	(*SnapshotTemplateRequest)(nil),       // 41: warren.node.v1.SnapshotTemplateRequest
-	(*SnapshotTemplateResponse)(nil),      // 42: warren.node.v1.SnapshotTemplateResponse
-	(*DeleteSnapshotRequest)(nil),         // 43: warren.node.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),        // 44: warren.node.v1.DeleteSnapshotResponse
-	(*TakeSandboxSnapshotRequest)(nil),    // 45: warren.node.v1.TakeSandboxSnapshotRequest
-	(*Artifact)(nil),                      // 46: warren.node.v1.Artifact
-	(*SnapshotHost)(nil),                  // 47: warren.node.v1.SnapshotHost
-	(*TakeSandboxSnapshotResponse)(nil),   // 48: warren.node.v1.TakeSandboxSnapshotResponse
-	(*DeleteSandboxSnapshotRequest)(nil),  // 49: warren.node.v1.DeleteSandboxSnapshotRequest
-	(*DeleteSandboxSnapshotResponse)(nil), // 50: warren.node.v1.DeleteSandboxSnapshotResponse
-	(*SandboxLogsRequest)(nil),            // 51: warren.node.v1.SandboxLogsRequest
-	(*LogEntry)(nil),                      // 52: warren.node.v1.LogEntry
-	(*SandboxLogsResponse)(nil),           // 53: warren.node.v1.SandboxLogsResponse
-	nil,                                   // 54: warren.node.v1.Template.EnvEntry
-	nil,                                   // 55: warren.node.v1.Sandbox.MetadataEntry
-	nil,                                   // 56: warren.node.v1.CreateRequest.EnvVarsEntry
-	nil,                                   // 57: warren.node.v1.CreateRequest.MetadataEntry
-	nil,                                   // 58: warren.node.v1.PoolsResponse.PoolsEntry
-	nil,                                   // 59: warren.node.v1.LogEntry.FieldsEntry
-	(*timestamppb.Timestamp)(nil),         // 60: google.protobuf.Timestamp
+	(*EgressRules)(nil),                   // 2: warren.node.v1.EgressRules
+	(*HeaderTransform)(nil),               // 3: warren.node.v1.HeaderTransform
+	(*SocksProxy)(nil),                    // 4: warren.node.v1.SocksProxy
+	(*Template)(nil),                      // 5: warren.node.v1.Template
+	(*Sandbox)(nil),                       // 6: warren.node.v1.Sandbox
+	(*CreateRequest)(nil),                 // 7: warren.node.v1.CreateRequest
+	(*SandboxResponse)(nil),               // 8: warren.node.v1.SandboxResponse
+	(*GetRequest)(nil),                    // 9: warren.node.v1.GetRequest
+	(*ListRequest)(nil),                   // 10: warren.node.v1.ListRequest
+	(*ListResponse)(nil),                  // 11: warren.node.v1.ListResponse
+	(*SetEndTimeRequest)(nil),             // 12: warren.node.v1.SetEndTimeRequest
+	(*SetEndTimeResponse)(nil),            // 13: warren.node.v1.SetEndTimeResponse
+	(*UpdateNetworkRequest)(nil),          // 14: warren.node.v1.UpdateNetworkRequest
+	(*UpdateNetworkResponse)(nil),         // 15: warren.node.v1.UpdateNetworkResponse
+	(*PauseRequest)(nil),                  // 16: warren.node.v1.PauseRequest
+	(*ResumeRequest)(nil),                 // 17: warren.node.v1.ResumeRequest
+	(*ForkRequest)(nil),                   // 18: warren.node.v1.ForkRequest
+	(*ForkResponse)(nil),                  // 19: warren.node.v1.ForkResponse
+	(*KillRequest)(nil),                   // 20: warren.node.v1.KillRequest
+	(*KillResponse)(nil),                  // 21: warren.node.v1.KillResponse
+	(*StatsRequest)(nil),                  // 22: warren.node.v1.StatsRequest
+	(*StatsResponse)(nil),                 // 23: warren.node.v1.StatsResponse
+	(*MetricsRequest)(nil),                // 24: warren.node.v1.MetricsRequest
+	(*MetricsResponse)(nil),               // 25: warren.node.v1.MetricsResponse
+	(*WatchRequest)(nil),                  // 26: warren.node.v1.WatchRequest
+	(*Event)(nil),                         // 27: warren.node.v1.Event
+	(*CapabilitiesRequest)(nil),           // 28: warren.node.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),          // 29: warren.node.v1.CapabilitiesResponse
+	(*SetPoolRequest)(nil),                // 30: warren.node.v1.SetPoolRequest
+	(*SetPoolResponse)(nil),               // 31: warren.node.v1.SetPoolResponse
+	(*ReserveRequest)(nil),                // 32: warren.node.v1.ReserveRequest
+	(*ReserveResponse)(nil),               // 33: warren.node.v1.ReserveResponse
+	(*UnreserveRequest)(nil),              // 34: warren.node.v1.UnreserveRequest
+	(*UnreserveResponse)(nil),             // 35: warren.node.v1.UnreserveResponse
+	(*PoolsRequest)(nil),                  // 36: warren.node.v1.PoolsRequest
+	(*PoolStatus)(nil),                    // 37: warren.node.v1.PoolStatus
+	(*PoolsResponse)(nil),                 // 38: warren.node.v1.PoolsResponse
+	(*TemplatesInUseRequest)(nil),         // 39: warren.node.v1.TemplatesInUseRequest
+	(*TemplateUse)(nil),                   // 40: warren.node.v1.TemplateUse
+	(*TemplatesInUseResponse)(nil),        // 41: warren.node.v1.TemplatesInUseResponse
+	(*SnapshotSandboxRequest)(nil),        // 42: warren.node.v1.SnapshotSandboxRequest
+	(*SnapshotSandboxResponse)(nil),       // 43: warren.node.v1.SnapshotSandboxResponse
+	(*SnapshotTemplateRequest)(nil),       // 44: warren.node.v1.SnapshotTemplateRequest
+	(*SnapshotTemplateResponse)(nil),      // 45: warren.node.v1.SnapshotTemplateResponse
+	(*DeleteSnapshotRequest)(nil),         // 46: warren.node.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),        // 47: warren.node.v1.DeleteSnapshotResponse
+	(*TakeSandboxSnapshotRequest)(nil),    // 48: warren.node.v1.TakeSandboxSnapshotRequest
+	(*Artifact)(nil),                      // 49: warren.node.v1.Artifact
+	(*SnapshotHost)(nil),                  // 50: warren.node.v1.SnapshotHost
+	(*TakeSandboxSnapshotResponse)(nil),   // 51: warren.node.v1.TakeSandboxSnapshotResponse
+	(*DeleteSandboxSnapshotRequest)(nil),  // 52: warren.node.v1.DeleteSandboxSnapshotRequest
+	(*DeleteSandboxSnapshotResponse)(nil), // 53: warren.node.v1.DeleteSandboxSnapshotResponse
+	(*SandboxLogsRequest)(nil),            // 54: warren.node.v1.SandboxLogsRequest
+	(*LogEntry)(nil),                      // 55: warren.node.v1.LogEntry
+	(*SandboxLogsResponse)(nil),           // 56: warren.node.v1.SandboxLogsResponse
+	(*EgressLogRequest)(nil),              // 57: warren.node.v1.EgressLogRequest
+	(*EgressEntry)(nil),                   // 58: warren.node.v1.EgressEntry
+	(*EgressLogResponse)(nil),             // 59: warren.node.v1.EgressLogResponse
+	nil,                                   // 60: warren.node.v1.HeaderTransform.HeadersEntry
+	nil,                                   // 61: warren.node.v1.Template.EnvEntry
+	nil,                                   // 62: warren.node.v1.Sandbox.MetadataEntry
+	nil,                                   // 63: warren.node.v1.CreateRequest.EnvVarsEntry
+	nil,                                   // 64: warren.node.v1.CreateRequest.MetadataEntry
+	nil,                                   // 65: warren.node.v1.PoolsResponse.PoolsEntry
+	nil,                                   // 66: warren.node.v1.LogEntry.FieldsEntry
+	(*timestamppb.Timestamp)(nil),         // 67: google.protobuf.Timestamp
 }
 var file_node_proto_depIdxs = []int32{
-	54, // 0: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
-	0,  // 1: warren.node.v1.Template.resources:type_name -> warren.node.v1.Resources
-	60, // 2: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	60, // 3: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
-	0,  // 4: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
-	1,  // 5: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
-	55, // 6: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
-	2,  // 7: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
-	0,  // 8: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
-	60, // 9: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
-	1,  // 10: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
-	56, // 11: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
-	57, // 12: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
-	3,  // 13: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
-	3,  // 14: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	60, // 15: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
-	1,  // 16: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
-	60, // 17: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
-	60, // 18: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
-	3,  // 19: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	60, // 20: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
-	60, // 21: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
-	60, // 22: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
-	20, // 23: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
-	60, // 24: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
-	2,  // 25: warren.node.v1.SetPoolRequest.template:type_name -> warren.node.v1.Template
-	0,  // 26: warren.node.v1.SetPoolRequest.resources:type_name -> warren.node.v1.Resources
-	2,  // 27: warren.node.v1.ReserveRequest.template:type_name -> warren.node.v1.Template
-	0,  // 28: warren.node.v1.ReserveRequest.resources:type_name -> warren.node.v1.Resources
-	58, // 29: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
-	37, // 30: warren.node.v1.TemplatesInUseResponse.templates:type_name -> warren.node.v1.TemplateUse
-	2,  // 31: warren.node.v1.SnapshotSandboxResponse.template:type_name -> warren.node.v1.Template
-	2,  // 32: warren.node.v1.SnapshotTemplateRequest.template:type_name -> warren.node.v1.Template
-	2,  // 33: warren.node.v1.TakeSandboxSnapshotResponse.source:type_name -> warren.node.v1.Template
-	46, // 34: warren.node.v1.TakeSandboxSnapshotResponse.rootfs:type_name -> warren.node.v1.Artifact
-	46, // 35: warren.node.v1.TakeSandboxSnapshotResponse.snapshot:type_name -> warren.node.v1.Artifact
-	47, // 36: warren.node.v1.TakeSandboxSnapshotResponse.host:type_name -> warren.node.v1.SnapshotHost
-	60, // 37: warren.node.v1.SandboxLogsRequest.start:type_name -> google.protobuf.Timestamp
-	60, // 38: warren.node.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
-	59, // 39: warren.node.v1.LogEntry.fields:type_name -> warren.node.v1.LogEntry.FieldsEntry
-	52, // 40: warren.node.v1.SandboxLogsResponse.entries:type_name -> warren.node.v1.LogEntry
-	34, // 41: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
-	4,  // 42: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
-	6,  // 43: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
-	7,  // 44: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
-	9,  // 45: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
-	11, // 46: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
-	13, // 47: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
-	14, // 48: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
-	15, // 49: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
-	17, // 50: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
-	19, // 51: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
-	21, // 52: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
-	23, // 53: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
-	25, // 54: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
-	27, // 55: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
-	29, // 56: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
-	31, // 57: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
-	33, // 58: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
-	36, // 59: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
-	39, // 60: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
-	41, // 61: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
-	43, // 62: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
-	45, // 63: warren.node.v1.NodeService.TakeSandboxSnapshot:input_type -> warren.node.v1.TakeSandboxSnapshotRequest
-	49, // 64: warren.node.v1.NodeService.DeleteSandboxSnapshot:input_type -> warren.node.v1.DeleteSandboxSnapshotRequest
-	51, // 65: warren.node.v1.NodeService.SandboxLogs:input_type -> warren.node.v1.SandboxLogsRequest
-	5,  // 66: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
-	5,  // 67: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
-	8,  // 68: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
-	10, // 69: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
-	12, // 70: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
-	5,  // 71: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
-	5,  // 72: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
-	16, // 73: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
-	18, // 74: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
-	20, // 75: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
-	22, // 76: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
-	24, // 77: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
-	26, // 78: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
-	28, // 79: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
-	30, // 80: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
-	32, // 81: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
-	35, // 82: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
-	38, // 83: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
-	40, // 84: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
-	42, // 85: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
-	44, // 86: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
-	48, // 87: warren.node.v1.NodeService.TakeSandboxSnapshot:output_type -> warren.node.v1.TakeSandboxSnapshotResponse
-	50, // 88: warren.node.v1.NodeService.DeleteSandboxSnapshot:output_type -> warren.node.v1.DeleteSandboxSnapshotResponse
-	53, // 89: warren.node.v1.NodeService.SandboxLogs:output_type -> warren.node.v1.SandboxLogsResponse
-	66, // [66:90] is the sub-list for method output_type
-	42, // [42:66] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	2,  // 0: warren.node.v1.Policy.egress:type_name -> warren.node.v1.EgressRules
+	3,  // 1: warren.node.v1.EgressRules.transforms:type_name -> warren.node.v1.HeaderTransform
+	4,  // 2: warren.node.v1.EgressRules.proxy:type_name -> warren.node.v1.SocksProxy
+	60, // 3: warren.node.v1.HeaderTransform.headers:type_name -> warren.node.v1.HeaderTransform.HeadersEntry
+	61, // 4: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
+	0,  // 5: warren.node.v1.Template.resources:type_name -> warren.node.v1.Resources
+	67, // 6: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	67, // 7: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	0,  // 8: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
+	1,  // 9: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
+	62, // 10: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
+	5,  // 11: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
+	0,  // 12: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
+	67, // 13: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
+	63, // 15: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
+	64, // 16: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
+	6,  // 17: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
+	6,  // 18: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
+	67, // 19: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
+	1,  // 20: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
+	67, // 21: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
+	67, // 22: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
+	6,  // 23: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
+	67, // 24: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
+	67, // 25: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	67, // 26: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	23, // 27: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
+	67, // 28: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
+	5,  // 29: warren.node.v1.SetPoolRequest.template:type_name -> warren.node.v1.Template
+	0,  // 30: warren.node.v1.SetPoolRequest.resources:type_name -> warren.node.v1.Resources
+	5,  // 31: warren.node.v1.ReserveRequest.template:type_name -> warren.node.v1.Template
+	0,  // 32: warren.node.v1.ReserveRequest.resources:type_name -> warren.node.v1.Resources
+	65, // 33: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
+	40, // 34: warren.node.v1.TemplatesInUseResponse.templates:type_name -> warren.node.v1.TemplateUse
+	5,  // 35: warren.node.v1.SnapshotSandboxResponse.template:type_name -> warren.node.v1.Template
+	5,  // 36: warren.node.v1.SnapshotTemplateRequest.template:type_name -> warren.node.v1.Template
+	5,  // 37: warren.node.v1.TakeSandboxSnapshotResponse.source:type_name -> warren.node.v1.Template
+	49, // 38: warren.node.v1.TakeSandboxSnapshotResponse.rootfs:type_name -> warren.node.v1.Artifact
+	49, // 39: warren.node.v1.TakeSandboxSnapshotResponse.snapshot:type_name -> warren.node.v1.Artifact
+	50, // 40: warren.node.v1.TakeSandboxSnapshotResponse.host:type_name -> warren.node.v1.SnapshotHost
+	67, // 41: warren.node.v1.SandboxLogsRequest.start:type_name -> google.protobuf.Timestamp
+	67, // 42: warren.node.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	66, // 43: warren.node.v1.LogEntry.fields:type_name -> warren.node.v1.LogEntry.FieldsEntry
+	55, // 44: warren.node.v1.SandboxLogsResponse.entries:type_name -> warren.node.v1.LogEntry
+	67, // 45: warren.node.v1.EgressEntry.time:type_name -> google.protobuf.Timestamp
+	58, // 46: warren.node.v1.EgressLogResponse.entries:type_name -> warren.node.v1.EgressEntry
+	37, // 47: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
+	7,  // 48: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
+	9,  // 49: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
+	10, // 50: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
+	12, // 51: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
+	14, // 52: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
+	16, // 53: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
+	17, // 54: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
+	18, // 55: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
+	20, // 56: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
+	22, // 57: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
+	24, // 58: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
+	26, // 59: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
+	28, // 60: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
+	30, // 61: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
+	32, // 62: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
+	34, // 63: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
+	36, // 64: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
+	39, // 65: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
+	42, // 66: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
+	44, // 67: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
+	46, // 68: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
+	48, // 69: warren.node.v1.NodeService.TakeSandboxSnapshot:input_type -> warren.node.v1.TakeSandboxSnapshotRequest
+	52, // 70: warren.node.v1.NodeService.DeleteSandboxSnapshot:input_type -> warren.node.v1.DeleteSandboxSnapshotRequest
+	54, // 71: warren.node.v1.NodeService.SandboxLogs:input_type -> warren.node.v1.SandboxLogsRequest
+	57, // 72: warren.node.v1.NodeService.EgressLog:input_type -> warren.node.v1.EgressLogRequest
+	8,  // 73: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
+	8,  // 74: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
+	11, // 75: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
+	13, // 76: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
+	15, // 77: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
+	8,  // 78: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
+	8,  // 79: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
+	19, // 80: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
+	21, // 81: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
+	23, // 82: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
+	25, // 83: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
+	27, // 84: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
+	29, // 85: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
+	31, // 86: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
+	33, // 87: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
+	35, // 88: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
+	38, // 89: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
+	41, // 90: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
+	43, // 91: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
+	45, // 92: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
+	47, // 93: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
+	51, // 94: warren.node.v1.NodeService.TakeSandboxSnapshot:output_type -> warren.node.v1.TakeSandboxSnapshotResponse
+	53, // 95: warren.node.v1.NodeService.DeleteSandboxSnapshot:output_type -> warren.node.v1.DeleteSandboxSnapshotResponse
+	56, // 96: warren.node.v1.NodeService.SandboxLogs:output_type -> warren.node.v1.SandboxLogsResponse
+	59, // 97: warren.node.v1.NodeService.EgressLog:output_type -> warren.node.v1.EgressLogResponse
+	73, // [73:98] is the sub-list for method output_type
+	48, // [48:73] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -3588,7 +4036,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -145,3 +145,28 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, c *caller) 
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// egressLog serves GET /sandboxes/{id}/egress: what the sandbox tried to
+// reach through its node's egress proxy (docs/api.md).
+func (s *Server) egressLog(w http.ResponseWriter, r *http.Request, c *caller) {
+	id := r.PathValue("id")
+	es, err := s.lc.EgressLog(r.Context(), c.teamID, id)
+	if err != nil {
+		if errdefs.IsUnsupported(err) {
+			s.fail(w, r, errdefs.WithMessage(err, "this server's nodes keep no egress log"))
+			return
+		}
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	out := make([]client.EgressEntry, len(es))
+	for i, e := range es {
+		d := "denied"
+		if e.Allowed {
+			d = "allowed"
+		}
+		out[i] = client.EgressEntry{Timestamp: e.Time, Proto: e.Proto, Host: e.Host, Addr: e.Addr, Port: e.Port, Decision: d,
+			Reason: e.Reason, BytesOut: e.BytesOut, BytesIn: e.BytesIn, DurationMs: e.Duration.Milliseconds(), Open: e.Open}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -198,6 +198,7 @@ func (s *Server) addRoutes() {
 	s.handle("POST /sandboxes/{id}/fork", team(s.fork))
 	s.handle("PUT /sandboxes/{id}/network", team(s.updateNetwork))
 	s.handle("POST /sandboxes/{id}/snapshots", team(s.createSnapshot))
+	s.handle("GET /sandboxes/{id}/egress", team(s.egressLog))
 	s.handle("GET /secrets", team(s.listSecrets))
 	s.handle("POST /secrets", team(s.createSecret))
 	s.handle("GET /secrets/{secretID}", team(s.getSecret))

@@ -207,7 +207,8 @@ func TestEndpoints(t *testing.T) {
 		{"create metadata not string", "POST", "/v2/sandboxes", `{"templateID":"base","metadata":{"a":1}}`, "", nil, 400, "'metadata"}, // Go 1.27 names the key too ('metadata.a')
 		{"create negative timeout", "POST", "/v2/sandboxes", `{"templateID":"base","timeout":-1}`, "", nil, 400, "'timeout'"},
 		{"create timeout over max", "POST", "/v2/sandboxes", `{"templateID":"base","timeout":3601}`, "", nil, 400, "Timeout cannot be greater than 1 hours"},
-		{"create bad cidr", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":["example.com"]}}`, "", nil, 400, "'network.allowOut[0]'"},
+		{"create bad cidr", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":["exa mple.com"]}}`, "", nil, 400, "'network.allowOut[0]'"},
+		{"create domain in denyOut", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"denyOut":["example.com"]}}`, "", nil, 400, "'network.denyOut[0]'"},
 		{"create autoresume without memory", "POST", "/v2/sandboxes", `{"templateID":"base","autoResume":{"enabled":true},"autoPauseMemory":false}`, "", nil, 400, "'autoResume'"},
 		{"create over cpu bound", "POST", "/v2/sandboxes", `{"templateID":"base"}`, "low", nil, 400, "cpuCount 2 exceeds"},
 		{"create of a 1 vCPU template within the bound", "POST", "/v2/sandboxes", `{"templateID":"small"}`, "low", nil, 201, ""},

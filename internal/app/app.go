@@ -111,6 +111,8 @@ type Config struct {
 	// SecretsKey seals the teams' secrets at rest (secrets.KeySize
 	// bytes); nil: the secrets API is refused.
 	SecretsKey []byte
+	// EgressProxy tunes the node's egress proxy.
+	EgressProxy EgressProxyConfig
 	// Limits are the server's default team limits (a team's own non-zero
 	// limits win); zero fields keep apiserver's defaults.
 	Limits store.Limits
@@ -199,6 +201,9 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
 	}
 	if err := checkControlPlane(c.AdminToken, c.TrustedProxies); err != nil {
+		return err
+	}
+	if err := c.EgressProxy.check(); err != nil {
 		return err
 	}
 	if _, err := egress.Parse(c.EgressAllow); err != nil {

@@ -217,3 +217,20 @@ type SecretUpdate struct {
 	Value    string            `json:"value"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
+
+// EgressEntry is one line of a sandbox's egress log (GET
+// /sandboxes/{id}/egress): a connection through the egress proxy or a DNS
+// question.
+type EgressEntry struct {
+	Timestamp  time.Time `json:"timestamp"`
+	Proto      string    `json:"proto"`
+	Host       string    `json:"host,omitempty"`
+	Addr       string    `json:"addr,omitempty"`
+	Port       int       `json:"port,omitempty"`
+	Decision   string    `json:"decision"`
+	Reason     string    `json:"reason"`
+	BytesOut   int64     `json:"bytesOut"`
+	BytesIn    int64     `json:"bytesIn"`
+	DurationMs int64     `json:"durationMs"`
+	Open       bool      `json:"open,omitempty"`
+}

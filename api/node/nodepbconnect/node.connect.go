@@ -98,6 +98,8 @@ const (
 	NodeServiceDeleteSandboxSnapshotProcedure = "/warren.node.v1.NodeService/DeleteSandboxSnapshot"
 	// NodeServiceSandboxLogsProcedure is the fully-qualified name of the NodeService's SandboxLogs RPC.
 	NodeServiceSandboxLogsProcedure = "/warren.node.v1.NodeService/SandboxLogs"
+	// NodeServiceEgressLogProcedure is the fully-qualified name of the NodeService's EgressLog RPC.
+	NodeServiceEgressLogProcedure = "/warren.node.v1.NodeService/EgressLog"
 )
 
 // NodeServiceClient is a client for the warren.node.v1.NodeService service.
@@ -145,6 +147,9 @@ type NodeServiceClient interface {
 	// SandboxLogs returns the log a running sandbox keeps, read by the node
 	// from the sandbox's envd (nodeapi.LogSource).
 	SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error)
+	// EgressLog returns what a sandbox tried to reach through the node's
+	// egress proxy (nodeapi.EgressLogger).
+	EgressLog(context.Context, *connect.Request[node.EgressLogRequest]) (*connect.Response[node.EgressLogResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the warren.node.v1.NodeService service. By default,
@@ -302,6 +307,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("SandboxLogs")),
 			connect.WithClientOptions(opts...),
 		),
+		egressLog: connect.NewClient[node.EgressLogRequest, node.EgressLogResponse](
+			httpClient,
+			baseURL+NodeServiceEgressLogProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("EgressLog")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -331,6 +342,7 @@ type nodeServiceClient struct {
 	takeSandboxSnapshot   *connect.Client[node.TakeSandboxSnapshotRequest, node.TakeSandboxSnapshotResponse]
 	deleteSandboxSnapshot *connect.Client[node.DeleteSandboxSnapshotRequest, node.DeleteSandboxSnapshotResponse]
 	sandboxLogs           *connect.Client[node.SandboxLogsRequest, node.SandboxLogsResponse]
+	egressLog             *connect.Client[node.EgressLogRequest, node.EgressLogResponse]
 }
 
 // Create calls warren.node.v1.NodeService.Create.
@@ -453,6 +465,11 @@ func (c *nodeServiceClient) SandboxLogs(ctx context.Context, req *connect.Reques
 	return c.sandboxLogs.CallUnary(ctx, req)
 }
 
+// EgressLog calls warren.node.v1.NodeService.EgressLog.
+func (c *nodeServiceClient) EgressLog(ctx context.Context, req *connect.Request[node.EgressLogRequest]) (*connect.Response[node.EgressLogResponse], error) {
+	return c.egressLog.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the warren.node.v1.NodeService service.
 type NodeServiceHandler interface {
 	Create(context.Context, *connect.Request[node.CreateRequest]) (*connect.Response[node.SandboxResponse], error)
@@ -498,6 +515,9 @@ type NodeServiceHandler interface {
 	// SandboxLogs returns the log a running sandbox keeps, read by the node
 	// from the sandbox's envd (nodeapi.LogSource).
 	SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error)
+	// EgressLog returns what a sandbox tried to reach through the node's
+	// egress proxy (nodeapi.EgressLogger).
+	EgressLog(context.Context, *connect.Request[node.EgressLogRequest]) (*connect.Response[node.EgressLogResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -651,6 +671,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("SandboxLogs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceEgressLogHandler := connect.NewUnaryHandler(
+		NodeServiceEgressLogProcedure,
+		svc.EgressLog,
+		connect.WithSchema(nodeServiceMethods.ByName("EgressLog")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/warren.node.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceCreateProcedure:
@@ -701,6 +727,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceDeleteSandboxSnapshotHandler.ServeHTTP(w, r)
 		case NodeServiceSandboxLogsProcedure:
 			nodeServiceSandboxLogsHandler.ServeHTTP(w, r)
+		case NodeServiceEgressLogProcedure:
+			nodeServiceEgressLogHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -804,4 +832,8 @@ func (UnimplementedNodeServiceHandler) DeleteSandboxSnapshot(context.Context, *c
 
 func (UnimplementedNodeServiceHandler) SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.SandboxLogs is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) EgressLog(context.Context, *connect.Request[node.EgressLogRequest]) (*connect.Response[node.EgressLogResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.EgressLog is not implemented"))
 }
