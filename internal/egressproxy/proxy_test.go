@@ -47,7 +47,7 @@ func (s *syncBuffer) String() string {
 
 // env is a proxy over a real slot pool, with the tests' internet.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	world *egressproxytest.World
 	res   *egressproxytest.Resolver
 	pool  *egressproxy.Pool
@@ -56,7 +56,7 @@ type env struct {
 	reg   *prometheus.Registry
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	world := egressproxytest.NewWorld(t)
 	inner, _ := netslottest.New(t)
