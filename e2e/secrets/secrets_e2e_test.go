@@ -23,7 +23,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/egressproxy/egressproxytest"
 )
 
-var iso = e2eserve.NewIsolation("secrets", "100.91.0.0/16", "wse")
+var iso = e2eserve.NewIsolation("secrets", "100.108.0.0/16", "wse")
 
 func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 

@@ -57,7 +57,9 @@ func TestEgressCAAndViews(t *testing.T) {
 		return n
 	}
 	e.create(a, "plain")
-	e.create(a, "named", func(r *nodeapi.CreateRequest) { r.Network = netslot.Policy{Egress: &egressrules.Rules{Hosts: []string{"a.example"}}} })
+	e.create(a, "named", func(r *nodeapi.CreateRequest) {
+		r.Network = netslot.Policy{Egress: &egressrules.Rules{Hosts: []string{"a.example"}}}
+	})
 	if n := caRuns(); n != 0 {
 		t.Fatalf("a CA was installed in sandboxes whose rules transform nothing: %d", n)
 	}
