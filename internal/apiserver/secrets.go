@@ -34,91 +34,81 @@ func secretsTeam(c *caller) error {
 	return nil
 }
 
-func (s *Server) createSecret(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) createSecret(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if err := secretsTeam(c); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	var b secretBody
 	if err := decode(r, &b, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if b.Value == nil {
-		s.fail(w, r, invalid("value", "is required"))
-		return
+		return invalid("value", "is required")
 	}
 	info, err := s.cfg.Secrets.Create(r.Context(), c.teamID, b.Name, *b.Value, b.Metadata)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	s.log.Info("secret created", "team_id", c.teamID, "secret_id", info.ID, "secret_name", info.Name)
 	writeJSON(w, http.StatusCreated, secretJSON(info))
+	return nil
 }
 
-func (s *Server) updateSecret(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) updateSecret(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if err := secretsTeam(c); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	var b secretBody
 	if err := decode(r, &b, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if b.Value == nil {
-		s.fail(w, r, invalid("value", "is required"))
-		return
+		return invalid("value", "is required")
 	}
 	info, err := s.cfg.Secrets.Update(r.Context(), c.teamID, r.PathValue("secretID"), *b.Value, b.Metadata)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	s.log.Info("secret updated", "team_id", c.teamID, "secret_id", info.ID, "secret_name", info.Name, "version", info.Version)
 	writeJSON(w, http.StatusOK, secretJSON(info))
+	return nil
 }
 
-func (s *Server) getSecret(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) getSecret(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if err := secretsTeam(c); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	info, err := s.cfg.Secrets.Get(r.Context(), c.teamID, r.PathValue("secretID"))
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, secretJSON(info))
+	return nil
 }
 
-func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if err := secretsTeam(c); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	ref := r.PathValue("secretID")
 	if err := s.cfg.Secrets.Delete(r.Context(), c.teamID, ref); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	s.log.Info("secret destroyed", "team_id", c.teamID, "secret", ref)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if err := secretsTeam(c); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	q := r.URL.Query()
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			s.fail(w, r, invalid("limit", "must be an integer between 1 and 1000, got %q", v))
-			return
+			return invalid("limit", "must be an integer between 1 and 1000, got %q", v)
 		}
 		limit = n
 	}
@@ -126,15 +116,13 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, c *caller) 
 	if tok := q.Get("nextToken"); tok != "" {
 		b, err := base64.RawURLEncoding.DecodeString(tok)
 		if err != nil || len(b) == 0 {
-			s.fail(w, r, invalid("nextToken", "not a token this server issued"))
-			return
+			return invalid("nextToken", "not a token this server issued")
 		}
 		after = string(b)
 	}
 	infos, more, err := s.cfg.Secrets.List(r.Context(), c.teamID, after, limit)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	out := make([]client.Secret, len(infos))
 	for i, info := range infos {
@@ -144,20 +132,19 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, c *caller) 
 		w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(infos[len(infos)-1].Name)))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // egressLog serves GET /sandboxes/{id}/egress: what the sandbox tried to
 // reach through its node's egress proxy (docs/api.md).
-func (s *Server) egressLog(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) egressLog(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	es, err := s.lc.EgressLog(r.Context(), c.teamID, id)
 	if err != nil {
 		if errdefs.IsUnsupported(err) {
-			s.fail(w, r, errdefs.WithMessage(err, "this server's nodes keep no egress log"))
-			return
+			return errdefs.WithMessage(err, "this server's nodes keep no egress log")
 		}
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	out := make([]client.EgressEntry, len(es))
 	for i, e := range es {
@@ -169,4 +156,5 @@ func (s *Server) egressLog(w http.ResponseWriter, r *http.Request, c *caller) {
 			Reason: e.Reason, BytesOut: e.BytesOut, BytesIn: e.BytesIn, DurationMs: e.Duration.Milliseconds(), Open: e.Open}
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }

@@ -55,6 +55,9 @@ type Config struct {
 	Cgroups cgroup.Manager
 	Net     netslot.Pool
 	Layers  Layers
+	// Volumes mounts the sandboxes' volumes (volumes.go); nil: the node
+	// keeps none, and a create that asks for one is ErrUnsupported.
+	Volumes VolumeMounter
 	// EnvdPath is the host path of the envd binary bound into sandboxes.
 	EnvdPath string
 	// EnvdPort is the port envd listens on inside the sandbox (49983).
@@ -357,6 +360,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.Close()
 		return nil, err
 	}
+	a.reacquireVolumes()
 	if err := a.loadPools(ctx); err != nil {
 		a.Close()
 		return nil, err

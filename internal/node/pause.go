@@ -375,6 +375,10 @@ func (a *Agent) resume(ctx context.Context, id string, req nodeapi.ResumeRequest
 		m.prepared = false
 		err = a.bringUp(ctx, s, m, log)
 	}
+	if err != nil && m.restoreDir != "" && len(prev.Volumes) > 0 && !errdefs.IsUnsupported(err) && ctx.Err() == nil {
+		m = a.volumeResumeFallback(s, ph, log, err)
+		err = a.bringUp(ctx, s, m, log)
+	}
 	if err != nil {
 		a.undoResume(s, prev)
 		log.Debug("resume failed; the sandbox stays paused", "error", err)

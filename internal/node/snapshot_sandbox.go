@@ -67,6 +67,7 @@ func (a *Agent) SnapshotSandboxInto(ctx context.Context, id, dir string, travel 
 	tmpl.Env = maps.Clone(tmpl.Env)
 	initToken := s.rec.InitToken
 	shape := nodeapi.Template{ID: tmpl.ID, BuildID: tmpl.BuildID, Resources: s.rec.Resources}
+	volPaths := volumePaths(s.rec.Volumes)
 	a.mu.Unlock()
 	if !alive {
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q stopped: %w", id, errdefs.ErrConflict)
@@ -101,7 +102,7 @@ func (a *Agent) SnapshotSandboxInto(ctx context.Context, id, dir string, travel 
 	if err := a.cfg.Layers.Save(ctx, id, layer); err != nil {
 		return fail(fmt.Errorf("save writable layer: %w", err))
 	}
-	meta := snapshotMeta{Version: 1, InitToken: initToken, Layer: layer, TakenAt: a.clock.Now().UTC()}
+	meta := snapshotMeta{Version: 1, InitToken: initToken, Layer: layer, TakenAt: a.clock.Now().UTC(), VolumePaths: volPaths}
 	// Still frozen: the layer's changes are those of the memory image.
 	if travel {
 		if host, err := a.exportSnapshotLayer(ctx, id, shape, dir); err != nil {
