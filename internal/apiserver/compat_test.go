@@ -78,7 +78,10 @@ func TestUnsupportedFieldsRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	for _, tc := range []struct{ name, body, field string }{
-		{"rules key a bare wildcard", `{"templateID":"base","network":{"rules":{"*":[{"transform":{"headers":{"a":"b"}}}]}}}`, "network.rules"},
+		{"rules key a bare wildcard", `{"templateID":"base","network":{"rules":{"*":[{"transform":{"headers":{"a":"b"}}}]}}}`, `invalid value for field 'network.rules' (a host key): \"*\": a wildcard is only a leading`},
+		{"allowOut a bare wildcard", `{"templateID":"base","network":{"allowOut":["*"]}}`, `invalid value for field 'network.allowOut[0]': \"*\": a wildcard is only a leading`},
+		{"allowOut not a name", `{"templateID":"base","network":{"allowOut":["1.2.3.4","a b.example"]}}`, `invalid value for field 'network.allowOut[1]': \"a b.example\" is not a CIDR, an IP address or a domain name`},
+		{"denyOut a domain", `{"templateID":"base","network":{"denyOut":["example.com"]}}`, `invalid value for field 'network.denyOut[0]': \"example.com\" is not a CIDR or IP address`},
 		{"rules header with a line break", `{"templateID":"base","network":{"rules":{"a.example":[{"transform":{"headers":{"a":"b\r\nX: y"}}}]}}}`, "network.rules.a.example[0].transform.headers.a"},
 		{"rules unknown secret", `{"templateID":"base","network":{"rules":{"a.example":[{"transform":{"headers":{"a":"${e2b.secrets.nope}"}}}]}}}`, "not found (placeholder ${e2b.secrets.nope})"},
 		{"egressProxy without port", `{"templateID":"base","network":{"egressProxy":{"address":"proxy.example"}}}`, "network.egressProxy.address"},

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/warren-sandbox/warren/internal/egressrules"
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/secrets"
 )
@@ -64,7 +65,7 @@ func (s *Server) egressPolicy(ctx context.Context, teamID, field string, e egres
 		}
 		h, err := egressrules.ParsePattern(v)
 		if err != nil {
-			return p, doc, invalid(fmt.Sprintf("%s[%d]", path("allowOut"), i), "%v", err)
+			return p, doc, errdefs.Wrapf(err, "invalid value for field '%s[%d]'", path("allowOut"), i)
 		}
 		if !slices.Contains(rules.Hosts, h) {
 			rules.Hosts = append(rules.Hosts, h)
@@ -136,7 +137,7 @@ func (s *Server) transforms(ctx context.Context, teamID, field string, in map[st
 	for _, key := range hosts {
 		host, err := egressrules.ParsePattern(key)
 		if err != nil {
-			return nil, nil, invalid(field, "key %v", err)
+			return nil, nil, errdefs.Wrapf(err, "invalid value for field '%s' (a host key)", field)
 		}
 		var rs []netRule
 		if err := json.Unmarshal(in[key], &rs); err != nil {

@@ -15,11 +15,12 @@
 package egressrules
 
 import (
-	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // Rules are a sandbox's name-based egress rules. The zero value allows
@@ -165,15 +166,16 @@ func IsDomain(entry string) bool {
 }
 
 // ParsePattern checks a domain pattern ("example.com", "*.example.com")
-// and returns it lower-cased, without a trailing dot.
+// and returns it lower-cased, without a trailing dot. Its error is of
+// class invalid, with a message fit for the client that sent s.
 func ParsePattern(s string) (string, error) {
 	p := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(s)), ".")
 	name, wild := strings.CutPrefix(p, "*.")
 	if p == "*" || strings.Contains(name, "*") {
-		return "", fmt.Errorf("%q: a wildcard is only a leading \"*.\" before a domain (e.g. \"*.example.com\")", s)
+		return "", errdefs.Publicf(errdefs.ErrInvalid, "%q: a wildcard is only a leading \"*.\" before a domain (e.g. \"*.example.com\")", s)
 	}
 	if _, ok := CanonicalName(name); !ok {
-		return "", fmt.Errorf("%q is not a CIDR, an IP address or a domain name", s)
+		return "", errdefs.Publicf(errdefs.ErrInvalid, "%q is not a CIDR, an IP address or a domain name", s)
 	}
 	if wild {
 		return "*." + name, nil
