@@ -138,7 +138,7 @@ func TestSecretsAndNetworkRules(t *testing.T) {
 
 	// No log line, metric or event holds a value.
 	m := string(e2eserve.Admin{URL: s.Env["E2B_API_URL"], Token: adminToken}.Call(t, "GET", "/metrics"))
-	for _, series := range []string{`warren_egress_connections_total{decision="allowed",reason="allowed_name"}`, `warren_egress_connections_total{decision="denied"`, `warren_egress_dns_queries_total{decision="denied"}`} {
+	for _, series := range []string{`egress_connections_total{decision="allowed",reason="allowed_name"}`, `egress_connections_total{decision="denied"`, `egress_dns_queries_total{decision="denied"}`} {
 		if !strings.Contains(m, series) {
 			t.Errorf("metrics lack %s", series)
 		}

@@ -64,13 +64,13 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		conns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "warren_egress_connections_total",
+		conns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_connections_total",
 			Help: "Sandbox TCP connections the egress proxy decided, by decision (allowed, denied) and reason."}, []string{"decision", "reason"}),
-		dns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "warren_egress_dns_queries_total",
+		dns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_dns_queries_total",
 			Help: "DNS questions of sandboxes the egress proxy answered, by decision (allowed, denied)."}, []string{"decision"}),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "warren_egress_bytes_total",
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_bytes_total",
 			Help: "Bytes through the egress proxy, by direction (out: sandbox to destination, in: back)."}, []string{"direction"}),
-		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "warren_egress_active_connections",
+		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "egress_active_connections",
 			Help: "Sandbox connections open through the egress proxy."}),
 	}
 	if reg != nil {

@@ -151,12 +151,12 @@ func TestEgressLog(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"warren_egress_connections_total,allowed,allowed_name", "warren_egress_connections_total,denied,denied_default", "warren_egress_dns_queries_total,denied"} {
+	for _, k := range []string{"egress_connections_total,allowed,allowed_name", "egress_connections_total,denied,denied_default", "egress_dns_queries_total,denied"} {
 		if counts[k] < 1 {
 			t.Errorf("%s = %v (%v)", k, counts[k], counts)
 		}
 	}
-	if counts["warren_egress_bytes_total,in"] <= 0 {
+	if counts["egress_bytes_total,in"] <= 0 {
 		t.Errorf("no bytes counted: %v", counts)
 	}
 }
