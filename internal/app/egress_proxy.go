@@ -115,12 +115,34 @@ func egressSecret(dataDir string) ([]byte, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
 	}
+	// On disk before it is used: a crash must not leave an empty file
+	// (the next start would refuse it) or lose the secret the CAs already
+	// in sandboxes' trust stores derive from.
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
 		return nil, err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return nil, err
+	}
+	d, err := os.Open(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return nil, fmt.Errorf("%s: %w", dataDir, err)
 	}
 	return b, nil
 }
