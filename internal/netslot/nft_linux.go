@@ -15,15 +15,16 @@ import (
 // The pool's nftables layout (one inet table):
 //
 //	input (hook input):     from a sandbox veth: established/related accept,
-//	                        HostAllowed accept, everything else rejected
-//	                        (the host's own addresses, the gateway included)
+//	                        what a slot's redirect sent to its egress proxy
+//	                        listeners ("ct status dnat" to an address of
+//	                        the pool) accept, HostAllowed accept,
+//	                        everything else rejected (the host's own
+//	                        addresses, the gateway included)
 //	forward (hook forward): "iifname vmap @slots" jumps to the slot's chain
 //	                        (one map element per slot, O(1) to add and
 //	                        remove); any other sandbox veth rejected (fail
 //	                        closed);
 //	                        to a sandbox veth only established/related
-//	                        (and what a redirect sent to the host's own
-//	                        proxy listeners: "ct status dnat" accept)
 //	prerouting (nat):       "iifname vmap @nat_slots" jumps to the slot's
 //	                        nat chain
 //	postrouting (nat):      masquerade what leaves the pool's CIDR
@@ -258,8 +259,11 @@ func (p *pool) setupBase() error {
 	add(input, cat(ifname(expr.MetaKeyIIFNAME, wild, true, expr.CmpOpEq), ctEstablished(), one(accept())))
 	// Only a slot's own nat chain redirects its guest (to the slot's
 	// proxy listeners, on its host address): a guest cannot make a
-	// connection "dnat" by itself.
-	add(input, cat(ifname(expr.MetaKeyIIFNAME, wild, true, expr.CmpOpEq), ctDNAT(), one(accept())))
+	// connection "dnat" by itself. The destination must be in the pool
+	// (a slot's host address): another table's DNAT to one of the host's
+	// other addresses does not open the host to guests.
+	add(input, cat(ifname(expr.MetaKeyIIFNAME, wild, true, expr.CmpOpEq), ctDNAT(), isIPv4(),
+		ipMatch(false, p.cfg.CIDR, expr.CmpOpEq), one(accept())))
 	for _, h := range p.cfg.HostAllowed {
 		add(input, cat(ifname(expr.MetaKeyIIFNAME, wild, true, expr.CmpOpEq), isIPv4(), ipMatch(false, h, expr.CmpOpEq), one(accept())))
 	}

@@ -5,10 +5,16 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
 	"github.com/warren-sandbox/warren/internal/egressrules"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // proxyStandIn listens on a slot's host address as the egress proxy does:
@@ -180,5 +186,42 @@ func TestRedirectAdopt(t *testing.T) {
 	}
 	if err := p2.Release(ctx, s); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestForeignDNATNotAccepted: the input chain lets in a guest's
+// connection that a nat rule redirected, for the slots' own redirects to
+// the egress proxy's listeners. A DNAT of another table on the host (a
+// port forward, a transparent proxy) that sends a guest's connection to
+// one of the host's own addresses outside the pool must not open the
+// host to the guest by that: the guest is refused as without the rule.
+func TestForeignDNATNotAccepted(t *testing.T) {
+	t.Parallel()
+	p, cfg := newTestPool(t)
+	o := newOutside(t, cfg)
+	s := acquire(t, p, cfg, Policy{Internet: true})
+	hostLn := serve(t, "", net.JoinHostPort(o.hostSide.String(), "0"))
+	hostPort, _ := strconv.Atoi(port(hostLn))
+
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: testenv.Name("wtest-foreign-")})
+	pre := c.AddChain(&nftables.Chain{Name: "pre", Table: tbl, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	c.AddRule(&nftables.Rule{Table: tbl, Chain: pre, Exprs: cat(ifname(expr.MetaKeyIIFNAME, s.HostVeth, false, expr.CmpOpEq),
+		l4(unix.IPPROTO_TCP, 9), dnatTo(o.hostSide, uint16(hostPort)))})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.DelTable(tbl)
+		if err := c.Flush(); err != nil {
+			t.Error(err)
+		}
+	})
+	if got, err := dial(s.NetNSPath, "203.0.113.9:9"); err == nil {
+		t.Fatalf("a foreign DNAT opened the host's %s to the guest: it saw %q", hostLn.Addr(), got)
 	}
 }
