@@ -14,8 +14,8 @@ import (
 // controlPlaneFlags defines the flags of the control plane's settings,
 // which warren serve and warren api share: what the REST API, the edge
 // proxy and event delivery take (--listen and --database-url are each
-// command's own).
-func controlPlaneFlags(f *pflag.FlagSet, s *apirole.Settings) {
+// command's own), and the file of the secrets key (secretsKeyFlag).
+func controlPlaneFlags(f *pflag.FlagSet, s *apirole.Settings, secretsKeyFile *string) {
 	f.StringVar(&s.APIKey, "api-key", "", "API key (e2b_ + 40 hex) to accept for the default team (env WARREN_API_KEY)")
 	f.StringVar(&s.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token, at least 32 characters (env WARREN_ADMIN_TOKEN; none: admin API off)")
 	f.StringArrayVar(&s.TrustedProxies, "trusted-proxy", nil, "a reverse proxy in front of the listener (CIDR or IP, repeatable): for its requests the client whose failed authentications are throttled is the one its X-Forwarded-For names")
@@ -29,6 +29,7 @@ func controlPlaneFlags(f *pflag.FlagSet, s *apirole.Settings) {
 	f.DurationVar(&s.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
 	f.IntVar(&s.Events.WebhookTeamConcurrency, "webhook-team-concurrency", 0, "webhook delivery attempts of one team in flight at once, of the 8 of the server (default 2)")
 	teamLimitFlags(f, &s.Limits)
+	secretsKeyFlag(f, secretsKeyFile)
 }
 
 // teamLimitFlags are the defaults of the team limits (docs/configuration.md):
@@ -49,11 +50,15 @@ func teamLimitFlags(f *pflag.FlagSet, l *store.Limits) {
 }
 
 // controlPlaneSettings completes s after the flags are parsed: the
-// settings left empty from the environment, and whether the metrics
-// address is the default (a taken default is a warning only).
-func controlPlaneSettings(cmd *cobra.Command, s *apirole.Settings) {
+// settings left empty from the environment, whether the metrics address
+// is the default (a taken default is a warning only), and the secrets key
+// (loadSecretsKey).
+func controlPlaneSettings(cmd *cobra.Command, s *apirole.Settings, secretsKeyFile string) error {
 	fromEnv(map[*string]string{&s.APIKey: "WARREN_API_KEY", &s.AdminToken: "WARREN_ADMIN_TOKEN", &s.DatabaseURL: "WARREN_DATABASE_URL"})
 	s.MetricsListenBestEffort = !cmd.Flags().Changed("metrics-listen")
+	key, err := loadSecretsKey(secretsKeyFile)
+	s.SecretsKey = key
+	return err
 }
 
 // fromEnv sets each empty string to its environment variable.
@@ -68,6 +73,7 @@ func fromEnv(vars map[*string]string) {
 func newAPI(stdout, stderr io.Writer) *cobra.Command {
 	var cfg apirole.Config
 	var proc processFlagSet
+	var secretsKeyFile string
 	cmd := &cobra.Command{
 		Use:   "api",
 		Short: "Run the API and the edge proxy over registered nodes (no local node; Postgres)",
@@ -82,7 +88,9 @@ the nodes over TLS (--node-ca verifies them), or plain HTTP on loopback.`,
 			if err != nil {
 				return err
 			}
-			controlPlaneSettings(cmd, &cfg.Settings)
+			if err := controlPlaneSettings(cmd, &cfg.Settings, secretsKeyFile); err != nil {
+				return err
+			}
 			fromEnv(map[*string]string{&cfg.NodeCredentialKey: "WARREN_NODE_CREDENTIAL_KEY", &cfg.NodeCA: "WARREN_NODE_CA"})
 			return apirole.Run(cmd.Context(), opts, cfg)
 		},
@@ -96,7 +104,7 @@ the nodes over TLS (--node-ca verifies them), or plain HTTP on loopback.`,
 	f.DurationVar(&cfg.Liveness.UnreachableAfter, "node-unreachable-after", 0, "a node silent this long gets no new sandboxes (default 15s)")
 	f.DurationVar(&cfg.Liveness.LostAfter, "node-lost-after", 0, "a node silent this long is lost: its running sandboxes are killed with node_lost (default 5m)")
 	f.DurationVar(&cfg.Liveness.PausedLostAfter, "node-paused-lost-after", 0, "a node silent this long loses its paused sandboxes too (default 1h)")
-	controlPlaneFlags(f, &cfg.Settings)
+	controlPlaneFlags(f, &cfg.Settings, &secretsKeyFile)
 	processFlags(f, &proc)
 	return cmd
 }

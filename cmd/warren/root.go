@@ -54,6 +54,7 @@ func defaultPath(name string) string {
 func newServe(stdout, stderr io.Writer) *cobra.Command {
 	var cfg serve.Config
 	var proc processFlagSet
+	var secretsKeyFile string
 	var rebuildBase bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -64,7 +65,9 @@ One listener serves the API and sandbox traffic (routed by the E2b-Sandbox-Id
 header or by <port>-<sandboxID>.<domain> hosts).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			controlPlaneSettings(cmd, &cfg.Settings)
+			if err := controlPlaneSettings(cmd, &cfg.Settings, secretsKeyFile); err != nil {
+				return err
+			}
 			opts, err := proc.options(stdout, stderr)
 			if err != nil {
 				return err
@@ -87,7 +90,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 		cfg.DefaultPools = n
 		return err
 	})
-	controlPlaneFlags(f, &cfg.Settings)
+	controlPlaneFlags(f, &cfg.Settings, &secretsKeyFile)
 	hostFlags(f, &cfg.Host, &rebuildBase)
 	processFlags(f, &proc)
 	return cmd

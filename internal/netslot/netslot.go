@@ -64,3 +64,7 @@ type Slot struct {
 // plane speak of it without linking this package (nor nftables, nor
 // netlink).
 type Policy = sandbox.NetworkPolicy
+
+// Redirect are the ports on a slot's host address where its guest's
+// connections are sent (sandbox.EgressRedirect).
+type Redirect = sandbox.EgressRedirect

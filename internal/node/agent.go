@@ -470,7 +470,7 @@ func (a *Agent) viewLocked(s *sbx) *nodeapi.Sandbox {
 		StartedAt:        r.StartedAt,
 		EndAt:            r.EndAt,
 		Resources:        r.Resources,
-		Network:          clonePolicy(r.Network),
+		Network:          r.Network.View(), // no header value or proxy password leaves the node
 		EnvdVersion:      r.EnvdVersion,
 		Metadata:         maps.Clone(r.Metadata),
 		PausedWithMemory: r.PausedWithMemory,
@@ -487,9 +487,7 @@ func (a *Agent) envdAddr(slot *netslot.Slot) string {
 	return netip.AddrPortFrom(slot.GuestIP, uint16(a.cfg.EnvdPort)).String()
 }
 
-func clonePolicy(p netslot.Policy) netslot.Policy {
-	return netslot.Policy{Internet: p.Internet, AllowOut: slices.Clone(p.AllowOut), DenyOut: slices.Clone(p.DenyOut)}
-}
+func clonePolicy(p netslot.Policy) netslot.Policy { return p.Clone() }
 
 // SetEndTime implements Service: it re-arms the TTL backstop.
 func (a *Agent) SetEndTime(ctx context.Context, id string, endAt time.Time) error {
@@ -520,7 +518,7 @@ func (a *Agent) UpdateNetwork(ctx context.Context, id string, policy netslot.Pol
 	s.op.Lock()
 	defer s.op.Unlock()
 	a.mu.Lock()
-	state, slot, gone := s.rec.State, s.rec.Slot, s.gone
+	state, slot, gone, token := s.rec.State, s.rec.Slot, s.gone, s.rec.AccessToken
 	a.mu.Unlock()
 	if gone {
 		return a.goneErr(id)
@@ -529,6 +527,11 @@ func (a *Agent) UpdateNetwork(ctx context.Context, id string, policy netslot.Pol
 	if slot != nil && (state == sandbox.StateRunning || state == sandbox.StatePaused) {
 		if err := a.cfg.Net.Update(ctx, slot, policy); err != nil {
 			return fmt.Errorf("sandbox %q: update network: %w", id, err)
+		}
+		if state == sandbox.StateRunning {
+			if err := a.trustEgressCA(ctx, id, token, slot, policy); err != nil {
+				return fmt.Errorf("sandbox %q: update network: %w", id, err)
+			}
 		}
 	}
 	// Any other paused sandbox takes the policy when it resumes.

@@ -430,6 +430,9 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
 		return fmt.Errorf("envd init at %s: %w", addr, err)
 	}
+	if err := a.trustEgressCA(rctx, id, r.AccessToken, slot, r.Network); err != nil {
+		return err
+	}
 	m.phases.done("init")
 	if m.runStartCmd && r.Template.StartCmd != "" {
 		p := EnvdProcess{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -189,9 +188,7 @@ func (a *Agent) followBuildLocked(p *pool, tmpl nodeapi.Template) {
 var memberPolicy = netslot.Policy{Internet: true}
 
 // samePolicy reports whether network policies a and b are the same.
-func samePolicy(a, b netslot.Policy) bool {
-	return a.Internet == b.Internet && slices.Equal(a.AllowOut, b.AllowOut) && slices.Equal(a.DenyOut, b.DenyOut)
-}
+func samePolicy(a, b netslot.Policy) bool { return a.Equal(b) }
 
 // serves reports whether the pool's members can become a sandbox of res
 // (defaults applied): one of the same disk size and at least the members'
@@ -467,6 +464,9 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req nodeapi.CreateReque
 		TasksLimit:     res.TasksPerUser(),
 	}
 	initErr := a.cfg.Envd.Init(rctx, addr, r.InitToken, init)
+	if initErr == nil {
+		initErr = a.trustEgressCA(rctx, r.ID, req.EnvdAccessToken, r.Slot, req.Network)
+	}
 	if initErr != nil {
 		<-written
 		return nil, fmt.Errorf("envd init at %s: %w", addr, initErr)

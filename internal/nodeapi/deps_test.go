@@ -45,7 +45,8 @@ func under(pkg, dir string) bool {
 }
 
 // contracts are the packages every side of Warren shares: the error
-// classes and their HTTP mapping, the domain types, the node contract.
+// classes and their HTTP mapping, the domain types (with the name-based
+// egress rules of a network policy), the node contract.
 //
 // The rule: the whole closure (go list -deps) of each holds only the
 // standard library and these packages. Nothing third-party, not even the
@@ -56,6 +57,7 @@ func under(pkg, dir string) bool {
 var contracts = []string{
 	"internal/errdefs",
 	"internal/errdefs/errhttp",
+	"internal/egressrules",
 	"internal/sandbox",
 	"internal/nodeapi",
 }

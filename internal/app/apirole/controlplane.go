@@ -78,6 +78,9 @@ type Settings struct {
 	// Limits are the server's default team limits (a team's own non-zero
 	// limits win); zero fields keep apiserver's defaults.
 	Limits store.Limits
+	// SecretsKey seals the teams' secrets at rest (secrets.KeySize
+	// bytes); nil: the secrets API is refused.
+	SecretsKey []byte
 	// Ready, when set, is called with the bound address once serving.
 	Ready func(addr string)
 }
@@ -226,10 +229,14 @@ func (cp *ControlPlane) Build(ctx context.Context, be Backend) error {
 		sys.Add("metrics listener", metrics)
 	}
 	trusted, _ := throttle.ParsePrefixes(s.TrustedProxies) // checked by setDefaults
+	sec, err := secretsService(st, s.SecretsKey, log)
+	if err != nil {
+		return err
+	}
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: be.Templates, Builds: be.Builds, Catalog: be.Catalog, Pools: be.Pools,
 		Logger: log.With("component", "api"), AdminToken: s.AdminToken, Domain: cp.Domain, PublicURL: s.PublicURL,
-		DefaultLimits: s.Limits, Metrics: metricsHandler, Registry: sys.Registry, TrustedProxies: trusted, Volumes: vols,
+		DefaultLimits: s.Limits, Metrics: metricsHandler, Registry: sys.Registry, TrustedProxies: trusted, Secrets: sec, Volumes: vols,
 	})
 	if err != nil {
 		return err

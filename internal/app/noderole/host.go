@@ -60,6 +60,8 @@ type Host struct {
 	// BuildStepTimeout one RUN step. Zero fields keep the defaults.
 	Builds           builder.BuildLimits
 	BuildStepTimeout time.Duration
+	// EgressProxy tunes the node's egress proxy.
+	EgressProxy EgressProxyConfig
 }
 
 // Tuning are the node agent's knobs that the roles expose as flags.
@@ -115,6 +117,9 @@ func (h *Host) SetDefaults() error {
 	case "runsc", "runc", "fake":
 	default:
 		return fmt.Errorf("driver %q: must be runsc, runc or fake: %w", h.Driver, errdefs.ErrInvalid)
+	}
+	if err := h.EgressProxy.check(); err != nil {
+		return err
 	}
 	return h.absPaths()
 }

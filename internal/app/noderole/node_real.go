@@ -84,8 +84,13 @@ func realNode(ctx context.Context, sys *app.System, cfg Host) (*Node, error) {
 	}
 	// The node agent first: the build engine takes its snapshots on ready
 	// through it.
+	epool, err := newEgressPool(cfg, pool, reg, log)
+	if err != nil {
+		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
+	sys.OnClose("egress proxy", func() { epool.Proxy().Close() })
 	nc := node.Config{
-		DataDir: filepath.Join(cfg.DataDir, "node"), Driver: drv, Cgroups: cg, Net: pool,
+		DataDir: filepath.Join(cfg.DataDir, "node"), Driver: drv, Cgroups: cg, Net: epool,
 		Layers: rootfslayers.New(rm, layersRoot), EnvdPath: cfg.EnvdPath, Logger: log, Registry: reg,
 		SnapshotRuntime: snapshotRuntime, Volumes: vm,
 	}
