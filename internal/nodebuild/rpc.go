@@ -21,9 +21,14 @@ import (
 // errors both ways through errconnect, the refusal of fields the wire
 // does not know, and the bearer of the calls.
 
-// maxMessageBytes bounds one message either side reads (a start's spec,
-// a status with its log, one chunk of a stream).
-const maxMessageBytes = 8 << 20
+// maxRequestBytes bounds one message a handler reads (a start's spec,
+// one chunk of a stream); maxAnswerBytes one a client reads (a build's
+// status carries its whole log from an offset: a build's log is bounded
+// by the builder's Limits.LogBytes, 8 MiB of text by default).
+const (
+	maxRequestBytes = 8 << 20
+	maxAnswerBytes  = 64 << 20
+)
 
 // chunkSize is the size of the data messages of the wire's streams.
 const chunkSize = 256 << 10
@@ -171,7 +176,7 @@ func handlerOptions(auth connect.Interceptor) []connect.HandlerOption {
 		ics = append([]connect.Interceptor{auth}, ics...)
 	}
 	return []connect.HandlerOption{
-		connect.WithReadMaxBytes(maxMessageBytes),
+		connect.WithReadMaxBytes(maxRequestBytes),
 		connect.WithCodec(strictJSON{"json"}), connect.WithCodec(strictJSON{"json; charset=utf-8"}),
 		connect.WithInterceptors(ics...),
 	}
@@ -214,5 +219,5 @@ func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 // clientOptions are the options of the wire's clients, with the
 // headers b.
 func clientOptions(b bearer) []connect.ClientOption {
-	return []connect.ClientOption{connect.WithReadMaxBytes(maxMessageBytes), connect.WithInterceptors(b)}
+	return []connect.ClientOption{connect.WithReadMaxBytes(maxAnswerBytes), connect.WithInterceptors(b)}
 }
