@@ -134,7 +134,8 @@ func Run(ctx context.Context, opts app.Options, cfg Config) error {
 	sys.Go("leader", func(ctx context.Context) error { el.Run(ctx); return nil })
 	cp.Nodes.SetOnNodeBack(addSingletons(sys, el, cp.Nodes, cfg.Liveness, cp.Lifecycle))
 
-	h := WithUploads(withNodeRegistration(cp.API, cp.Nodes.Handler(hops.creds), builds.LocateHandler()), builds.UploadHandler())
+	locatePath, locate := builds.LocateHandler()
+	h := WithUploads(withNodeRegistration(cp.API, cp.Nodes.Handler(hops.creds), locatePath, locate), builds.UploadHandler())
 	cp.Serve(h, func() {
 		if cfg.Liveness.UnreachableAfter < 2*nodereg.DefaultHeartbeatInterval {
 			log.Warn("--node-unreachable-after is under two heartbeat intervals: nodes will flap between ready and unreachable",
@@ -148,14 +149,15 @@ func Run(ctx context.Context, opts app.Options, cfg Config) error {
 }
 
 // withNodeRegistration serves nodes' heartbeats (nodereg.HeartbeatPath)
-// and their questions about builds (nodebuild.LocatePath), both
-// authenticated with the node's own token, beside the API.
-func withNodeRegistration(api, heartbeats, locate http.Handler) http.Handler {
+// and their calls of the ControlPlaneService (under locatePath: where a
+// build is), both authenticated with the node's own token, beside the
+// API.
+func withNodeRegistration(api, heartbeats http.Handler, locatePath string, locate http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == nodereg.HeartbeatPath:
 			heartbeats.ServeHTTP(w, r)
-		case strings.HasPrefix(r.URL.Path, nodebuild.LocatePath):
+		case strings.HasPrefix(r.URL.Path, locatePath):
 			locate.ServeHTTP(w, r)
 		default:
 			api.ServeHTTP(w, r)

@@ -171,7 +171,7 @@ func Run(ctx context.Context, opts app.Options, cfg Config) error {
 	if n.Local != nil {
 		// Builds of the control plane's catalog run here; the builds this
 		// node lacks are pulled from the nodes that hold them.
-		var locate func(context.Context, string) (*nodebuild.Source, error)
+		var locate nodebuild.Locate
 		if cfg.APIURL != "" {
 			locate = (&nodebuild.Locator{APIURL: cfg.APIURL, Token: cfg.NodeToken, HTTP: hops.api}).Locate
 		}
@@ -206,7 +206,9 @@ func Run(ctx context.Context, opts app.Options, cfg Config) error {
 	rpcMux := noderpc.NewMux(n.Service, rpcOpts, sys.Registry)
 	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	if builds != nil {
-		rpcMux.Handle(nodebuild.PathPrefix, builds.Handler())
+		// The BuildService beside the NodeService, behind the same
+		// credential (and pull grants for artifacts).
+		rpcMux.Handle(builds.Handler())
 	}
 	np, err := proxy.NewNode(proxy.NodeConfig{Node: n.Service, Token: hops.proxy, Logger: log.With("component", "nodeproxy")})
 	if err != nil {
