@@ -91,7 +91,7 @@ func TestAPIRole(t *testing.T) {
 		}
 		mux.ServeHTTP(w, r)
 	}))
-	defer nodeSrv.Close()
+	t.Cleanup(nodeSrv.Close) // after the API's clean-up: it holds the node's watch stream
 
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)

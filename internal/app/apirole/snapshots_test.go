@@ -70,7 +70,7 @@ func TestAPIRoleSnapshotsAndLogs(t *testing.T) {
 		}
 		mux.ServeHTTP(w, r)
 	}))
-	defer nodeSrv.Close()
+	t.Cleanup(nodeSrv.Close) // after the API's clean-up: it holds the node's watch stream
 
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
