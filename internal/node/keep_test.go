@@ -32,11 +32,17 @@ type preparingDriver struct {
 	mu       sync.Mutex
 	prepared map[string]driver.Spec
 	restores atomic.Int32 // RestorePrepared calls that restored
+	// hold, when set, runs at the start of every PrepareRestore (a test
+	// can hold a preparation there).
+	hold func()
 }
 
 var _ driver.RestorePreparer = (*preparingDriver)(nil)
 
 func (d *preparingDriver) PrepareRestore(ctx context.Context, spec driver.Spec) error {
+	if d.hold != nil {
+		d.hold()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.prepared[spec.ID]; ok {

@@ -62,6 +62,22 @@ func (a *Agent) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([
 	return v, err
 }
 
+func (a *Agent) pause(ctx context.Context, id string, req nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {
+	h, err := a.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	return h.pause(ctx, req)
+}
+
+func (a *Agent) resume(ctx context.Context, id string, req nodeapi.ResumeRequest) (*nodeapi.Sandbox, error) {
+	h, err := a.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	return h.resume(ctx, req)
+}
+
 var (
 	descCapCPUs = prometheus.NewDesc("node_capacity_cpus", "CPUs of this node.", nil, nil)
 	descCapMem  = prometheus.NewDesc("node_capacity_memory_bytes", "Memory of this node (MemTotal).", nil, nil)

@@ -1,0 +1,215 @@
+package node_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/driver/fake"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/node/nodetest"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// exitOnSignal is the fake driver whose Wait of sandbox id answers that
+// its init exited once exit is closed.
+type exitOnSignal struct {
+	*fake.Driver
+	id   string
+	exit chan struct{}
+}
+
+func (d *exitOnSignal) Wait(ctx context.Context, id string) (driver.Exit, error) {
+	if id != d.id {
+		return d.Driver.Wait(ctx, id)
+	}
+	select {
+	case <-d.exit:
+		return driver.Exit{}, nil
+	case <-ctx.Done():
+		return driver.Exit{}, ctx.Err()
+	}
+}
+
+// stallCgroups opens cgroup name as one whose PidsLimitHit closes exit
+// and returns only once path is gone, polled: nothing the race detector
+// counts as synchronisation orders the caller after what removed it.
+type stallCgroups struct {
+	*nodetest.Cgroups
+	name, path string
+	exit       chan struct{}
+}
+
+func (c *stallCgroups) Open(ctx context.Context, name string) (cgroup.Cgroup, error) {
+	cg, err := c.Cgroups.Open(ctx, name)
+	if err != nil || name != c.name {
+		return cg, err
+	}
+	return &stallCgroup{Cgroup: cg, c: c}, nil
+}
+
+type stallCgroup struct {
+	cgroup.Cgroup
+	c *stallCgroups
+}
+
+func (g *stallCgroup) PidsLimitHit(ctx context.Context) (bool, error) {
+	hit, err := g.Cgroup.PidsLimitHit(ctx)
+	close(g.c.exit)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if _, serr := os.Stat(g.c.path); os.IsNotExist(serr) {
+			break
+		}
+	}
+	return hit, err
+}
+
+// TestRecoverRegistersUnderLock: the sandboxes recover adopts run their
+// exit watchers and backstops at once, so a paused record read after them
+// must join the agent's map under its lock. The test makes the adopted
+// sandbox "arun" exit (its watcher takes it out of the map) while recover
+// is still at a later record ("clost", stopped while the agent was away:
+// recover asks its cgroup why), then reads the paused "zpaused". Under
+// -race, the map write of a recover that takes no lock is reported against
+// the watcher's delete (the agent's log is silent, so that its lock orders
+// nothing). Seen failing with -race before recover registered under
+// Agent.mu.
+func TestRecoverRegistersUnderLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fake.Config{})
+	ctx := context.Background()
+	a1 := e.start()
+	for _, id := range []string{"arun", "clost", "zpaused"} {
+		e.create(a1, id)
+	}
+	if _, err := a1.Pause(ctx, "zpaused", nodeapi.PauseRequest{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+	a1.Close()
+	_ = e.fake.Kill(ctx, "clost")
+	if err := e.fake.Delete(ctx, "clost"); err != nil {
+		t.Fatal(err)
+	}
+
+	exit := make(chan struct{})
+	cfg := e.config()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Driver = &exitOnSignal{Driver: e.fake, id: "arun", exit: exit}
+	cfg.Cgroups = &stallCgroups{Cgroups: e.cg, name: sandbox.HostName("clost"), path: filepath.Join(e.dir, "sandboxes", sandbox.HostName("arun")), exit: exit}
+	a2, err := node.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	if _, err := a2.Get(ctx, "arun"); err == nil {
+		t.Error("the adopted sandbox that exited is still known")
+	}
+	if sb, err := a2.Get(ctx, "zpaused"); err != nil || sb.State != sandbox.StatePaused {
+		t.Errorf("paused sandbox after recovery: %+v, %v", sb, err)
+	}
+}
+
+// TestClaimedMemberExitHandled: a claimed warm pool member begins a new
+// epoch, and the exit of its init in that epoch is handled as any
+// sandbox's (an exited event, its host objects gone). Seen failing before
+// the claim watched its new epoch: the member's watcher, of the epoch
+// before the claim, dropped the exit as stale, and the sandbox stayed
+// "running" with no container.
+func TestClaimedMemberExitHandled(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEnv(t, fake.Config{})
+		a := e.start()
+		req := createReq("ignored")
+		if err := a.SetPool(ctx, req.Template, req.Resources, 1); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, a, "tmpl", 1)
+		id, ok := a.Reserve(req.Template, req.Resources)
+		if !ok {
+			t.Fatal("no member reserved from a full pool")
+		}
+		req.ID = id
+		if _, err := a.Create(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		events, _ := a.Watch(t.Context())
+		if err := e.fake.Exit(id, 3); err != nil {
+			t.Fatal(err)
+		}
+		ev := nextEvent(t, events)
+		if ev.Type != nodeapi.EventExited || ev.SandboxID != id || ev.Reason != sandbox.KillExited {
+			t.Fatalf("event %+v, want %s exited", ev, id)
+		}
+		e.assertNoHostObjects(id)
+	})
+}
+
+// TestKeepPausedOperationsWaitForPreparation: the preparation of a kept
+// sandbox goes on after its pause has answered, holding no lock; an
+// operation that arrives meanwhile waits for it (on the keep's channel,
+// which synctest sees as durably blocked) and then finds the prepared
+// container: a resume restores into it, a kill removes it.
+func TestKeepPausedOperationsWaitForPreparation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		op    func(a *node.Agent) error
+		check func(t *testing.T, e *env, d *preparingDriver)
+	}{
+		{"resume", func(a *node.Agent) error {
+			_, err := a.Resume(context.Background(), "p1", nodeapi.ResumeRequest{})
+			return err
+		}, func(t *testing.T, e *env, d *preparingDriver) {
+			if d.restores.Load() != 1 {
+				t.Errorf("restores into the prepared container: %d, want 1", d.restores.Load())
+			}
+		}},
+		{"kill", func(a *node.Agent) error {
+			return a.Kill(context.Background(), "p1", sandbox.KillRequest)
+		}, func(t *testing.T, e *env, d *preparingDriver) {
+			e.assertNoHostObjects("p1")
+			if d.isPrepared("p1") {
+				t.Error("prepared container left after the kill")
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				e, d, _ := keepEnv(t, nil)
+				entered, release := make(chan struct{}), make(chan struct{})
+				d.hold = func() {
+					close(entered)
+					<-release
+				}
+				a := e.start()
+				e.create(a, "p1")
+				e.pauseMem(a, "p1") // answers with the preparation to come
+				<-entered
+				done := make(chan error, 1)
+				go func() { done <- tt.op(a) }()
+				synctest.Wait()
+				select {
+				case err := <-done:
+					t.Fatalf("%s answered (%v) while the preparation ran", tt.name, err)
+				default:
+				}
+				close(release)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				tt.check(t, e, d)
+			})
+		})
+	}
+}
