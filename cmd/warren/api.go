@@ -57,6 +57,9 @@ func fairnessFlags(f *pflag.FlagSet, l *store.Limits) {
 	f.IntVar(&l.MaxBuilds, "max-builds", 0, "default number of a team's template builds running at once on a node (default: half the node's --build-slots, at least 1)")
 	f.IntVar(&l.MaxWebhooks, "max-webhooks", 0, "default number of webhooks a team may register (default 20)")
 	f.Int64Var(&l.MaxTemplateStorageMB, "max-template-storage-mb", 0, "default bound in MiB of the disk a team's templates take: build trees, snapshots and the layer cache their builds made (default 102400)")
+	f.IntVar(&l.MaxVolumes, "max-volumes", 0, "default number of volumes a team may keep (default 20)")
+	f.Int64Var(&l.MaxVolumeSizeMB, "max-volume-size-mb", 0, "default bound in MiB of one volume of a team, and the size of a volume created without one (default 10240)")
+	f.Int64Var(&l.MaxVolumeStorageMB, "max-volume-storage-mb", 0, "default bound in MiB of the sum of the sizes of a team's volumes (default 51200)")
 }
 
 // fromEnv fills the flags left empty from the environment, and returns
@@ -84,15 +87,19 @@ func newAPI(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Run the API and the edge proxy over registered nodes (no local node; Postgres)",
 		Long: `Run the E2B-compatible API, the edge proxy and the lifecycle over the nodes
 that register with it (warren node), with no node of its own. Several may share
-one Postgres database. Nodes register and heartbeat with the node token.`,
+one Postgres database. Each node registers and heartbeats with its own token
+(warren node token create ID), made with --node-credential-key; the API calls
+the nodes over TLS (--node-ca verifies them), or plain HTTP on loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := cp.fromEnv(stderr)
 			if err != nil {
 				return err
 			}
-			if cfg.NodeToken == "" {
-				cfg.NodeToken = os.Getenv("WARREN_NODE_TOKEN")
+			for p, env := range map[*string]string{&cfg.NodeCredentialKey: "WARREN_NODE_CREDENTIAL_KEY", &cfg.NodeCA: "WARREN_NODE_CA"} {
+				if *p == "" {
+					*p = os.Getenv(env)
+				}
 			}
 			cfg.Logger, cfg.Out = log, stdout
 			cfg.MetricsListenBestEffort = !cmd.Flags().Changed("metrics-listen")
@@ -102,7 +109,9 @@ one Postgres database. Nodes register and heartbeat with the node token.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:3000", "address of the API, node registration and sandbox traffic listener (HOST:PORT)")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "postgres:// URL of the database the API replicas share (required; env WARREN_DATABASE_URL)")
-	f.StringVar(&cfg.NodeToken, "node-token", "", "token nodes register with and the API calls them with (required; env WARREN_NODE_TOKEN)")
+	f.StringVar(&cfg.NodeCredentialKey, "node-credential-key", "", "key the nodes' own tokens are made and checked with, the same on every replica, 32 characters or more (required; env WARREN_NODE_CREDENTIAL_KEY)")
+	f.StringVar(&cfg.NodeCA, "node-ca", "", "PEM file of the CA certificates the nodes' TLS certificates are checked against (default the system's roots; env WARREN_NODE_CA)")
+	f.BoolVar(&cfg.InsecureLoopbackNodes, "insecure-loopback-nodes", false, "let nodes register without a token, from loopback only, and call them without credentials (one-host tests; not with --node-credential-key)")
 	f.DurationVar(&cfg.Liveness.UnreachableAfter, "node-unreachable-after", 0, "a node silent this long gets no new sandboxes (default 15s)")
 	f.DurationVar(&cfg.Liveness.LostAfter, "node-lost-after", 0, "a node silent this long is lost: its running sandboxes are killed with node_lost (default 5m)")
 	f.DurationVar(&cfg.Liveness.PausedLostAfter, "node-paused-lost-after", 0, "a node silent this long loses its paused sandboxes too (default 1h)")

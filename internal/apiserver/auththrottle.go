@@ -94,3 +94,6 @@ func (e *throttledError) Error() string {
 }
 
 func (e *throttledError) Unwrap() error { return errdefs.ErrExhausted }
+
+// PublicMessage is what the client is told: Error (errdefs.Public).
+func (e *throttledError) PublicMessage() string { return e.Error() }

@@ -37,7 +37,7 @@ func checkRouting(n *client.NetworkConfig) error {
 }
 
 func errRules(field string) error {
-	return fmt.Errorf("%s (header transforms of outbound traffic) is not supported by this server: %w", field, errdefs.ErrInvalid)
+	return errdefs.Publicf(errdefs.ErrInvalid, "%s (header transforms of outbound traffic) is not supported by this server", field)
 }
 
 // jsonObject reports whether a raw JSON value is an object.

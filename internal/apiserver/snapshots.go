@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -33,45 +34,38 @@ type snapshotJSON struct {
 	Names      []string `json:"names"`
 }
 
-func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if c.teamID == "" {
-		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalid, "an admin taking a snapshot must name the sandbox's team in X-Team-ID"))
-		return
+		return errdefs.Publicf(errdefs.ErrInvalid, "an admin taking a snapshot must name the sandbox's team in X-Team-ID")
 	}
 	id := r.PathValue("id")
 	var req struct {
 		Name string `json:"name"`
 	}
 	if err := decode(r, &req, false); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	ctx := r.Context()
 	sb, err := s.lc.Get(ctx, c.teamID, id)
 	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	if !s.lc.CanSnapshot() || s.cfg.Catalog == nil {
-		s.fail(w, r, errdefs.Publicf(errdefs.ErrUnsupported, "snapshots are not supported by this server (they need the runsc driver)"))
-		return
+		return errdefs.Publicf(errdefs.ErrUnsupported, "snapshots are not supported by this server (they need the runsc driver)")
 	}
 	if sb.State != sandbox.StateRunning {
-		s.fail(w, r, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is not running", id))
-		return
+		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is not running", id)
 	}
 	release, err := s.reserveSnapshot(ctx, c.teamID, s.limits(c).MaxSnapshots)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	defer release()
 	alias, tag := "", templates.DefaultTag
 	if req.Name != "" {
 		alias, tag = templates.ParseRef(req.Name)
 		if alias, err = templates.TeamName(c.teamID, alias); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	cat, st := s.cfg.Catalog, s.cfg.Catalog.Store()
@@ -85,8 +79,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		case errdefs.IsNotFound(err):
 			t = nil
 		case err != nil:
-			s.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	if t == nil {
@@ -98,15 +91,14 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 			t.Aliases = []string{alias}
 		}
 		if err := st.CreateTemplate(ctx, t); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		created = true
 	}
 	b := &templates.Build{
 		ID: templates.NewBuildID(), TemplateID: t.ID, Status: templates.BuildBuilding, Tags: []string{tag},
 		CPUCount: res.VCPUs, MemoryMB: res.MemoryMB, DiskMB: res.DiskMB, CreatedAt: now, UpdatedAt: now,
-		SandboxSnapshot: &templates.SandboxSnapshotOrigin{SandboxID: id, TeamID: c.teamID, CreatedAt: now},
+		SandboxSnapshot: &templates.SandboxSnapshotOrigin{SandboxID: id, TeamID: c.teamID, CreatedAt: now, VolumePaths: volumePathsOf(sb)},
 	}
 	// The source's tree is named from the start: this build in progress
 	// then keeps it from the template collector even if the source
@@ -123,12 +115,11 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 			}
 			return
 		}
-		cat.FinishBuild(cctx, b.ID, &templates.Reason{Message: errdefs.ClientMessage(cause), Step: "snapshot"}) //nolint:errcheck
+		cat.FinishBuild(cctx, b.ID, &templates.Reason{Message: errhttp.Message(cause), Step: "snapshot"}) //nolint:errcheck
 	}
 	if err := st.CreateBuild(ctx, b); err != nil {
 		undo(err)
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	snap, nodeID, err := s.lc.Snapshot(ctx, c.teamID, id, nodeapi.SnapshotRequest{TeamID: c.teamID, TemplateID: t.ID, BuildID: b.ID})
 	if err != nil {
@@ -140,13 +131,11 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		undo(err)
 		switch {
 		case errdefs.IsUnsupported(err):
-			s.fail(w, r, errdefs.WithMessage(err, "snapshots need a runtime driver with memory checkpoint (runsc); this node's driver has none"))
+			return errdefs.WithMessage(err, "snapshots need a runtime driver with memory checkpoint (runsc); this node's driver has none")
 		case errdefs.IsConflict(err):
-			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id)))
-		default:
-			s.sandboxErr(w, r, id, err)
+			return errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id))
 		}
-		return
+		return sandboxErr(id, err)
 	}
 	src := snap.Source
 	_, err = cat.UpdateBuild(ctx, b.ID, func(x *templates.Build) error {
@@ -169,8 +158,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 			s.log.Warn("delete the unrecorded snapshot on its node", "sandbox_id", id, "build_id", b.ID, "error", derr)
 		}
 		undo(err)
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	out := snapshotOf(t, alias, tag)
 	if err := s.lc.Checkpointed(context.WithoutCancel(ctx), c.teamID, id, out.SnapshotID); err != nil {
@@ -178,6 +166,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 	}
 	s.log.Info("sandbox snapshot", "sandbox_id", id, "template_id", t.ID, "build_id", b.ID, "node_id", nodeID, "travels", snap.Travels())
 	writeJSON(w, http.StatusCreated, out)
+	return nil
 }
 
 // snapshotOf names snapshot template t's build behind tag.
@@ -219,28 +208,25 @@ func (s *Server) countSnapshots(ctx context.Context, teamID string) (int, error)
 	return n, nil
 }
 
-func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller) error {
 	q := r.URL.Query()
 	if v := q.Get("limit"); v != "" {
 		if _, err := parseLimit(v); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	if s.cfg.Catalog == nil || c.teamID == "" {
 		if _, err := pageOf(w, r, []snapshotJSON{}); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, []snapshotJSON{})
-		return
+		return nil
 	}
 	ctx := r.Context()
 	sandboxID, name := q.Get("sandboxID"), q.Get("name")
 	all, err := s.cfg.Catalog.List(ctx, c.teamID)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	type item struct {
 		snapshotJSON
@@ -250,8 +236,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller
 	for _, t := range all {
 		builds, err := s.cfg.Catalog.Builds(ctx, t.ID)
 		if err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		for _, b := range builds {
 			info, ok := readSnapshotInfo(b)
@@ -295,10 +280,10 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller
 	}
 	page, err := pageOf(w, r, out)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, page)
+	return nil
 }
 
 // matchesName reports whether name ("alias" or "alias:tag", or the

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 )
 
 // TestAdminTokenLength: an admin token shorter than MinAdminTokenLen is
@@ -27,7 +28,7 @@ func TestAdminTokenLength(t *testing.T) {
 	for _, tok := range []string{"", "adm", long[:MinAdminTokenLen-1], long} {
 		serve := Config{Driver: "fake", DataDir: t.TempDir(), AdminToken: tok}
 		check(t, serve.setDefaults(), tok)
-		api := APIConfig{DatabaseURL: "postgres://x/y", NodeToken: strings.Repeat("n", MinNodeTokenLen), AdminToken: tok}
+		api := APIConfig{DatabaseURL: "postgres://x/y", NodeCredentialKey: strings.Repeat("n", nodeauth.MinKeyLen), AdminToken: tok}
 		check(t, api.setDefaults(), tok)
 	}
 	serve := Config{Driver: "fake", DataDir: t.TempDir(), TrustedProxies: []string{"10.0.0.0/8", "192.0.2.1", "nonsense"}}

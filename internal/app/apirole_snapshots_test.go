@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/nodebuild/nodebuildtest"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -34,7 +35,8 @@ import (
 func TestAPIRoleSnapshotsAndLogs(t *testing.T) {
 	t.Parallel()
 	dsn := storetest.PostgresSchema(t)
-	const key, nodeToken = "e2b_00112233445566778899aabbccddeeff00112244", "node-secret-0123456789"
+	const key = "e2b_00112233445566778899aabbccddeeff00112244"
+	var nodeToken string // the node's own, issued once the API runs
 	ctx, cancel := context.WithCancel(context.Background())
 	a, err := node.New(ctx, node.Config{
 		DataDir: t.TempDir(), Driver: fake.New(fake.Config{}), Cgroups: nodetest.NewCgroups(), Net: nodetest.NewNet(),
@@ -57,14 +59,22 @@ func TestAPIRoleSnapshotsAndLogs(t *testing.T) {
 		return ss.Resolve(ctx, teamID, tm)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: nodeToken, ResolveTemplate: resolve, SandboxSnapshots: ss}))
-	nodeSrv := httptest.NewServer(mux)
+	mux.Handle(noderpc.NewHandler(a, noderpc.Options{ResolveTemplate: resolve, SandboxSnapshots: ss}))
+	nodeSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The control plane's RPC credential of this node, as noderpc's
+		// Options.Token checks it.
+		if nodeauth.Bearer(r.Header) != nodeauth.Credential(nodeToken, nodeauth.PurposeRPC) {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	defer nodeSrv.Close()
 
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: key, AdminToken: "adm-0123456789abcdef0123456789abcdef", NodeToken: nodeToken,
+		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: key, AdminToken: "adm-0123456789abcdef0123456789abcdef", NodeCredentialKey: credentialKey,
 			Logger: slog.New(slog.DiscardHandler), Out: io.Discard, Ready: func(a string) { addr <- a }})
 	}()
 	t.Cleanup(func() {
@@ -83,7 +93,8 @@ func TestAPIRoleSnapshotsAndLogs(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("warren api did not start")
 	}
-	beat := nodereg.Status{ID: "node-1", RPCAddress: nodeSrv.URL, BootID: "boot-1", Capacity: store.NodeResources{VCPUs: 16, MemoryMB: 16384}}
+	nodeToken = issueNodeToken(t, api, "node-1")
+	beat := nodereg.Status{ID: "node-1", RPCAddress: nodeSrv.URL, ProxyAddress: "127.0.0.1:1", BootID: "boot-1", Capacity: store.NodeResources{VCPUs: 16, MemoryMB: 16384}}
 	if _, err := (&nodereg.Client{APIURL: api, Token: nodeToken}).Heartbeat(ctx, beat); err != nil {
 		t.Fatal(err)
 	}

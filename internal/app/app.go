@@ -37,6 +37,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/throttle"
+	"github.com/warren-sandbox/warren/internal/volumes"
 )
 
 // Config is the configuration of `warren serve`.
@@ -284,6 +285,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	var volNodes volumes.Nodes
+	if parts.volumes != nil {
+		volNodes = localVolumeNodes{id: "local", vm: parts.volumes}
+	}
+	vols, err := newVolumes(st, volNodes, lc, log)
+	if err != nil {
+		return err
+	}
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	stopMetrics, err := serveMetrics(ctx, cfg.MetricsListen, cfg.MetricsListenBestEffort, metricsHandler, log.With("component", "metrics"))
 	if err != nil {
@@ -294,7 +303,7 @@ func Run(ctx context.Context, cfg Config) error {
 	apiCfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: parts.templates, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Volumes: vols,
 	}
 	if parts.local != nil {
 		apiCfg.Builds, apiCfg.Catalog = parts.local.Service, parts.local.Catalog
@@ -333,10 +342,14 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() { stopRun(); waitEvents() }()
 	waitLocalNode := startLocalNode(runCtx, nodes, parts.node, log.With("component", "nodereg"))
 	defer func() { stopRun(); waitLocalNode() }()
+	waitVolumes := runVolumes(runCtx, vols)
+	defer func() { stopRun(); waitVolumes() }()
 
 	srv := newHTTPServer(Dispatch(apiHandler, px), cfg.TLSCert != "", log)
 	base := baseURL(addr, cfg.TLSCert != "")
-	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
+	// The SDK's volume content calls go to E2B_VOLUME_API_URL (default
+	// https://api.<E2B_DOMAIN>): this server serves them too.
+	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\nexport E2B_VOLUME_API_URL=%s\n", base, base, base)
 	if key != "" {
 		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)
 	} else {

@@ -17,7 +17,7 @@ import (
 )
 
 // The warm pools of base and of the code interpreter's and the MCP
-// gateway's templates (when they are offered) are on by default (issue 19): their creates claim a ready
+// gateway's templates (when they are offered) are on by default: their creates claim a ready
 // sandbox instead of starting one. Config.DefaultPools sets their size at
 // every start; PoolSizeAuto sizes each from the host and its members'
 // memory (AutoPoolSize) and 0 turns them off. Pools of other templates are set

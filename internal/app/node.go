@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/memhost"
+	nodevolumes "github.com/warren-sandbox/warren/internal/node/volumes"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodebuild"
 )
@@ -27,7 +28,9 @@ type nodeParts struct {
 	templates apiserver.TemplateResolver
 	local     *builder.Local
 	agent     *node.Agent
-	close     closer
+	// volumes are the node's volumes (nil with the fake driver).
+	volumes *nodevolumes.Manager
+	close   closer
 }
 
 // buildNode makes the in-process node agent for cfg.Driver and the

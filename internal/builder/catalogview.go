@@ -2,7 +2,6 @@ package builder
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -41,10 +40,10 @@ func WaitingBuild(ctx context.Context, cat *templates.Catalog, req *StartRequest
 		return nil, nil, err
 	}
 	if bd.TemplateID != t.ID {
-		return nil, nil, fmt.Errorf("build %q of template %q: %w", req.BuildID, req.TemplateID, errdefs.ErrNotFound)
+		return nil, nil, errdefs.Publicf(errdefs.ErrNotFound, "build %q of template %q", req.BuildID, req.TemplateID)
 	}
 	if bd.Status != templates.BuildWaiting {
-		return nil, nil, fmt.Errorf("build %q is %s, not waiting: %w", req.BuildID, bd.Status, errdefs.ErrConflict)
+		return nil, nil, errdefs.Publicf(errdefs.ErrConflict, "build %q is %s, not waiting", req.BuildID, bd.Status)
 	}
 	return t, bd, nil
 }
@@ -62,7 +61,7 @@ func BuildStatus(ctx context.Context, cat *templates.Catalog, teamID, templateID
 		return nil, err
 	}
 	if bd.TemplateID != t.ID {
-		return nil, fmt.Errorf("build %q of template %q: %w", buildID, templateID, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "build %q of template %q", buildID, templateID)
 	}
 	entries, err := cat.Store().Logs(ctx, buildID, max(logsOffset, 0))
 	if err != nil {

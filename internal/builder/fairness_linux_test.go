@@ -134,9 +134,15 @@ func TestFairnessParallelUploads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("upload declaring %d bytes over team A's quota: %v, want a 429 before the body", each, err)
 	}
+	msg, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("upload declaring %d bytes over team A's quota: %d, want 429", each, resp.StatusCode)
+	}
+	// The client is told the quota, as the error was made for it; not the
+	// error's text (its class's words, the wrapping).
+	if m := string(msg); !strings.Contains(m, "uploaded build contexts would take") || strings.Contains(m, errdefs.ErrExhausted.Error()) {
+		t.Errorf("upload over team A's quota told %q", m)
 	}
 	_, path, err = svc.Files(ctx, "team-b", tplB.ID, strings.Repeat("f", 64))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -19,10 +20,11 @@ type LocalConfig struct {
 	DataDir string
 	// BaseRootFSTar is a pre-built base root filesystem (optional).
 	BaseRootFSTar string
-	// Runner runs build steps; RuncRunner{} by default, which is for a
-	// single trusted operator only (runc shares the host kernel): a server
-	// that takes builds from tenants passes a driverrun.Runner of gVisor
-	// sandboxes with network slots, as `warren serve` does.
+	// Runner runs build steps: a driverrun.Runner over the node's runtime
+	// driver, as `warren serve` and `warren node` pass (gVisor sandboxes
+	// with network slots; over the runc driver, for a single trusted
+	// operator only: runc shares the host's kernel). Without one no build
+	// step runs (errdefs.ErrUnsupported).
 	Runner Runner
 	// Network gives build steps outbound network access (default true
 	// through NoNetwork=false).
@@ -67,11 +69,12 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 		return nil, fmt.Errorf("templates: no data directory: %w", errdefs.ErrInvalid)
 	}
 	if cfg.Runner == nil {
-		cfg.Runner = RuncRunner{}
+		cfg.Runner = noRunner{}
 	}
 	log := cfg.Logger
 	cat, err := templates.New(templates.Config{
 		DataDir: filepath.Join(cfg.DataDir, "templates"), BaseRootFSTar: cfg.BaseRootFSTar, Logger: log,
+		UnpackRootFS: layer.UnpackRootFS,
 	})
 	if err != nil {
 		return nil, err

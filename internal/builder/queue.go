@@ -120,7 +120,7 @@ func (q *buildQueue) enqueue(team string, share int) (*ticket, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.waiting[team]) >= q.maxWait {
-		return nil, fmt.Errorf("the team has %d builds waiting for a build slot, the most this server queues per team: %w", len(q.waiting[team]), errdefs.ErrExhausted)
+		return nil, errdefs.Publicf(errdefs.ErrExhausted, "the team has %d builds waiting for a build slot, the most this server queues per team", len(q.waiting[team]))
 	}
 	tk := &ticket{team: team, share: share, granted: make(chan struct{})}
 	if len(q.waiting[team]) == 0 {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -197,11 +198,11 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 		return "", err
 	}
 	if n := len(req.Spec.Steps); n > s.limits.MaxSteps {
-		return "", fmt.Errorf("the build has %d steps, more than this server allows (%d steps): %w", n, s.limits.MaxSteps, errdefs.ErrInvalid)
+		return "", errdefs.Publicf(errdefs.ErrInvalid, "the build has %d steps, more than this server allows (%d steps)", n, s.limits.MaxSteps)
 	}
 	for i, st := range req.Spec.Steps {
 		if err := validateStep(st); err != nil {
-			return "", fmt.Errorf("step %d: %w", i+1, err)
+			return "", errdefs.Wrapf(err, "step %d", i+1)
 		}
 		if st.FilesHash != "" {
 			p, err := s.b.filesPath(t.ID, st.FilesHash)
@@ -209,7 +210,7 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 				return "", err
 			}
 			if _, err := os.Stat(p); err != nil {
-				return "", fmt.Errorf("step %d: files %s were not uploaded: %w", i+1, st.FilesHash, errdefs.ErrInvalid)
+				return "", errdefs.Publicf(errdefs.ErrInvalid, "step %d: files %s were not uploaded", i+1, st.FilesHash)
 			}
 		}
 	}
@@ -222,7 +223,7 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 	s.mu.Lock()
 	if _, ok := s.done[req.BuildID]; ok {
 		s.mu.Unlock()
-		return "", fmt.Errorf("build %q is already running: %w", req.BuildID, errdefs.ErrConflict)
+		return "", errdefs.Publicf(errdefs.ErrConflict, "build %q is already running", req.BuildID)
 	}
 	tk, err := s.queue.enqueue(req.TeamID, share)
 	if err != nil {
@@ -333,40 +334,54 @@ func (s *Service) token(templateID, hash string) string {
 // UploadHandler takes PUTs of tars (gzip'd or not) at the paths Files
 // hands out.
 // The token in the path authenticates the request; mount it without API
-// key checks at UploadPathPrefix.
+// key checks at UploadPathPrefix. Its errors are answered with a line of
+// text (the SDK's upload reads no JSON), their status from errhttp's
+// table: the message one chosen where the error was made (the team's
+// quota), else "upload failed"; the error goes to the log.
 func (s *Service) UploadHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPut {
-			w.Header().Set("Allow", http.MethodPut)
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		err := s.upload(w, r)
+		if err == nil {
+			w.WriteHeader(http.StatusCreated)
 			return
 		}
-		rest := strings.TrimPrefix(r.URL.Path, UploadPathPrefix)
-		templateID, hash, ok := strings.Cut(rest, "/")
-		if !ok || !hmac.Equal([]byte(r.URL.Query().Get("token")), []byte(s.token(templateID, hash))) {
-			http.Error(w, "invalid upload URL", http.StatusForbidden)
-			return
+		he := errhttp.From(err)
+		for k, v := range he.Header {
+			w.Header()[k] = v
 		}
-		if r.ContentLength > s.maxUp {
-			http.Error(w, fmt.Sprintf("upload larger than %d bytes", s.maxUp), http.StatusRequestEntityTooLarge)
-			return
-		}
-		if err := s.PutFilesSized(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp), r.ContentLength); err != nil {
-			s.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
-			status := errdefs.HTTPStatus(err)
-			msg := "upload failed"
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				status = http.StatusRequestEntityTooLarge
-				msg = fmt.Sprintf("upload larger than %d bytes", s.maxUp)
-			} else if errdefs.IsExhausted(err) {
-				msg = err.Error() // the team's quota, no internal detail
-			}
-			http.Error(w, msg, status)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
+		http.Error(w, he.Msg, he.Code)
 	})
+}
+
+// upload stores the body of an upload request, or returns what its client
+// is told.
+func (s *Service) upload(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPut {
+		return &errhttp.HTTPError{Code: http.StatusMethodNotAllowed, Msg: "method not allowed", Header: http.Header{"Allow": {http.MethodPut}}}
+	}
+	rest := strings.TrimPrefix(r.URL.Path, UploadPathPrefix)
+	templateID, hash, ok := strings.Cut(rest, "/")
+	if !ok || !hmac.Equal([]byte(r.URL.Query().Get("token")), []byte(s.token(templateID, hash))) {
+		return errhttp.Errorf(http.StatusForbidden, "invalid upload URL")
+	}
+	tooLarge := errhttp.Errorf(http.StatusRequestEntityTooLarge, "upload larger than %d bytes", s.maxUp)
+	if r.ContentLength > s.maxUp {
+		return tooLarge
+	}
+	err := s.PutFilesSized(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp), r.ContentLength)
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		tooLarge.Err = err
+		return tooLarge
+	}
+	if _, public := errdefs.Message(err); !public {
+		return errdefs.WithMessage(err, "upload failed")
+	}
+	return err
 }
 
 // PutFiles stores a gzip'd or plain tar as the COPY context hash of a
@@ -443,7 +458,7 @@ func (s *Service) PutFilesSized(ctx context.Context, templateID, hash string, r 
 // filesPath is where the COPY context hash of a template is stored.
 func (b *Builder) filesPath(templateID, hash string) (string, error) {
 	if !safeName(templateID) || !safeName(hash) {
-		return "", fmt.Errorf("files %q of template %q: bad name: %w", hash, templateID, errdefs.ErrInvalid)
+		return "", errdefs.Publicf(errdefs.ErrInvalid, "files %q of template %q: bad name", hash, templateID)
 	}
 	return filepath.Join(b.cfg.DataDir, "files", templateID, hash+".tar.gz"), nil
 }

@@ -2,7 +2,6 @@ package builder
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -39,7 +38,7 @@ const reserveChunk = 16 << 20
 // allows.
 func (s *Service) checkDisk(req templates.CreateRequest) error {
 	if req.DiskMB > s.quota.diskMB {
-		return fmt.Errorf("disk size %d MiB (minFreeDiskMb) is more than this server allows for a template (%d MiB, serve --max-template-disk-mb): %w", req.DiskMB, s.quota.diskMB, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "disk size %d MiB (minFreeDiskMb) is more than this server allows for a template (%d MiB, serve --max-template-disk-mb)", req.DiskMB, s.quota.diskMB)
 	}
 	return nil
 }
@@ -80,10 +79,10 @@ func (s *Service) checkLocked(ctx context.Context, teamID string, files int, byt
 		n, size = n+h.files, size+h.bytes
 	}
 	if n+files > s.quota.files {
-		return fmt.Errorf("the team keeps %d uploaded build contexts (those being uploaded included), the most this server allows: %w", n, errdefs.ErrExhausted)
+		return errdefs.Publicf(errdefs.ErrExhausted, "the team keeps %d uploaded build contexts (those being uploaded included), the most this server allows", n)
 	}
 	if size+bytes > s.quota.bytes {
-		return fmt.Errorf("the team's uploaded build contexts would take %d bytes (those being uploaded included), more than this server allows (%d): %w", size+bytes, s.quota.bytes, errdefs.ErrExhausted)
+		return errdefs.Publicf(errdefs.ErrExhausted, "the team's uploaded build contexts would take %d bytes (those being uploaded included), more than this server allows (%d)", size+bytes, s.quota.bytes)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/state"
-	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 )
 
 // initRequest is the body of POST /init. Fields of upstream's schema that
@@ -71,7 +71,7 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.TrustStore == "" {
 			s.log.Warn("ca bundle ignored: no trust store configured")
 		} else if n, err := installCABundle(s.cfg.TrustStore, req.CABundle); err != nil {
-			auth.WriteError(w, errdefs.HTTPStatus(err), "ca bundle not installed")
+			auth.WriteError(w, errhttp.Status(err), "ca bundle not installed")
 			s.log.Warn("ca bundle", "error", err)
 			return
 		} else if n > 0 {

@@ -8,10 +8,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // Version is the E2B envd protocol version Warren's envd implements. The
@@ -76,7 +77,7 @@ var signedParams = []string{"path", "username", "signature", "signature_expirati
 
 // ParseSigned reads the signature parameters of a /files query. ok is false
 // when it carries no signature. A parameter given more than once is an
-// error, as is an expiration that is not a Unix time: parsers that pick
+// error (of errdefs.ErrUnauthorized, its message for the client), as is an expiration that is not a Unix time: parsers that pick
 // different copies (the first here, the last in another proxy) would
 // check one path and serve another.
 func ParseSigned(q url.Values) (s Signed, ok bool, err error) {
@@ -85,13 +86,13 @@ func ParseSigned(q url.Values) (s Signed, ok bool, err error) {
 	}
 	for _, k := range signedParams {
 		if len(q[k]) > 1 {
-			return Signed{}, true, fmt.Errorf("%s: parameter %q is given %d times", MsgSignatureInvalid, k, len(q[k]))
+			return Signed{}, true, errdefs.Publicf(errdefs.ErrUnauthorized, "%s: parameter %q is given %d times", MsgSignatureInvalid, k, len(q[k]))
 		}
 	}
 	s = Signed{Path: q.Get("path"), Username: q.Get("username"), Signature: q.Get("signature")}
 	if e := q.Get("signature_expiration"); e != "" {
 		if s.Expiration, err = strconv.ParseInt(e, 10, 64); err != nil || s.Expiration == 0 {
-			return Signed{}, true, fmt.Errorf("%s: signature_expiration %q is not a Unix time", MsgSignatureInvalid, e)
+			return Signed{}, true, errdefs.Publicf(errdefs.ErrUnauthorized, "%s: signature_expiration %q is not a Unix time", MsgSignatureInvalid, e)
 		}
 	}
 	return s, true, nil

@@ -197,6 +197,9 @@ type CreateParams struct {
 	// Network and VolumeMounts are the API's documents, kept for display.
 	Network      json.RawMessage
 	VolumeMounts json.RawMessage
+	// Volumes are mounted into the sandbox (the node's view of
+	// VolumeMounts); a create with volumes takes no warm pool member.
+	Volumes []nodeapi.VolumeMount
 	// MaxConcurrent, when positive, limits the team's active sandboxes.
 	MaxConcurrent int
 }
@@ -209,7 +212,7 @@ func (m *Manager) Get(ctx context.Context, teamID, id string) (*store.Sandbox, e
 		return nil, err
 	}
 	if sb.State == sandbox.StateKilled || (teamID != "" && sb.TeamID != teamID) {
-		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	return sb, nil
 }
@@ -317,7 +320,7 @@ func (m *Manager) markKilled(ctx context.Context, id string, reason sandbox.Kill
 func (m *Manager) markKilledAt(ctx context.Context, id string, reason sandbox.KillReason, executionID string, at time.Time) (*store.Sandbox, error) {
 	sb, err := m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State == sandbox.StateKilled {
-			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+			return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %q", id)
 		}
 		if executionID != "" && s.Spec.ExecutionID != executionID {
 			return nil, fmt.Errorf("sandbox %q: stale execution %q: %w", id, executionID, errdefs.ErrConflict)
@@ -366,7 +369,7 @@ func (m *Manager) setEnd(ctx context.Context, teamID, id string, d time.Duration
 	end := time.Now().UTC().Add(d)
 	sb, err := m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State == sandbox.StateKilled {
-			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+			return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %q", id)
 		}
 		if extendOnly && s.EndAt.After(end) {
 			end = s.EndAt
@@ -400,7 +403,7 @@ func (m *Manager) Pause(ctx context.Context, teamID, id string, memory bool) err
 		return err
 	}
 	if sb.State != sandbox.StateRunning {
-		return fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
+		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", id, sb.State)
 	}
 	return m.pauseLocked(ctx, sb, memory)
 }
@@ -423,7 +426,7 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 	if err == nil {
 		_, err = m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
 			if s.State != sandbox.StateRunning || s.Epoch != epoch {
-				return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+				return errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", s.ID, s.State)
 			}
 			s.State = sandbox.StatePausing
 			return nil
@@ -436,7 +439,7 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 	ns, perr := m.node.Pause(ctx, sb.ID, nodeapi.PauseRequest{Memory: memory, ExecutionID: sb.Spec.ExecutionID})
 	out, err := m.st.TransitionSandbox(ctx, sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StatePausing {
-			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+			return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", s.ID, s.State)
 		}
 		if perr != nil {
 			s.State = sandbox.StateRunning
@@ -483,7 +486,7 @@ func (m *Manager) Connect(ctx context.Context, teamID, id string, d time.Duratio
 	}
 	unlock()
 	if sb.State != sandbox.StateRunning {
-		return nil, false, fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
+		return nil, false, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", id, sb.State)
 	}
 	if err := m.Extend(ctx, teamID, id, d); err != nil {
 		return nil, false, err
@@ -501,7 +504,7 @@ func (m *Manager) Resume(ctx context.Context, teamID, id string, d time.Duration
 		return nil, err
 	}
 	if sb.State != sandbox.StatePaused {
-		return nil, fmt.Errorf("sandbox %q is already %s: %w", id, sb.State, errdefs.ErrConflict)
+		return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is already %s", id, sb.State)
 	}
 	if autoPause != nil {
 		sb.Spec.AutoPause = *autoPause
@@ -525,13 +528,13 @@ func (m *Manager) resumeLocked(ctx context.Context, sb *store.Sandbox, d time.Du
 			if _, reason, kerr := m.nodeEnded(ctx, sb.ID, err, sandbox.KillResumeFailed, ""); kerr == nil {
 				m.log.Warn("sandbox could not be resumed", "sandbox_id", sb.ID, "kill_reason", reason.String(), "error", err)
 			}
-			return nil, fmt.Errorf("resume sandbox %q: %w", sb.ID, errdefs.ErrNotFound)
+			return nil, errdefs.Publicf(errdefs.ErrNotFound, "resume sandbox %q", sb.ID)
 		}
 		return nil, fmt.Errorf("resume sandbox %q: %w", sb.ID, err)
 	}
 	out, err := m.st.TransitionSandbox(ctx, sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StatePaused {
-			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+			return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", s.ID, s.State)
 		}
 		s.State, s.Epoch, s.EndAt = sandbox.StateRunning, s.Epoch+1, end
 		s.StartedAt = time.Now().UTC()
@@ -557,7 +560,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, p netslo
 		return err
 	}
 	if sb.State != sandbox.StateRunning {
-		return fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
+		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", id, sb.State)
 	}
 	// An update that does not say keeps the sandbox's internet access as
 	// it is (never turns it on).
@@ -610,7 +613,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		return nil, err
 	}
 	if src.State != sandbox.StateRunning {
-		return nil, fmt.Errorf("sandbox %q is %s: %w", id, src.State, errdefs.ErrConflict)
+		return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", id, src.State)
 	}
 	now := time.Now().UTC()
 	results := make([]ForkResult, count)
@@ -653,7 +656,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		}
 		sb, err := m.st.TransitionSandbox(context.WithoutCancel(ctx), fid, func(s *store.Sandbox) (*store.Event, error) {
 			if s.State != sandbox.StateStarting {
-				return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+				return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", s.ID, s.State)
 			}
 			s.State = sandbox.StateRunning
 			if f.EnvdVersion != "" {

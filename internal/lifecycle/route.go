@@ -29,7 +29,7 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admiss
 	// After the cache's generation is read: a kill that begins later
 	// evicts, so what this lookup reads is not cached.
 	if m.beingKilled(id) {
-		return nil, fmt.Errorf("sandbox %q is being killed: %w", id, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %q is being killed", id)
 	}
 	if ok {
 		if admit != nil {
@@ -84,7 +84,7 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admiss
 	}
 	r := &route.Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
 		EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken, Woken: paused,
-		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts, NodeProxy: ns.NodeProxy, Epoch: ns.Epoch}
+		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts, NodeProxy: ns.NodeProxy, NodeID: sb.Spec.NodeID, Epoch: ns.Epoch}
 	if !paused {
 		m.routes.put(gen, r)
 	}

@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -25,14 +24,14 @@ func (m *Manager) CanSnapshot() bool { return m.snaps != nil }
 // reports of the snapshot and that node's ID.
 func (m *Manager) Snapshot(ctx context.Context, teamID, id string, req nodeapi.SnapshotRequest) (*nodeapi.SandboxSnapshot, string, error) {
 	if m.snaps == nil {
-		return nil, "", fmt.Errorf("sandbox snapshots: %w", errdefs.ErrUnsupported)
+		return nil, "", errdefs.Publicf(errdefs.ErrUnsupported, "sandbox snapshots")
 	}
 	sb, err := m.Get(ctx, teamID, id)
 	if err != nil {
 		return nil, "", err
 	}
 	if sb.State != sandbox.StateRunning {
-		return nil, "", fmt.Errorf("sandbox %q is %s, not running: %w", id, sb.State, errdefs.ErrConflict)
+		return nil, "", errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s, not running", id, sb.State)
 	}
 	req.TeamID = sb.TeamID
 	nodeID := sb.Spec.NodeID
@@ -53,7 +52,7 @@ func (m *Manager) Snapshot(ctx context.Context, teamID, id string, req nodeapi.S
 // buildID, for one whose record failed.
 func (m *Manager) DeleteSnapshot(ctx context.Context, buildID string) error {
 	if m.snaps == nil {
-		return fmt.Errorf("sandbox snapshots: %w", errdefs.ErrUnsupported)
+		return errdefs.Publicf(errdefs.ErrUnsupported, "sandbox snapshots")
 	}
 	return m.snaps.DeleteSandboxSnapshot(ctx, buildID)
 }

@@ -147,6 +147,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.Close()
 		return nil, err
 	}
+	a.reacquireVolumes()
 	if err := a.loadPools(ctx); err != nil {
 		a.Close()
 		return nil, err
@@ -248,13 +249,16 @@ func (a *Agent) register(h *handle) error {
 	return nil
 }
 
-// forget takes h out of the map: it is gone, its timers stopped.
+// forget takes h out of the map: it is gone, its timers stopped, and its
+// volumes released (under a.mu, so that a sandbox of the same ID that
+// joins the map later keeps the volumes it acquires).
 func (a *Agent) forget(h *handle) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h.markGone()
 	if a.sandboxes[h.id] == h {
 		delete(a.sandboxes, h.id)
+		a.releaseVolumes(h.id)
 	}
 }
 

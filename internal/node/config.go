@@ -48,6 +48,9 @@ type Config struct {
 	Cgroups cgroup.Manager
 	Net     netslot.Pool
 	Layers  Layers
+	// Volumes mounts the sandboxes' volumes (volumes.go); nil: the node
+	// keeps none, and a create that asks for one is ErrUnsupported.
+	Volumes VolumeMounter
 	// EnvdPath is the host path of the envd binary bound into sandboxes.
 	EnvdPath string
 	// EnvdPort is the port envd listens on inside the sandbox (49983).

@@ -361,6 +361,10 @@ func (h *handle) resume(ctx context.Context, req nodeapi.ResumeRequest) (*nodeap
 		m.prepared = false
 		err = h.bringUp(ctx, m, log)
 	}
+	if err != nil && m.restoreDir != "" && len(prev.Volumes) > 0 && !errdefs.IsUnsupported(err) && ctx.Err() == nil {
+		m = h.volumeResumeFallback(ph, log, err)
+		err = h.bringUp(ctx, m, log)
+	}
 	if err != nil {
 		h.undoResume(prev)
 		log.Debug("resume failed; the sandbox stays paused", "error", err)

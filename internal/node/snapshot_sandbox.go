@@ -57,6 +57,7 @@ func (h *handle) snapshotInto(ctx context.Context, ckpt driver.Checkpointer, dir
 	tmpl.Env = maps.Clone(tmpl.Env)
 	initToken := st.rec.InitToken
 	shape := nodeapi.Template{ID: tmpl.ID, BuildID: tmpl.BuildID, Resources: st.rec.Resources}
+	volPaths := volumePaths(st.rec.Volumes)
 	if !alive {
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q stopped: %w", id, errdefs.ErrConflict)
 	}
@@ -90,7 +91,7 @@ func (h *handle) snapshotInto(ctx context.Context, ckpt driver.Checkpointer, dir
 	if err := a.cfg.Layers.Save(ctx, id, layer); err != nil {
 		return fail(fmt.Errorf("save writable layer: %w", err))
 	}
-	meta := snapshotMeta{Version: 1, InitToken: initToken, Layer: layer, TakenAt: a.clock.Now().UTC()}
+	meta := snapshotMeta{Version: 1, InitToken: initToken, Layer: layer, TakenAt: a.clock.Now().UTC(), VolumePaths: volPaths}
 	// Still frozen: the layer's changes are those of the memory image.
 	if travel {
 		if host, err := a.exportSnapshotLayer(ctx, id, shape, dir); err != nil {

@@ -68,7 +68,9 @@ type Service interface {
 }
 
 // Template is what a node needs to know of a template build to start
-// sandboxes from it.
+// sandboxes from it. Over a wire only ID and BuildID cross: the node
+// resolves the rest, its paths above all, from its own catalog
+// (docs/security.md, "Nothing that names a host path crosses a wire").
 type Template struct {
 	ID      string
 	BuildID string
@@ -114,6 +116,9 @@ type CreateRequest struct {
 	// EnvdAccessToken, when set, is required by envd on every request.
 	EnvdAccessToken string
 	Metadata        map[string]string
+	// Volumes are mounted into the sandbox (VolumeMount; the node holds
+	// each, of the sandbox's team), at every start and resume.
+	Volumes []VolumeMount
 }
 
 // PauseRequest tunes Pause.

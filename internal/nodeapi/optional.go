@@ -52,7 +52,8 @@ type MetricsSource interface {
 // TemplateUse is one template build that a sandbox of the agent (or one of
 // its warm pools) may still read: its root filesystem tree (the lower
 // directory of a sandbox's overlay, needed again at every resume) and its
-// snapshot directory (restored by creates and pool refills).
+// snapshot directory (restored by creates and pool refills). The paths
+// are the node's: over a wire they stay empty.
 type TemplateUse struct {
 	TemplateID  string
 	BuildID     string
@@ -160,7 +161,9 @@ type LogEntry struct {
 }
 
 // TemplateSnapshotter is the optional part of Service for template
-// snapshots on ready (a build's "ready command"). Agent implements it.
+// snapshots on ready (a build's "ready command"). Agent implements it;
+// unlike SandboxSnapshotter it names directories on the node and is in
+// process only (the node's builder takes its snapshots itself).
 type TemplateSnapshotter interface {
 	// Snapshot starts a sandbox of t, waits until readyCmd exits 0 in it,
 	// and checkpoints it into dir (a directory on the node); creates with

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 )
 
 // DefaultHeartbeatInterval is the time between two heartbeats of a node.
@@ -27,9 +29,11 @@ const DefaultHeartbeatRetry = time.Second
 type Client struct {
 	// APIURL is the API's base URL (e.g. "http://warren-api:3000").
 	APIURL string
-	// Token is the node token (WARREN_NODE_TOKEN).
+	// Token is the node's own token (WARREN_NODE_TOKEN).
 	Token string
-	// HTTPClient carries the calls; nil means one with a 10 s timeout.
+	// HTTPClient carries the calls; nil means nodeauth.Client(nil) with a
+	// 10 s timeout (no proxy from the environment, no redirects: the
+	// token goes to the API and nowhere else).
 	HTTPClient *http.Client
 	// Logger receives failed heartbeats; nil discards them.
 	Logger *slog.Logger
@@ -54,26 +58,27 @@ func (c *Client) Heartbeat(ctx context.Context, st Status) (*Reply, error) {
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	hc := c.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second}
+		hc = nodeauth.Client(nil)
+		hc.Timeout = 10 * time.Second
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat of node %q: %w: %w", st.ID, errdefs.ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Message string }
-		json.Unmarshal(data, &e) //nolint:errcheck // the status says enough
-		class := errdefs.ErrUnavailable
-		switch resp.StatusCode {
-		case http.StatusUnauthorized:
-			class = errdefs.ErrUnauthorized
-		case http.StatusBadRequest:
-			class = errdefs.ErrInvalid
-		}
-		return nil, fmt.Errorf("heartbeat of node %q: API answered %d %s: %w", st.ID, resp.StatusCode, e.Message, class)
+	err = errhttp.FromResponse(resp)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
+	if err != nil {
+		switch {
+		case errdefs.IsUnauthorized(err), errdefs.IsInvalid(err):
+			return nil, fmt.Errorf("heartbeat of node %q: API answered %w", st.ID, err)
+		}
+		// Anything else is the API's trouble: tried again.
+		return nil, fmt.Errorf("heartbeat of node %q: API answered %v: %w", st.ID, err, errdefs.ErrUnavailable)
+	}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var r Reply
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("heartbeat of node %q: reply: %w", st.ID, err)

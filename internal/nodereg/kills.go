@@ -2,7 +2,6 @@ package nodereg
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -53,11 +52,11 @@ type NodeKillRecorder interface {
 
 func validKills(nodeID string, kills []Kill) error {
 	if len(kills) > MaxReportedKills {
-		return fmt.Errorf("node %q: %d kills in one heartbeat, at most %d: %w", nodeID, len(kills), MaxReportedKills, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: %d kills in one heartbeat, at most %d", nodeID, len(kills), MaxReportedKills)
 	}
 	for _, k := range kills {
 		if len(k.SandboxID) > 128 || len(k.ExecutionID) > 128 || len(k.Type) > 32 || len(k.Reason) > 64 {
-			return fmt.Errorf("node %q: a reported kill has a field too long: %w", nodeID, errdefs.ErrInvalid)
+			return errdefs.Publicf(errdefs.ErrInvalid, "node %q: a reported kill has a field too long", nodeID)
 		}
 	}
 	return nil

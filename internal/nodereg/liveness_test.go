@@ -299,9 +299,12 @@ func TestKillsInHeartbeat(t *testing.T) {
 	c := newCluster(t, st, "a")
 	sb := c.create(t)
 	c.nodes["b"] = fakenode.New()
-	srv := httptest.NewServer(c.reg.Handler("tok"))
+	creds := newCredentials(t, st, credentialKey)
+	srv := httptest.NewServer(c.reg.Handler(creds))
 	defer srv.Close()
-	cl := &nodereg.Client{APIURL: srv.URL, Token: "tok"}
+	tokA, _ := issue(t, creds, "a")
+	tokB, _ := issue(t, creds, "b")
+	cl, clB := &nodereg.Client{APIURL: srv.URL, Token: tokA}, &nodereg.Client{APIURL: srv.URL, Token: tokB}
 	at := time.Now().UTC() // after the start: a kill is never recorded before it
 
 	// Node b claims a's sandbox.
@@ -311,7 +314,7 @@ func TestKillsInHeartbeat(t *testing.T) {
 	if err != nil || len(stB.Kills) != 1 {
 		t.Fatalf("b's status %+v %v", stB, err)
 	}
-	r, err := cl.Heartbeat(ctx, stB)
+	r, err := clB.Heartbeat(ctx, stB)
 	if err != nil || len(r.AckedKills) != 1 {
 		t.Fatalf("b's heartbeat: %+v %v", r, err)
 	}
@@ -347,5 +350,40 @@ func TestKillsInHeartbeat(t *testing.T) {
 	stA.Kills = make([]nodereg.Kill, nodereg.MaxReportedKills+1)
 	if _, err := cl.Heartbeat(ctx, stA); !errdefs.IsInvalid(err) {
 		t.Fatalf("a heartbeat with %d kills: %v", len(stA.Kills), err)
+	}
+}
+
+// TestKillsOfAnotherNode: a node that holds its own token reports, in a
+// heartbeat naming another node, kills of that node's sandbox: the
+// heartbeat is refused (403) before its kills are looked at, so the
+// sandbox keeps running with its reservation, and nothing is
+// acknowledged. The node the token names is the reporting node, never
+// the one the body names.
+func TestKillsOfAnotherNode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.SQLite(t)
+	c := newCluster(t, st, "a")
+	sb := c.create(t)
+	creds := newCredentials(t, st, credentialKey)
+	srv := httptest.NewServer(c.reg.Handler(creds))
+	defer srv.Close()
+	tokB, _ := issue(t, creds, "b")
+	if _, err := (&nodereg.Client{APIURL: srv.URL, Token: tokB}).Heartbeat(ctx, status("b", "boot-1")); err != nil {
+		t.Fatalf("b as itself: %v", err)
+	}
+	forged := status("a", "boot-1")
+	forged.Kills = []nodereg.Kill{{SandboxID: sb.ID, ExecutionID: sb.Spec.ExecutionID, Type: string(nodeapi.EventKilled),
+		Reason: string(sandbox.KillOOM), At: time.Now().UTC()}}
+	r, err := (&nodereg.Client{APIURL: srv.URL, Token: tokB}).Heartbeat(ctx, forged)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "403") || r != nil && len(r.AckedKills) > 0 {
+		t.Fatalf("b reporting a's kills as a: %+v, %v; want 403", r, err)
+	}
+	c.wantState(t, sb.ID, sandbox.StateRunning, "")
+	if n, _ := st.GetNode(ctx, "a"); n.Allocated == (store.NodeResources{}) {
+		t.Fatal("a forged report gave a's reservation back")
+	}
+	if evs, _ := st.QueryEvents(ctx, store.EventFilter{SandboxID: sb.ID}); len(evs) > 0 && evs[len(evs)-1].Type == "killed" {
+		t.Fatalf("a forged report recorded a kill: %+v", evs[len(evs)-1])
 	}
 }

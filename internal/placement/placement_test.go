@@ -375,7 +375,9 @@ func TestWatchMergesNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Create(ctx, createReq("s1")); err != nil {
+	req := createReq("s1")
+	record(t, st, req.ID, "", req.ExecutionID)
+	if _, err := p.Create(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	events, err := p.Watch(ctx)
@@ -391,8 +393,9 @@ func TestWatchMergesNodes(t *testing.T) {
 		t.Fatalf("an exited sandbox's node allocated %+v", n.Allocated)
 	}
 	b := add("b")
+	record(t, st, "x", "b", "exec-x")
 	<-b.started
-	b.Emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: "x", At: time.Now()})
+	b.Emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: "x", ExecutionID: "exec-x", At: time.Now()})
 	if ev := <-events; ev.SandboxID != "x" {
 		t.Fatalf("event of the later node %+v", ev)
 	}

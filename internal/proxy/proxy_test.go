@@ -32,6 +32,9 @@ func (f fakeRouter) Route(_ context.Context, id string, admit func(*route.Admiss
 	if id == "atlimit" { // an auto-resume over the team's concurrency limit
 		return nil, fmt.Errorf("resume sandbox %q: %w", id, &lifecycle.LimitError{Limit: 5})
 	}
+	if id == "nodefull" { // an auto-resume no node has room for
+		return nil, fmt.Errorf("resume sandbox %q on node %q: /var/lib/wstr-secret full: %w", id, "node-7", errdefs.ErrExhausted)
+	}
 	r, ok := f[id]
 	if !ok {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
@@ -157,7 +160,13 @@ func TestRouting(t *testing.T) {
 			`{"sandboxId":"sbx1","message":"The sandbox is running but port is not open","port":"` + strconv.Itoa(closed) + `","code":502}`, ""},
 		{"paused", "GET", "/health", envd + "-pausedsbx.e2b.test", nil, 502, `{"sandboxId":"pausedsbx","message":"The sandbox is paused","code":502,"canAutoResume":false}`, ""},
 		{"auto-resume over the team's limit", "GET", "/health", envd + "-atlimit.e2b.test", nil, 429,
-			`{"sandboxId":"atlimit","message":"resume sandbox \"atlimit\": you have reached the maximum number of concurrent sandboxes (5); kill a sandbox or ask for a higher limit","code":429}`, ""},
+			`{"sandboxId":"atlimit","message":"you have reached the maximum number of concurrent sandboxes (5); kill a sandbox or ask for a higher limit","code":429}`, ""},
+		// The client is told the class of an error made with no message
+		// for it, not its text (a node, a host path).
+		{"auto-resume no node has room for", "GET", "/health", envd + "-nodefull.e2b.test", nil, 429,
+			`{"sandboxId":"nodefull","message":"resource exhausted: try again later","code":429}`, ""},
+		{"missing port header as its own message", "GET", "/health", "", map[string]string{"E2b-Sandbox-Id": "sbx1"}, 400,
+			`{"sandboxId":"sbx1","message":"header E2b-Sandbox-Port is missing","code":400}`, ""},
 		{"internal route refused", "POST", "/init", envd + "-sbx1.e2b.test", nil, 404, "", `"path":"/init"`},
 		{"missing port header", "GET", "/health", "", map[string]string{"E2b-Sandbox-Id": "sbx1"}, 400, "", "E2b-Sandbox-Port"},
 		{"not sandbox traffic", "GET", "/health", "api.e2b.test", nil, 400, "", "not sandbox traffic"},

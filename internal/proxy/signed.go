@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/envdproto"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/throttle"
 )
 
@@ -44,7 +45,7 @@ func signedFiles(r *http.Request) bool {
 func (p *Proxy) sandboxBySignature(w http.ResponseWriter, r *http.Request) (id string, ok bool) {
 	s, _, err := envdproto.ParseSigned(r.URL.Query())
 	if err != nil {
-		writeJSONError(w, r, http.StatusUnauthorized, errBody{Message: err.Error(), Code: 401})
+		writeJSONError(w, r, http.StatusUnauthorized, errBody{Message: errhttp.Message(err), Code: 401})
 		return "", false
 	}
 	if s.Expired(time.Now().Unix()) {

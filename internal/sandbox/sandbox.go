@@ -55,6 +55,7 @@ const (
 	KillPidsLimit       KillReason = "pids_limit"       // its host pids limit refused the runtime a task
 	KillNodeLost        KillReason = "node_lost"        // its node disappeared
 	KillExited          KillReason = "exited"           // its init exited by itself
+	KillVolumeDeleted   KillReason = "volume_deleted"   // a volume it mounts was destroyed with force
 )
 
 // Known reports whether r is one of the reasons above, or empty. A reason
@@ -63,7 +64,7 @@ const (
 func (r KillReason) Known() bool {
 	switch r {
 	case "", KillRequest, KillTimeout, KillAdmin, KillOrphaned, KillTTLBackstop, KillResumeFailed,
-		KillTemplateMissing, KillOOM, KillPidsLimit, KillNodeLost, KillExited:
+		KillTemplateMissing, KillOOM, KillPidsLimit, KillNodeLost, KillExited, KillVolumeDeleted:
 		return true
 	}
 	return false

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -153,5 +154,49 @@ func TestUpgradeFromVersion6(t *testing.T) {
 	}
 	if err := s.CreateTeam(ctx, &Team{ID: "live"}); !errdefs.IsAlreadyExists(err) {
 		t.Errorf("create of the live team's ID after the upgrade: %v, want already exists", err)
+	}
+}
+
+// TestUpgradeFromVersion7 opens a database left at schema version 7 (team
+// IDs, before node tokens) with a team in it: migration 8 adds the node
+// tokens' table, which takes a token, and the team is still there.
+func TestUpgradeFromVersion7(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v7.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`}
+	for _, m := range migrations[:7] {
+		qs = append(qs, m.sqlite)
+	}
+	qs = append(qs, `INSERT INTO schema_migrations (version, applied_at) VALUES (1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (7, 1)`,
+		`INSERT INTO teams (id, name, created_at) VALUES ('live', 'live', 1)`,
+		`INSERT INTO team_ids (id, created_at, deleted_at) VALUES ('live', 1, 0)`)
+	for _, q := range qs {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%.60s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err := OpenSQLite(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var v int
+	if err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&v); err != nil || v != SchemaVersion() || v != 9 {
+		t.Fatalf("version %d, %v; want 9", v, err)
+	}
+	if _, err := s.GetTeam(ctx, "live"); err != nil {
+		t.Errorf("team after the upgrade: %v", err)
+	}
+	if err := s.CreateNodeToken(ctx, &NodeToken{ID: "tok1", NodeID: "node-a", CreatedAt: time.Unix(1, 0)}); err != nil {
+		t.Fatalf("node token after the upgrade: %v", err)
+	}
+	if toks, err := s.ListNodeTokens(ctx, "node-a"); err != nil || len(toks) != 1 {
+		t.Errorf("node tokens after the upgrade: %v, %v", toks, err)
 	}
 }

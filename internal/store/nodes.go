@@ -10,7 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
-// The node registry (SCALE-OUT.md): the nodes that registered with the API,
+// The node registry (docs/node.md): the nodes that registered with the API,
 // what they report at every heartbeat, and the capacity the control plane
 // reserved on each for the sandboxes it placed there.
 
@@ -223,7 +223,7 @@ func (s *SQL) SetNodeAdminStatus(ctx context.Context, id, status string) error {
 		return classify(err, fmt.Sprintf("node %q", id))
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("node %q: %w", id, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "node %q", id)
 	}
 	return nil
 }

@@ -169,6 +169,13 @@ type Limits struct {
 	// their builds' trees and snapshots and the layer cache entries
 	// their builds made.
 	MaxTemplateStorageMB int64
+	// MaxVolumes is the number of volumes a team may keep; MaxVolumeSizeMB
+	// bounds one volume's size (and is the size of a volume created
+	// without one); MaxVolumeStorageMB bounds the sum of the sizes of the
+	// team's volumes.
+	MaxVolumes         int
+	MaxVolumeSizeMB    int64
+	MaxVolumeStorageMB int64
 }
 
 // APIKey authenticates requests of a team. The secret itself is never

@@ -434,7 +434,7 @@ func testTeamDeleteLeavesNothing(t *testing.T, s *store.SQL) {
 	}
 	// ... and a new team with the same ID is refused.
 	err := s.CreateTeam(ctx, &store.Team{ID: id, Name: "new"})
-	if !errdefs.IsAlreadyExists(err) || !strings.Contains(errdefs.ClientMessage(err), "not reused") {
+	if msg, _ := errdefs.Message(err); !errdefs.IsAlreadyExists(err) || !strings.Contains(msg, "not reused") {
 		t.Fatalf("create of a deleted team's ID: %v, want already exists (IDs are not reused)", err)
 	}
 	if _, err := s.GetTeam(ctx, id); !errdefs.IsNotFound(err) {
@@ -444,7 +444,7 @@ func testTeamDeleteLeavesNothing(t *testing.T, s *store.SQL) {
 	if err := s.CreateTeam(ctx, &store.Team{ID: "tapi-new", Name: "new"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateTeam(ctx, &store.Team{ID: "tapi-new"}); !errdefs.IsAlreadyExists(err) || strings.Contains(errdefs.ClientMessage(err), "not reused") {
+	if err := s.CreateTeam(ctx, &store.Team{ID: "tapi-new"}); !errdefs.IsAlreadyExists(err) || strings.Contains(err.Error(), "not reused") {
 		t.Fatalf("duplicate of a live team: %v", err)
 	}
 }

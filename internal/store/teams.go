@@ -10,7 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
-const teamCols = `id, name, created_at, max_concurrent, max_timeout_ms, max_vcpus, max_memory_mb, max_disk_mb, max_paused, max_snapshots, max_builds, max_webhooks, max_template_storage_mb`
+const teamCols = `id, name, created_at, max_concurrent, max_timeout_ms, max_vcpus, max_memory_mb, max_disk_mb, max_paused, max_snapshots, max_builds, max_webhooks, max_template_storage_mb, max_volumes, max_volume_size_mb, max_volume_storage_mb`
 
 // CreateTeam implements Store. A team ID is given once: team_ids keeps
 // every ID ever created, so the ID of a deleted team is refused
@@ -30,7 +30,7 @@ func (s *SQL) CreateTeam(ctx context.Context, t *Team) error {
 	case err == nil && deleted != 0:
 		return errdefs.Publicf(errdefs.ErrAlreadyExists, "team id %q belonged to a deleted team; team IDs are not reused", t.ID)
 	case err == nil:
-		return fmt.Errorf("%s: %w", what, errdefs.ErrAlreadyExists)
+		return errdefs.Publicf(errdefs.ErrAlreadyExists, "%s", what)
 	case !errors.Is(err, sql.ErrNoRows):
 		return classify(err, what)
 	}
@@ -39,9 +39,10 @@ func (s *SQL) CreateTeam(ctx context.Context, t *Team) error {
 		return classify(err, what)
 	}
 	l := t.Limits
-	if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO teams (`+teamCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO teams (`+teamCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		t.ID, t.Name, toNanos(t.CreatedAt), l.MaxConcurrent, l.MaxTimeout.Milliseconds(), l.MaxVCPUs, l.MaxMemoryMB,
-		l.MaxDiskMB, l.MaxPaused, l.MaxSnapshots, l.MaxBuilds, l.MaxWebhooks, l.MaxTemplateStorageMB); err != nil {
+		l.MaxDiskMB, l.MaxPaused, l.MaxSnapshots, l.MaxBuilds, l.MaxWebhooks, l.MaxTemplateStorageMB,
+		l.MaxVolumes, l.MaxVolumeSizeMB, l.MaxVolumeStorageMB); err != nil {
 		return classify(err, what)
 	}
 	return classify(tx.Commit(), what)
@@ -52,7 +53,8 @@ func scanTeam(sc interface{ Scan(...any) error }) (*Team, error) {
 	var created, maxTimeout int64
 	l := &t.Limits
 	if err := sc.Scan(&t.ID, &t.Name, &created, &l.MaxConcurrent, &maxTimeout, &l.MaxVCPUs, &l.MaxMemoryMB,
-		&l.MaxDiskMB, &l.MaxPaused, &l.MaxSnapshots, &l.MaxBuilds, &l.MaxWebhooks, &l.MaxTemplateStorageMB); err != nil {
+		&l.MaxDiskMB, &l.MaxPaused, &l.MaxSnapshots, &l.MaxBuilds, &l.MaxWebhooks, &l.MaxTemplateStorageMB,
+		&l.MaxVolumes, &l.MaxVolumeSizeMB, &l.MaxVolumeStorageMB); err != nil {
 		return nil, err
 	}
 	t.CreatedAt = fromNanos(created)
@@ -105,9 +107,9 @@ func (s *SQL) UpdateTeam(ctx context.Context, id string, fn func(*Team) error) (
 	}
 	t.ID = id
 	l := t.Limits
-	if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE teams SET name = ?, max_concurrent = ?, max_timeout_ms = ?, max_vcpus = ?, max_memory_mb = ?, max_disk_mb = ?, max_paused = ?, max_snapshots = ?, max_builds = ?, max_webhooks = ?, max_template_storage_mb = ? WHERE id = ?`),
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE teams SET name = ?, max_concurrent = ?, max_timeout_ms = ?, max_vcpus = ?, max_memory_mb = ?, max_disk_mb = ?, max_paused = ?, max_snapshots = ?, max_builds = ?, max_webhooks = ?, max_template_storage_mb = ?, max_volumes = ?, max_volume_size_mb = ?, max_volume_storage_mb = ? WHERE id = ?`),
 		t.Name, l.MaxConcurrent, l.MaxTimeout.Milliseconds(), l.MaxVCPUs, l.MaxMemoryMB, l.MaxDiskMB, l.MaxPaused, l.MaxSnapshots,
-		l.MaxBuilds, l.MaxWebhooks, l.MaxTemplateStorageMB, id); err != nil {
+		l.MaxBuilds, l.MaxWebhooks, l.MaxTemplateStorageMB, l.MaxVolumes, l.MaxVolumeSizeMB, l.MaxVolumeStorageMB, id); err != nil {
 		return nil, classify(err, what)
 	}
 	return t, classify(tx.Commit(), what)
@@ -141,14 +143,20 @@ func (s *SQL) DeleteTeam(ctx context.Context, id string) error {
 		return err
 	}
 	if n > 0 {
-		return fmt.Errorf("%s has %d sandboxes that are not killed: %w", what, n, errdefs.ErrConflict)
+		return errdefs.Publicf(errdefs.ErrConflict, "%s has %d sandboxes that are not killed", what, n)
+	}
+	// A volume's data is on its node: it goes through the node first.
+	if n, err := s.countVolumes(ctx, tx, id); err != nil {
+		return err
+	} else if n > 0 {
+		return fmt.Errorf("%s has %d volumes; destroy them first: %w", what, n, errdefs.ErrConflict)
 	}
 	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM teams WHERE id = ?`), id)
 	if err != nil {
 		return classify(err, what)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	for _, q := range teamRows {
 		if _, err := tx.ExecContext(ctx, s.d.rebind(q), id); err != nil {

@@ -127,7 +127,7 @@ func (s *SQL) UpdateWebhook(ctx context.Context, w *Webhook) error {
 		return classify(err, fmt.Sprintf("webhook %q", w.ID))
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("webhook %q: %w", w.ID, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "webhook %q", w.ID)
 	}
 	return nil
 }
@@ -145,7 +145,7 @@ func (s *SQL) DeleteWebhook(ctx context.Context, teamID, id string) error {
 		return classify(err, what)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM webhook_deliveries WHERE webhook_id = ?`), id); err != nil {
 		return classify(err, what)
@@ -274,7 +274,7 @@ func (s *SQL) Redeliver(ctx context.Context, teamID, webhookID, deliveryID strin
 		return nil, classify(err, what)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return nil, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	d, err := scanDelivery(s.db.QueryRowContext(ctx, s.d.rebind(`SELECT `+deliveryCols+` FROM webhook_deliveries WHERE id = ?`), deliveryID))
 	return d, classify(err, what)

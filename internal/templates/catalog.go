@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -41,6 +40,17 @@ type Config struct {
 	Mmdebstrap string
 	// DebianMirror is the mirror mmdebstrap uses; Debian's by default.
 	DebianMirror string
+
+	// UnpackRootFS unpacks an operator's root filesystem tar (the base
+	// tar, a system template's tar) from r into the existing directory
+	// dir, passing the bytes of file content written so far to progress
+	// when it is set. The node's composition root sets it to the one tar
+	// package's unpack (internal/node/layer, device nodes kept: the tar
+	// is the operator's own); a catalog without it (of records only, as
+	// `warren api` has) refuses to unpack (errdefs.ErrUnsupported). It is
+	// passed in so that the catalog, which the control plane links,
+	// links no node code.
+	UnpackRootFS func(ctx context.Context, r io.Reader, dir string, progress func(written int64)) error
 
 	// Now returns the current time; time.Now by default.
 	Now func() time.Time
@@ -113,7 +123,7 @@ func visible(t *Template, teamID string) bool {
 // Another team's template is never found under a bare name, so a name
 // one team takes cannot capture another team's creates.
 func (c *Catalog) Find(ctx context.Context, teamID, ref string) (*Template, error) {
-	notFound := fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
+	notFound := errdefs.Publicf(errdefs.ErrNotFound, "template %q", ref)
 	t, err := c.store.GetTemplate(ctx, ref)
 	switch {
 	case err == nil && visible(t, teamID):
@@ -163,12 +173,12 @@ func TeamName(teamID, alias string) (string, error) {
 	}
 	if ns, name, scoped := strings.Cut(alias, "/"); scoped {
 		if ns != teamID || teamID == "" || name == "" || strings.Contains(name, "/") {
-			return "", fmt.Errorf("template name %q: a namespace must be your team's ID (%q): %w", alias, teamID, errdefs.ErrInvalid)
+			return "", errdefs.Publicf(errdefs.ErrInvalid, "template name %q: a namespace must be your team's ID (%q)", alias, teamID)
 		}
 		alias = name
 	}
 	if teamID != "" && Reserved(alias) {
-		return "", fmt.Errorf("template name %q is reserved for the operator's templates: %w", alias, errdefs.ErrForbidden)
+		return "", errdefs.Publicf(errdefs.ErrForbidden, "template name %q is reserved for the operator's templates", alias)
 	}
 	return alias, nil
 }
@@ -184,16 +194,16 @@ func (c *Catalog) Lookup(ctx context.Context, teamID, ref string) (*Template, *B
 	tg, ok := t.Tags[tag]
 	if !ok {
 		if tag == DefaultTag {
-			return nil, nil, fmt.Errorf("template %q has no ready build: %w", name, errdefs.ErrNotFound)
+			return nil, nil, errdefs.Publicf(errdefs.ErrNotFound, "template %q has no ready build", name)
 		}
-		return nil, nil, fmt.Errorf("template %q: tag %q: %w", name, tag, errdefs.ErrNotFound)
+		return nil, nil, errdefs.Publicf(errdefs.ErrNotFound, "template %q: tag %q", name, tag)
 	}
 	b, err := c.store.GetBuild(ctx, tg.BuildID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("template %q: %w", ref, err)
 	}
 	if b.Status != BuildReady {
-		return nil, nil, fmt.Errorf("template %q: build %s is %s: %w", ref, b.ID, b.Status, errdefs.ErrConflict)
+		return nil, nil, errdefs.Publicf(errdefs.ErrConflict, "template %q: build %s is %s", ref, b.ID, b.Status)
 	}
 	return t, b, nil
 }
@@ -281,6 +291,9 @@ func (c *Catalog) ensureRootFS(ctx context.Context, b *Build) (string, error) {
 // differs from it, nothing is renamed into place and the error is
 // ErrUnavailable (the build's tar was replaced since).
 func (c *Catalog) unpackTar(ctx context.Context, tarPath, dir string, want *TarFingerprint, progress func(done, total int64)) (*TarFingerprint, error) {
+	if c.cfg.UnpackRootFS == nil {
+		return nil, fmt.Errorf("root filesystem tar %s: this catalog unpacks no tar: %w", tarPath, errdefs.ErrUnsupported)
+	}
 	f, err := os.Open(tarPath)
 	if err != nil {
 		return nil, fmt.Errorf("root filesystem tar: %w", err)
@@ -306,8 +319,7 @@ func (c *Catalog) unpackTar(ctx context.Context, tarPath, dir string, want *TarF
 	}
 	h := sha256.New()
 	tee := io.TeeReader(f, h)
-	// The operator's own base tar: its device nodes are kept.
-	err = layer.Unpack(ctx, tee, tmp, layer.Options{Devices: true, Progress: cb})
+	err = c.cfg.UnpackRootFS(ctx, tee, tmp, cb)
 	if err == nil {
 		_, err = io.Copy(io.Discard, tee) // the tar's end, for the hash
 	}
@@ -396,9 +408,9 @@ func (c *Catalog) Owned(ctx context.Context, teamID, ref string) (*Template, err
 	case t.TeamID == teamID:
 		return t, nil
 	case t.TeamID == "":
-		return nil, fmt.Errorf("template %q is a system template: %w", ref, errdefs.ErrForbidden)
+		return nil, errdefs.Publicf(errdefs.ErrForbidden, "template %q is a system template", ref)
 	}
-	return nil, fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
+	return nil, errdefs.Publicf(errdefs.ErrNotFound, "template %q", ref)
 }
 
 // Delete removes a template of team and its builds; their files go later
@@ -550,7 +562,7 @@ func (c *Catalog) CreateBuild(ctx context.Context, req CreateRequest) (*Template
 func (c *Catalog) UpdateBuild(ctx context.Context, buildID string, fn func(*Build) error) (*Build, error) {
 	return c.store.UpdateBuild(ctx, buildID, func(b *Build) error {
 		if b.Status == BuildReady || b.Status == BuildError {
-			return fmt.Errorf("build %s is already %s: %w", b.ID, b.Status, errdefs.ErrConflict)
+			return errdefs.Publicf(errdefs.ErrConflict, "build %s is already %s", b.ID, b.Status)
 		}
 		if err := fn(b); err != nil {
 			return err
@@ -576,7 +588,7 @@ func (c *Catalog) FinishBuild(ctx context.Context, buildID string, reason *Reaso
 	var tags []string
 	return c.store.FinishBuild(ctx, buildID, func(b *Build) error {
 		if b.Status == BuildReady || b.Status == BuildError {
-			return fmt.Errorf("build %s is already %s: %w", b.ID, b.Status, errdefs.ErrConflict)
+			return errdefs.Publicf(errdefs.ErrConflict, "build %s is already %s", b.ID, b.Status)
 		}
 		b.Status = BuildReady
 		b.FinishedAt, b.UpdatedAt = finished, finished
@@ -607,13 +619,13 @@ func (c *Catalog) AssignTags(ctx context.Context, teamID, target string, tags []
 	}
 	src, ok := t.Tags[tag]
 	if !ok {
-		return "", fmt.Errorf("template %q: tag %q: %w", name, tag, errdefs.ErrNotFound)
+		return "", errdefs.Publicf(errdefs.ErrNotFound, "template %q: tag %q", name, tag)
 	}
 	_, err = c.store.UpdateTemplate(ctx, t.ID, func(t *Template) error {
 		now := c.now()
 		for _, tg := range tags {
 			if tg == "" {
-				return fmt.Errorf("empty tag: %w", errdefs.ErrInvalid)
+				return errdefs.Publicf(errdefs.ErrInvalid, "empty tag")
 			}
 			t.Tags[tg] = Tag{BuildID: src.BuildID, CreatedAt: now}
 		}
@@ -633,7 +645,7 @@ func (c *Catalog) DeleteTags(ctx context.Context, teamID, name string, tags []st
 	}
 	for _, tg := range tags {
 		if _, ok := t.Tags[tg]; !ok {
-			return fmt.Errorf("template %q: tag %q: %w", name, tg, errdefs.ErrNotFound)
+			return errdefs.Publicf(errdefs.ErrNotFound, "template %q: tag %q", name, tg)
 		}
 	}
 	_, err = c.store.UpdateTemplate(ctx, t.ID, func(t *Template) error {

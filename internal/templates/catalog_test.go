@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -22,6 +23,9 @@ func newCatalog(t *testing.T, cfg Config) *Catalog {
 	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
+	}
+	if cfg.UnpackRootFS == nil {
+		cfg.UnpackRootFS = layer.UnpackRootFS
 	}
 	c, err := New(cfg)
 	if err != nil {
@@ -340,6 +344,18 @@ func TestEnsureBaseWithMmdebstrap(t *testing.T) {
 		c := newCatalog(t, Config{BaseRootFSTar: tarPath, Mmdebstrap: "/nonexistent/mmdebstrap"})
 		if err := c.EnsureBase(ctx, nil); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("a catalog that unpacks no tar", func(t *testing.T) {
+		t.Parallel()
+		tarPath := filepath.Join(t.TempDir(), "base.tar")
+		os.WriteFile(tarPath, smallRootFS(t), 0o644)
+		c, err := New(Config{DataDir: t.TempDir(), BaseRootFSTar: tarPath, Mmdebstrap: "/nonexistent/mmdebstrap"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.EnsureBase(ctx, nil); !errdefs.IsUnsupported(err) {
+			t.Fatalf("EnsureBase without UnpackRootFS: %v, want unsupported", err)
 		}
 	})
 }

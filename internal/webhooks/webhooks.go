@@ -373,7 +373,7 @@ func (d *Dispatcher) post(ctx context.Context, hook *store.Webhook, dl *store.De
 func ValidateURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		return fmt.Errorf("webhook url %q: must be an absolute http(s) URL without credentials: %w", raw, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "webhook url %q: must be an absolute http(s) URL without credentials", raw)
 	}
 	return nil
 }
@@ -398,7 +398,7 @@ func URLValidator(p *egress.Policy) func(string) error {
 		}
 		n, _ := strconv.Atoi(port)
 		if p.Check(netip.AddrPortFrom(ip, uint16(n))) != nil {
-			return fmt.Errorf("webhook url %q: %s: %w", raw, egress.Describe(egress.ErrRefused), errdefs.ErrInvalid)
+			return errdefs.Publicf(errdefs.ErrInvalid, "webhook url %q: %s", raw, egress.Describe(egress.ErrRefused))
 		}
 		return nil
 	}

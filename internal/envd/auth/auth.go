@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/envd/state"
 	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 )
 
 // Header names and the messages of the 401 answers (see envdproto, their
@@ -99,7 +100,7 @@ func (a *Auth) Files(r *http.Request, op string) (Grant, string) {
 	case !ok:
 		return Grant{}, MsgMissingToken
 	case err != nil:
-		return Grant{}, err.Error()
+		return Grant{}, errhttp.Message(err)
 	case s.Expired(a.now().Unix()):
 		return Grant{}, MsgSignatureExpired
 	case !s.Valid(op, a.state.Token()):
@@ -127,7 +128,7 @@ func (a *Auth) User(name string) (*identity.User, error) {
 	}
 	u, err := identity.Lookup(name)
 	if err != nil {
-		return nil, fmt.Errorf("invalid username: '%s': %w", name, errdefs.ErrUnauthorized)
+		return nil, errdefs.Classf(errdefs.ErrUnauthorized, "invalid username: '%s'", name)
 	}
 	return u, nil
 }
@@ -169,13 +170,12 @@ func (g *InitGate) Allowed(r *http.Request) bool {
 	return g.st.TokenMatches(r.Header.Get(AccessTokenHeader))
 }
 
-// WriteError writes the JSON error body of envd's HTTP routes:
-// {"code":<status>,"message":"..."}.
+// WriteError writes the JSON error body of envd's HTTP routes,
+// {"code":<status>,"message":"..."} (errhttp.Body, the API's) on a line:
+// status and msg are the caller's, errhttp.Status for an error of a
+// class.
 func WriteError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{status, msg})
+	_ = json.NewEncoder(w).Encode(errhttp.Body{Code: status, Message: msg}) // a line, as envd always wrote it
 }

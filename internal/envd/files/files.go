@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/identity"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,7 +62,7 @@ func (h *Handler) begin(w http.ResponseWriter, r *http.Request, op string) (*ide
 
 // httpError answers with the status of err's class.
 func httpError(w http.ResponseWriter, err error, msg string) {
-	status := errdefs.HTTPStatus(err)
+	status := errhttp.Status(err)
 	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 		status = http.StatusInsufficientStorage
 		msg = "not enough disk space: " + msg
@@ -73,9 +74,9 @@ func httpError(w http.ResponseWriter, err error, msg string) {
 func classify(err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+		return errdefs.Classf(errdefs.ErrNotFound, "%w", err)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrForbidden)
+		return errdefs.Classf(errdefs.ErrForbidden, "%w", err)
 	default:
 		return err
 	}

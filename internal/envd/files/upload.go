@@ -45,7 +45,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	md, err := metadataFromHeaders(r.Header)
 	if err != nil {
-		auth.WriteError(w, http.StatusBadRequest, err.Error())
+		auth.WriteError(w, http.StatusBadRequest, errdefs.MessageOrText(err))
 		return
 	}
 	body := io.Reader(r.Body)
@@ -82,11 +82,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		h.log.Debug("upload failed", "error", err)
-		msg := err.Error()
-		if errors.Is(err, errSignedPath) {
-			msg = errdefs.ClientMessage(err)
-		}
-		httpError(w, err, msg)
+		httpError(w, err, errdefs.MessageOrText(err))
 		return
 	}
 	if len(result) == 0 {
@@ -99,7 +95,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) uploadMultipart(u *identity.User, body io.Reader, boundary, queryPath string, md map[string]string) ([]uploaded, error) {
 	if boundary == "" {
-		return nil, fmt.Errorf("multipart body without boundary: %w", errdefs.ErrInvalid)
+		return nil, errdefs.Classf(errdefs.ErrInvalid, "multipart body without boundary")
 	}
 	mr := multipart.NewReader(body, boundary)
 	var out []uploaded
@@ -109,7 +105,7 @@ func (h *Handler) uploadMultipart(u *identity.User, body io.Reader, boundary, qu
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("multipart body: %v: %w", err, errdefs.ErrInvalid)
+			return nil, errdefs.Classf(errdefs.ErrInvalid, "multipart body: %v", err)
 		}
 		name := rawFilename(part.Header.Get("Content-Disposition"))
 		if name == "" && part.FormName() != "file" {
@@ -121,7 +117,7 @@ func (h *Handler) uploadMultipart(u *identity.User, body io.Reader, boundary, qu
 			target = queryPath
 		}
 		if target == "" {
-			return nil, fmt.Errorf("part without a file name and no path given: %w", errdefs.ErrInvalid)
+			return nil, errdefs.Classf(errdefs.ErrInvalid, "part without a file name and no path given")
 		}
 		e, err := writeFile(u, u.ResolvePath(target, ""), part, md)
 		_ = part.Close()

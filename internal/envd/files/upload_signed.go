@@ -41,7 +41,7 @@ func refuseSigned(format string, args ...any) error {
 // resolved path the URL was signed for.
 func uploadSigned(u *identity.User, body io.Reader, boundary, target string, md map[string]string) ([]uploaded, error) {
 	if boundary == "" {
-		return nil, fmt.Errorf("multipart body without boundary: %w", errdefs.ErrInvalid)
+		return nil, errdefs.Classf(errdefs.ErrInvalid, "multipart body without boundary")
 	}
 	mr := multipart.NewReader(body, boundary)
 	var staged *os.File
@@ -56,7 +56,7 @@ func uploadSigned(u *identity.User, body io.Reader, boundary, target string, md 
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("multipart body: %v: %w", err, errdefs.ErrInvalid)
+			return nil, errdefs.Classf(errdefs.ErrInvalid, "multipart body: %v", err)
 		}
 		name := rawFilename(part.Header.Get("Content-Disposition"))
 		if name == "" && part.FormName() != "file" {

@@ -143,7 +143,7 @@ func (s *Service) ListDir(_ context.Context, req *connect.Request[pb.ListDirRequ
 	dir, err := u.Open(path, unix.O_RDONLY|unix.O_DIRECTORY, identity.Read|identity.Execute)
 	if err != nil {
 		if errdefs.IsInvalid(err) {
-			return nil, errconnect.From(fmt.Errorf("path is not a directory: %s: %w", path, errdefs.ErrInvalid))
+			return nil, errconnect.From(errdefs.Classf(errdefs.ErrInvalid, "path is not a directory: %s", path))
 		}
 		return nil, errconnect.From(err)
 	}
@@ -189,11 +189,11 @@ func list(u *identity.User, f *os.File, path string, depth int, out *[]*pb.Entry
 func classify(err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+		return errdefs.Classf(errdefs.ErrNotFound, "%w", err)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrForbidden)
+		return errdefs.Classf(errdefs.ErrForbidden, "%w", err)
 	case errors.Is(err, fs.ErrExist):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrAlreadyExists)
+		return errdefs.Classf(errdefs.ErrAlreadyExists, "%w", err)
 	default:
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
@@ -45,7 +46,7 @@ func newRig(t *testing.T, fcfg fake.Config, token string, opts ...func(*node.Age
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	o := noderpc.Options{Token: token}
+	o := noderpc.Options{Token: token, ResolveTemplate: resolveOwn}
 	for _, f := range opts {
 		f(a, &o)
 	}
@@ -54,6 +55,16 @@ func newRig(t *testing.T, fcfg fake.Config, token string, opts ...func(*node.Age
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return &rig{agent: a, client: nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token}), drv: drv, envd: envd, url: srv.URL}
+}
+
+// resolveOwn is the rig node's template resolver: it holds template "t",
+// build "b" (as req names it), its root filesystem at /rootfs.
+func resolveOwn(_ context.Context, _ string, t nodeapi.Template) (nodeapi.Template, error) {
+	own := req("x").Template
+	if t.ID != own.ID || t.BuildID != "" && t.BuildID != own.BuildID {
+		return nodeapi.Template{}, fmt.Errorf("template %q build %q: %w", t.ID, t.BuildID, errdefs.ErrNotFound)
+	}
+	return own, nil
 }
 
 func req(id string) nodeapi.CreateRequest {
@@ -265,7 +276,7 @@ func TestConnectErrorMapping(t *testing.T) {
 			}
 		})
 	}
-	if err := noderpc.FromConnectError(noderpc.ToConnectError(errors.New("disk on fire"))); err == nil || errdefs.HTTPStatus(err) != 500 {
+	if err := noderpc.FromConnectError(noderpc.ToConnectError(errors.New("disk on fire"))); err == nil || errhttp.Status(err) != 500 {
 		t.Errorf("unclassified error came back as %v", err)
 	}
 }
@@ -284,7 +295,7 @@ func TestWatchReconnects(t *testing.T) {
 	}
 	defer a.Close()
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(a, noderpc.Options{}))
+	mux.Handle(noderpc.NewHandler(a, noderpc.Options{ResolveTemplate: resolveOwn}))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client()})

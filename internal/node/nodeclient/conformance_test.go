@@ -1,6 +1,7 @@
 package nodeclient_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -37,13 +38,23 @@ func rootfsDir(t *testing.T) string {
 // resolves the creates that name them, as `warren node` does.
 func TestConformance(t *testing.T) {
 	nodeapitest.Run(t, nodeapitest.Harness{New: func(t *testing.T) nodeapitest.Node {
+		own := nodeapi.Template{ID: "t", BuildID: "b", RootFS: rootfsDir(t), User: "user", Workdir: "/home/user"}
 		r := newRig(t, fake.Config{}, "conformance-token", func(a *node.Agent, o *noderpc.Options) {
 			ss := nodebuildtest.New(t, a, a)
-			o.SandboxSnapshots, o.ResolveTemplate = ss, ss.Resolve
+			o.SandboxSnapshots = ss
+			// The suite's template is the node's own copy; the snapshots'
+			// builds are its catalog's.
+			o.ResolveTemplate = func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error) {
+				if t.ID == own.ID && (t.BuildID == "" || t.BuildID == own.BuildID) {
+					return own, nil
+				}
+				return ss.Resolve(ctx, teamID, t)
+			}
 		})
 		return nodeapitest.Node{
 			Service:  r.client,
-			Template: nodeapi.Template{ID: "t", BuildID: "b", RootFS: rootfsDir(t), User: "user", Workdir: "/home/user"},
+			Template: own,
+			Remote:   true,
 			Exit: func(t *testing.T, id string) {
 				if err := r.drv.Exit(id, 0); err != nil {
 					t.Fatalf("exit %q: %v", id, err)

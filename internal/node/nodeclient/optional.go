@@ -12,13 +12,15 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// The optional parts of nodeapi.Service, over the wire.
+// The optional parts of nodeapi.Service, over the wire. The part that
+// names directories on the node (nodeapi.TemplateSnapshotter) does not
+// cross it: a path is the node's own. Sandbox snapshots cross by IDs
+// (TakeSandboxSnapshot), naming no path.
 var (
-	_ nodeapi.Pooler              = (*Client)(nil)
-	_ nodeapi.TemplateHolder      = (*Client)(nil)
-	_ nodeapi.SandboxSnapshotter  = (*Client)(nil)
-	_ nodeapi.TemplateSnapshotter = (*Client)(nil)
-	_ nodeapi.LogSource           = (*Client)(nil)
+	_ nodeapi.Pooler             = (*Client)(nil)
+	_ nodeapi.TemplateHolder     = (*Client)(nil)
+	_ nodeapi.SandboxSnapshotter = (*Client)(nil)
+	_ nodeapi.LogSource          = (*Client)(nil)
 )
 
 // SetPool implements nodeapi.Pooler.
@@ -107,18 +109,4 @@ func (c *Client) SandboxLogs(ctx context.Context, id string, start time.Time) ([
 		return nil, noderpc.FromConnectError(err)
 	}
 	return noderpc.LogEntriesFromProto(resp.Msg.GetEntries()), nil
-}
-
-// Snapshot implements nodeapi.TemplateSnapshotter.
-func (c *Client) Snapshot(ctx context.Context, t nodeapi.Template, readyCmd, dir string) error {
-	_, err := c.rpc.SnapshotTemplate(ctx, connect.NewRequest(&nodepb.SnapshotTemplateRequest{
-		Template: noderpc.TemplateToProto(t), ReadyCmd: readyCmd, Dir: dir,
-	}))
-	return noderpc.FromConnectError(err)
-}
-
-// DeleteSnapshot implements nodeapi.TemplateSnapshotter.
-func (c *Client) DeleteSnapshot(ctx context.Context, dir string) error {
-	_, err := c.rpc.DeleteSnapshot(ctx, connect.NewRequest(&nodepb.DeleteSnapshotRequest{Dir: dir}))
-	return noderpc.FromConnectError(err)
 }

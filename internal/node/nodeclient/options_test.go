@@ -5,16 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"connectrpc.com/connect"
-
-	nodepb "github.com/warren-sandbox/warren/api/node"
-	"github.com/warren-sandbox/warren/api/node/nodepbconnect"
-
-	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
@@ -22,14 +14,12 @@ import (
 )
 
 // TestServerOptions: a node with a proxy listener names it in every
-// sandbox it returns, and refuses snapshot directories outside its
-// SnapshotRoot (the control plane cannot make it write or delete there).
+// sandbox it returns.
 func TestServerOptions(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, fake.Config{}, "")
-	root := t.TempDir()
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(r.agent, noderpc.Options{NodeProxy: "10.0.0.5:3101", SnapshotRoot: root}))
+	mux.Handle(noderpc.NewHandler(r.agent, noderpc.Options{NodeProxy: "10.0.0.5:3101", ResolveTemplate: resolveOwn}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client()})
@@ -49,25 +39,19 @@ func TestServerOptions(t *testing.T) {
 	if g, _ := r.client.Get(ctx, "sb1"); g == nil || g.NodeProxy != "" {
 		t.Errorf("Get through a server without a proxy: %+v, want no node proxy", g)
 	}
-	for _, dir := range []string{"/etc", filepath.Join(root, "..", "x"), root, "relative/dir", filepath.Dir(root) + "/other"} {
-		if err := c.DeleteSnapshot(ctx, dir); !errors.Is(err, errdefs.ErrInvalid) {
-			t.Errorf("DeleteSnapshot of %q: %v, want invalid", dir, err)
-		}
-	}
-	// A sandbox snapshot into a directory the caller names is no longer
-	// taken, even under the root: TakeSandboxSnapshot names build IDs.
-	raw := nodepbconnect.NewNodeServiceClient(srv.Client(), srv.URL)
-	for _, dir := range []string{"/etc", filepath.Join(root, "snap")} {
-		_, err := raw.SnapshotSandbox(ctx, connect.NewRequest(&nodepb.SnapshotSandboxRequest{Id: "sb1", Dir: dir}))
-		if connect.CodeOf(err) != connect.CodeUnimplemented {
-			t.Errorf("SnapshotSandbox into %q: %v, want unimplemented", dir, err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(root, "snap")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the refused snapshot wrote %s: %v", filepath.Join(root, "snap"), err)
-	}
 }
 
-// The client stands in for the agent wherever the control plane takes a
-// node's template snapshots.
-var _ builder.Snapshotter = (*nodeclient.Client)(nil)
+// A node without a template resolver starts nothing over the wire: the
+// request names no files, and it has none to name.
+func TestCreateWithoutResolver(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, fake.Config{}, "")
+	mux := http.NewServeMux()
+	mux.Handle(noderpc.NewHandler(r.agent, noderpc.Options{}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client()})
+	if _, err := c.Create(context.Background(), req("sb1")); !errors.Is(err, errdefs.ErrUnsupported) {
+		t.Errorf("Create on a node without a resolver: %v, want unsupported", err)
+	}
+}

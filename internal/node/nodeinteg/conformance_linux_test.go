@@ -2,10 +2,12 @@ package nodeinteg
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -23,8 +25,8 @@ func TestConformanceRunsc(t *testing.T) {
 }
 
 // TestConformanceRunscRPC runs the suite against the RPC client, through
-// the noderpc server (with a token and a snapshot root, as `warren node`
-// serves it), to the agent over real gVisor sandboxes.
+// the noderpc server (with a token and a template resolver, as `warren
+// node` serves it), to the agent over real gVisor sandboxes.
 func TestConformanceRunscRPC(t *testing.T) {
 	nodeapitest.Run(t, nodeapitest.Harness{Serial: true, New: func(t *testing.T) nodeapitest.Node {
 		return runscNode(t, true)
@@ -53,10 +55,21 @@ func runscNode(t *testing.T, rpc bool) nodeapitest.Node {
 	}
 	if rpc {
 		const token = "conformance-runsc-token"
-		n.SnapshotRoot = t.TempDir()
+		own := n.Template
+		// The suite's template is the node's own copy; the sandbox
+		// snapshots' builds are its catalog's.
+		resolve := func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error) {
+			if t.ID == own.ID && t.BuildID == own.BuildID {
+				return own, nil
+			}
+			if t.ID == own.ID {
+				return nodeapi.Template{}, fmt.Errorf("template %q build %q: %w", t.ID, t.BuildID, errdefs.ErrNotFound)
+			}
+			return ss.Resolve(ctx, teamID, t)
+		}
+		n.Remote = true
 		mux := http.NewServeMux()
-		mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: token, SnapshotRoot: n.SnapshotRoot,
-			SandboxSnapshots: ss, ResolveTemplate: ss.Resolve}))
+		mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: token, ResolveTemplate: resolve, SandboxSnapshots: ss}))
 		srv := httptest.NewServer(mux)
 		t.Cleanup(srv.Close)
 		n.Service = nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token})

@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/nodebuild/nodebuildtest"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -159,12 +160,18 @@ func TestTemplateSnapshotTravels(t *testing.T) {
 // /tmp (memory), with the source still running on the first. A node of
 // another runtime refuses the build and keeps nothing of it.
 func TestSandboxSnapshotTravels(t *testing.T) {
-	const token = "travel-node-token-0123456789"
+	// The first node's own token (as `warren node` has it): the control
+	// plane's credential opens its routes, its pull key checks the grants
+	// the control plane gives the others.
+	const token = "wnt_00000000000000ab_travel"
+	holderPull := nodeauth.Credential(token, nodeauth.PurposePull)
 	ctx := context.Background()
 	h1 := newHost(t)
 	a1, _ := h1.travelAgent("runsc test build")
 	defer a1.Close()
-	ss1 := nodebuildtest.New(t, a1, a1, func(c *nodebuild.NodeConfig) { c.Token = token })
+	ss1 := nodebuildtest.New(t, a1, a1, func(c *nodebuild.NodeConfig) {
+		c.Credential, c.PullKey = nodeauth.Credential(token, nodeauth.PurposeRPC), holderPull
+	})
 	srv := httptest.NewServer(ss1.Node.Handler())
 	defer srv.Close()
 	id := "st" + sandbox.NewID()[:10]
@@ -190,7 +197,7 @@ func TestSandboxSnapshotTravels(t *testing.T) {
 		t.Errorf("source after the snapshot: %q", out)
 	}
 	// The control plane's answer about the build: its record as the node
-	// keeps it, held by the first node.
+	// keeps it, held by the first node, with a grant to pull it from there.
 	locate := func(ctx context.Context, buildID string) (*nodebuild.Source, error) {
 		b, err := ss1.Node.Export(ctx, buildID)
 		if err != nil {
@@ -200,9 +207,11 @@ func TestSandboxSnapshotTravels(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return &nodebuild.Source{Template: *tm, Build: *b, Holders: []string{srv.URL}, Current: true}, nil
+		src := nodebuild.SourceOf(tm, b, nodebuild.Holder{Address: srv.URL, Grant: nodeauth.Grant(holderPull, buildID, "travel-peer", time.Now().Add(10*time.Minute))})
+		src.Current = true
+		return src, nil
 	}
-	pulls := func(c *nodebuild.NodeConfig) { c.Token, c.Locate = token, locate }
+	pulls := func(c *nodebuild.NodeConfig) { c.Locate = locate }
 
 	h2 := newHost(t)
 	a2, drv2 := h2.travelAgent("runsc test build")

@@ -81,20 +81,11 @@ func PolicyFromProto(p *nodepb.Policy) (netslot.Policy, error) {
 	return out, nil
 }
 
-// TemplateToProto converts t.
+// TemplateToProto names t on the wire: its ID and build ID. Nothing else
+// of it crosses (its files are the node's, which resolves the build
+// itself: noderpc.Options.ResolveTemplate).
 func TemplateToProto(t nodeapi.Template) *nodepb.Template {
-	return &nodepb.Template{
-		Id: t.ID, BuildId: t.BuildID, Rootfs: t.RootFS, Env: t.Env, User: t.User,
-		Workdir: t.Workdir, StartCmd: t.StartCmd, SnapshotDir: t.SnapshotDir, Resources: ResourcesToProto(t.Resources),
-	}
-}
-
-// TemplateFromProto converts t.
-func TemplateFromProto(t *nodepb.Template) nodeapi.Template {
-	return nodeapi.Template{
-		ID: t.GetId(), BuildID: t.GetBuildId(), RootFS: t.GetRootfs(), Env: t.GetEnv(), User: t.GetUser(),
-		Workdir: t.GetWorkdir(), StartCmd: t.GetStartCmd(), SnapshotDir: t.GetSnapshotDir(), Resources: ResourcesFromProto(t.GetResources()),
-	}
+	return &nodepb.Template{Id: t.ID, BuildId: t.BuildID}
 }
 
 // CreateToProto converts r.
@@ -103,20 +94,24 @@ func CreateToProto(r nodeapi.CreateRequest) *nodepb.CreateRequest {
 		Id: r.ID, ExecutionId: r.ExecutionID, TeamId: r.TeamID, Template: TemplateToProto(r.Template),
 		Resources: ResourcesToProto(r.Resources), EndAt: Timestamp(r.EndAt), Network: PolicyToProto(r.Network),
 		EnvVars: r.EnvVars, EnvdAccessToken: r.EnvdAccessToken, Metadata: r.Metadata, TimeoutMs: r.Timeout.Milliseconds(),
+		Volumes: VolumeMountsToProto(r.Volumes),
 	}
 }
 
-// CreateFromProto converts r.
+// CreateFromProto converts r; its template is named only (the server
+// resolves it).
 func CreateFromProto(r *nodepb.CreateRequest) (nodeapi.CreateRequest, error) {
 	pol, err := PolicyFromProto(r.GetNetwork())
 	if err != nil {
 		return nodeapi.CreateRequest{}, err
 	}
 	return nodeapi.CreateRequest{
-		ID: r.GetId(), ExecutionID: r.GetExecutionId(), TeamID: r.GetTeamId(), Template: TemplateFromProto(r.GetTemplate()),
+		ID: r.GetId(), ExecutionID: r.GetExecutionId(), TeamID: r.GetTeamId(),
+		Template:  nodeapi.Template{ID: r.GetTemplate().GetId(), BuildID: r.GetTemplate().GetBuildId()},
 		Resources: ResourcesFromProto(r.GetResources()), EndAt: Time(r.GetEndAt()), Network: pol,
 		EnvVars: r.GetEnvVars(), EnvdAccessToken: r.GetEnvdAccessToken(), Metadata: r.GetMetadata(),
 		Timeout: time.Duration(max(r.GetTimeoutMs(), 0)) * time.Millisecond,
+		Volumes: VolumeMountsFromProto(r.GetVolumes()),
 	}, nil
 }
 
@@ -166,14 +161,15 @@ func PoolStatusFromProto(p *nodepb.PoolStatus) nodeapi.PoolStatus {
 	return nodeapi.PoolStatus{BuildID: p.GetBuildId(), Size: int(p.GetSize()), Ready: int(p.GetReady()), Making: int(p.GetMaking()), Hits: p.GetHits(), Misses: p.GetMisses()}
 }
 
-// TemplateUseToProto converts u.
+// TemplateUseToProto converts u without its paths on the node.
 func TemplateUseToProto(u nodeapi.TemplateUse) *nodepb.TemplateUse {
-	return &nodepb.TemplateUse{TemplateId: u.TemplateID, BuildId: u.BuildID, Rootfs: u.RootFS, SnapshotDir: u.SnapshotDir, SandboxId: u.SandboxID}
+	return &nodepb.TemplateUse{TemplateId: u.TemplateID, BuildId: u.BuildID, SandboxId: u.SandboxID}
 }
 
-// TemplateUseFromProto converts u.
+// TemplateUseFromProto converts u (no paths: RootFS and SnapshotDir stay
+// empty).
 func TemplateUseFromProto(u *nodepb.TemplateUse) nodeapi.TemplateUse {
-	return nodeapi.TemplateUse{TemplateID: u.GetTemplateId(), BuildID: u.GetBuildId(), RootFS: u.GetRootfs(), SnapshotDir: u.GetSnapshotDir(), SandboxID: u.GetSandboxId()}
+	return nodeapi.TemplateUse{TemplateID: u.GetTemplateId(), BuildID: u.GetBuildId(), SandboxID: u.GetSandboxId()}
 }
 
 // StatsToProto converts s.

@@ -55,10 +55,8 @@ func (s *server) SandboxLogs(ctx context.Context, req *connect.Request[nodepb.Sa
 // SandboxSnapshotToProto converts s; its source template goes without a
 // path.
 func SandboxSnapshotToProto(s *nodeapi.SandboxSnapshot) *nodepb.TakeSandboxSnapshotResponse {
-	src := s.Source
-	src.RootFS, src.SnapshotDir = "", ""
 	out := &nodepb.TakeSandboxSnapshotResponse{
-		Source: TemplateToProto(src),
+		Source: sourceToProto(s.Source),
 		Rootfs: &nodepb.Artifact{Sha256: s.RootFS.SHA256, Size: s.RootFS.Size},
 	}
 	if s.Host != nil {
@@ -74,10 +72,9 @@ func SandboxSnapshotToProto(s *nodeapi.SandboxSnapshot) *nodepb.TakeSandboxSnaps
 // dropped (the caller resolves builds by ID).
 func SandboxSnapshotFromProto(p *nodepb.TakeSandboxSnapshotResponse) *nodeapi.SandboxSnapshot {
 	out := &nodeapi.SandboxSnapshot{
-		Source: TemplateFromProto(p.GetSource()),
+		Source: sourceFromProto(p.GetSource()),
 		RootFS: nodeapi.Artifact{SHA256: p.GetRootfs().GetSha256(), Size: p.GetRootfs().GetSize()},
 	}
-	out.Source.RootFS, out.Source.SnapshotDir = "", ""
 	if h := p.GetHost(); h != nil {
 		out.Snapshot = nodeapi.Artifact{SHA256: p.GetSnapshot().GetSha256(), Size: p.GetSnapshot().GetSize()}
 		out.Host = &nodeapi.SnapshotHost{Runtime: h.GetRuntime(), Envd: h.GetEnvd(), CPUFlags: h.GetCpuFlags(), VCPUs: int(h.GetVcpus()),
@@ -97,4 +94,23 @@ func LogEntriesFromProto(es []*nodepb.LogEntry) []nodeapi.LogEntry {
 		out = append(out, nodeapi.LogEntry{Timestamp: Time(e.GetTimestamp()), Level: e.GetLevel(), Message: e.GetMessage(), Fields: fields})
 	}
 	return out
+}
+
+// sourceToProto converts a sandbox snapshot's source template: what a
+// sandbox of it is started with, never its paths on the node (rootfs and
+// snapshot_dir stay empty).
+func sourceToProto(t nodeapi.Template) *nodepb.Template {
+	return &nodepb.Template{
+		Id: t.ID, BuildId: t.BuildID, Env: t.Env, User: t.User, Workdir: t.Workdir, StartCmd: t.StartCmd,
+		Resources: ResourcesToProto(t.Resources),
+	}
+}
+
+// sourceFromProto converts a sandbox snapshot's source template; paths it
+// may carry are dropped (the caller resolves builds by ID).
+func sourceFromProto(p *nodepb.Template) nodeapi.Template {
+	return nodeapi.Template{
+		ID: p.GetId(), BuildID: p.GetBuildId(), Env: p.GetEnv(), User: p.GetUser(), Workdir: p.GetWorkdir(), StartCmd: p.GetStartCmd(),
+		Resources: ResourcesFromProto(p.GetResources()),
+	}
 }

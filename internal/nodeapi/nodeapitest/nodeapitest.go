@@ -42,10 +42,11 @@ type Node struct {
 	// TemplateHolder, SandboxSnapshotter, TemplateSnapshotter, LogSource)
 	// fails.
 	Partial bool
-	// SnapshotRoot, when set, is where the node accepts snapshot
-	// directories (noderpc.Options.SnapshotRoot); default: the case's
-	// temporary directory.
-	SnapshotRoot string
+	// Remote tells that the node is reached over a wire: no path on the
+	// node crosses it, so a TemplateUse names no files, and the part that
+	// names directories on the node (TemplateSnapshotter) must be absent.
+	// The node resolves Template (its ID and build ID) to its own copy.
+	Remote bool
 	// Snapshots, when set, are the node's sandbox snapshots where Service
 	// does not carry them itself: the in-process agent's are kept in its
 	// catalog (nodebuild.SandboxSnapshots).

@@ -104,6 +104,9 @@ func testTemplatesInUse(t *testing.T, n Node) {
 		t.Fatalf("TemplatesInUse: %v", err)
 	}
 	want := nodeapi.TemplateUse{TemplateID: n.Template.ID, BuildID: n.Template.BuildID, RootFS: n.Template.RootFS, SandboxID: "sb-tu"}
+	if n.Remote {
+		want.RootFS = "" // a path on the node does not cross the wire
+	}
 	if !containsUse(uses, want) {
 		t.Errorf("TemplatesInUse %+v, want %+v among them", uses, want)
 	}
@@ -128,13 +131,22 @@ func containsUse(uses []nodeapi.TemplateUse, u nodeapi.TemplateUse) bool {
 }
 
 // snapshotDir is a directory for a snapshot (not made yet) that the node
-// can write: the case's own, or under the node's SnapshotRoot.
-func snapshotDir(t *testing.T, n Node, name string) string {
-	root := n.SnapshotRoot
-	if root == "" {
-		root = t.TempDir()
+// can write.
+func snapshotDir(t *testing.T, name string) string {
+	return filepath.Join(t.TempDir(), name)
+}
+
+// local checks that a remote node lacks the in-process part T (it names
+// directories on the node) and reports whether the case goes on.
+func local[T any](t *testing.T, n Node, name string) bool {
+	t.Helper()
+	if !n.Remote {
+		return true
 	}
-	return filepath.Join(root, name)
+	if _, ok := n.Service.(T); ok {
+		t.Errorf("%T is a %s over a wire: a directory on the node would cross it", n.Service, name)
+	}
+	return false
 }
 
 func gone(t *testing.T, what, dir string) {
@@ -297,13 +309,16 @@ func testSandboxLogs(t *testing.T, n Node) {
 }
 
 func testSnapshotTemplate(t *testing.T, n Node) {
+	if !local[nodeapi.TemplateSnapshotter](t, n, "TemplateSnapshotter") {
+		return
+	}
 	sn := part[nodeapi.TemplateSnapshotter](t, n, "TemplateSnapshotter")
 	ctx := t.Context()
 	caps, err := n.Service.Capabilities(ctx)
 	if err != nil {
 		t.Fatalf("Capabilities: %v", err)
 	}
-	dir := snapshotDir(t, n, "template-snap")
+	dir := snapshotDir(t, "template-snap")
 	tmpl := n.Template
 	tmpl.Resources = sandbox.Resources{VCPUs: 1, MemoryMB: 256}
 	err = sn.Snapshot(ctx, tmpl, "true", dir)
