@@ -57,12 +57,15 @@ type handle struct {
 	// a second checkpoint is refused at once instead of queueing on op.
 	checkpointing bool
 	kept          *keptObjects // host objects kept while paused (keep.go)
-	gone          bool         // killed or exited; out of the agent's map
-	internal      bool         // the agent's own (pool member, template snapshot): not listed, no events
-	lastCPU       uint64
-	lastCPUAt     time.Time
-	watch         watchState
-	samples       sampleRing
+	// preparing is closed when the preparation of the kept objects in
+	// flight ends (keep.go); nil when none is.
+	preparing chan struct{}
+	gone      bool // killed or exited; out of the agent's map
+	internal  bool // the agent's own (pool member, template snapshot): not listed, no events
+	lastCPU   uint64
+	lastCPUAt time.Time
+	watch     watchState
+	samples   sampleRing
 }
 
 func (a *Agent) newHandle(r record, internal bool) *handle {

@@ -25,10 +25,11 @@ import (
 // (driver.RestorePreparer: `runsc create`); a resume then restores the
 // image into it and makes no host object. The preparation runs in a
 // goroutine of its own once the pause has released the sandbox's op: it
-// takes no lock across its work, but its keep's done channel, which the
-// handle owns, stays open until it ends, and every operation of the
-// sandbox waits on it once it holds op (awaitPrepare), so a resume, kill
-// or eviction that arrives meanwhile waits for it.
+// takes no lock across its work, but the handle's preparing channel, set
+// by the pause under op, stays open until it ends (whether it prepared
+// the container or, failing, released the kept objects), and every
+// operation of the sandbox waits on it once it holds op (awaitPrepare),
+// so a resume, kill or eviction that arrives meanwhile waits for it.
 //
 // Only a bounded set is kept (Config.KeepPaused, KeepPausedFor,
 // KeepPausedMinFreeMemory): the most recently paused, each for a while,
@@ -56,9 +57,6 @@ const (
 type keptObjects struct {
 	since time.Time
 	timer Timer // ends the keep after KeepPausedFor
-	// done is closed when the preparation ends (prepareResume), or at
-	// once when none starts.
-	done chan struct{}
 	// prepared is set once the runtime container is made; a preparation
 	// that fails releases everything, so once the preparation is over a
 	// kept sandbox is prepared.
@@ -204,13 +202,16 @@ func (a *Agent) beginKeep(h *handle) *keptObjects {
 	return h.keep()
 }
 
-// keep marks h kept from now, for at most KeepPausedFor.
+// keep marks h kept from now, for at most KeepPausedFor, with its
+// preparation to come: from here until endPrepare every operation of h
+// waits for it (awaitPrepare).
 func (h *handle) keep() *keptObjects {
 	a := h.a
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	k := &keptObjects{since: a.clock.Now(), done: make(chan struct{})}
+	k := &keptObjects{since: a.clock.Now()}
 	h.kept = k
+	h.preparing = make(chan struct{})
 	k.timer = a.clock.AfterFunc(a.cfg.KeepPausedFor, func() {
 		a.tracked(func() { h.evictKept(k, "time") })
 	})
@@ -254,12 +255,21 @@ func (h *handle) dropKept() *keptObjects {
 }
 
 // awaitPrepare waits for the preparation of h's kept objects in flight,
-// if any; every operation of h calls it once it holds h.op, so that none
-// touches the objects while the preparation does.
+// if any, whether it keeps them or, failing, releases them; every
+// operation of h calls it once it holds h.op, so that none touches the
+// objects while the preparation does.
 func (h *handle) awaitPrepare() {
-	if k := h.keptNow(); k != nil {
-		<-k.done
+	if c := h.preparation(); c != nil {
+		<-c
 	}
+}
+
+// preparation is the channel closed when h's preparation in flight ends;
+// nil when none is.
+func (h *handle) preparation() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.preparing
 }
 
 // startPrepare starts the preparation of keep k of h, which the pause
@@ -271,19 +281,22 @@ func (h *handle) startPrepare(k *keptObjects, log *slog.Logger) {
 	}
 }
 
-// endPrepare ends k's preparation: prepared says whether the runtime
-// container is made.
+// endPrepare ends the preparation of h's keep k: prepared says whether
+// the runtime container is made. The operations waiting for it go on.
 func (h *handle) endPrepare(k *keptObjects, prepared bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k.prepared = prepared
-	close(k.done)
+	if h.preparing != nil {
+		close(h.preparing)
+		h.preparing = nil
+	}
 }
 
 // prepareResume makes the runtime container of kept sandbox h ready for
 // its resume: the checkpointed container is deleted and a new one created
 // in the kept slot, cgroup and mount. No operation of h runs meanwhile
-// (they wait on k.done). A failure releases every kept object; the
+// (they wait in awaitPrepare). A failure releases every kept object; the
 // sandbox then resumes the slow way. Its phases (logged with "paused
 // sandbox prepared for resume"): delete, create.
 func (h *handle) prepareResume(k *keptObjects, log *slog.Logger) {

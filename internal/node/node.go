@@ -46,9 +46,10 @@
 // a goroutine or released in a closure. Work that goes on after an
 // operation has answered takes its own locks: the preparation of a paused
 // sandbox's kept host objects (keep.go) runs in its own goroutine once the
-// pause has released op, and its handle's keep holds a channel, closed
-// when it ends, that every operation waits on once it holds op. A timer's
-// work (backstop, keep bound) takes op itself.
+// pause has released op, and its handle holds a channel, set by the pause
+// under op and closed when the preparation ends, that every operation
+// waits on once it holds op. A timer's work (backstop, keep bound) takes
+// op itself.
 package node
 
 import "github.com/warren-sandbox/warren/internal/nodeapi"

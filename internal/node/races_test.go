@@ -2,9 +2,11 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -212,4 +214,59 @@ func TestKeepPausedOperationsWaitForPreparation(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestKeepPausedFailedPreparationHoldsOperations: a preparation that
+// fails releases the kept host objects, and an operation that arrives
+// while it does waits for the release to end, as for a preparation that
+// succeeds. The test holds the release's network slot and resumes: the
+// resume must not answer before the release ends, and then resumes the
+// slow way into host objects of its own. Seen failing before the handle
+// waited on its preparation rather than on its keep: the release had
+// dropped the keep first, so the resume ran beside it (and the release
+// then cleared the resumed sandbox's slot and cgroup from its record).
+func TestKeepPausedFailedPreparationHoldsOperations(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e, d, n := keepEnv(t, nil)
+		d.prepareErr = errors.New("prepare refused")
+		a := e.start()
+		e.create(a, "p1")
+		entered, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		n.holdRelease = func() {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+		e.pauseMem(a, "p1") // answers; the preparation fails after
+		<-entered
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Resume(context.Background(), "p1", nodeapi.ResumeRequest{})
+			done <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			close(release)
+			t.Fatalf("resume answered (%v) while the failed preparation released the kept objects", err)
+		default:
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if d.restores.Load() != 0 {
+			t.Errorf("restores into a prepared container: %d, want 0", d.restores.Load())
+		}
+		sb, err := a.Get(context.Background(), "p1")
+		if err != nil || sb.State != sandbox.StateRunning || sb.Host == "" {
+			t.Fatalf("resumed sandbox: %+v, %v", sb, err)
+		}
+		if slot, cg := e.holds("p1"); !slot || !cg {
+			t.Errorf("resumed sandbox holds slot %v, cgroup %v; want both", slot, cg)
+		}
+	})
 }
