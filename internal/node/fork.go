@@ -26,8 +26,8 @@ const forkParallelism = 16
 // the agent.
 func forksDir(dataDir string) string { return filepath.Join(dataDir, "forks") }
 
-// fork implements Service.Fork: it checkpoints the running sandbox (which keeps
-// running) once and restores that one image as len(req.IDs) new sandboxes,
+// fork implements Service.Fork for h: it checkpoints the running sandbox
+// (which keeps running) once and restores that one image as len(req.IDs) new sandboxes,
 // forkParallelism at a time, each with a copy of the writable layer and
 // its own slot and cgroup. If one copy fails, the copies made so far are
 // destroyed. Its phases (logged with "sandbox forked"): lock, checkpoint,
@@ -36,12 +36,9 @@ func forksDir(dataDir string) string { return filepath.Join(dataDir, "forks") }
 //
 // The fork holds the op of every copy from before the copies join the
 // map until it returns (nothing else can act on a copy meanwhile), and
-// the source's op for the checkpoint and the layer copies only.
-func (a *Agent) fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
-	src, err := a.lookup(id)
-	if err != nil {
-		return nil, err
-	}
+// its own op for the checkpoint and the layer copies only.
+func (h *handle) fork(ctx context.Context, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
+	a, id := h.a, h.id
 	ckpt, ok := a.checkpointer()
 	if !ok {
 		return nil, fmt.Errorf("sandbox %q: fork: driver %s cannot checkpoint memory: %w", id, a.drv.Name(), errdefs.ErrUnsupported)
@@ -57,11 +54,11 @@ func (a *Agent) fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([
 		children[i].op.Lock()
 		defer children[i].op.Unlock()
 	}
-	parent, err := a.admitFork(src, children, req)
+	parent, err := a.admitFork(h, children, req)
 	if err != nil {
 		return nil, err
 	}
-	defer src.setCheckpointing(false)
+	defer h.setCheckpointing(false)
 	log := a.log.With("sandbox_id", id, "execution_id", parent.ExecutionID, "copies", len(req.IDs))
 
 	// The image lives apart from the source, which may be killed while its
@@ -69,10 +66,10 @@ func (a *Agent) fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([
 	img := filepath.Join(forksDir(a.cfg.DataDir), sandbox.HostName(id)+"-"+sandbox.RandomToken(6))
 	defer os.RemoveAll(img)
 	ph := a.phases("fork")
-	if made, err := src.forkImage(ctx, ckpt, img, children, ph); err != nil {
+	if made, err := h.forkImage(ctx, ckpt, img, children, ph); err != nil {
 		return nil, forkFailed(ctx, id, children, made, log, err)
 	}
-	if err := a.restoreCopies(ctx, id, img, children); err != nil {
+	if err := h.restoreCopies(ctx, img, children); err != nil {
 		return nil, forkFailed(ctx, id, children, len(children), log, err)
 	}
 	ph.done("restore")
@@ -198,9 +195,11 @@ func (h *handle) forkImage(ctx context.Context, ckpt driver.Checkpointer, img st
 	return made, nil
 }
 
-// restoreCopies brings the copies of sandbox id up from img in parallel,
-// forkParallelism at a time; it returns the first copy's failure.
-func (a *Agent) restoreCopies(ctx context.Context, id, img string, children []*handle) error {
+// restoreCopies brings the copies of h up from img, its fork's image, in
+// parallel, forkParallelism at a time; it returns the first copy's
+// failure.
+func (h *handle) restoreCopies(ctx context.Context, img string, children []*handle) error {
+	a, id := h.a, h.id
 	a.reclaimMu.RLock()
 	defer a.reclaimMu.RUnlock()
 	errs := make([]error, len(children))

@@ -17,7 +17,7 @@ import (
 // handle is one sandbox of the agent (after nomad's task handle): it owns
 // the sandbox's state and the locks over it, and the operations on one
 // sandbox are its methods: create's bring-up (lifecycle.go), pause and
-// resume (pause.go), the source's side of a fork (fork.go), the keep and
+// resume (pause.go), a fork of it (fork.go), the keep and
 // preparation of its host objects (keep.go), kill, exit and backstop
 // (kill.go), snapshots (snapshot.go, snapshot_sandbox.go), a pool member's
 // claim (pool.go), probes and samples (watchdog.go, samples.go).

@@ -132,12 +132,11 @@ func (h *handle) addSample(sample nodeapi.Stats, cpu uint64, epoch int64) {
 	r.cpu, r.cpuAt, r.epoch = cpu, now, epoch
 	r.buf = append(r.buf, sample)
 	r.dirty = true
-	h.a.trim(r, now)
+	r.trim(now.Add(-h.a.cfg.MetricsRetention))
 }
 
-// trim drops the samples of r older than the retention.
-func (a *Agent) trim(r *sampleRing, now time.Time) {
-	cut := now.Add(-a.cfg.MetricsRetention)
+// trim drops the samples of r taken before cut.
+func (r *sampleRing) trim(cut time.Time) {
 	i := 0
 	for i < len(r.buf) && r.buf[i].At.Before(cut) {
 		i++
@@ -183,7 +182,7 @@ func (h *handle) mergeSamples(disk []nodeapi.Stats) {
 	h.samples.loaded = true
 	if len(disk) > 0 {
 		h.samples.buf = append(disk, h.samples.buf...)
-		h.a.trim(&h.samples, h.a.clock.Now())
+		h.samples.trim(h.a.clock.Now().Add(-h.a.cfg.MetricsRetention))
 	}
 }
 
