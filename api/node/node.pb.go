@@ -968,10 +968,15 @@ func (x *Resources) GetPids() int64 {
 
 // Policy is a sandbox's egress policy; CIDRs in text form.
 type Policy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Internet      bool                   `protobuf:"varint,1,opt,name=internet,proto3" json:"internet,omitempty"`
-	AllowOut      []string               `protobuf:"bytes,2,rep,name=allow_out,json=allowOut,proto3" json:"allow_out,omitempty"`
-	DenyOut       []string               `protobuf:"bytes,3,rep,name=deny_out,json=denyOut,proto3" json:"deny_out,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Internet bool                   `protobuf:"varint,1,opt,name=internet,proto3" json:"internet,omitempty"`
+	AllowOut []string               `protobuf:"bytes,2,rep,name=allow_out,json=allowOut,proto3" json:"allow_out,omitempty"`
+	DenyOut  []string               `protobuf:"bytes,3,rep,name=deny_out,json=denyOut,proto3" json:"deny_out,omitempty"`
+	// egress, when set, puts the sandbox behind the node's egress proxy
+	// (egressrules.Rules). A request carries the transforms' header values
+	// with the secrets filled in and the proxy's password; an answer
+	// (a sandbox's view) carries them redacted.
+	Egress        *EgressRules `protobuf:"bytes,4,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1027,6 +1032,185 @@ func (x *Policy) GetDenyOut() []string {
 	return nil
 }
 
+func (x *Policy) GetEgress() *EgressRules {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+type EgressRules struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hosts         []string               `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	Transforms    []*HeaderTransform     `protobuf:"bytes,2,rep,name=transforms,proto3" json:"transforms,omitempty"`
+	Proxy         *SocksProxy            `protobuf:"bytes,3,opt,name=proxy,proto3" json:"proxy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRules) Reset() {
+	*x = EgressRules{}
+	mi := &file_node_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRules) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRules) ProtoMessage() {}
+
+func (x *EgressRules) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRules.ProtoReflect.Descriptor instead.
+func (*EgressRules) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *EgressRules) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *EgressRules) GetTransforms() []*HeaderTransform {
+	if x != nil {
+		return x.Transforms
+	}
+	return nil
+}
+
+func (x *EgressRules) GetProxy() *SocksProxy {
+	if x != nil {
+		return x.Proxy
+	}
+	return nil
+}
+
+type HeaderTransform struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Host          string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	Headers       map[string]string      `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderTransform) Reset() {
+	*x = HeaderTransform{}
+	mi := &file_node_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderTransform) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderTransform) ProtoMessage() {}
+
+func (x *HeaderTransform) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderTransform.ProtoReflect.Descriptor instead.
+func (*HeaderTransform) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *HeaderTransform) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *HeaderTransform) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+type SocksProxy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Username      string                 `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	Password      string                 `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SocksProxy) Reset() {
+	*x = SocksProxy{}
+	mi := &file_node_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SocksProxy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SocksProxy) ProtoMessage() {}
+
+func (x *SocksProxy) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SocksProxy.ProtoReflect.Descriptor instead.
+func (*SocksProxy) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SocksProxy) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *SocksProxy) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *SocksProxy) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
 // Template names a template build: the node resolves id and build_id to
 // its own copy (pulled first when it lacks it). Only those two cross the
 // wire; a request that sets rootfs or snapshot_dir (paths on the node) is
@@ -1052,7 +1236,7 @@ type Template struct {
 
 func (x *Template) Reset() {
 	*x = Template{}
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1248,7 @@ func (x *Template) String() string {
 func (*Template) ProtoMessage() {}
 
 func (x *Template) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1261,7 @@ func (x *Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Template.ProtoReflect.Descriptor instead.
 func (*Template) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{16}
+	return file_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Template) GetId() string {
@@ -1173,7 +1357,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1369,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1382,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{17}
+	return file_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Sandbox) GetId() string {
@@ -1350,7 +1534,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1546,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1559,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{18}
+	return file_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateRequest) GetId() string {
@@ -1471,7 +1655,7 @@ type SandboxResponse struct {
 
 func (x *SandboxResponse) Reset() {
 	*x = SandboxResponse{}
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1667,7 @@ func (x *SandboxResponse) String() string {
 func (*SandboxResponse) ProtoMessage() {}
 
 func (x *SandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1680,7 @@ func (x *SandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxResponse.ProtoReflect.Descriptor instead.
 func (*SandboxResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{19}
+	return file_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SandboxResponse) GetSandbox() *Sandbox {
@@ -1515,7 +1699,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1711,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1724,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{20}
+	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetRequest) GetId() string {
@@ -1558,7 +1742,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1754,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1767,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{21}
+	return file_node_proto_rawDescGZIP(), []int{24}
 }
 
 type ListResponse struct {
@@ -1595,7 +1779,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1791,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1804,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{22}
+	return file_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListResponse) GetSandboxes() []*Sandbox {
@@ -1640,7 +1824,7 @@ type SetEndTimeRequest struct {
 
 func (x *SetEndTimeRequest) Reset() {
 	*x = SetEndTimeRequest{}
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1836,7 @@ func (x *SetEndTimeRequest) String() string {
 func (*SetEndTimeRequest) ProtoMessage() {}
 
 func (x *SetEndTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1849,7 @@ func (x *SetEndTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEndTimeRequest.ProtoReflect.Descriptor instead.
 func (*SetEndTimeRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{23}
+	return file_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetEndTimeRequest) GetId() string {
@@ -1690,7 +1874,7 @@ type SetEndTimeResponse struct {
 
 func (x *SetEndTimeResponse) Reset() {
 	*x = SetEndTimeResponse{}
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1886,7 @@ func (x *SetEndTimeResponse) String() string {
 func (*SetEndTimeResponse) ProtoMessage() {}
 
 func (x *SetEndTimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1899,7 @@ func (x *SetEndTimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEndTimeResponse.ProtoReflect.Descriptor instead.
 func (*SetEndTimeResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{24}
+	return file_node_proto_rawDescGZIP(), []int{27}
 }
 
 type UpdateNetworkRequest struct {
@@ -1728,7 +1912,7 @@ type UpdateNetworkRequest struct {
 
 func (x *UpdateNetworkRequest) Reset() {
 	*x = UpdateNetworkRequest{}
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1924,7 @@ func (x *UpdateNetworkRequest) String() string {
 func (*UpdateNetworkRequest) ProtoMessage() {}
 
 func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1937,7 @@ func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{25}
+	return file_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateNetworkRequest) GetId() string {
@@ -1778,7 +1962,7 @@ type UpdateNetworkResponse struct {
 
 func (x *UpdateNetworkResponse) Reset() {
 	*x = UpdateNetworkResponse{}
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1974,7 @@ func (x *UpdateNetworkResponse) String() string {
 func (*UpdateNetworkResponse) ProtoMessage() {}
 
 func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1987,7 @@ func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{26}
+	return file_node_proto_rawDescGZIP(), []int{29}
 }
 
 type PauseRequest struct {
@@ -1819,7 +2003,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +2015,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +2028,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{27}
+	return file_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PauseRequest) GetId() string {
@@ -1879,7 +2063,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2075,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2088,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{28}
+	return file_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResumeRequest) GetId() string {
@@ -1943,7 +2127,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2139,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2152,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{29}
+	return file_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForkRequest) GetId() string {
@@ -2015,7 +2199,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2211,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2224,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{30}
+	return file_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ForkResponse) GetSandboxes() []*Sandbox {
@@ -2063,7 +2247,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2259,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2272,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{31}
+	return file_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KillRequest) GetId() string {
@@ -2120,7 +2304,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_node_proto_msgTypes[32]
+	mi := &file_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2316,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[32]
+	mi := &file_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2329,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{32}
+	return file_node_proto_rawDescGZIP(), []int{35}
 }
 
 type StatsRequest struct {
@@ -2157,7 +2341,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_node_proto_msgTypes[33]
+	mi := &file_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2353,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[33]
+	mi := &file_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2366,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{33}
+	return file_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StatsRequest) GetId() string {
@@ -2208,7 +2392,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_node_proto_msgTypes[34]
+	mi := &file_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2404,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[34]
+	mi := &file_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2417,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{34}
+	return file_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StatsResponse) GetAt() *timestamppb.Timestamp {
@@ -2303,7 +2487,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_node_proto_msgTypes[35]
+	mi := &file_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2499,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[35]
+	mi := &file_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2512,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{35}
+	return file_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MetricsRequest) GetId() string {
@@ -2361,7 +2545,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_node_proto_msgTypes[36]
+	mi := &file_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2557,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[36]
+	mi := &file_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2570,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{36}
+	return file_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MetricsResponse) GetSamples() []*StatsResponse {
@@ -2404,7 +2588,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_node_proto_msgTypes[37]
+	mi := &file_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2600,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[37]
+	mi := &file_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2613,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{37}
+	return file_node_proto_rawDescGZIP(), []int{40}
 }
 
 // Event is also the error detail of a not_found about a sandbox the node
@@ -2449,7 +2633,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_node_proto_msgTypes[38]
+	mi := &file_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2645,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[38]
+	mi := &file_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2658,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{38}
+	return file_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Event) GetType() string {
@@ -2520,7 +2704,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_node_proto_msgTypes[39]
+	mi := &file_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2716,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[39]
+	mi := &file_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2729,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{39}
+	return file_node_proto_rawDescGZIP(), []int{42}
 }
 
 type CapabilitiesResponse struct {
@@ -2560,7 +2744,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_node_proto_msgTypes[40]
+	mi := &file_node_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2756,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[40]
+	mi := &file_node_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2769,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{40}
+	return file_node_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CapabilitiesResponse) GetDriver() string {
@@ -2627,7 +2811,7 @@ type SetPoolRequest struct {
 
 func (x *SetPoolRequest) Reset() {
 	*x = SetPoolRequest{}
-	mi := &file_node_proto_msgTypes[41]
+	mi := &file_node_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2823,7 @@ func (x *SetPoolRequest) String() string {
 func (*SetPoolRequest) ProtoMessage() {}
 
 func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[41]
+	mi := &file_node_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2836,7 @@ func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolRequest.ProtoReflect.Descriptor instead.
 func (*SetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{41}
+	return file_node_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetPoolRequest) GetTemplate() *Template {
@@ -2684,7 +2868,7 @@ type SetPoolResponse struct {
 
 func (x *SetPoolResponse) Reset() {
 	*x = SetPoolResponse{}
-	mi := &file_node_proto_msgTypes[42]
+	mi := &file_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2880,7 @@ func (x *SetPoolResponse) String() string {
 func (*SetPoolResponse) ProtoMessage() {}
 
 func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[42]
+	mi := &file_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2893,7 @@ func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolResponse.ProtoReflect.Descriptor instead.
 func (*SetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{42}
+	return file_node_proto_rawDescGZIP(), []int{45}
 }
 
 type ReserveRequest struct {
@@ -2722,7 +2906,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_node_proto_msgTypes[43]
+	mi := &file_node_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2918,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[43]
+	mi := &file_node_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2931,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{43}
+	return file_node_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReserveRequest) GetTemplate() *Template {
@@ -2774,7 +2958,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_node_proto_msgTypes[44]
+	mi := &file_node_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2970,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[44]
+	mi := &file_node_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2983,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{44}
+	return file_node_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReserveResponse) GetId() string {
@@ -2825,7 +3009,7 @@ type UnreserveRequest struct {
 
 func (x *UnreserveRequest) Reset() {
 	*x = UnreserveRequest{}
-	mi := &file_node_proto_msgTypes[45]
+	mi := &file_node_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3021,7 @@ func (x *UnreserveRequest) String() string {
 func (*UnreserveRequest) ProtoMessage() {}
 
 func (x *UnreserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[45]
+	mi := &file_node_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3034,7 @@ func (x *UnreserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnreserveRequest.ProtoReflect.Descriptor instead.
 func (*UnreserveRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{45}
+	return file_node_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UnreserveRequest) GetId() string {
@@ -2868,7 +3052,7 @@ type UnreserveResponse struct {
 
 func (x *UnreserveResponse) Reset() {
 	*x = UnreserveResponse{}
-	mi := &file_node_proto_msgTypes[46]
+	mi := &file_node_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3064,7 @@ func (x *UnreserveResponse) String() string {
 func (*UnreserveResponse) ProtoMessage() {}
 
 func (x *UnreserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[46]
+	mi := &file_node_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3077,7 @@ func (x *UnreserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnreserveResponse.ProtoReflect.Descriptor instead.
 func (*UnreserveResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{46}
+	return file_node_proto_rawDescGZIP(), []int{49}
 }
 
 type PoolsRequest struct {
@@ -2904,7 +3088,7 @@ type PoolsRequest struct {
 
 func (x *PoolsRequest) Reset() {
 	*x = PoolsRequest{}
-	mi := &file_node_proto_msgTypes[47]
+	mi := &file_node_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3100,7 @@ func (x *PoolsRequest) String() string {
 func (*PoolsRequest) ProtoMessage() {}
 
 func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[47]
+	mi := &file_node_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3113,7 @@ func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsRequest.ProtoReflect.Descriptor instead.
 func (*PoolsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{47}
+	return file_node_proto_rawDescGZIP(), []int{50}
 }
 
 type PoolStatus struct {
@@ -2946,7 +3130,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_node_proto_msgTypes[48]
+	mi := &file_node_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3142,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[48]
+	mi := &file_node_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3155,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{48}
+	return file_node_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PoolStatus) GetBuildId() string {
@@ -3026,7 +3210,7 @@ type PoolsResponse struct {
 
 func (x *PoolsResponse) Reset() {
 	*x = PoolsResponse{}
-	mi := &file_node_proto_msgTypes[49]
+	mi := &file_node_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +3222,7 @@ func (x *PoolsResponse) String() string {
 func (*PoolsResponse) ProtoMessage() {}
 
 func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[49]
+	mi := &file_node_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +3235,7 @@ func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsResponse.ProtoReflect.Descriptor instead.
 func (*PoolsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{49}
+	return file_node_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PoolsResponse) GetPools() map[string]*PoolStatus {
@@ -3069,7 +3253,7 @@ type TemplatesInUseRequest struct {
 
 func (x *TemplatesInUseRequest) Reset() {
 	*x = TemplatesInUseRequest{}
-	mi := &file_node_proto_msgTypes[50]
+	mi := &file_node_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3265,7 @@ func (x *TemplatesInUseRequest) String() string {
 func (*TemplatesInUseRequest) ProtoMessage() {}
 
 func (x *TemplatesInUseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[50]
+	mi := &file_node_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3278,7 @@ func (x *TemplatesInUseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplatesInUseRequest.ProtoReflect.Descriptor instead.
 func (*TemplatesInUseRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{50}
+	return file_node_proto_rawDescGZIP(), []int{53}
 }
 
 type TemplateUse struct {
@@ -3112,7 +3296,7 @@ type TemplateUse struct {
 
 func (x *TemplateUse) Reset() {
 	*x = TemplateUse{}
-	mi := &file_node_proto_msgTypes[51]
+	mi := &file_node_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3308,7 @@ func (x *TemplateUse) String() string {
 func (*TemplateUse) ProtoMessage() {}
 
 func (x *TemplateUse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[51]
+	mi := &file_node_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3321,7 @@ func (x *TemplateUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateUse.ProtoReflect.Descriptor instead.
 func (*TemplateUse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{51}
+	return file_node_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TemplateUse) GetTemplateId() string {
@@ -3184,7 +3368,7 @@ type TemplatesInUseResponse struct {
 
 func (x *TemplatesInUseResponse) Reset() {
 	*x = TemplatesInUseResponse{}
-	mi := &file_node_proto_msgTypes[52]
+	mi := &file_node_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3196,7 +3380,7 @@ func (x *TemplatesInUseResponse) String() string {
 func (*TemplatesInUseResponse) ProtoMessage() {}
 
 func (x *TemplatesInUseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[52]
+	mi := &file_node_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3209,7 +3393,7 @@ func (x *TemplatesInUseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplatesInUseResponse.ProtoReflect.Descriptor instead.
 func (*TemplatesInUseResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{52}
+	return file_node_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TemplatesInUseResponse) GetTemplates() []*TemplateUse {
@@ -3229,7 +3413,7 @@ type SnapshotSandboxRequest struct {
 
 func (x *SnapshotSandboxRequest) Reset() {
 	*x = SnapshotSandboxRequest{}
-	mi := &file_node_proto_msgTypes[53]
+	mi := &file_node_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3425,7 @@ func (x *SnapshotSandboxRequest) String() string {
 func (*SnapshotSandboxRequest) ProtoMessage() {}
 
 func (x *SnapshotSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[53]
+	mi := &file_node_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3438,7 @@ func (x *SnapshotSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSandboxRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{53}
+	return file_node_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SnapshotSandboxRequest) GetId() string {
@@ -3281,7 +3465,7 @@ type SnapshotSandboxResponse struct {
 
 func (x *SnapshotSandboxResponse) Reset() {
 	*x = SnapshotSandboxResponse{}
-	mi := &file_node_proto_msgTypes[54]
+	mi := &file_node_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3293,7 +3477,7 @@ func (x *SnapshotSandboxResponse) String() string {
 func (*SnapshotSandboxResponse) ProtoMessage() {}
 
 func (x *SnapshotSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[54]
+	mi := &file_node_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3306,7 +3490,7 @@ func (x *SnapshotSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSandboxResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{54}
+	return file_node_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SnapshotSandboxResponse) GetTemplate() *Template {
@@ -3327,7 +3511,7 @@ type SnapshotTemplateRequest struct {
 
 func (x *SnapshotTemplateRequest) Reset() {
 	*x = SnapshotTemplateRequest{}
-	mi := &file_node_proto_msgTypes[55]
+	mi := &file_node_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3339,7 +3523,7 @@ func (x *SnapshotTemplateRequest) String() string {
 func (*SnapshotTemplateRequest) ProtoMessage() {}
 
 func (x *SnapshotTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[55]
+	mi := &file_node_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3352,7 +3536,7 @@ func (x *SnapshotTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTemplateRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{55}
+	return file_node_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SnapshotTemplateRequest) GetTemplate() *Template {
@@ -3384,7 +3568,7 @@ type SnapshotTemplateResponse struct {
 
 func (x *SnapshotTemplateResponse) Reset() {
 	*x = SnapshotTemplateResponse{}
-	mi := &file_node_proto_msgTypes[56]
+	mi := &file_node_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3580,7 @@ func (x *SnapshotTemplateResponse) String() string {
 func (*SnapshotTemplateResponse) ProtoMessage() {}
 
 func (x *SnapshotTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[56]
+	mi := &file_node_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3593,7 @@ func (x *SnapshotTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTemplateResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{56}
+	return file_node_proto_rawDescGZIP(), []int{59}
 }
 
 type DeleteSnapshotRequest struct {
@@ -3421,7 +3605,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_node_proto_msgTypes[57]
+	mi := &file_node_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3617,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[57]
+	mi := &file_node_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3630,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{57}
+	return file_node_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteSnapshotRequest) GetDir() string {
@@ -3464,7 +3648,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_node_proto_msgTypes[58]
+	mi := &file_node_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +3660,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[58]
+	mi := &file_node_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +3673,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{58}
+	return file_node_proto_rawDescGZIP(), []int{61}
 }
 
 type TakeSandboxSnapshotRequest struct {
@@ -3506,7 +3690,7 @@ type TakeSandboxSnapshotRequest struct {
 
 func (x *TakeSandboxSnapshotRequest) Reset() {
 	*x = TakeSandboxSnapshotRequest{}
-	mi := &file_node_proto_msgTypes[59]
+	mi := &file_node_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +3702,7 @@ func (x *TakeSandboxSnapshotRequest) String() string {
 func (*TakeSandboxSnapshotRequest) ProtoMessage() {}
 
 func (x *TakeSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[59]
+	mi := &file_node_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +3715,7 @@ func (x *TakeSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSandboxSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TakeSandboxSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{59}
+	return file_node_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TakeSandboxSnapshotRequest) GetId() string {
@@ -3573,7 +3757,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_node_proto_msgTypes[60]
+	mi := &file_node_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3585,7 +3769,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[60]
+	mi := &file_node_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3598,7 +3782,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{60}
+	return file_node_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Artifact) GetSha256() string {
@@ -3632,7 +3816,7 @@ type SnapshotHost struct {
 
 func (x *SnapshotHost) Reset() {
 	*x = SnapshotHost{}
-	mi := &file_node_proto_msgTypes[61]
+	mi := &file_node_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3644,7 +3828,7 @@ func (x *SnapshotHost) String() string {
 func (*SnapshotHost) ProtoMessage() {}
 
 func (x *SnapshotHost) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[61]
+	mi := &file_node_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3657,7 +3841,7 @@ func (x *SnapshotHost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHost.ProtoReflect.Descriptor instead.
 func (*SnapshotHost) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{61}
+	return file_node_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SnapshotHost) GetRuntime() string {
@@ -3724,7 +3908,7 @@ type TakeSandboxSnapshotResponse struct {
 
 func (x *TakeSandboxSnapshotResponse) Reset() {
 	*x = TakeSandboxSnapshotResponse{}
-	mi := &file_node_proto_msgTypes[62]
+	mi := &file_node_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +3920,7 @@ func (x *TakeSandboxSnapshotResponse) String() string {
 func (*TakeSandboxSnapshotResponse) ProtoMessage() {}
 
 func (x *TakeSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[62]
+	mi := &file_node_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +3933,7 @@ func (x *TakeSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSandboxSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*TakeSandboxSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{62}
+	return file_node_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TakeSandboxSnapshotResponse) GetSource() *Template {
@@ -3789,7 +3973,7 @@ type DeleteSandboxSnapshotRequest struct {
 
 func (x *DeleteSandboxSnapshotRequest) Reset() {
 	*x = DeleteSandboxSnapshotRequest{}
-	mi := &file_node_proto_msgTypes[63]
+	mi := &file_node_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +3985,7 @@ func (x *DeleteSandboxSnapshotRequest) String() string {
 func (*DeleteSandboxSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[63]
+	mi := &file_node_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +3998,7 @@ func (x *DeleteSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{63}
+	return file_node_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteSandboxSnapshotRequest) GetBuildId() string {
@@ -3832,7 +4016,7 @@ type DeleteSandboxSnapshotResponse struct {
 
 func (x *DeleteSandboxSnapshotResponse) Reset() {
 	*x = DeleteSandboxSnapshotResponse{}
-	mi := &file_node_proto_msgTypes[64]
+	mi := &file_node_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3844,7 +4028,7 @@ func (x *DeleteSandboxSnapshotResponse) String() string {
 func (*DeleteSandboxSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[64]
+	mi := &file_node_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3857,7 +4041,7 @@ func (x *DeleteSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{64}
+	return file_node_proto_rawDescGZIP(), []int{67}
 }
 
 type SandboxLogsRequest struct {
@@ -3871,7 +4055,7 @@ type SandboxLogsRequest struct {
 
 func (x *SandboxLogsRequest) Reset() {
 	*x = SandboxLogsRequest{}
-	mi := &file_node_proto_msgTypes[65]
+	mi := &file_node_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3883,7 +4067,7 @@ func (x *SandboxLogsRequest) String() string {
 func (*SandboxLogsRequest) ProtoMessage() {}
 
 func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[65]
+	mi := &file_node_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3896,7 +4080,7 @@ func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLogsRequest.ProtoReflect.Descriptor instead.
 func (*SandboxLogsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{65}
+	return file_node_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SandboxLogsRequest) GetId() string {
@@ -3925,7 +4109,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_node_proto_msgTypes[66]
+	mi := &file_node_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4121,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[66]
+	mi := &file_node_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4134,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{66}
+	return file_node_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LogEntry) GetTimestamp() *timestamppb.Timestamp {
@@ -3990,7 +4174,7 @@ type SandboxLogsResponse struct {
 
 func (x *SandboxLogsResponse) Reset() {
 	*x = SandboxLogsResponse{}
-	mi := &file_node_proto_msgTypes[67]
+	mi := &file_node_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4002,7 +4186,7 @@ func (x *SandboxLogsResponse) String() string {
 func (*SandboxLogsResponse) ProtoMessage() {}
 
 func (x *SandboxLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[67]
+	mi := &file_node_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4015,10 +4199,222 @@ func (x *SandboxLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLogsResponse.ProtoReflect.Descriptor instead.
 func (*SandboxLogsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{67}
+	return file_node_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SandboxLogsResponse) GetEntries() []*LogEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type EgressLogRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressLogRequest) Reset() {
+	*x = EgressLogRequest{}
+	mi := &file_node_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressLogRequest) ProtoMessage() {}
+
+func (x *EgressLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressLogRequest.ProtoReflect.Descriptor instead.
+func (*EgressLogRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *EgressLogRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type EgressEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	Proto         string                 `protobuf:"bytes,2,opt,name=proto,proto3" json:"proto,omitempty"`
+	Host          string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	Addr          string                 `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
+	Port          int32                  `protobuf:"varint,5,opt,name=port,proto3" json:"port,omitempty"`
+	Allowed       bool                   `protobuf:"varint,6,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	BytesOut      int64                  `protobuf:"varint,8,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	BytesIn       int64                  `protobuf:"varint,9,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	DurationNs    int64                  `protobuf:"varint,10,opt,name=duration_ns,json=durationNs,proto3" json:"duration_ns,omitempty"`
+	Open          bool                   `protobuf:"varint,11,opt,name=open,proto3" json:"open,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressEntry) Reset() {
+	*x = EgressEntry{}
+	mi := &file_node_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressEntry) ProtoMessage() {}
+
+func (x *EgressEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressEntry.ProtoReflect.Descriptor instead.
+func (*EgressEntry) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *EgressEntry) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *EgressEntry) GetProto() string {
+	if x != nil {
+		return x.Proto
+	}
+	return ""
+}
+
+func (x *EgressEntry) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressEntry) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *EgressEntry) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EgressEntry) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *EgressEntry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EgressEntry) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *EgressEntry) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *EgressEntry) GetDurationNs() int64 {
+	if x != nil {
+		return x.DurationNs
+	}
+	return 0
+}
+
+func (x *EgressEntry) GetOpen() bool {
+	if x != nil {
+		return x.Open
+	}
+	return false
+}
+
+type EgressLogResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*EgressEntry         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressLogResponse) Reset() {
+	*x = EgressLogResponse{}
+	mi := &file_node_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressLogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressLogResponse) ProtoMessage() {}
+
+func (x *EgressLogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressLogResponse.ProtoReflect.Descriptor instead.
+func (*EgressLogResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *EgressLogResponse) GetEntries() []*EgressEntry {
 	if x != nil {
 		return x.Entries
 	}
@@ -4100,11 +4496,29 @@ const file_node_proto_rawDesc = "" +
 	"\x05vcpus\x18\x01 \x01(\x05R\x05vcpus\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12\x17\n" +
 	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\x12\x12\n" +
-	"\x04pids\x18\x04 \x01(\x03R\x04pids\"\\\n" +
+	"\x04pids\x18\x04 \x01(\x03R\x04pids\"\x91\x01\n" +
 	"\x06Policy\x12\x1a\n" +
 	"\binternet\x18\x01 \x01(\bR\binternet\x12\x1b\n" +
 	"\tallow_out\x18\x02 \x03(\tR\ballowOut\x12\x19\n" +
-	"\bdeny_out\x18\x03 \x03(\tR\adenyOut\"\xe1\x02\n" +
+	"\bdeny_out\x18\x03 \x03(\tR\adenyOut\x123\n" +
+	"\x06egress\x18\x04 \x01(\v2\x1b.warren.node.v1.EgressRulesR\x06egress\"\x96\x01\n" +
+	"\vEgressRules\x12\x14\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\x12?\n" +
+	"\n" +
+	"transforms\x18\x02 \x03(\v2\x1f.warren.node.v1.HeaderTransformR\n" +
+	"transforms\x120\n" +
+	"\x05proxy\x18\x03 \x01(\v2\x1a.warren.node.v1.SocksProxyR\x05proxy\"\xa9\x01\n" +
+	"\x0fHeaderTransform\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12F\n" +
+	"\aheaders\x18\x02 \x03(\v2,.warren.node.v1.HeaderTransform.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
+	"\n" +
+	"SocksProxy\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\"\xe1\x02\n" +
 	"\bTemplate\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bbuild_id\x18\x02 \x01(\tR\abuildId\x12\x16\n" +
@@ -4324,7 +4738,25 @@ const file_node_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
 	"\x13SandboxLogsResponse\x122\n" +
-	"\aentries\x18\x01 \x03(\v2\x18.warren.node.v1.LogEntryR\aentries2\x90\x16\n" +
+	"\aentries\x18\x01 \x03(\v2\x18.warren.node.v1.LogEntryR\aentries\"\"\n" +
+	"\x10EgressLogRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xae\x02\n" +
+	"\vEgressEntry\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
+	"\x05proto\x18\x02 \x01(\tR\x05proto\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x12\n" +
+	"\x04port\x18\x05 \x01(\x05R\x04port\x12\x18\n" +
+	"\aallowed\x18\x06 \x01(\bR\aallowed\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1b\n" +
+	"\tbytes_out\x18\b \x01(\x03R\bbytesOut\x12\x19\n" +
+	"\bbytes_in\x18\t \x01(\x03R\abytesIn\x12\x1f\n" +
+	"\vduration_ns\x18\n" +
+	" \x01(\x03R\n" +
+	"durationNs\x12\x12\n" +
+	"\x04open\x18\v \x01(\bR\x04open\"J\n" +
+	"\x11EgressLogResponse\x125\n" +
+	"\aentries\x18\x01 \x03(\v2\x1b.warren.node.v1.EgressEntryR\aentries2\xe2\x16\n" +
 	"\vNodeService\x12H\n" +
 	"\x06Create\x12\x1d.warren.node.v1.CreateRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12B\n" +
 	"\x03Get\x12\x1a.warren.node.v1.GetRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12A\n" +
@@ -4350,7 +4782,8 @@ const file_node_proto_rawDesc = "" +
 	"\x0eDeleteSnapshot\x12%.warren.node.v1.DeleteSnapshotRequest\x1a&.warren.node.v1.DeleteSnapshotResponse\x12n\n" +
 	"\x13TakeSandboxSnapshot\x12*.warren.node.v1.TakeSandboxSnapshotRequest\x1a+.warren.node.v1.TakeSandboxSnapshotResponse\x12t\n" +
 	"\x15DeleteSandboxSnapshot\x12,.warren.node.v1.DeleteSandboxSnapshotRequest\x1a-.warren.node.v1.DeleteSandboxSnapshotResponse\x12V\n" +
-	"\vSandboxLogs\x12\".warren.node.v1.SandboxLogsRequest\x1a#.warren.node.v1.SandboxLogsResponse\x12Y\n" +
+	"\vSandboxLogs\x12\".warren.node.v1.SandboxLogsRequest\x1a#.warren.node.v1.SandboxLogsResponse\x12P\n" +
+	"\tEgressLog\x12 .warren.node.v1.EgressLogRequest\x1a!.warren.node.v1.EgressLogResponse\x12Y\n" +
 	"\fCreateVolume\x12#.warren.node.v1.CreateVolumeRequest\x1a$.warren.node.v1.CreateVolumeResponse\x12Y\n" +
 	"\fDeleteVolume\x12#.warren.node.v1.DeleteVolumeRequest\x1a$.warren.node.v1.DeleteVolumeResponse\x12X\n" +
 	"\x0eStatVolumePath\x12!.warren.node.v1.VolumePathRequest\x1a#.warren.node.v1.VolumeEntryResponse\x12\\\n" +
@@ -4373,7 +4806,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_node_proto_goTypes = []any{
 	(*VolumeMount)(nil),                   // 0: warren.node.v1.VolumeMount
 	(*CreateVolumeRequest)(nil),           // 1: warren.node.v1.CreateVolumeRequest
@@ -4391,188 +4824,203 @@ var file_node_proto_goTypes = []any{
 	(*VolumeFileChunk)(nil),               // 13: warren.node.v1.VolumeFileChunk
 	(*Resources)(nil),                     // 14: warren.node.v1.Resources
 	(*Policy)(nil),                        // 15: warren.node.v1.Policy
-	(*Template)(nil),                      // 16: warren.node.v1.Template
-	(*Sandbox)(nil),                       // 17: warren.node.v1.Sandbox
-	(*CreateRequest)(nil),                 // 18: warren.node.v1.CreateRequest
-	(*SandboxResponse)(nil),               // 19: warren.node.v1.SandboxResponse
-	(*GetRequest)(nil),                    // 20: warren.node.v1.GetRequest
-	(*ListRequest)(nil),                   // 21: warren.node.v1.ListRequest
-	(*ListResponse)(nil),                  // 22: warren.node.v1.ListResponse
-	(*SetEndTimeRequest)(nil),             // 23: warren.node.v1.SetEndTimeRequest
-	(*SetEndTimeResponse)(nil),            // 24: warren.node.v1.SetEndTimeResponse
-	(*UpdateNetworkRequest)(nil),          // 25: warren.node.v1.UpdateNetworkRequest
-	(*UpdateNetworkResponse)(nil),         // 26: warren.node.v1.UpdateNetworkResponse
-	(*PauseRequest)(nil),                  // 27: warren.node.v1.PauseRequest
-	(*ResumeRequest)(nil),                 // 28: warren.node.v1.ResumeRequest
-	(*ForkRequest)(nil),                   // 29: warren.node.v1.ForkRequest
-	(*ForkResponse)(nil),                  // 30: warren.node.v1.ForkResponse
-	(*KillRequest)(nil),                   // 31: warren.node.v1.KillRequest
-	(*KillResponse)(nil),                  // 32: warren.node.v1.KillResponse
-	(*StatsRequest)(nil),                  // 33: warren.node.v1.StatsRequest
-	(*StatsResponse)(nil),                 // 34: warren.node.v1.StatsResponse
-	(*MetricsRequest)(nil),                // 35: warren.node.v1.MetricsRequest
-	(*MetricsResponse)(nil),               // 36: warren.node.v1.MetricsResponse
-	(*WatchRequest)(nil),                  // 37: warren.node.v1.WatchRequest
-	(*Event)(nil),                         // 38: warren.node.v1.Event
-	(*CapabilitiesRequest)(nil),           // 39: warren.node.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),          // 40: warren.node.v1.CapabilitiesResponse
-	(*SetPoolRequest)(nil),                // 41: warren.node.v1.SetPoolRequest
-	(*SetPoolResponse)(nil),               // 42: warren.node.v1.SetPoolResponse
-	(*ReserveRequest)(nil),                // 43: warren.node.v1.ReserveRequest
-	(*ReserveResponse)(nil),               // 44: warren.node.v1.ReserveResponse
-	(*UnreserveRequest)(nil),              // 45: warren.node.v1.UnreserveRequest
-	(*UnreserveResponse)(nil),             // 46: warren.node.v1.UnreserveResponse
-	(*PoolsRequest)(nil),                  // 47: warren.node.v1.PoolsRequest
-	(*PoolStatus)(nil),                    // 48: warren.node.v1.PoolStatus
-	(*PoolsResponse)(nil),                 // 49: warren.node.v1.PoolsResponse
-	(*TemplatesInUseRequest)(nil),         // 50: warren.node.v1.TemplatesInUseRequest
-	(*TemplateUse)(nil),                   // 51: warren.node.v1.TemplateUse
-	(*TemplatesInUseResponse)(nil),        // 52: warren.node.v1.TemplatesInUseResponse
-	(*SnapshotSandboxRequest)(nil),        // 53: warren.node.v1.SnapshotSandboxRequest
-	(*SnapshotSandboxResponse)(nil),       // 54: warren.node.v1.SnapshotSandboxResponse
-	(*SnapshotTemplateRequest)(nil),       // 55: warren.node.v1.SnapshotTemplateRequest
-	(*SnapshotTemplateResponse)(nil),      // 56: warren.node.v1.SnapshotTemplateResponse
-	(*DeleteSnapshotRequest)(nil),         // 57: warren.node.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),        // 58: warren.node.v1.DeleteSnapshotResponse
-	(*TakeSandboxSnapshotRequest)(nil),    // 59: warren.node.v1.TakeSandboxSnapshotRequest
-	(*Artifact)(nil),                      // 60: warren.node.v1.Artifact
-	(*SnapshotHost)(nil),                  // 61: warren.node.v1.SnapshotHost
-	(*TakeSandboxSnapshotResponse)(nil),   // 62: warren.node.v1.TakeSandboxSnapshotResponse
-	(*DeleteSandboxSnapshotRequest)(nil),  // 63: warren.node.v1.DeleteSandboxSnapshotRequest
-	(*DeleteSandboxSnapshotResponse)(nil), // 64: warren.node.v1.DeleteSandboxSnapshotResponse
-	(*SandboxLogsRequest)(nil),            // 65: warren.node.v1.SandboxLogsRequest
-	(*LogEntry)(nil),                      // 66: warren.node.v1.LogEntry
-	(*SandboxLogsResponse)(nil),           // 67: warren.node.v1.SandboxLogsResponse
-	nil,                                   // 68: warren.node.v1.Template.EnvEntry
-	nil,                                   // 69: warren.node.v1.Sandbox.MetadataEntry
-	nil,                                   // 70: warren.node.v1.CreateRequest.EnvVarsEntry
-	nil,                                   // 71: warren.node.v1.CreateRequest.MetadataEntry
-	nil,                                   // 72: warren.node.v1.PoolsResponse.PoolsEntry
-	nil,                                   // 73: warren.node.v1.LogEntry.FieldsEntry
-	(*timestamppb.Timestamp)(nil),         // 74: google.protobuf.Timestamp
+	(*EgressRules)(nil),                   // 16: warren.node.v1.EgressRules
+	(*HeaderTransform)(nil),               // 17: warren.node.v1.HeaderTransform
+	(*SocksProxy)(nil),                    // 18: warren.node.v1.SocksProxy
+	(*Template)(nil),                      // 19: warren.node.v1.Template
+	(*Sandbox)(nil),                       // 20: warren.node.v1.Sandbox
+	(*CreateRequest)(nil),                 // 21: warren.node.v1.CreateRequest
+	(*SandboxResponse)(nil),               // 22: warren.node.v1.SandboxResponse
+	(*GetRequest)(nil),                    // 23: warren.node.v1.GetRequest
+	(*ListRequest)(nil),                   // 24: warren.node.v1.ListRequest
+	(*ListResponse)(nil),                  // 25: warren.node.v1.ListResponse
+	(*SetEndTimeRequest)(nil),             // 26: warren.node.v1.SetEndTimeRequest
+	(*SetEndTimeResponse)(nil),            // 27: warren.node.v1.SetEndTimeResponse
+	(*UpdateNetworkRequest)(nil),          // 28: warren.node.v1.UpdateNetworkRequest
+	(*UpdateNetworkResponse)(nil),         // 29: warren.node.v1.UpdateNetworkResponse
+	(*PauseRequest)(nil),                  // 30: warren.node.v1.PauseRequest
+	(*ResumeRequest)(nil),                 // 31: warren.node.v1.ResumeRequest
+	(*ForkRequest)(nil),                   // 32: warren.node.v1.ForkRequest
+	(*ForkResponse)(nil),                  // 33: warren.node.v1.ForkResponse
+	(*KillRequest)(nil),                   // 34: warren.node.v1.KillRequest
+	(*KillResponse)(nil),                  // 35: warren.node.v1.KillResponse
+	(*StatsRequest)(nil),                  // 36: warren.node.v1.StatsRequest
+	(*StatsResponse)(nil),                 // 37: warren.node.v1.StatsResponse
+	(*MetricsRequest)(nil),                // 38: warren.node.v1.MetricsRequest
+	(*MetricsResponse)(nil),               // 39: warren.node.v1.MetricsResponse
+	(*WatchRequest)(nil),                  // 40: warren.node.v1.WatchRequest
+	(*Event)(nil),                         // 41: warren.node.v1.Event
+	(*CapabilitiesRequest)(nil),           // 42: warren.node.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),          // 43: warren.node.v1.CapabilitiesResponse
+	(*SetPoolRequest)(nil),                // 44: warren.node.v1.SetPoolRequest
+	(*SetPoolResponse)(nil),               // 45: warren.node.v1.SetPoolResponse
+	(*ReserveRequest)(nil),                // 46: warren.node.v1.ReserveRequest
+	(*ReserveResponse)(nil),               // 47: warren.node.v1.ReserveResponse
+	(*UnreserveRequest)(nil),              // 48: warren.node.v1.UnreserveRequest
+	(*UnreserveResponse)(nil),             // 49: warren.node.v1.UnreserveResponse
+	(*PoolsRequest)(nil),                  // 50: warren.node.v1.PoolsRequest
+	(*PoolStatus)(nil),                    // 51: warren.node.v1.PoolStatus
+	(*PoolsResponse)(nil),                 // 52: warren.node.v1.PoolsResponse
+	(*TemplatesInUseRequest)(nil),         // 53: warren.node.v1.TemplatesInUseRequest
+	(*TemplateUse)(nil),                   // 54: warren.node.v1.TemplateUse
+	(*TemplatesInUseResponse)(nil),        // 55: warren.node.v1.TemplatesInUseResponse
+	(*SnapshotSandboxRequest)(nil),        // 56: warren.node.v1.SnapshotSandboxRequest
+	(*SnapshotSandboxResponse)(nil),       // 57: warren.node.v1.SnapshotSandboxResponse
+	(*SnapshotTemplateRequest)(nil),       // 58: warren.node.v1.SnapshotTemplateRequest
+	(*SnapshotTemplateResponse)(nil),      // 59: warren.node.v1.SnapshotTemplateResponse
+	(*DeleteSnapshotRequest)(nil),         // 60: warren.node.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),        // 61: warren.node.v1.DeleteSnapshotResponse
+	(*TakeSandboxSnapshotRequest)(nil),    // 62: warren.node.v1.TakeSandboxSnapshotRequest
+	(*Artifact)(nil),                      // 63: warren.node.v1.Artifact
+	(*SnapshotHost)(nil),                  // 64: warren.node.v1.SnapshotHost
+	(*TakeSandboxSnapshotResponse)(nil),   // 65: warren.node.v1.TakeSandboxSnapshotResponse
+	(*DeleteSandboxSnapshotRequest)(nil),  // 66: warren.node.v1.DeleteSandboxSnapshotRequest
+	(*DeleteSandboxSnapshotResponse)(nil), // 67: warren.node.v1.DeleteSandboxSnapshotResponse
+	(*SandboxLogsRequest)(nil),            // 68: warren.node.v1.SandboxLogsRequest
+	(*LogEntry)(nil),                      // 69: warren.node.v1.LogEntry
+	(*SandboxLogsResponse)(nil),           // 70: warren.node.v1.SandboxLogsResponse
+	(*EgressLogRequest)(nil),              // 71: warren.node.v1.EgressLogRequest
+	(*EgressEntry)(nil),                   // 72: warren.node.v1.EgressEntry
+	(*EgressLogResponse)(nil),             // 73: warren.node.v1.EgressLogResponse
+	nil,                                   // 74: warren.node.v1.HeaderTransform.HeadersEntry
+	nil,                                   // 75: warren.node.v1.Template.EnvEntry
+	nil,                                   // 76: warren.node.v1.Sandbox.MetadataEntry
+	nil,                                   // 77: warren.node.v1.CreateRequest.EnvVarsEntry
+	nil,                                   // 78: warren.node.v1.CreateRequest.MetadataEntry
+	nil,                                   // 79: warren.node.v1.PoolsResponse.PoolsEntry
+	nil,                                   // 80: warren.node.v1.LogEntry.FieldsEntry
+	(*timestamppb.Timestamp)(nil),         // 81: google.protobuf.Timestamp
 }
 var file_node_proto_depIdxs = []int32{
-	74, // 0: warren.node.v1.VolumeEntry.atime:type_name -> google.protobuf.Timestamp
-	74, // 1: warren.node.v1.VolumeEntry.mtime:type_name -> google.protobuf.Timestamp
-	74, // 2: warren.node.v1.VolumeEntry.ctime:type_name -> google.protobuf.Timestamp
+	81, // 0: warren.node.v1.VolumeEntry.atime:type_name -> google.protobuf.Timestamp
+	81, // 1: warren.node.v1.VolumeEntry.mtime:type_name -> google.protobuf.Timestamp
+	81, // 2: warren.node.v1.VolumeEntry.ctime:type_name -> google.protobuf.Timestamp
 	6,  // 3: warren.node.v1.VolumeEntryResponse.entry:type_name -> warren.node.v1.VolumeEntry
 	6,  // 4: warren.node.v1.ListVolumeDirResponse.entries:type_name -> warren.node.v1.VolumeEntry
 	10, // 5: warren.node.v1.VolumeFileChunk.request:type_name -> warren.node.v1.VolumeFileRequest
 	6,  // 6: warren.node.v1.VolumeFileChunk.entry:type_name -> warren.node.v1.VolumeEntry
-	68, // 7: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
-	14, // 8: warren.node.v1.Template.resources:type_name -> warren.node.v1.Resources
-	74, // 9: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	74, // 10: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
-	14, // 11: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
-	15, // 12: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
-	69, // 13: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
-	16, // 14: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
-	14, // 15: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
-	74, // 16: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
-	15, // 17: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
-	70, // 18: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
-	71, // 19: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
-	0,  // 20: warren.node.v1.CreateRequest.volumes:type_name -> warren.node.v1.VolumeMount
-	17, // 21: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
-	17, // 22: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	74, // 23: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
-	15, // 24: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
-	74, // 25: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
-	74, // 26: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
-	17, // 27: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	74, // 28: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
-	74, // 29: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
-	74, // 30: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
-	34, // 31: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
-	74, // 32: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
-	16, // 33: warren.node.v1.SetPoolRequest.template:type_name -> warren.node.v1.Template
-	14, // 34: warren.node.v1.SetPoolRequest.resources:type_name -> warren.node.v1.Resources
-	16, // 35: warren.node.v1.ReserveRequest.template:type_name -> warren.node.v1.Template
-	14, // 36: warren.node.v1.ReserveRequest.resources:type_name -> warren.node.v1.Resources
-	72, // 37: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
-	51, // 38: warren.node.v1.TemplatesInUseResponse.templates:type_name -> warren.node.v1.TemplateUse
-	16, // 39: warren.node.v1.SnapshotSandboxResponse.template:type_name -> warren.node.v1.Template
-	16, // 40: warren.node.v1.SnapshotTemplateRequest.template:type_name -> warren.node.v1.Template
-	16, // 41: warren.node.v1.TakeSandboxSnapshotResponse.source:type_name -> warren.node.v1.Template
-	60, // 42: warren.node.v1.TakeSandboxSnapshotResponse.rootfs:type_name -> warren.node.v1.Artifact
-	60, // 43: warren.node.v1.TakeSandboxSnapshotResponse.snapshot:type_name -> warren.node.v1.Artifact
-	61, // 44: warren.node.v1.TakeSandboxSnapshotResponse.host:type_name -> warren.node.v1.SnapshotHost
-	74, // 45: warren.node.v1.SandboxLogsRequest.start:type_name -> google.protobuf.Timestamp
-	74, // 46: warren.node.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
-	73, // 47: warren.node.v1.LogEntry.fields:type_name -> warren.node.v1.LogEntry.FieldsEntry
-	66, // 48: warren.node.v1.SandboxLogsResponse.entries:type_name -> warren.node.v1.LogEntry
-	48, // 49: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
-	18, // 50: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
-	20, // 51: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
-	21, // 52: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
-	23, // 53: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
-	25, // 54: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
-	27, // 55: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
-	28, // 56: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
-	29, // 57: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
-	31, // 58: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
-	33, // 59: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
-	35, // 60: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
-	37, // 61: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
-	39, // 62: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
-	41, // 63: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
-	43, // 64: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
-	45, // 65: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
-	47, // 66: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
-	50, // 67: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
-	53, // 68: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
-	55, // 69: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
-	57, // 70: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
-	59, // 71: warren.node.v1.NodeService.TakeSandboxSnapshot:input_type -> warren.node.v1.TakeSandboxSnapshotRequest
-	63, // 72: warren.node.v1.NodeService.DeleteSandboxSnapshot:input_type -> warren.node.v1.DeleteSandboxSnapshotRequest
-	65, // 73: warren.node.v1.NodeService.SandboxLogs:input_type -> warren.node.v1.SandboxLogsRequest
-	1,  // 74: warren.node.v1.NodeService.CreateVolume:input_type -> warren.node.v1.CreateVolumeRequest
-	3,  // 75: warren.node.v1.NodeService.DeleteVolume:input_type -> warren.node.v1.DeleteVolumeRequest
-	5,  // 76: warren.node.v1.NodeService.StatVolumePath:input_type -> warren.node.v1.VolumePathRequest
-	8,  // 77: warren.node.v1.NodeService.ListVolumeDir:input_type -> warren.node.v1.ListVolumeDirRequest
-	10, // 78: warren.node.v1.NodeService.MakeVolumeDir:input_type -> warren.node.v1.VolumeFileRequest
-	11, // 79: warren.node.v1.NodeService.SetVolumeMetadata:input_type -> warren.node.v1.SetVolumeMetadataRequest
-	5,  // 80: warren.node.v1.NodeService.RemoveVolumePath:input_type -> warren.node.v1.VolumePathRequest
-	5,  // 81: warren.node.v1.NodeService.ReadVolumeFile:input_type -> warren.node.v1.VolumePathRequest
-	13, // 82: warren.node.v1.NodeService.WriteVolumeFile:input_type -> warren.node.v1.VolumeFileChunk
-	19, // 83: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
-	19, // 84: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
-	22, // 85: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
-	24, // 86: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
-	26, // 87: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
-	19, // 88: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
-	19, // 89: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
-	30, // 90: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
-	32, // 91: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
-	34, // 92: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
-	36, // 93: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
-	38, // 94: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
-	40, // 95: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
-	42, // 96: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
-	44, // 97: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
-	46, // 98: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
-	49, // 99: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
-	52, // 100: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
-	54, // 101: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
-	56, // 102: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
-	58, // 103: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
-	62, // 104: warren.node.v1.NodeService.TakeSandboxSnapshot:output_type -> warren.node.v1.TakeSandboxSnapshotResponse
-	64, // 105: warren.node.v1.NodeService.DeleteSandboxSnapshot:output_type -> warren.node.v1.DeleteSandboxSnapshotResponse
-	67, // 106: warren.node.v1.NodeService.SandboxLogs:output_type -> warren.node.v1.SandboxLogsResponse
-	2,  // 107: warren.node.v1.NodeService.CreateVolume:output_type -> warren.node.v1.CreateVolumeResponse
-	4,  // 108: warren.node.v1.NodeService.DeleteVolume:output_type -> warren.node.v1.DeleteVolumeResponse
-	7,  // 109: warren.node.v1.NodeService.StatVolumePath:output_type -> warren.node.v1.VolumeEntryResponse
-	9,  // 110: warren.node.v1.NodeService.ListVolumeDir:output_type -> warren.node.v1.ListVolumeDirResponse
-	7,  // 111: warren.node.v1.NodeService.MakeVolumeDir:output_type -> warren.node.v1.VolumeEntryResponse
-	7,  // 112: warren.node.v1.NodeService.SetVolumeMetadata:output_type -> warren.node.v1.VolumeEntryResponse
-	12, // 113: warren.node.v1.NodeService.RemoveVolumePath:output_type -> warren.node.v1.RemoveVolumePathResponse
-	13, // 114: warren.node.v1.NodeService.ReadVolumeFile:output_type -> warren.node.v1.VolumeFileChunk
-	7,  // 115: warren.node.v1.NodeService.WriteVolumeFile:output_type -> warren.node.v1.VolumeEntryResponse
-	83, // [83:116] is the sub-list for method output_type
-	50, // [50:83] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	16, // 7: warren.node.v1.Policy.egress:type_name -> warren.node.v1.EgressRules
+	17, // 8: warren.node.v1.EgressRules.transforms:type_name -> warren.node.v1.HeaderTransform
+	18, // 9: warren.node.v1.EgressRules.proxy:type_name -> warren.node.v1.SocksProxy
+	74, // 10: warren.node.v1.HeaderTransform.headers:type_name -> warren.node.v1.HeaderTransform.HeadersEntry
+	75, // 11: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
+	14, // 12: warren.node.v1.Template.resources:type_name -> warren.node.v1.Resources
+	81, // 13: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	81, // 14: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	14, // 15: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
+	15, // 16: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
+	76, // 17: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
+	19, // 18: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
+	14, // 19: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
+	81, // 20: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
+	15, // 21: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
+	77, // 22: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
+	78, // 23: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
+	0,  // 24: warren.node.v1.CreateRequest.volumes:type_name -> warren.node.v1.VolumeMount
+	20, // 25: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
+	20, // 26: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
+	81, // 27: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
+	15, // 28: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
+	81, // 29: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
+	81, // 30: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
+	20, // 31: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
+	81, // 32: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
+	81, // 33: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	81, // 34: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	37, // 35: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
+	81, // 36: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
+	19, // 37: warren.node.v1.SetPoolRequest.template:type_name -> warren.node.v1.Template
+	14, // 38: warren.node.v1.SetPoolRequest.resources:type_name -> warren.node.v1.Resources
+	19, // 39: warren.node.v1.ReserveRequest.template:type_name -> warren.node.v1.Template
+	14, // 40: warren.node.v1.ReserveRequest.resources:type_name -> warren.node.v1.Resources
+	79, // 41: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
+	54, // 42: warren.node.v1.TemplatesInUseResponse.templates:type_name -> warren.node.v1.TemplateUse
+	19, // 43: warren.node.v1.SnapshotSandboxResponse.template:type_name -> warren.node.v1.Template
+	19, // 44: warren.node.v1.SnapshotTemplateRequest.template:type_name -> warren.node.v1.Template
+	19, // 45: warren.node.v1.TakeSandboxSnapshotResponse.source:type_name -> warren.node.v1.Template
+	63, // 46: warren.node.v1.TakeSandboxSnapshotResponse.rootfs:type_name -> warren.node.v1.Artifact
+	63, // 47: warren.node.v1.TakeSandboxSnapshotResponse.snapshot:type_name -> warren.node.v1.Artifact
+	64, // 48: warren.node.v1.TakeSandboxSnapshotResponse.host:type_name -> warren.node.v1.SnapshotHost
+	81, // 49: warren.node.v1.SandboxLogsRequest.start:type_name -> google.protobuf.Timestamp
+	81, // 50: warren.node.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	80, // 51: warren.node.v1.LogEntry.fields:type_name -> warren.node.v1.LogEntry.FieldsEntry
+	69, // 52: warren.node.v1.SandboxLogsResponse.entries:type_name -> warren.node.v1.LogEntry
+	81, // 53: warren.node.v1.EgressEntry.time:type_name -> google.protobuf.Timestamp
+	72, // 54: warren.node.v1.EgressLogResponse.entries:type_name -> warren.node.v1.EgressEntry
+	51, // 55: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
+	21, // 56: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
+	23, // 57: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
+	24, // 58: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
+	26, // 59: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
+	28, // 60: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
+	30, // 61: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
+	31, // 62: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
+	32, // 63: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
+	34, // 64: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
+	36, // 65: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
+	38, // 66: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
+	40, // 67: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
+	42, // 68: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
+	44, // 69: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
+	46, // 70: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
+	48, // 71: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
+	50, // 72: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
+	53, // 73: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
+	56, // 74: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
+	58, // 75: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
+	60, // 76: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
+	62, // 77: warren.node.v1.NodeService.TakeSandboxSnapshot:input_type -> warren.node.v1.TakeSandboxSnapshotRequest
+	66, // 78: warren.node.v1.NodeService.DeleteSandboxSnapshot:input_type -> warren.node.v1.DeleteSandboxSnapshotRequest
+	68, // 79: warren.node.v1.NodeService.SandboxLogs:input_type -> warren.node.v1.SandboxLogsRequest
+	71, // 80: warren.node.v1.NodeService.EgressLog:input_type -> warren.node.v1.EgressLogRequest
+	1,  // 81: warren.node.v1.NodeService.CreateVolume:input_type -> warren.node.v1.CreateVolumeRequest
+	3,  // 82: warren.node.v1.NodeService.DeleteVolume:input_type -> warren.node.v1.DeleteVolumeRequest
+	5,  // 83: warren.node.v1.NodeService.StatVolumePath:input_type -> warren.node.v1.VolumePathRequest
+	8,  // 84: warren.node.v1.NodeService.ListVolumeDir:input_type -> warren.node.v1.ListVolumeDirRequest
+	10, // 85: warren.node.v1.NodeService.MakeVolumeDir:input_type -> warren.node.v1.VolumeFileRequest
+	11, // 86: warren.node.v1.NodeService.SetVolumeMetadata:input_type -> warren.node.v1.SetVolumeMetadataRequest
+	5,  // 87: warren.node.v1.NodeService.RemoveVolumePath:input_type -> warren.node.v1.VolumePathRequest
+	5,  // 88: warren.node.v1.NodeService.ReadVolumeFile:input_type -> warren.node.v1.VolumePathRequest
+	13, // 89: warren.node.v1.NodeService.WriteVolumeFile:input_type -> warren.node.v1.VolumeFileChunk
+	22, // 90: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
+	22, // 91: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
+	25, // 92: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
+	27, // 93: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
+	29, // 94: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
+	22, // 95: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
+	22, // 96: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
+	33, // 97: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
+	35, // 98: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
+	37, // 99: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
+	39, // 100: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
+	41, // 101: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
+	43, // 102: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
+	45, // 103: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
+	47, // 104: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
+	49, // 105: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
+	52, // 106: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
+	55, // 107: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
+	57, // 108: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
+	59, // 109: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
+	61, // 110: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
+	65, // 111: warren.node.v1.NodeService.TakeSandboxSnapshot:output_type -> warren.node.v1.TakeSandboxSnapshotResponse
+	67, // 112: warren.node.v1.NodeService.DeleteSandboxSnapshot:output_type -> warren.node.v1.DeleteSandboxSnapshotResponse
+	70, // 113: warren.node.v1.NodeService.SandboxLogs:output_type -> warren.node.v1.SandboxLogsResponse
+	73, // 114: warren.node.v1.NodeService.EgressLog:output_type -> warren.node.v1.EgressLogResponse
+	2,  // 115: warren.node.v1.NodeService.CreateVolume:output_type -> warren.node.v1.CreateVolumeResponse
+	4,  // 116: warren.node.v1.NodeService.DeleteVolume:output_type -> warren.node.v1.DeleteVolumeResponse
+	7,  // 117: warren.node.v1.NodeService.StatVolumePath:output_type -> warren.node.v1.VolumeEntryResponse
+	9,  // 118: warren.node.v1.NodeService.ListVolumeDir:output_type -> warren.node.v1.ListVolumeDirResponse
+	7,  // 119: warren.node.v1.NodeService.MakeVolumeDir:output_type -> warren.node.v1.VolumeEntryResponse
+	7,  // 120: warren.node.v1.NodeService.SetVolumeMetadata:output_type -> warren.node.v1.VolumeEntryResponse
+	12, // 121: warren.node.v1.NodeService.RemoveVolumePath:output_type -> warren.node.v1.RemoveVolumePathResponse
+	13, // 122: warren.node.v1.NodeService.ReadVolumeFile:output_type -> warren.node.v1.VolumeFileChunk
+	7,  // 123: warren.node.v1.NodeService.WriteVolumeFile:output_type -> warren.node.v1.VolumeEntryResponse
+	90, // [90:124] is the sub-list for method output_type
+	56, // [56:90] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -4588,7 +5036,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   74,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -79,6 +79,7 @@ func (c *controlPlane) fromEnv(stderr io.Writer) (*slog.Logger, error) {
 
 func newAPI(stdout, stderr io.Writer) *cobra.Command {
 	var cfg app.APIConfig
+	var secretsKeyFile string
 	cp := &controlPlane{APIKey: &cfg.APIKey, AdminToken: &cfg.AdminToken, DatabaseURL: &cfg.DatabaseURL, MetricsListen: &cfg.MetricsListen,
 		Domain: &cfg.Domain, PublicURL: &cfg.PublicURL, TLSCert: &cfg.TLSCert, TLSKey: &cfg.TLSKey, Events: &cfg.Events,
 		EgressAllow: &cfg.EgressAllow, TrustedProxies: &cfg.TrustedProxies, Limits: &cfg.Limits}
@@ -103,6 +104,9 @@ the nodes over TLS (--node-ca verifies them), or plain HTTP on loopback.`,
 			}
 			cfg.Logger, cfg.Out = log, stdout
 			cfg.MetricsListenBestEffort = !cmd.Flags().Changed("metrics-listen")
+			if cfg.SecretsKey, err = loadSecretsKey(secretsKeyFile); err != nil {
+				return err
+			}
 			return app.RunAPI(cmd.Context(), cfg)
 		},
 	}
@@ -116,5 +120,6 @@ the nodes over TLS (--node-ca verifies them), or plain HTTP on loopback.`,
 	f.DurationVar(&cfg.Liveness.LostAfter, "node-lost-after", 0, "a node silent this long is lost: its running sandboxes are killed with node_lost (default 5m)")
 	f.DurationVar(&cfg.Liveness.PausedLostAfter, "node-paused-lost-after", 0, "a node silent this long loses its paused sandboxes too (default 1h)")
 	addControlPlaneFlags(cmd, cp)
+	secretsKeyFlag(f, &secretsKeyFile)
 	return cmd
 }

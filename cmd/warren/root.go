@@ -52,7 +52,7 @@ func defaultPath(name string) string {
 
 func newServe(stdout, stderr io.Writer) *cobra.Command {
 	var cfg app.Config
-	var logLevel string
+	var logLevel, secretsKeyFile string
 	var rebuildBase bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -73,6 +73,11 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 				cfg.DatabaseURL = os.Getenv("WARREN_DATABASE_URL")
 			}
 			cfg.MetricsListenBestEffort = !cmd.Flags().Changed("metrics-listen")
+			key, err := loadSecretsKey(secretsKeyFile)
+			if err != nil {
+				return err
+			}
+			cfg.SecretsKey = key
 			if err := prepareHost(&cfg, rebuildBase, logLevel, stdout, stderr); err != nil {
 				return err
 			}
@@ -102,6 +107,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.IntVar(&cfg.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")
 	f.Int64Var(&cfg.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
 	fairnessFlags(f, &cfg.Limits)
+	secretsKeyFlag(f, &secretsKeyFile)
 	cfg.DefaultPools = app.PoolSizeAuto
 	f.Func("pool-size", "ready sandboxes kept in the warm pool of base and of code-interpreter-v1 and mcp-gateway (when offered): auto (each from the host's CPUs and memory, at most 4) or 0 to 100; 0 turns them off (default auto)", func(v string) error {
 		n, err := app.ParsePoolSize(v)

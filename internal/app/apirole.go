@@ -65,6 +65,7 @@ type APIConfig struct {
 	TLSCert, TLSKey         string
 	Events                  EventsConfig
 	EgressAllow             []string
+	SecretsKey              []byte
 	Limits                  store.Limits
 	MetricsListen           string
 	MetricsListenBestEffort bool
@@ -191,10 +192,14 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return err
 	}
 	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
+	sec, err := secretsService(st, cfg.SecretsKey, log)
+	if err != nil {
+		return err
+	}
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: builds, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Volumes: vols,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Secrets: sec, Volumes: vols,
 	})
 	if err != nil {
 		return err

@@ -109,6 +109,11 @@ type Config struct {
 	// tenant (image pulls, webhook deliveries): CIDRs, IPs, IP:port or
 	// host:port. Empty: only public addresses are reached.
 	EgressAllow []string
+	// SecretsKey seals the teams' secrets at rest (secrets.KeySize
+	// bytes); nil: the secrets API is refused.
+	SecretsKey []byte
+	// EgressProxy tunes the node's egress proxy.
+	EgressProxy EgressProxyConfig
 	// Limits are the server's default team limits (a team's own non-zero
 	// limits win); zero fields keep apiserver's defaults.
 	Limits store.Limits
@@ -197,6 +202,9 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
 	}
 	if err := checkControlPlane(c.AdminToken, c.TrustedProxies); err != nil {
+		return err
+	}
+	if err := c.EgressProxy.check(); err != nil {
 		return err
 	}
 	if _, err := egress.Parse(c.EgressAllow); err != nil {
@@ -300,10 +308,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer stopMetrics()
 	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
+	sec, err := secretsService(st, cfg.SecretsKey, log)
+	if err != nil {
+		return err
+	}
 	apiCfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: parts.templates, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Volumes: vols,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Secrets: sec, Volumes: vols,
 	}
 	if parts.local != nil {
 		apiCfg.Builds, apiCfg.Catalog = parts.local.Service, parts.local.Catalog

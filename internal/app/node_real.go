@@ -84,8 +84,12 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 	}
 	// The node agent first: the build engine takes its snapshots on ready
 	// through it.
+	epool, err := newEgressPool(cfg, pool, reg, log)
+	if err != nil {
+		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
 	nc := node.Config{
-		DataDir: filepath.Join(cfg.DataDir, "node"), Driver: drv, Cgroups: cg, Net: pool,
+		DataDir: filepath.Join(cfg.DataDir, "node"), Driver: drv, Cgroups: cg, Net: epool,
 		Layers: rootfslayers.New(rm, layersRoot), EnvdPath: cfg.EnvdPath, Logger: log, Registry: reg,
 		SnapshotRuntime: snapshotRuntime, Volumes: vm,
 	}
@@ -128,6 +132,7 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 		stopGC()
 		local.Service.Close()
 		a.Close()
+		epool.Proxy().Close()
 		vm.Close()
 	}}, nil
 }

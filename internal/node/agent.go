@@ -316,9 +316,7 @@ func (a *Agent) envdAddr(slot *netslot.Slot) string {
 	return netip.AddrPortFrom(slot.GuestIP, uint16(a.cfg.EnvdPort)).String()
 }
 
-func clonePolicy(p netslot.Policy) netslot.Policy {
-	return netslot.Policy{Internet: p.Internet, AllowOut: slices.Clone(p.AllowOut), DenyOut: slices.Clone(p.DenyOut)}
-}
+func clonePolicy(p netslot.Policy) netslot.Policy { return p.Clone() }
 
 // SetEndTime implements Service: it re-arms the TTL backstop.
 func (a *Agent) SetEndTime(ctx context.Context, id string, endAt time.Time) error {

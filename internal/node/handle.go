@@ -119,7 +119,7 @@ func (h *handle) viewLocked() *nodeapi.Sandbox {
 		StartedAt:        r.StartedAt,
 		EndAt:            r.EndAt,
 		Resources:        r.Resources,
-		Network:          clonePolicy(r.Network),
+		Network:          r.Network.View(), // no header value or proxy password leaves the node
 		EnvdVersion:      r.EnvdVersion,
 		Metadata:         maps.Clone(r.Metadata),
 		PausedWithMemory: r.PausedWithMemory,
@@ -232,6 +232,11 @@ func (h *handle) updateNetwork(ctx context.Context, policy netslot.Policy) error
 	if slot := st.rec.Slot; slot != nil && (st.rec.State == sandbox.StateRunning || st.rec.State == sandbox.StatePaused) {
 		if err := h.a.cfg.Net.Update(ctx, slot, policy); err != nil {
 			return fmt.Errorf("sandbox %q: update network: %w", h.id, err)
+		}
+		if st.rec.State == sandbox.StateRunning {
+			if err := h.trustEgressCA(ctx, st.rec.AccessToken, slot, policy); err != nil {
+				return fmt.Errorf("sandbox %q: update network: %w", h.id, err)
+			}
 		}
 	}
 	// Any other paused sandbox takes the policy when it resumes.

@@ -390,6 +390,9 @@ func (h *handle) bringUp(ctx context.Context, m startMode, log *slog.Logger) (er
 	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
 		return fmt.Errorf("envd init at %s: %w", addr, err)
 	}
+	if err := h.trustEgressCA(rctx, r.AccessToken, slot, r.Network); err != nil {
+		return err
+	}
 	m.phases.done("init")
 	if m.runStartCmd && r.Template.StartCmd != "" {
 		p := EnvdProcess{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -127,9 +126,7 @@ func (a *Agent) followBuild(sw *buildSwitch) {
 var memberPolicy = netslot.Policy{Internet: true}
 
 // samePolicy reports whether network policies a and b are the same.
-func samePolicy(a, b netslot.Policy) bool {
-	return a.Internet == b.Internet && slices.Equal(a.AllowOut, b.AllowOut) && slices.Equal(a.DenyOut, b.DenyOut)
-}
+func samePolicy(a, b netslot.Policy) bool { return a.Equal(b) }
 
 // serves reports whether the pool's members can become a sandbox of res
 // (defaults applied): one of the same disk size and at least the members'
@@ -322,6 +319,9 @@ func (h *handle) claim(ctx context.Context, req nodeapi.CreateRequest, ph *phase
 		TasksLimit:     res.TasksPerUser(),
 	}
 	initErr := a.cfg.Envd.Init(rctx, addr, r.InitToken, init)
+	if initErr == nil {
+		initErr = h.trustEgressCA(rctx, req.EnvdAccessToken, r.Slot, req.Network)
+	}
 	if initErr != nil {
 		<-written
 		return nil, fmt.Errorf("envd init at %s: %w", addr, initErr)

@@ -172,6 +172,7 @@ func (s *SQL) DeleteTeam(ctx context.Context, id string) error {
 // teamRows delete every row of team ? (but its team_ids row), children
 // first.
 var teamRows = []string{
+	`DELETE FROM secrets WHERE team_id = ?`,
 	`DELETE FROM webhook_deliveries WHERE team_id = ?`,
 	`DELETE FROM webhooks WHERE team_id = ?`,
 	`DELETE FROM api_keys WHERE team_id = ?`,

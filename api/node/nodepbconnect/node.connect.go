@@ -98,6 +98,8 @@ const (
 	NodeServiceDeleteSandboxSnapshotProcedure = "/warren.node.v1.NodeService/DeleteSandboxSnapshot"
 	// NodeServiceSandboxLogsProcedure is the fully-qualified name of the NodeService's SandboxLogs RPC.
 	NodeServiceSandboxLogsProcedure = "/warren.node.v1.NodeService/SandboxLogs"
+	// NodeServiceEgressLogProcedure is the fully-qualified name of the NodeService's EgressLog RPC.
+	NodeServiceEgressLogProcedure = "/warren.node.v1.NodeService/EgressLog"
 	// NodeServiceCreateVolumeProcedure is the fully-qualified name of the NodeService's CreateVolume
 	// RPC.
 	NodeServiceCreateVolumeProcedure = "/warren.node.v1.NodeService/CreateVolume"
@@ -173,6 +175,9 @@ type NodeServiceClient interface {
 	// SandboxLogs returns the log a running sandbox keeps, read by the node
 	// from the sandbox's envd (nodeapi.LogSource).
 	SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error)
+	// EgressLog returns what a sandbox tried to reach through the node's
+	// egress proxy (nodeapi.EgressLogger).
+	EgressLog(context.Context, *connect.Request[node.EgressLogRequest]) (*connect.Response[node.EgressLogResponse], error)
 	// Volumes (nodeapi.VolumeService): each named by its ID, which the node
 	// resolves under its own data directory; every call names the volume's
 	// team, and a volume of another team is not_found.
@@ -346,6 +351,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("SandboxLogs")),
 			connect.WithClientOptions(opts...),
 		),
+		egressLog: connect.NewClient[node.EgressLogRequest, node.EgressLogResponse](
+			httpClient,
+			baseURL+NodeServiceEgressLogProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("EgressLog")),
+			connect.WithClientOptions(opts...),
+		),
 		createVolume: connect.NewClient[node.CreateVolumeRequest, node.CreateVolumeResponse](
 			httpClient,
 			baseURL+NodeServiceCreateVolumeProcedure,
@@ -429,6 +440,7 @@ type nodeServiceClient struct {
 	takeSandboxSnapshot   *connect.Client[node.TakeSandboxSnapshotRequest, node.TakeSandboxSnapshotResponse]
 	deleteSandboxSnapshot *connect.Client[node.DeleteSandboxSnapshotRequest, node.DeleteSandboxSnapshotResponse]
 	sandboxLogs           *connect.Client[node.SandboxLogsRequest, node.SandboxLogsResponse]
+	egressLog             *connect.Client[node.EgressLogRequest, node.EgressLogResponse]
 	createVolume          *connect.Client[node.CreateVolumeRequest, node.CreateVolumeResponse]
 	deleteVolume          *connect.Client[node.DeleteVolumeRequest, node.DeleteVolumeResponse]
 	statVolumePath        *connect.Client[node.VolumePathRequest, node.VolumeEntryResponse]
@@ -560,6 +572,11 @@ func (c *nodeServiceClient) SandboxLogs(ctx context.Context, req *connect.Reques
 	return c.sandboxLogs.CallUnary(ctx, req)
 }
 
+// EgressLog calls warren.node.v1.NodeService.EgressLog.
+func (c *nodeServiceClient) EgressLog(ctx context.Context, req *connect.Request[node.EgressLogRequest]) (*connect.Response[node.EgressLogResponse], error) {
+	return c.egressLog.CallUnary(ctx, req)
+}
+
 // CreateVolume calls warren.node.v1.NodeService.CreateVolume.
 func (c *nodeServiceClient) CreateVolume(ctx context.Context, req *connect.Request[node.CreateVolumeRequest]) (*connect.Response[node.CreateVolumeResponse], error) {
 	return c.createVolume.CallUnary(ctx, req)
@@ -651,6 +668,9 @@ type NodeServiceHandler interface {
 	// SandboxLogs returns the log a running sandbox keeps, read by the node
 	// from the sandbox's envd (nodeapi.LogSource).
 	SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error)
+	// EgressLog returns what a sandbox tried to reach through the node's
+	// egress proxy (nodeapi.EgressLogger).
+	EgressLog(context.Context, *connect.Request[node.EgressLogRequest]) (*connect.Response[node.EgressLogResponse], error)
 	// Volumes (nodeapi.VolumeService): each named by its ID, which the node
 	// resolves under its own data directory; every call names the volume's
 	// team, and a volume of another team is not_found.
@@ -820,6 +840,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("SandboxLogs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceEgressLogHandler := connect.NewUnaryHandler(
+		NodeServiceEgressLogProcedure,
+		svc.EgressLog,
+		connect.WithSchema(nodeServiceMethods.ByName("EgressLog")),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceCreateVolumeHandler := connect.NewUnaryHandler(
 		NodeServiceCreateVolumeProcedure,
 		svc.CreateVolume,
@@ -924,6 +950,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceDeleteSandboxSnapshotHandler.ServeHTTP(w, r)
 		case NodeServiceSandboxLogsProcedure:
 			nodeServiceSandboxLogsHandler.ServeHTTP(w, r)
+		case NodeServiceEgressLogProcedure:
+			nodeServiceEgressLogHandler.ServeHTTP(w, r)
 		case NodeServiceCreateVolumeProcedure:
 			nodeServiceCreateVolumeHandler.ServeHTTP(w, r)
 		case NodeServiceDeleteVolumeProcedure:
@@ -1045,6 +1073,10 @@ func (UnimplementedNodeServiceHandler) DeleteSandboxSnapshot(context.Context, *c
 
 func (UnimplementedNodeServiceHandler) SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.SandboxLogs is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) EgressLog(context.Context, *connect.Request[node.EgressLogRequest]) (*connect.Response[node.EgressLogResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.EgressLog is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) CreateVolume(context.Context, *connect.Request[node.CreateVolumeRequest]) (*connect.Response[node.CreateVolumeResponse], error) {

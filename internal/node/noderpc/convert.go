@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodepb "github.com/warren-sandbox/warren/api/node"
+	"github.com/warren-sandbox/warren/internal/egressrules"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
 	"github.com/warren-sandbox/warren/internal/netslot"
@@ -49,7 +50,7 @@ func ResourcesFromProto(r *nodepb.Resources) sandbox.Resources {
 	return sandbox.Resources{VCPUs: int(r.GetVcpus()), MemoryMB: r.GetMemoryMb(), DiskMB: r.GetDiskMb(), Pids: r.GetPids()}
 }
 
-// PolicyToProto converts p.
+// PolicyToProto converts p; its node-local redirect does not cross.
 func PolicyToProto(p netslot.Policy) *nodepb.Policy {
 	out := &nodepb.Policy{Internet: p.Internet}
 	for _, c := range p.AllowOut {
@@ -57,6 +58,15 @@ func PolicyToProto(p netslot.Policy) *nodepb.Policy {
 	}
 	for _, c := range p.DenyOut {
 		out.DenyOut = append(out.DenyOut, c.String())
+	}
+	if e := p.Egress; e != nil {
+		out.Egress = &nodepb.EgressRules{Hosts: e.Hosts}
+		for _, t := range e.Transforms {
+			out.Egress.Transforms = append(out.Egress.Transforms, &nodepb.HeaderTransform{Host: t.Host, Headers: t.Headers})
+		}
+		if px := e.Proxy; px != nil {
+			out.Egress.Proxy = &nodepb.SocksProxy{Address: px.Address, Username: px.Username, Password: px.Password}
+		}
 	}
 	return out
 }
@@ -77,6 +87,15 @@ func PolicyFromProto(p *nodepb.Policy) (netslot.Policy, error) {
 			return out, fmt.Errorf("denyOut %q: %w", s, errdefs.ErrInvalid)
 		}
 		out.DenyOut = append(out.DenyOut, c)
+	}
+	if e := p.GetEgress(); e != nil {
+		out.Egress = &egressrules.Rules{Hosts: e.GetHosts()}
+		for _, t := range e.GetTransforms() {
+			out.Egress.Transforms = append(out.Egress.Transforms, egressrules.Transform{Host: t.GetHost(), Headers: t.GetHeaders()})
+		}
+		if px := e.GetProxy(); px != nil {
+			out.Egress.Proxy = &egressrules.Proxy{Address: px.GetAddress(), Username: px.GetUsername(), Password: px.GetPassword()}
+		}
 	}
 	return out, nil
 }
