@@ -39,7 +39,8 @@
 //     that state, never across a call to the driver, a host piece, envd or
 //     the disk, and two are never held at once.
 //  8. Leaves, under which nothing is taken: events.mu, killJournal.mu,
-//     reclaimCounts.mu.
+//     reclaimCounts.mu, and the volume manager's (Config.Volumes), which
+//     Agent.forget calls under Agent.mu.
 //
 // Every lock is released by a defer in the function that took it
 // (TestLocksReleasedByDefer holds the package to it): no lock is handed to
