@@ -3,7 +3,9 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,6 +16,8 @@ import (
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -269,4 +273,121 @@ func TestKeepPausedFailedPreparationHoldsOperations(t *testing.T) {
 			t.Errorf("resumed sandbox holds slot %v, cgroup %v; want both", slot, cg)
 		}
 	})
+}
+
+// TestOperationsConcurrentOnHandles is the handles' stress test: workers
+// run every operation of the node contract at once, at random, over a
+// few sandboxes (pauses with memory keep their host objects, so that
+// preparations run beside the rest), forks included. An operation may be
+// refused for the state the others left (conflict, not found, a
+// checkpoint in flight), never fail otherwise; no operation waits
+// forever; and afterwards every sandbox holds exactly the host objects
+// its state says, and none once killed. Run under -race it checks that
+// every piece of a handle's state is read under its lock.
+func TestOperationsConcurrentOnHandles(t *testing.T) {
+	t.Parallel()
+	e, _, _ := keepEnv(t, func(c *node.Config) { c.KeepPaused = 2 })
+	a := e.start()
+	ctx := context.Background()
+	ids := []string{"c0", "c1", "c2"}
+	for _, id := range ids {
+		e.create(a, id)
+	}
+	var mu sync.Mutex
+	forks := map[string]bool{}
+	refused := func(err error) bool {
+		return err == nil || errdefs.IsConflict(err) || errdefs.IsNotFound(err) || errdefs.IsExhausted(err)
+	}
+	const workers, rounds = 6, 40
+	errs := make(chan error, workers*rounds)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 27))
+			for i := range rounds {
+				id := ids[r.IntN(len(ids))]
+				var err error
+				var op string
+				switch n := r.IntN(10); n {
+				case 0, 1:
+					op = "pause"
+					_, err = a.Pause(ctx, id, nodeapi.PauseRequest{Memory: n == 0})
+				case 2, 3:
+					op = "resume"
+					_, err = a.Resume(ctx, id, nodeapi.ResumeRequest{})
+				case 4:
+					op = "fork"
+					cid := fmt.Sprintf("f%d-%d", w, i)
+					_, err = a.Fork(ctx, id, nodeapi.ForkRequest{IDs: []string{cid}})
+					if err == nil {
+						mu.Lock()
+						forks[cid] = true
+						mu.Unlock()
+					}
+				case 5:
+					op = "stats"
+					_, err = a.Stats(ctx, id)
+				case 6:
+					op = "end time"
+					err = a.SetEndTime(ctx, id, time.Now().Add(time.Hour))
+				case 7:
+					op = "network"
+					err = a.UpdateNetwork(ctx, id, netslot.Policy{Internet: r.IntN(2) == 0})
+				case 8:
+					op = "kept"
+					_, err = a.HostObjectsKept(id)
+				default:
+					op = "list"
+					if _, err = a.List(ctx); err == nil {
+						_, err = a.TemplatesInUse(ctx)
+					}
+					if err == nil {
+						_, err = a.Metrics(ctx, id, time.Time{}, time.Time{})
+					}
+				}
+				if !refused(err) {
+					errs <- fmt.Errorf("%s %s: %w", op, id, err)
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("operations still running after 5 minutes: a deadlock")
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	all := append([]string{}, ids...)
+	for id := range forks {
+		all = append(all, id)
+	}
+	for _, id := range all {
+		kept, err := a.HostObjectsKept(id) // waits for a preparation in flight
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		sb, err := a.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		slot, cg := e.holds(id)
+		switch {
+		case sb.State == sandbox.StateRunning && (!slot || !cg || sb.Host == ""):
+			t.Errorf("running %s holds slot %v, cgroup %v, host %q", id, slot, cg, sb.Host)
+		case sb.State == sandbox.StatePaused && (slot != kept || cg != kept):
+			t.Errorf("paused %s (kept %v) holds slot %v, cgroup %v", id, kept, slot, cg)
+		case sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused:
+			t.Errorf("%s is %s after the operations", id, sb.State)
+		}
+		if err := a.Kill(ctx, id, sandbox.KillRequest); err != nil {
+			t.Errorf("kill %s: %v", id, err)
+		}
+		e.assertNoHostObjects(id)
+	}
 }
