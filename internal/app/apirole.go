@@ -234,7 +234,8 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	nodes.SetOnNodeBack(onNodeBack)
 	defer func() { stopRun(); waitSingletons() }()
 
-	srv := newHTTPServer(Dispatch(withUploads(withNodeRegistration(api, nodes.Handler(hops.creds), builds.LocateHandler()), builds.UploadHandler()), px), cfg.TLSCert != "", log)
+	locatePath, locate := builds.LocateHandler()
+	srv := newHTTPServer(Dispatch(withUploads(withNodeRegistration(api, nodes.Handler(hops.creds), locatePath, locate), builds.UploadHandler()), px), cfg.TLSCert != "", log)
 	base := baseURL(addr, cfg.TLSCert != "")
 	// The SDK's volume content calls go to E2B_VOLUME_API_URL (default
 	// https://api.<E2B_DOMAIN>): this server serves them too.
@@ -258,14 +259,15 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 }
 
 // withNodeRegistration serves nodes' heartbeats (nodereg.HeartbeatPath)
-// and their questions about builds (nodebuild.LocatePath), both
-// authenticated with the node's own token, beside the API.
-func withNodeRegistration(api, heartbeats, locate http.Handler) http.Handler {
+// and their calls of the ControlPlaneService (under locatePath: where a
+// build is), both authenticated with the node's own token, beside the
+// API.
+func withNodeRegistration(api, heartbeats http.Handler, locatePath string, locate http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == nodereg.HeartbeatPath:
 			heartbeats.ServeHTTP(w, r)
-		case strings.HasPrefix(r.URL.Path, nodebuild.LocatePath):
+		case strings.HasPrefix(r.URL.Path, locatePath):
 			locate.ServeHTTP(w, r)
 		default:
 			api.ServeHTTP(w, r)

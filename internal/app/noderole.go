@@ -185,7 +185,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if parts.local != nil {
 		// Builds of the control plane's catalog run here; the builds this
 		// node lacks are pulled from the nodes that hold them.
-		var locate func(context.Context, string) (*nodebuild.Source, error)
+		var locate nodebuild.Locate
 		if cfg.APIURL != "" {
 			locate = (&nodebuild.Locator{APIURL: cfg.APIURL, Token: cfg.NodeToken, HTTP: hops.api}).Locate
 		}
@@ -220,7 +220,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	rpcMux := noderpc.NewMux(parts.node, rpcOpts, reg)
 	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	if builds != nil {
-		rpcMux.Handle(nodebuild.PathPrefix, builds.Handler())
+		// The BuildService beside the NodeService, behind the same
+		// credential (and pull grants for artifacts).
+		rpcMux.Handle(builds.Handler())
 		// The copies the control plane let go go with the template
 		// collector, which runs as often.
 		if every := cmp.Or(cfg.TemplateGCInterval, builder.DefaultGCInterval); every > 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/egressrules"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/netslot"
 )
 
@@ -76,7 +77,7 @@ func TestEgressProxyRefusedAddresses(t *testing.T) {
 	e := newEnv(t)
 	for _, addr := range []string{"127.0.0.1:1080", "10.0.0.5:1080", "169.254.169.254:80", "no-port", "does-not-resolve.invalid:1080"} {
 		_, err := e.pool.Acquire(context.Background(), "tsocks-bad", netslot.Policy{Egress: &egressrules.Rules{Proxy: &egressrules.Proxy{Address: addr}}})
-		if !errdefs.IsInvalid(err) || !strings.Contains(errdefs.ClientMessage(err), "egressProxy") {
+		if !errdefs.IsInvalid(err) || !strings.Contains(errhttp.Message(err), "egressProxy") {
 			t.Errorf("proxy %s: %v", addr, err)
 		}
 	}

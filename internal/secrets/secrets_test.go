@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/secrets"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
@@ -98,7 +99,7 @@ func TestCRUD(t *testing.T) {
 			if vals, err := svc.Resolve(ctx, "team-b", []string{"openai-key"}); err != nil || vals["openai-key"] != "other" {
 				t.Fatalf("team-b Resolve = %v, %v", vals, err)
 			}
-			if _, err := svc.Resolve(ctx, "team-a", []string{"nope"}); !errdefs.IsInvalid(err) || !strings.Contains(errdefs.ClientMessage(err), `"nope"`) {
+			if _, err := svc.Resolve(ctx, "team-a", []string{"nope"}); !errdefs.IsInvalid(err) || !strings.Contains(errhttp.Message(err), `"nope"`) {
 				t.Fatalf("Resolve of an unknown name = %v", err)
 			}
 			for _, n := range []string{"b", "a", "c"} {
@@ -236,7 +237,7 @@ func TestNoKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = svc.Create(ctx, "t", "a", "v", nil)
-	if !errdefs.IsUnsupported(err) || !strings.Contains(errdefs.ClientMessage(err), "--secrets-key-file") {
+	if !errdefs.IsUnsupported(err) || !strings.Contains(errhttp.Message(err), "--secrets-key-file") {
 		t.Fatalf("Create without a key = %v", err)
 	}
 	if _, _, err := svc.List(ctx, "t", "", 10); !errdefs.IsUnsupported(err) {

@@ -16,18 +16,9 @@ import (
 
 var _ nodeapi.VolumeService = (*Client)(nil)
 
-// volumeErr is the node's answer err in Warren's classes; a client-side
-// class keeps the node's message for a client (what the node's volumes
-// say of a tenant's path names only that path), so that a content call
-// reads the same through the RPC as in process.
-func volumeErr(err error) error {
-	out := noderpc.FromConnectError(err)
-	var ce *connect.Error
-	if out == nil || !errors.As(err, &ce) || errdefs.Class(out) == nil || errdefs.IsUnavailable(out) {
-		return out
-	}
-	return errdefs.WithMessage(out, ce.Message())
-}
+// volumeErr is the node's answer err in Warren's classes, with the
+// message the node chose for a client (noderpc.FromConnectError).
+func volumeErr(err error) error { return noderpc.FromConnectError(err) }
 
 func entry(resp *connect.Response[nodepb.VolumeEntryResponse], err error) (*nodeapi.VolumeEntry, error) {
 	if err != nil {

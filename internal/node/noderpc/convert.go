@@ -223,8 +223,11 @@ func EventFromProto(e *nodepb.Event) nodeapi.Event {
 }
 
 // ToConnectError maps err's class to a Connect code (package errconnect),
-// keeping its message. A nodeapi.KilledError (the node killed the
-// sandbox on its own) carries its kill as an Event detail.
+// keeping its text for the control plane's log. The message a client may
+// be told (errdefs.Message), when err carries one, goes as a
+// PublicMessage detail: nothing a client sees is made from the text. A
+// nodeapi.KilledError (the node killed the sandbox on its own) carries
+// its kill as an Event detail.
 func ToConnectError(err error) error {
 	if err == nil {
 		return nil
@@ -234,6 +237,11 @@ func ToConnectError(err error) error {
 		return err
 	}
 	ce = connect.NewError(errconnect.Code(err), err)
+	if msg, ok := errdefs.Message(err); ok {
+		if d, derr := connect.NewErrorDetail(&nodepb.PublicMessage{Message: msg}); derr == nil {
+			ce.AddDetail(d)
+		}
+	}
 	if kill, ok := nodeapi.NodeKill(err); ok {
 		if d, derr := connect.NewErrorDetail(EventToProto(kill)); derr == nil {
 			ce.AddDetail(d)
@@ -243,7 +251,8 @@ func ToConnectError(err error) error {
 }
 
 // FromConnectError maps a Connect error back to Warren's error class; the
-// message is the server's. Transport failures are ErrUnavailable.
+// text is the server's, and a PublicMessage detail is the message a
+// client may be told. Transport failures are ErrUnavailable.
 func FromConnectError(err error) error {
 	if err == nil {
 		return nil
@@ -258,7 +267,11 @@ func FromConnectError(err error) error {
 		if kill, ok := killDetail(ce); ok && errors.Is(class, errdefs.ErrNotFound) {
 			return &nodeapi.KilledError{Kill: kill}
 		}
-		return &classError{msg: msg, class: class}
+		out := error(&classError{msg: msg, class: class})
+		if pm := publicDetail(ce); pm != "" {
+			out = errdefs.WithMessage(out, pm)
+		}
+		return out
 	}
 	switch code {
 	case connect.CodeDeadlineExceeded, connect.CodeCanceled:
@@ -305,4 +318,19 @@ func healthFromProto(h string) nodeapi.Health {
 	default:
 		return nodeapi.HealthUnknown
 	}
+}
+
+// publicDetail is the PublicMessage detail of ce, "" without one.
+func publicDetail(ce *connect.Error) string {
+	if ce == nil {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if pm, ok := v.(*nodepb.PublicMessage); ok {
+				return pm.GetMessage()
+			}
+		}
+	}
+	return ""
 }
