@@ -33,7 +33,7 @@ func TestNetworkRulesToNode(t *testing.T) {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
 	var sb client.Sandbox
-	json.Unmarshal(r.body, &sb) //nolint:errcheck
+	json.Unmarshal(r.body, &sb)
 	ns, err := e.node.Get(ctx, sb.SandboxID)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestNetworkRulesToNode(t *testing.T) {
 	}
 	info := e.do("GET", "/sandboxes/"+sb.SandboxID, e.key1, "")
 	var d client.SandboxDetail
-	json.Unmarshal(info.body, &d) //nolint:errcheck
+	json.Unmarshal(info.body, &d)
 	if d.Network == nil || string(d.Network.EgressProxy) != `{"address":"proxy.example:1080","username":"u"}` || !strings.Contains(string(d.Network.Rules["api.example.com"]), "${e2b.secrets.openai}") {
 		t.Fatalf("getInfo network: %s", info.body)
 	}

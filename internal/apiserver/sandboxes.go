@@ -231,7 +231,7 @@ func apiState(st sandbox.State) string {
 func listedJSON(sb *store.Sandbox) client.ListedSandbox {
 	var vols []client.VolumeMount
 	if len(sb.Spec.VolumeMounts) > 0 {
-		json.Unmarshal(sb.Spec.VolumeMounts, &vols) //nolint:errcheck
+		json.Unmarshal(sb.Spec.VolumeMounts, &vols)
 	}
 	md := sb.Spec.Metadata
 	if md == nil {
@@ -435,7 +435,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	}
 	var doc client.NetworkConfig
 	if len(sb.Spec.Network) > 0 {
-		json.Unmarshal(sb.Spec.Network, &doc) //nolint:errcheck
+		json.Unmarshal(sb.Spec.Network, &doc)
 	}
 	// The update replaces the whole egress configuration (E2B's): what it
 	// leaves out is cleared.

@@ -66,13 +66,13 @@ func TestSecretsAPI(t *testing.T) {
 	}
 	r = do("GET", "/secrets?limit=2", e.key1, "", 200)
 	var page []client.Secret
-	json.Unmarshal(r.body, &page) //nolint:errcheck
+	json.Unmarshal(r.body, &page)
 	tok := r.header.Get("X-Next-Token")
 	if len(page) != 2 || page[0].Name != "b" || page[1].Name != "c" || tok == "" {
 		t.Fatalf("page 1: %s, next %q", r.body, tok)
 	}
 	r = do("GET", "/secrets?limit=2&nextToken="+tok, e.key1, "", 200)
-	json.Unmarshal(r.body, &page) //nolint:errcheck
+	json.Unmarshal(r.body, &page)
 	if len(page) != 1 || page[0].Name != "openai-key" || r.header.Get("X-Next-Token") != "" {
 		t.Fatalf("page 2: %s", r.body)
 	}
@@ -142,7 +142,7 @@ func TestSecretsWithoutKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		var body client.Error
-		json.NewDecoder(resp.Body).Decode(&body) //nolint:errcheck
+		json.NewDecoder(resp.Body).Decode(&body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNotImplemented || body.Code != 501 || !strings.Contains(body.Message, "secrets key") {
 			t.Errorf("%s %s = %d %+v, want 501 naming the secrets key", c[0], c[1], resp.StatusCode, body)

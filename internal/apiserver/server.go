@@ -473,7 +473,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(b) //nolint:errcheck
+	w.Write(b)
 }
 
 // onError is the REST API's one error boundary, for every error a handler

@@ -141,7 +141,7 @@ func (g *guest) terminate(cc *conn, c net.Conn, d decision) {
 		},
 	}
 	l := &oneConn{c: &countingConn{Conn: tc, cc: cc}}
-	go srv.Serve(l) //nolint:errcheck // it ends when l is closed
+	go srv.Serve(l) // it ends when l is closed
 	select {
 	case <-done:
 	case <-g.ctx.Done():

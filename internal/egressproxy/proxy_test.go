@@ -62,7 +62,7 @@ func newEnv(t testing.TB) *env {
 	inner, _ := netslottest.New(t)
 	e := &env{t: t, world: world, res: egressproxytest.NewResolver(map[string][]netip.Addr{}), logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
 	secret := make([]byte, egressproxy.SecretSize)
-	rand.Read(secret) //nolint:errcheck
+	rand.Read(secret)
 	px, err := egressproxy.New(egressproxy.Config{
 		Upstream: egress.MustParse(world.Prefix.String()),
 		Resolver: e.res,

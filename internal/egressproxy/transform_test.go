@@ -155,7 +155,7 @@ func TestTransformUntrustedUpstream(t *testing.T) {
 	}
 	got := make(chan http.Header, 4)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header })}
-	go srv.Serve(tls.NewListener(l.(net.Listener), &tls.Config{Certificates: []tls.Certificate{other.Leaf(t, "api.test.example")}})) //nolint:errcheck
+	go srv.Serve(tls.NewListener(l.(net.Listener), &tls.Config{Certificates: []tls.Certificate{other.Leaf(t, "api.test.example")}}))
 	t.Cleanup(func() { srv.Close() })
 	e.res.Set("api.test.example", a)
 	s := e.slot(transformPolicy("api.test.example"))

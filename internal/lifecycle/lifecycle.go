@@ -646,7 +646,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		i := idx[k]
 		f, ok := got[fid]
 		if !ok {
-			m.st.DeleteSandbox(context.WithoutCancel(ctx), fid) //nolint:errcheck
+			m.st.DeleteSandbox(context.WithoutCancel(ctx), fid)
 			results[i].Err = nodeFailure(ferr)
 			if results[i].Err == nil {
 				results[i].Err = errdefs.Publicf(errdefs.ErrUnavailable, "fork %q: the node did not start it", fid)
@@ -667,7 +667,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		})
 		if err != nil {
 			// Killed while starting: stop it, as Create does.
-			m.node.Kill(context.WithoutCancel(ctx), fid, sandbox.KillRequest) //nolint:errcheck
+			m.node.Kill(context.WithoutCancel(ctx), fid, sandbox.KillRequest)
 			results[i].Err = err
 			continue
 		}

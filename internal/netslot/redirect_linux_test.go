@@ -62,7 +62,7 @@ func newProxyStandIn(t *testing.T, host netip.Addr) *proxyStandIn {
 			if err != nil {
 				return
 			}
-			x.udp.WriteToUDPAddrPort([]byte("dns "+from.String()), from) //nolint:errcheck
+			x.udp.WriteToUDPAddrPort([]byte("dns "+from.String()), from)
 		}
 	}()
 	return x

@@ -48,11 +48,13 @@ export SSL_CERT_FILE=` + egressCABundle + `
 WARREN
 `
 
-// trustEgressCA installs sandbox id's egress CA in its trust store when
-// policy transforms the requests to some host (the proxy terminates their
-// TLS with it), through envd as root. A sandbox whose policy transforms
-// nothing is left alone.
-func (a *Agent) trustEgressCA(ctx context.Context, id, accessToken string, slot *netslot.Slot, policy netslot.Policy) error {
+// trustEgressCA installs h's egress CA in its trust store, through its
+// envd in slot as root with accessToken, when policy transforms the
+// requests to some host (the proxy terminates their TLS with it). A
+// sandbox whose policy transforms nothing is left alone. The caller holds
+// h.op.
+func (h *handle) trustEgressCA(ctx context.Context, accessToken string, slot *netslot.Slot, policy netslot.Policy) error {
+	a, id := h.a, h.id
 	if policy.Egress == nil || len(policy.Egress.Transforms) == 0 || slot == nil {
 		return nil
 	}

@@ -334,14 +334,14 @@ func (r *Remote) putFiles(ctx context.Context, n *store.Node, templateID, hash s
 		}
 		if errors.Is(rerr, io.EOF) {
 			// A refused end mark is the node's answer: CloseAndReceive reads it.
-			stream.Send(&nodepb.PutFilesChunk{End: true}) //nolint:errcheck
+			stream.Send(&nodepb.PutFilesChunk{End: true})
 			_, err := stream.CloseAndReceive()
 			return nodeError(n, err)
 		}
 		if rerr != nil {
 			// Cut the stream: the node sees a broken upload, not an end.
 			cancel()
-			stream.CloseAndReceive() //nolint:errcheck // cancelled
+			stream.CloseAndReceive() // cancelled
 			return fmt.Errorf("upload of files %s: %w", hash, rerr)
 		}
 	}

@@ -324,7 +324,7 @@ func bodyError(err error) string {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
+	json.NewEncoder(w).Encode(v) // the client went away
 }
 
 // writeError answers with status and msg in the API's error body.

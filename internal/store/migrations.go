@@ -405,7 +405,7 @@ func migrate(ctx context.Context, db *sql.DB, d dialect) error {
 		if _, err := db.ExecContext(ctx, `SELECT pg_advisory_lock(7461737)`); err != nil {
 			return fmt.Errorf("migration lock: %w", err)
 		}
-		defer db.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(7461737)`) //nolint:errcheck
+		defer db.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(7461737)`)
 	}
 	var current int
 	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
@@ -424,11 +424,11 @@ func migrate(ctx context.Context, db *sql.DB, d dialect) error {
 			return fmt.Errorf("migration %d: %w", m.version, err)
 		}
 		if _, err := tx.ExecContext(ctx, body); err != nil {
-			tx.Rollback() //nolint:errcheck
+			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", m.version, err)
 		}
 		if _, err := tx.ExecContext(ctx, d.rebind(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), m.version, nowNanos()); err != nil {
-			tx.Rollback() //nolint:errcheck
+			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", m.version, err)
 		}
 		if err := tx.Commit(); err != nil {

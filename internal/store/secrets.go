@@ -58,7 +58,7 @@ func (t *SecretStore) CreateSecret(ctx context.Context, x *secrets.Secret, limit
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	if s.d.name == "postgres" {
 		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('warren-secrets:' || $1))`, x.TeamID); err != nil {
 			return classify(err, what)
@@ -95,7 +95,7 @@ func (t *SecretStore) UpdateSecret(ctx context.Context, teamID, ref string, fn f
 	if err != nil {
 		return nil, classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	x, err := scanSecret(tx.QueryRowContext(ctx, s.d.rebind(`SELECT `+secretCols+` FROM secrets WHERE team_id = ? AND `+refColumn(ref)+` = ?`+s.d.forUpdate), teamID, ref))
 	if err != nil {
 		return nil, classify(err, what)

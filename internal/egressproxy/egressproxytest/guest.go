@@ -73,7 +73,7 @@ func GuestMain() {
 		res = runOp(op)
 	}
 	res.Elapsed = time.Since(start)
-	json.NewEncoder(os.Stdout).Encode(res) //nolint:errcheck
+	json.NewEncoder(os.Stdout).Encode(res)
 	os.Exit(0)
 }
 

@@ -79,7 +79,7 @@ func (w *World) HTTPS(t testing.TB, names ...string) *Upstream {
 		if port == 443 {
 			ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
 		}
-		go srv.Serve(ln) //nolint:errcheck
+		go srv.Serve(ln)
 		t.Cleanup(func() { srv.Close() })
 	}
 	return u
@@ -158,26 +158,26 @@ func (s *Socks) serve(c net.Conn) {
 		found = found || m == want
 	}
 	if !found {
-		c.Write([]byte{5, 0xff}) //nolint:errcheck
+		c.Write([]byte{5, 0xff})
 		return
 	}
-	c.Write([]byte{5, want}) //nolint:errcheck
+	c.Write([]byte{5, want})
 	if want == 2 {
 		var v [2]byte
 		if _, err := io.ReadFull(c, v[:]); err != nil {
 			return
 		}
 		user := make([]byte, v[1])
-		io.ReadFull(c, user) //nolint:errcheck
+		io.ReadFull(c, user)
 		var pl [1]byte
-		io.ReadFull(c, pl[:]) //nolint:errcheck
+		io.ReadFull(c, pl[:])
 		pass := make([]byte, pl[0])
-		io.ReadFull(c, pass) //nolint:errcheck
+		io.ReadFull(c, pass)
 		if string(user) != s.User || string(pass) != s.Password {
-			c.Write([]byte{1, 1}) //nolint:errcheck
+			c.Write([]byte{1, 1})
 			return
 		}
-		c.Write([]byte{1, 0}) //nolint:errcheck
+		c.Write([]byte{1, 0})
 	}
 	var req [4]byte
 	if _, err := io.ReadFull(c, req[:]); err != nil || req[1] != 1 {
@@ -187,19 +187,19 @@ func (s *Socks) serve(c net.Conn) {
 	switch req[3] {
 	case 1:
 		var b [4]byte
-		io.ReadFull(c, b[:]) //nolint:errcheck
+		io.ReadFull(c, b[:])
 		host = netip.AddrFrom4(b).String()
 	case 3:
 		var l [1]byte
-		io.ReadFull(c, l[:]) //nolint:errcheck
+		io.ReadFull(c, l[:])
 		b := make([]byte, l[0])
-		io.ReadFull(c, b) //nolint:errcheck
+		io.ReadFull(c, b)
 		host = string(b)
 	default:
 		return
 	}
 	var pb [2]byte
-	io.ReadFull(c, pb[:]) //nolint:errcheck
+	io.ReadFull(c, pb[:])
 	port := binary.BigEndian.Uint16(pb[:])
 	s.mu.Lock()
 	s.targets = append(s.targets, net.JoinHostPort(host, strconv.Itoa(int(port))))
@@ -210,14 +210,14 @@ func (s *Socks) serve(c net.Conn) {
 	}
 	up, err := net.DialTimeout("tcp4", net.JoinHostPort(dial, strconv.Itoa(int(port))), 5*time.Second)
 	if err != nil {
-		c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0}) //nolint:errcheck
+		c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
 		return
 	}
 	defer up.Close()
-	c.Write([]byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0}) //nolint:errcheck
+	c.Write([]byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0})
 	_ = c.SetDeadline(time.Time{})
-	go io.Copy(up, c) //nolint:errcheck
-	io.Copy(c, up)    //nolint:errcheck
+	go io.Copy(up, c)
+	io.Copy(c, up)
 }
 
 // Resolver answers from a map (the Resolver of an in-process Proxy).
@@ -307,7 +307,7 @@ func DNSServer(t testing.TB, r *Resolver) string {
 				return
 			}
 			if a := answer(buf[:n]); a != nil {
-				pc.WriteTo(a, from) //nolint:errcheck
+				pc.WriteTo(a, from)
 			}
 		}
 	}()
@@ -332,8 +332,8 @@ func DNSServer(t testing.TB, r *Resolver) string {
 					if a == nil {
 						return
 					}
-					c.Write(binary.BigEndian.AppendUint16(nil, uint16(len(a)))) //nolint:errcheck
-					c.Write(a)                                                  //nolint:errcheck
+					c.Write(binary.BigEndian.AppendUint16(nil, uint16(len(a))))
+					c.Write(a)
 				}
 			}()
 		}

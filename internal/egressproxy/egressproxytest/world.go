@@ -50,7 +50,7 @@ func NewWorld(t testing.TB) *World {
 	t.Helper()
 	testenv.NeedRoot(t, "egress proxy tests")
 	var x [1]byte
-	rand.Read(x[:]) //nolint:errcheck
+	rand.Read(x[:])
 	w := &World{t: t, Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, x[0], 0}), 24), next: 2, CA: NewCA(t)}
 	w.host = netip.AddrFrom4([4]byte{198, 19, x[0], 1})
 	name := testenv.Name("wepx-")

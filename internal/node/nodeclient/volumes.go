@@ -158,13 +158,13 @@ func (c *Client) WriteVolumeFile(ctx context.Context, teamID, id, path string, o
 		}
 		if errors.Is(rerr, io.EOF) {
 			// A refused end mark is the node's answer: CloseAndReceive reads it.
-			stream.Send(&nodepb.VolumeFileChunk{End: true}) //nolint:errcheck
+			stream.Send(&nodepb.VolumeFileChunk{End: true})
 			return entry(stream.CloseAndReceive())
 		}
 		if rerr != nil {
 			// Cut the stream: the node sees a broken upload, not an end.
 			cancel()
-			stream.CloseAndReceive() //nolint:errcheck // cancelled
+			stream.CloseAndReceive() // cancelled
 			return nil, fmt.Errorf("write %q: %w", path, rerr)
 		}
 	}
