@@ -13,7 +13,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/egressrules"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/secrets"
 )
 
@@ -47,8 +47,8 @@ type proxySpec struct {
 // sandbox behind the node's egress proxy. It also returns the document
 // kept for display: rules' keys lower-cased, and the proxy without its
 // password. field prefixes the error paths ("network" for a create).
-func (s *Server) egressPolicy(ctx context.Context, teamID, field string, e egressSpec) (netslot.Policy, egressDoc, error) {
-	var p netslot.Policy
+func (s *Server) egressPolicy(ctx context.Context, teamID, field string, e egressSpec) (sandbox.NetworkPolicy, egressDoc, error) {
+	var p sandbox.NetworkPolicy
 	var doc egressDoc
 	path := func(f string) string {
 		if field == "" {

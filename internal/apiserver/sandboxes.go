@@ -11,7 +11,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -119,7 +118,7 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	}
 	allow := req.AllowInternetAccess
 	internet := allow == nil || *allow
-	var policy netslot.Policy
+	var policy sandbox.NetworkPolicy
 	var netDoc json.RawMessage
 	traffic := false
 	if req.Network != nil {

@@ -11,11 +11,11 @@ import (
 	"github.com/warren-sandbox/warren/internal/egressproxy"
 	"github.com/warren-sandbox/warren/internal/egressrules"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // egressNet is an in-memory pool with an egress proxy's CA and log, as
@@ -57,8 +57,8 @@ func TestEgressOverTheWire(t *testing.T) {
 	t.Cleanup(srv.Close)
 	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token})
 
-	policy := func(secret, password string) netslot.Policy {
-		return netslot.Policy{Egress: &egressrules.Rules{Hosts: []string{"api.example.com"},
+	policy := func(secret, password string) sandbox.NetworkPolicy {
+		return sandbox.NetworkPolicy{Egress: &egressrules.Rules{Hosts: []string{"api.example.com"},
 			Transforms: []egressrules.Transform{{Host: "api.example.com", Headers: map[string]string{"Authorization": "Bearer " + secret}}},
 			Proxy:      &egressrules.Proxy{Address: "198.51.100.9:1080", Username: "u", Password: password}}}
 	}

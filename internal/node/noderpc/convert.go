@@ -19,7 +19,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/egressrules"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -51,7 +50,7 @@ func ResourcesFromProto(r *nodepb.Resources) sandbox.Resources {
 }
 
 // PolicyToProto converts p; its node-local redirect does not cross.
-func PolicyToProto(p netslot.Policy) *nodepb.Policy {
+func PolicyToProto(p sandbox.NetworkPolicy) *nodepb.Policy {
 	out := &nodepb.Policy{Internet: p.Internet}
 	for _, c := range p.AllowOut {
 		out.AllowOut = append(out.AllowOut, c.String())
@@ -72,8 +71,8 @@ func PolicyToProto(p netslot.Policy) *nodepb.Policy {
 }
 
 // PolicyFromProto converts p; a malformed CIDR is ErrInvalid.
-func PolicyFromProto(p *nodepb.Policy) (netslot.Policy, error) {
-	out := netslot.Policy{Internet: p.GetInternet()}
+func PolicyFromProto(p *nodepb.Policy) (sandbox.NetworkPolicy, error) {
+	out := sandbox.NetworkPolicy{Internet: p.GetInternet()}
 	for _, s := range p.GetAllowOut() {
 		c, err := netip.ParsePrefix(s)
 		if err != nil {
