@@ -13,11 +13,11 @@ import (
 func TestLoadSecretsKey(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "key")
-	os.WriteFile(good, []byte("ABEiM0RVZneImaq7zN3u/wARIjNEVWZ3iJmqu8zd7v8=\n"), 0o600) //nolint:errcheck
+	os.WriteFile(good, []byte("ABEiM0RVZneImaq7zN3u/wARIjNEVWZ3iJmqu8zd7v8=\n"), 0o600)
 	empty := filepath.Join(dir, "empty")
-	os.WriteFile(empty, nil, 0o600) //nolint:errcheck
+	os.WriteFile(empty, nil, 0o600)
 	bad := filepath.Join(dir, "bad")
-	os.WriteFile(bad, []byte("not-a-key-but-a-password"), 0o600) //nolint:errcheck
+	os.WriteFile(bad, []byte("not-a-key-but-a-password"), 0o600)
 
 	t.Setenv("WARREN_SECRETS_KEY", "")
 	t.Setenv("WARREN_SECRETS_KEY_FILE", "")

@@ -60,7 +60,7 @@ func TestServeListsLocalNode(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		var out []nodereg.NodeInfo
-		json.NewDecoder(resp.Body).Decode(&out) //nolint:errcheck
+		json.NewDecoder(resp.Body).Decode(&out)
 		return resp.StatusCode, out
 	}
 	if code, _ := get("X-Admin-Token", "wrong"); code != http.StatusUnauthorized {

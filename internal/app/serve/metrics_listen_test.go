@@ -18,7 +18,14 @@ import (
 // metrics listener without a token; an operator's address that is taken
 // fails the start, the default's is only a warning.
 func TestMetricsListen(t *testing.T) {
-	const addr = "127.0.0.1:3450" // this worktree's port range
+	// A loopback port free a moment ago: the test needs an address it can
+	// name twice.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
 	run := func(ctx context.Context, metrics string, bestEffort bool) (<-chan error, <-chan string) {
 		errc, ready := make(chan error, 1), make(chan string, 1)
 		cfg := Config{Host: noderole.Host{DataDir: t.TempDir(), Driver: "fake"},

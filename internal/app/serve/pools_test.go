@@ -67,7 +67,7 @@ func TestWarmPoolThroughAPI(t *testing.T) {
 		defer resp.Body.Close()
 		var out []apiserver.PoolStatus
 		if method == http.MethodGet {
-			json.NewDecoder(resp.Body).Decode(&out) //nolint:errcheck
+			json.NewDecoder(resp.Body).Decode(&out)
 		}
 		return resp.StatusCode, out
 	}

@@ -85,8 +85,8 @@ func startWarren(t *testing.T, bin, dataDir, addr string, extra ...string) *proc
 	p := &proc{cmd: cmd, logs: logs}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
-			cmd.Process.Kill() //nolint:errcheck
-			cmd.Wait()         //nolint:errcheck
+			cmd.Process.Kill()
+			cmd.Wait()
 		}
 	})
 	urlc := make(chan string, 1)
@@ -97,7 +97,7 @@ func startWarren(t *testing.T, bin, dataDir, addr string, extra ...string) *proc
 				urlc <- m[1]
 			}
 		}
-		io.Copy(io.Discard, stdout) //nolint:errcheck
+		io.Copy(io.Discard, stdout)
 	}()
 	select {
 	case p.url = <-urlc:
@@ -113,7 +113,7 @@ func (p *proc) kill9(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	p.cmd.Wait() //nolint:errcheck
+	p.cmd.Wait()
 }
 
 func (p *proc) do(t *testing.T, method, path, body string) (int, http.Header, []byte) {
@@ -222,8 +222,8 @@ func TestWebhooksSurviveKill9(t *testing.T) {
 	rcv.mu.Unlock()
 	p = startWarren(t, bin, dataDir, freeAddr(t), allow...)
 	defer func() {
-		p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
-		p.cmd.Wait()                          //nolint:errcheck
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.cmd.Wait()
 	}()
 	st, _, body = p.do(t, "GET", "/events/sandboxes?limit=100", "")
 	if st != 200 {
