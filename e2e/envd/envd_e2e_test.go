@@ -43,10 +43,15 @@ func netns(t *testing.T) string {
 }
 
 // startEnvd runs envd on port 49983 in ns as PID 1 of a new PID namespace
-// (as in a sandbox) and waits until it listens.
+// (as in a sandbox) and waits until it listens. Its mount namespace has an
+// empty tmpfs over /root: the SDK runs commands as `bash -l`, and this
+// host's root login files are no part of the test (a developer's
+// ~/.bashrc can do anything; pyenv's init waits a minute on a lock a
+// killed shell left).
 func startEnvd(t *testing.T, envd, ns string) {
 	t.Helper()
 	startAndWait(t, exec.Command("ip", "netns", "exec", ns, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
+		"sh", "-c", `mount -t tmpfs -o mode=0700 tmpfs /root && exec "$0" "$@"`,
 		envd, "--port", "49983", "--log-level", "debug"))
 }
 
