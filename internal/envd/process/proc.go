@@ -200,17 +200,40 @@ func (p *proc) closeStdin() {
 	}
 }
 
-// signal delivers sig to the process's group (the whole tree it started,
-// unless a descendant left the group), falling back to the process alone.
+// signal delivers sig to the process's group: the whole tree it started,
+// unless a descendant left the group, and also after the process itself
+// ended while processes it started live on (a fork bomb's leader exits at
+// once; its processes keep the group). The pid of an ended process names
+// its group only while no process has that pid: the kernel gives no new
+// process the number of a group that still has members, so a live process
+// with the pid means the group is gone and the number was reused.
 func (p *proc) signal(sig unix.Signal) error {
-	err := unix.Kill(-int(p.pid), sig)
-	if errors.Is(err, unix.ESRCH) {
+	ended := p.ended()
+	if ended && unix.Kill(int(p.pid), 0) == nil {
+		return p.notFound()
+	}
+	err := signalGroup(int(p.pid), sig)
+	if errors.Is(err, unix.ESRCH) && !ended {
 		err = unix.Kill(int(p.pid), sig)
 	}
 	if errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("process with pid %d not found: %w", p.pid, errdefs.ErrNotFound)
+		return p.notFound()
 	}
 	return err
+}
+
+// groupAlive reports whether the group of the ended process p still has
+// members (see signal).
+func (p *proc) groupAlive() bool {
+	if unix.Kill(int(p.pid), 0) == nil {
+		return false // the number was reused: the group is gone
+	}
+	err := unix.Kill(-int(p.pid), 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+func (p *proc) notFound() error {
+	return fmt.Errorf("process with pid %d not found: %w", p.pid, errdefs.ErrNotFound)
 }
 
 func (p *proc) resize(size *pb.PTY_Size) error {
