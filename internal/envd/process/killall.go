@@ -8,16 +8,17 @@ import (
 
 // A SIGKILL to a process group (or to every process of a user) is
 // repeated in the background until nothing is left to signal: gVisor
-// signals the members it listed, and a fork that was under way when the
-// list was taken adds its child after it (Linux holds the task list lock
-// across the whole signal, gVisor does not). The first signal, whose
-// result the caller gets, ends every process that existed; the repeats
-// find the few children of forks that were in flight, and stop at ESRCH
-// (nothing left) or after killRepeatFor (zombies count as members until
-// their parent, envd for orphans, reaps them).
+// signals the members it listed, and a fork that was under way adds its
+// child later, even when its parent was killed meanwhile (Linux holds the
+// task list lock across the whole signal and fails such a fork; gVisor
+// does neither, and under a fork bomb a fork waits seconds for that lock).
+// The first signal, whose result the caller gets, ends every process that
+// existed; the repeats find the children of forks that were in flight, and
+// stop at ESRCH (nothing left; zombies count until their parent, envd for
+// orphans, reaps them) or after killRepeatFor.
 const (
 	killRepeatEvery = 20 * time.Millisecond
-	killRepeatFor   = 2 * time.Second
+	killRepeatFor   = time.Minute
 )
 
 // signalGroup sends sig to the process group pgid (repeated for SIGKILL,

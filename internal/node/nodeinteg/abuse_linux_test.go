@@ -68,7 +68,7 @@ func tryRunAs(sb *nodeapi.Sandbox, token, user, cmd string) (string, int, error)
 
 // abuseSandbox creates a sandbox with res (zero fields: the test
 // defaults, 512 MiB) and kills it at the end.
-func abuseSandbox(t *testing.T, h *host, a *node.Agent, prefix string, res sandbox.Resources) (*nodeapi.Sandbox, string) {
+func abuseSandbox(t testing.TB, h *host, a *node.Agent, prefix string, res sandbox.Resources) (*nodeapi.Sandbox, string) {
 	t.Helper()
 	id := prefix + sandbox.NewID()[:10]
 	req := h.createReq(id)

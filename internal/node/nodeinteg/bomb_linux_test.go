@@ -1,0 +1,377 @@
+package nodeinteg
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/warren-sandbox/warren/api/envd/process"
+	"github.com/warren-sandbox/warren/api/envd/process/processconnect"
+	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// Fork bombs as a new user of the JS SDK starts them: commands.run('bash
+// -c ":(){ :|:& };:"', {background: true}) runs the bomb under the SDK's
+// login shell with its output streamed to the caller. Once its first
+// process has exited (at once) and envd has closed the stream's pipe, a
+// process whose fork fails dies writing the error (SIGPIPE): the bomb
+// churns at the task limit, forking and dying as fast as the guest lets
+// it, until (tens of seconds later, as measured) it has died out. With its
+// errors to /dev/null the same bomb stays at the limit, its processes
+// retrying their forks (bash's fork retry) until killed. Root's commands
+// go through the same login shell (bash -l -c), which forks a few times
+// itself.
+
+// sdkBomb is the bomb as the SDK runs it; quietBomb the same with its
+// errors to /dev/null.
+var (
+	sdkBomb   = sdkCommand(`bash -c ":(){ :|:& };:"`)
+	quietBomb = sdkCommand(`bash -c ":(){ :|:& };:" 2>/dev/null`)
+)
+
+// sdkCommand is cmd as the SDK's commands.run runs it.
+func sdkCommand(cmd string) *process.ProcessConfig {
+	return &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}}
+}
+
+// envdClient calls the process service of one sandbox's envd.
+type envdClient struct {
+	c     processconnect.ProcessClient
+	token string
+}
+
+func newEnvdClient(sb *nodeapi.Sandbox, token string) envdClient {
+	return envdClient{c: processconnect.NewProcessClient(http1Client, "http://"+sb.Address), token: token}
+}
+
+// request wraps msg with the access token and, unless user is empty, the
+// user to run as.
+func request[T any](msg *T, token, user string) *connect.Request[T] {
+	req := connect.NewRequest(msg)
+	req.Header().Set("X-Access-Token", token)
+	if user != "" {
+		req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	}
+	return req
+}
+
+// background starts cfg as user and returns its pid; its output is read
+// (and dropped) until the process ends or ctx does, as the SDK reads a
+// background command's.
+func (e envdClient) background(ctx context.Context, user string, cfg *process.ProcessConfig) (uint32, error) {
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	stream, err := e.c.Start(ctx, request(&process.StartRequest{Process: cfg, Stdin: proto.Bool(false)}, e.token, user))
+	if err != nil {
+		return 0, err
+	}
+	started := make(chan uint32, 1)
+	go func() {
+		defer stream.Close()
+		for stream.Receive() {
+			if s := stream.Msg().GetEvent().GetStart(); s != nil {
+				started <- s.GetPid()
+			}
+		}
+		close(started)
+	}()
+	select {
+	case pid, ok := <-started:
+		if !ok {
+			return 0, fmt.Errorf("start %v: no start event: %w", cfg.GetArgs(), stream.Err())
+		}
+		return pid, nil
+	case <-sctx.Done():
+		return 0, fmt.Errorf("start %v: %w", cfg.GetArgs(), sctx.Err())
+	}
+}
+
+// run runs cfg as user within timeout and returns its stdout.
+func (e envdClient) run(ctx context.Context, timeout time.Duration, user string, cfg *process.ProcessConfig) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	stream, err := e.c.Start(ctx, request(&process.StartRequest{Process: cfg, Stdin: proto.Bool(false)}, e.token, user))
+	if err != nil {
+		return "", err
+	}
+	defer stream.Close()
+	var out strings.Builder
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		out.Write(ev.GetData().GetStdout())
+		if end := ev.GetEnd(); end != nil {
+			if end.GetExitCode() != 0 {
+				return out.String(), fmt.Errorf("run %v: %s", cfg.GetArgs(), end.GetStatus())
+			}
+			return out.String(), nil
+		}
+	}
+	return out.String(), fmt.Errorf("run %v: no end event: %w", cfg.GetArgs(), stream.Err())
+}
+
+// list lists the running processes within timeout.
+func (e envdClient) list(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := e.c.List(ctx, request(&process.ListRequest{}, e.token, ""))
+	return err
+}
+
+// kill sends SIGKILL to the process pid (its group; pid 0: every process
+// of the default user) within timeout, as the SDK's commands.kill does.
+func (e envdClient) kill(ctx context.Context, timeout time.Duration, pid uint32) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := e.c.SendSignal(ctx, request(&process.SendSignalRequest{
+		Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}, Signal: process.Signal_SIGNAL_SIGKILL,
+	}, e.token, ""))
+	return err
+}
+
+// userProcesses counts the default user's processes (as root).
+func (e envdClient) userProcesses(ctx context.Context, timeout time.Duration) (int, error) {
+	out, err := e.run(ctx, timeout, "root", &process.ProcessConfig{Cmd: "/usr/bin/pgrep", Args: []string{"-c", "-u", "user"}})
+	if err != nil && strings.TrimSpace(out) != "0" { // pgrep exits 1 when it counts 0
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(out))
+}
+
+// waitUserEcho asks the default user's `echo alive` until it answers or
+// limit passes, and returns how long it took.
+func (e envdClient) waitUserEcho(ctx context.Context, limit time.Duration) (time.Duration, error) {
+	t0 := time.Now()
+	for {
+		out, err := e.run(ctx, 30*time.Second, "user", sdkCommand("echo alive"))
+		if err == nil && strings.TrimSpace(out) == "alive" {
+			return time.Since(t0), nil
+		}
+		if time.Since(t0) > limit {
+			return 0, fmt.Errorf("the default user's echo: %q, %v after %v", out, err, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startBomb starts quietBomb as the default user and waits until it has
+// half the task limit's processes (or for a minute), so that what follows
+// runs while the guest is saturated. It returns the bomb's pid.
+func startBomb(t testing.TB, e envdClient, limit int) uint32 {
+	t.Helper()
+	ctx := t.Context()
+	pid, err := e.background(ctx, "user", quietBomb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n, err := e.userProcesses(ctx, time.Minute)
+		if err == nil && n >= limit/2 {
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bomb did not reach half the task limit (%d) in a minute: root counts %d, %v", limit, n, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestForkBombKilledByItsHandle: while a bomb started as the SDK does saturates the
+// guest, root's command answers, the bomb's own kill (its pid, whose
+// first process has long exited) ends every process it made, and the
+// default user's commands work again. The sandbox lives on. Without the
+// group kill the kill answers not found and the bomb goes on; without the
+// reaper's rounds root's command waits behind the bomb's orphans.
+func TestForkBombKilledByItsHandle(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "fk", sandbox.Resources{VCPUs: 2})
+	e := newEnvdClient(sb, tok)
+	ctx := t.Context()
+	pid := startBomb(t, e, 512)
+	for i := range 3 {
+		if out, err := e.run(ctx, time.Minute, "root", sdkCommand("echo rootok")); err != nil || strings.TrimSpace(out) != "rootok" {
+			t.Fatalf("root's command %d during the bomb: %q, %v", i, out, err)
+		}
+	}
+	if err := e.kill(ctx, time.Minute, pid); err != nil {
+		t.Fatalf("kill of the bomb's pid %d: %v", pid, err)
+	}
+	waitNoUserProcesses(t, e)
+	if _, err := e.waitUserEcho(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.kill(ctx, time.Minute, pid); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("second kill of the bomb: %v, want not found (nothing left)", err)
+	}
+	assertAlive(t, a, sb, tok)
+}
+
+// TestForkBombResetByUser: commands.kill(0) ends every process of the
+// default user, a bomb's included (here two: one of them in a session of
+// its own, out of the command's group), and leaves root's alone.
+func TestForkBombResetByUser(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "fr", sandbox.Resources{VCPUs: 2})
+	e := newEnvdClient(sb, tok)
+	ctx := t.Context()
+	if _, err := e.background(ctx, "root", &process.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"600"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.background(ctx, "user", &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c",
+		"exec 2>/dev/null; setsid bash -c ':(){ :|:& };:' & :(){ :|:& };:"}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for n, _ := e.userProcesses(ctx, time.Minute); n < 256; n, _ = e.userProcesses(ctx, time.Minute) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bomb has %d processes after a minute", n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := e.kill(ctx, time.Minute, 0); err != nil {
+		t.Fatalf("kill(0): %v", err)
+	}
+	waitNoUserProcesses(t, e)
+	if _, err := e.waitUserEcho(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.run(ctx, time.Minute, "root", &process.ProcessConfig{Cmd: "/usr/bin/pgrep", Args: []string{"-c", "-x", "sleep"}}); err != nil || strings.TrimSpace(out) != "1" {
+		t.Errorf("root's sleep after kill(0): %q, %v; want it running", out, err)
+	}
+	if err := e.kill(ctx, time.Minute, 0); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("kill(0) with nothing left: %v, want not found", err)
+	}
+	assertAlive(t, a, sb, tok)
+}
+
+// waitNoUserProcesses waits (up to a minute) until the default user has
+// no process left.
+func waitNoUserProcesses(t testing.TB, e envdClient) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n, err := e.userProcesses(t.Context(), time.Minute)
+		if err == nil && n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the default user still has %d processes (%v) a minute after the kill", n, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// reportTail adds the median, 95th percentile and maximum of ds, in
+// milliseconds, to b's figures.
+func reportTail(b *testing.B, name string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(ds[len(ds)/2]), name+"-p50-ms")
+	b.ReportMetric(ms(ds[min(len(ds)-1, len(ds)*95/100)]), name+"-p95-ms")
+	b.ReportMetric(ms(ds[len(ds)-1]), name+"-max-ms")
+}
+
+// BenchmarkForkBomb: how envd answers while a bomb saturates a default
+// sandbox (2 vCPUs, 512 MiB, 512 tasks per user), and how the sandbox
+// recovers from it; sdk is the bomb as the SDK runs it (it churns, then
+// dies out), quiet the same with its errors to /dev/null (it stays at the
+// task limit). Each iteration is a sandbox of its own: the bomb, 10 s of
+// it, then 10 rounds of a process list, a kill (of one of root's sleeps
+// started before the bomb) and root's `echo rootok` through the SDK's
+// login shell, each timed (a call that fails counts as its deadline,
+// 30 s); then the kill of the bomb's pid, timed until the default user's
+// echo answers again, and the processes of the default user left after
+// it (0: the kill ended them all).
+//
+//	go test -run '^$' -bench ForkBomb -benchtime 5x -timeout 60m ./internal/node/nodeinteg/
+func BenchmarkForkBomb(b *testing.B) {
+	h := newHost(b)
+	a, _ := h.agent()
+	defer a.Close()
+	b.Run("sdk", func(b *testing.B) { benchBomb(b, h, a, sdkBomb) })
+	b.Run("quiet", func(b *testing.B) { benchBomb(b, h, a, quietBomb) })
+}
+
+func benchBomb(b *testing.B, h *host, a *node.Agent, bombCmd *process.ProcessConfig) {
+	ctx := b.Context()
+	const rounds, deadline = 10, 30 * time.Second
+	var lists, kills, roots, recovers []time.Duration
+	var failed, left int
+	timed := func(ds *[]time.Duration, fn func() error) {
+		t0 := time.Now()
+		if err := fn(); err != nil {
+			failed++
+			b.Logf("during the bomb: %v", err)
+			*ds = append(*ds, deadline)
+			return
+		}
+		*ds = append(*ds, time.Since(t0))
+	}
+	for b.Loop() {
+		sb, tok := abuseSandbox(b, h, a, "bb", sandbox.Resources{VCPUs: 2})
+		e := newEnvdClient(sb, tok)
+		var victims []uint32
+		for range rounds {
+			pid, err := e.background(ctx, "root", &process.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"600"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			victims = append(victims, pid)
+		}
+		bomb, err := e.background(ctx, "user", bombCmd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(10 * time.Second) // the bomb's run-up, not a wait for a result
+		for i := range rounds {
+			timed(&lists, func() error { return e.list(ctx, deadline) })
+			timed(&kills, func() error { return e.kill(ctx, deadline, victims[i]) })
+			timed(&roots, func() error {
+				out, err := e.run(ctx, deadline, "root", sdkCommand("echo rootok"))
+				if err == nil && strings.TrimSpace(out) != "rootok" {
+					err = fmt.Errorf("root's echo: %q", out)
+				}
+				return err
+			})
+		}
+		t0 := time.Now()
+		if err := e.kill(ctx, time.Minute, bomb); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+			b.Fatalf("kill of the bomb: %v", err) // not found: it died out
+		}
+		if _, err := e.waitUserEcho(ctx, 5*time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		recovers = append(recovers, time.Since(t0))
+		n, err := e.userProcesses(ctx, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		left += n
+		if err := a.Kill(ctx, sb.ID, sandbox.KillAdmin); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportTail(b, "list", lists)
+	reportTail(b, "kill", kills)
+	reportTail(b, "root", roots)
+	reportTail(b, "recover", recovers)
+	b.ReportMetric(float64(failed), "failed-calls")
+	b.ReportMetric(float64(left), "processes-left")
+}
