@@ -143,3 +143,14 @@ func BenchmarkCreateFirstCommand(b *testing.B) {
 	b.ReportMetric(res.MS[len(res.MS)/2], "p50-ms")
 	b.ReportMetric(res.MS[(len(res.MS)*99)/100], "p99-ms")
 }
+
+// TestSDKForkBomb: a fork bomb started through the SDK is ended by its
+// handle's kill and commands.kill(0) resets the default user (bomb.mjs).
+func TestSDKForkBomb(t *testing.T) {
+	e2eserve.Prerequisites(t)
+	s := startServe(t, t.TempDir(), "")
+	out := s.Node(t, "bomb.mjs")
+	if !strings.Contains(out, "OK") {
+		t.Fatalf("bomb.mjs did not finish:\n%s", out)
+	}
+}

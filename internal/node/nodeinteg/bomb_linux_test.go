@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -374,4 +376,104 @@ func benchBomb(b *testing.B, h *host, a *node.Agent, bombCmd *process.ProcessCon
 	reportTail(b, "recover", recovers)
 	b.ReportMetric(float64(failed), "failed-calls")
 	b.ReportMetric(float64(left), "processes-left")
+}
+
+// spinBomb forks without end in every process it makes: at the task limit
+// each process retries its fork at once, and each fork of a Python
+// process copies pages (copy-on-write, done by the sentry), so the guest's
+// memory reaches the host wall while the sentry has touched nearly all of
+// it.
+var spinBomb = sdkCommand(`python3 -c '
+import os
+while True:
+    try: os.fork()
+    except OSError: pass'`)
+
+// TestForkBombAtTheMemoryWall: a bomb of forking Python processes drives
+// the sandbox to its host memory wall for a minute, where the host's OOM
+// killer takes stubs (guest processes), never one of the sandbox's other
+// processes (the sentry, the gofer, envd's stubs). Without the OOM reserve
+// the kernel chose the sentry, whose resident memory counts nearly all of
+// the guest's plus the runsc binary's pages, while stubs were left.
+// Whether the sandbox lives through the whole cascade is gVisor's (it does
+// not survive the kill of a stub it is still setting up, see
+// docs/configuration.md): the test logs it and asserts the kill order.
+func TestForkBombAtTheMemoryWall(t *testing.T) {
+	h := newHost(t)
+	a, _ := h.agent()
+	defer a.Close()
+	sb, tok := abuseSandbox(t, h, a, "fm", sandbox.Resources{VCPUs: 2})
+	e := newEnvdClient(sb, tok)
+	ctx := t.Context()
+	protected := runtimeProcesses(t, h, sb.ID)
+	before := dmesgLines()
+	if _, err := e.background(ctx, "user", spinBomb); err != nil {
+		t.Fatal(err)
+	}
+	alive := true
+	for stop := time.Now().Add(time.Minute); alive && time.Now().Before(stop); time.Sleep(time.Second) {
+		cur, err := a.Get(ctx, sb.ID)
+		alive = err == nil && cur.State == sandbox.StateRunning
+	}
+	kills, chosen := 0, []string{}
+	for _, l := range dmesgSince(before) {
+		_, rest, ok := strings.Cut(l, "Killed process ")
+		if !ok {
+			continue
+		}
+		kills++
+		if pid, _, _ := strings.Cut(rest, " "); protected[pid] != "" {
+			chosen = append(chosen, protected[pid]+": "+l)
+		}
+	}
+	t.Logf("%d OOM kills on the host meanwhile; the sandbox lived: %v", kills, alive)
+	for _, c := range chosen {
+		t.Errorf("the host OOM killer chose the sandbox's %s", c)
+	}
+	if kills == 0 {
+		t.Fatal("the bomb never reached the host memory wall")
+	}
+	if !alive {
+		return
+	}
+	// The bomb still spins at its task limit: the kill may wait long.
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		err := e.kill(ctx, time.Minute, 0)
+		if err == nil || connect.CodeOf(err) == connect.CodeNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kill(0) during the bomb: %v", err)
+		}
+	}
+	waitNoUserProcesses(t, e)
+	assertAlive(t, a, sb, tok)
+}
+
+// runtimeProcesses returns the processes of sandbox id's host cgroup that
+// are not stubs scored 1000 (the sentry, the gofer, envd's stubs), by pid,
+// each with what it is.
+func runtimeProcesses(t testing.TB, h *host, id string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", h.cgRoot, sandbox.HostName(id), "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, pid := range strings.Fields(string(b)) {
+		adj, err := os.ReadFile("/proc/" + pid + "/oom_score_adj")
+		if err != nil || strings.TrimSpace(string(adj)) == "1000" {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		name, _, _ := strings.Cut(string(cmd), "\x00")
+		if name == "" {
+			name = "stub of envd"
+		}
+		out[pid] = name + " (pid " + pid + ")"
+	}
+	if len(out) < 2 {
+		t.Fatalf("runtime processes %v: want the sentry and the gofer at least", out)
+	}
+	return out
 }
