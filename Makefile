@@ -3,19 +3,21 @@
 SHELL := /bin/bash
 GO ?= go
 export CGO_ENABLED := 0
-# Everything make builds and tests uses Go 1.27.3, which the go command
-# fetches once from the Go module proxy (about 76 MB): the machine's Go
-# (1.26.8 on Debian 12 here) has standard-library vulnerabilities that
-# Warren's code calls (net/http, crypto/tls, crypto/x509; the lint tier's
-# govulncheck lists them). go.mod stays at 1.26.8, so a plain `go build`
-# with the machine's Go still works. The Kubernetes test tools are built
-# with the machine's Go (scripts/k8s-tools.sh).
-export GOTOOLCHAIN := go1.27.3
+# Everything make builds and tests uses the Go of go.mod's `toolchain`
+# line (1.27.3), which the go command fetches once from the Go module proxy
+# (about 76 MB): the machine's Go (1.26.8 on Debian 12 here) has
+# standard-library vulnerabilities that Warren's code calls (net/http,
+# crypto/tls, crypto/x509; the lint tier's govulncheck lists them). In the
+# repository's root a plain `go build` picks the same toolchain from
+# go.mod; the tool modules under tools/ get it from here. The Kubernetes
+# test tools are built with the machine's Go (scripts/k8s-tools.sh).
+export GOTOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
 
 BIN := $(CURDIR)/bin
 VAR := $(CURDIR)/var
 BASE_ROOTFS := $(VAR)/base-rootfs.tar
 CODE_INTERPRETER_ROOTFS := $(VAR)/code-interpreter-rootfs.tar
+MCP_GATEWAY_ROOTFS := $(VAR)/mcp-gateway-rootfs.tar
 
 # Paths the tests read; a test whose prerequisite is missing skips locally
 # and fails under CI=true.
@@ -24,8 +26,9 @@ export WARREN_ENVD := $(BIN)/envd
 export WARREN_WARREN := $(BIN)/warren
 export WARREN_TEST_ROOTFS_TAR := $(BASE_ROOTFS)
 export WARREN_TEST_CODE_INTERPRETER_TAR := $(CODE_INTERPRETER_ROOTFS)
+export WARREN_TEST_MCP_GATEWAY_TAR := $(MCP_GATEWAY_ROOTFS)
 
-.PHONY: all deps build run test test-unit test-e2e test-fuzz generate check-generate lint base-rootfs code-interpreter-rootfs clean
+.PHONY: all deps build run check test test-unit test-e2e test-fuzz generate check-generate lint base-rootfs code-interpreter-rootfs mcp-gateway-rootfs clean
 
 all: build
 
@@ -33,13 +36,19 @@ deps:
 	scripts/install-deps.sh
 	scripts/check-deps.sh
 
-build: $(BIN)/warren $(BIN)/envd $(BIN)/runsc
+build: $(BIN)/warren $(BIN)/envd $(BIN)/runsc $(BIN)/mcp-gateway
 
 $(BIN)/warren: FORCE
 	$(GO) build -o $@ ./cmd/warren
 
 $(BIN)/envd: FORCE
 	$(GO) build -ldflags="-s -w" -o $@ ./cmd/envd
+
+# The MCP gateway of the mcp-gateway template (static): remade only when
+# its sources change, and with it the template's root filesystem.
+MCP_GATEWAY_SRC := $(shell find cmd/mcp-gateway internal/mcpgateway -type f ! -name '*_test.go') go.mod go.sum
+$(BIN)/mcp-gateway: $(MCP_GATEWAY_SRC)
+	$(GO) build -ldflags="-s -w" -o $@ ./cmd/mcp-gateway
 
 # runsc is pinned in tools/runsc/go.mod (a tool directive) and built static.
 $(BIN)/runsc: tools/runsc/go.mod tools/runsc/go.sum
@@ -71,6 +80,14 @@ code-interpreter-rootfs: $(CODE_INTERPRETER_ROOTFS)
 $(CODE_INTERPRETER_ROOTFS): scripts/build-code-interpreter-rootfs.sh $(wildcard images/code-interpreter/*) | $(VAR)/go.mod
 	scripts/build-code-interpreter-rootfs.sh $@
 
+# The mcp-gateway template's root filesystem: the code interpreter's tar
+# with the gateway, npm and the catalog's servers appended (about a
+# minute, most of it npm; its downloads are cached in ~/.cache/warren-npm).
+mcp-gateway-rootfs: $(MCP_GATEWAY_ROOTFS)
+
+$(MCP_GATEWAY_ROOTFS): scripts/build-mcp-gateway-rootfs.sh $(CODE_INTERPRETER_ROOTFS) $(BIN)/mcp-gateway | $(VAR)/go.mod
+	scripts/build-mcp-gateway-rootfs.sh $@ $(CODE_INTERPRETER_ROOTFS) $(BIN)/mcp-gateway
+
 # var/ holds root filesystems whose trees contain .go files (Debian's docs):
 # a go.mod of its own keeps them out of `go test ./...` and `go vet ./...`.
 $(VAR)/go.mod:
@@ -86,11 +103,26 @@ check-generate:
 lint: $(BIN)/staticcheck $(VULN_TOOLS)
 	scripts/lint.sh
 
-run: deps build code-interpreter-rootfs | $(VAR)/go.mod
+run: deps build code-interpreter-rootfs mcp-gateway-rootfs | $(VAR)/go.mod
 	$(BIN)/warren serve --data-dir $(VAR)/data $(ARGS)
 
-test: deps build base-rootfs code-interpreter-rootfs check-generate lint | $(VAR)/go.mod
+# The fast loop for a change that touches no host object: gofmt, vet,
+# staticcheck and the unit tests that need no root, no runsc and no
+# database server (a few minutes on two cores; scripts/check.sh).
+check: $(BIN)/staticcheck | $(VAR)/go.mod
+	scripts/check.sh
+
+# The full run: every tier this machine can run. test-unit is its Go
+# tests (root, runsc, SQLite and Postgres), test-e2e its end-to-end tests
+# with the real e2b SDK.
+test: deps build base-rootfs code-interpreter-rootfs mcp-gateway-rootfs check-generate lint | $(VAR)/go.mod
 	scripts/test.sh
+
+test-unit: deps build base-rootfs code-interpreter-rootfs mcp-gateway-rootfs | $(VAR)/go.mod
+	scripts/test.sh unit
+
+test-e2e: deps build base-rootfs code-interpreter-rootfs mcp-gateway-rootfs | $(VAR)/go.mod
+	scripts/test.sh e2e
 
 # Fuzz targets of the parsers of tenant input, FUZZTIME (default 5s) each.
 test-fuzz:

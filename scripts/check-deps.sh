@@ -39,6 +39,13 @@ need flock "Debian package util-linux"
 need sha256sum "Debian package coreutils"
 # The systemd units' test (deploy/systemd).
 need systemd-analyze "Debian package systemd"
+# The e2e tests' domain mode: glibc resolves *.localhost to loopback
+# (libnss-myhostname, named on the hosts line of /etc/nsswitch.conf).
+need '/usr/lib/*/libnss_myhostname.so.2' "Debian package libnss-myhostname"
+if ! getent ahostsv4 api.e2b.localhost 2>/dev/null | grep -q '^127\.0\.0\.1 '; then
+  echo "missing: resolution of *.localhost names (add myhostname to the hosts line of /etc/nsswitch.conf; scripts/install-deps.sh does)" >&2
+  missing=1
+fi
 if [ "$missing" -ne 0 ]; then
   echo "run scripts/install-deps.sh as root, or install the above" >&2
   exit 1

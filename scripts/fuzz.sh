@@ -13,8 +13,8 @@ targets=(
 	./internal/builder:FuzzParseDockerfile
 	./internal/builder:FuzzStepJSON
 	./internal/builder:FuzzSourceMatches
-	./internal/builder/layer:FuzzUnpack
-	./internal/builder/layer:FuzzResolveInRoot
+	./internal/node/layer:FuzzUnpack
+	./internal/node/layer:FuzzResolveInRoot
 )
 for t in "${targets[@]}"; do
 	pkg=${t%%:*} name=${t##*:}

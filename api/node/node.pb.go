@@ -31,6 +31,873 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// VolumeMount asks for a volume at path in a sandbox.
+type VolumeMount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeMount) Reset() {
+	*x = VolumeMount{}
+	mi := &file_node_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeMount) ProtoMessage() {}
+
+func (x *VolumeMount) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
+func (*VolumeMount) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *VolumeMount) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type CreateVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	TeamId        string                 `protobuf:"bytes,2,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	SizeMb        int64                  `protobuf:"varint,3,opt,name=size_mb,json=sizeMb,proto3" json:"size_mb,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumeRequest) Reset() {
+	*x = CreateVolumeRequest{}
+	mi := &file_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumeRequest) ProtoMessage() {}
+
+func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
+func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateVolumeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CreateVolumeRequest) GetTeamId() string {
+	if x != nil {
+		return x.TeamId
+	}
+	return ""
+}
+
+func (x *CreateVolumeRequest) GetSizeMb() int64 {
+	if x != nil {
+		return x.SizeMb
+	}
+	return 0
+}
+
+type CreateVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumeResponse) Reset() {
+	*x = CreateVolumeResponse{}
+	mi := &file_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumeResponse) ProtoMessage() {}
+
+func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
+func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{2}
+}
+
+type DeleteVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TeamId        string                 `protobuf:"bytes,1,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeRequest) Reset() {
+	*x = DeleteVolumeRequest{}
+	mi := &file_node_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeRequest) ProtoMessage() {}
+
+func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DeleteVolumeRequest) GetTeamId() string {
+	if x != nil {
+		return x.TeamId
+	}
+	return ""
+}
+
+func (x *DeleteVolumeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DeleteVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeResponse) Reset() {
+	*x = DeleteVolumeResponse{}
+	mi := &file_node_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeResponse) ProtoMessage() {}
+
+func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{4}
+}
+
+// VolumePathRequest names a path inside a volume (resolved inside it).
+type VolumePathRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TeamId        string                 `protobuf:"bytes,1,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Path          string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumePathRequest) Reset() {
+	*x = VolumePathRequest{}
+	mi := &file_node_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumePathRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumePathRequest) ProtoMessage() {}
+
+func (x *VolumePathRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumePathRequest.ProtoReflect.Descriptor instead.
+func (*VolumePathRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *VolumePathRequest) GetTeamId() string {
+	if x != nil {
+		return x.TeamId
+	}
+	return ""
+}
+
+func (x *VolumePathRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumePathRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// VolumeEntry is a file, directory or link of a volume; type is file,
+// directory, symlink or unknown.
+type VolumeEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Type          string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Size          int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Mode          uint32                 `protobuf:"varint,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid           uint32                 `protobuf:"varint,6,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,7,opt,name=gid,proto3" json:"gid,omitempty"`
+	Atime         *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=atime,proto3" json:"atime,omitempty"`
+	Mtime         *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	Ctime         *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=ctime,proto3" json:"ctime,omitempty"`
+	Target        string                 `protobuf:"bytes,11,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeEntry) Reset() {
+	*x = VolumeEntry{}
+	mi := &file_node_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeEntry) ProtoMessage() {}
+
+func (x *VolumeEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeEntry.ProtoReflect.Descriptor instead.
+func (*VolumeEntry) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *VolumeEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VolumeEntry) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeEntry) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *VolumeEntry) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *VolumeEntry) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *VolumeEntry) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *VolumeEntry) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+func (x *VolumeEntry) GetAtime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Atime
+	}
+	return nil
+}
+
+func (x *VolumeEntry) GetMtime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Mtime
+	}
+	return nil
+}
+
+func (x *VolumeEntry) GetCtime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Ctime
+	}
+	return nil
+}
+
+func (x *VolumeEntry) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+type VolumeEntryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entry         *VolumeEntry           `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeEntryResponse) Reset() {
+	*x = VolumeEntryResponse{}
+	mi := &file_node_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeEntryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeEntryResponse) ProtoMessage() {}
+
+func (x *VolumeEntryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeEntryResponse.ProtoReflect.Descriptor instead.
+func (*VolumeEntryResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *VolumeEntryResponse) GetEntry() *VolumeEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+type ListVolumeDirRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TeamId        string                 `protobuf:"bytes,1,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Path          string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	Depth         int32                  `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumeDirRequest) Reset() {
+	*x = ListVolumeDirRequest{}
+	mi := &file_node_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumeDirRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumeDirRequest) ProtoMessage() {}
+
+func (x *ListVolumeDirRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumeDirRequest.ProtoReflect.Descriptor instead.
+func (*ListVolumeDirRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListVolumeDirRequest) GetTeamId() string {
+	if x != nil {
+		return x.TeamId
+	}
+	return ""
+}
+
+func (x *ListVolumeDirRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ListVolumeDirRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ListVolumeDirRequest) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+type ListVolumeDirResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*VolumeEntry         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumeDirResponse) Reset() {
+	*x = ListVolumeDirResponse{}
+	mi := &file_node_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumeDirResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumeDirResponse) ProtoMessage() {}
+
+func (x *ListVolumeDirResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumeDirResponse.ProtoReflect.Descriptor instead.
+func (*ListVolumeDirResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListVolumeDirResponse) GetEntries() []*VolumeEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// VolumeFileRequest makes a directory or (the first message of
+// WriteVolumeFile) a file; unset owner and mode take the defaults.
+type VolumeFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TeamId        string                 `protobuf:"bytes,1,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Path          string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	Uid           *uint32                `protobuf:"varint,4,opt,name=uid,proto3,oneof" json:"uid,omitempty"`
+	Gid           *uint32                `protobuf:"varint,5,opt,name=gid,proto3,oneof" json:"gid,omitempty"`
+	Mode          *uint32                `protobuf:"varint,6,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	Force         bool                   `protobuf:"varint,7,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeFileRequest) Reset() {
+	*x = VolumeFileRequest{}
+	mi := &file_node_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeFileRequest) ProtoMessage() {}
+
+func (x *VolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*VolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *VolumeFileRequest) GetTeamId() string {
+	if x != nil {
+		return x.TeamId
+	}
+	return ""
+}
+
+func (x *VolumeFileRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeFileRequest) GetUid() uint32 {
+	if x != nil && x.Uid != nil {
+		return *x.Uid
+	}
+	return 0
+}
+
+func (x *VolumeFileRequest) GetGid() uint32 {
+	if x != nil && x.Gid != nil {
+		return *x.Gid
+	}
+	return 0
+}
+
+func (x *VolumeFileRequest) GetMode() uint32 {
+	if x != nil && x.Mode != nil {
+		return *x.Mode
+	}
+	return 0
+}
+
+func (x *VolumeFileRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type SetVolumeMetadataRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TeamId        string                 `protobuf:"bytes,1,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Path          string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	Uid           *uint32                `protobuf:"varint,4,opt,name=uid,proto3,oneof" json:"uid,omitempty"`
+	Gid           *uint32                `protobuf:"varint,5,opt,name=gid,proto3,oneof" json:"gid,omitempty"`
+	Mode          *uint32                `protobuf:"varint,6,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetVolumeMetadataRequest) Reset() {
+	*x = SetVolumeMetadataRequest{}
+	mi := &file_node_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetVolumeMetadataRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetVolumeMetadataRequest) ProtoMessage() {}
+
+func (x *SetVolumeMetadataRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetVolumeMetadataRequest.ProtoReflect.Descriptor instead.
+func (*SetVolumeMetadataRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetVolumeMetadataRequest) GetTeamId() string {
+	if x != nil {
+		return x.TeamId
+	}
+	return ""
+}
+
+func (x *SetVolumeMetadataRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetVolumeMetadataRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SetVolumeMetadataRequest) GetUid() uint32 {
+	if x != nil && x.Uid != nil {
+		return *x.Uid
+	}
+	return 0
+}
+
+func (x *SetVolumeMetadataRequest) GetGid() uint32 {
+	if x != nil && x.Gid != nil {
+		return *x.Gid
+	}
+	return 0
+}
+
+func (x *SetVolumeMetadataRequest) GetMode() uint32 {
+	if x != nil && x.Mode != nil {
+		return *x.Mode
+	}
+	return 0
+}
+
+type RemoveVolumePathResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveVolumePathResponse) Reset() {
+	*x = RemoveVolumePathResponse{}
+	mi := &file_node_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveVolumePathResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveVolumePathResponse) ProtoMessage() {}
+
+func (x *RemoveVolumePathResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveVolumePathResponse.ProtoReflect.Descriptor instead.
+func (*RemoveVolumePathResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{12}
+}
+
+// VolumeFileChunk is one message of a file's stream: a request or an
+// entry first, then data.
+type VolumeFileChunk struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Request *VolumeFileRequest     `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Entry   *VolumeEntry           `protobuf:"bytes,2,opt,name=entry,proto3" json:"entry,omitempty"`
+	Data    []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// end marks a write's last message: a write whose stream ends without
+	// it was cut (a clean close of a cancelled upload looks like an end on
+	// the wire), and the node keeps the file as it was.
+	End           bool `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeFileChunk) Reset() {
+	*x = VolumeFileChunk{}
+	mi := &file_node_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeFileChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeFileChunk) ProtoMessage() {}
+
+func (x *VolumeFileChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeFileChunk.ProtoReflect.Descriptor instead.
+func (*VolumeFileChunk) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *VolumeFileChunk) GetRequest() *VolumeFileRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *VolumeFileChunk) GetEntry() *VolumeEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *VolumeFileChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *VolumeFileChunk) GetEnd() bool {
+	if x != nil {
+		return x.End
+	}
+	return false
+}
+
 type Resources struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Vcpus         int32                  `protobuf:"varint,1,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
@@ -43,7 +910,7 @@ type Resources struct {
 
 func (x *Resources) Reset() {
 	*x = Resources{}
-	mi := &file_node_proto_msgTypes[0]
+	mi := &file_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +922,7 @@ func (x *Resources) String() string {
 func (*Resources) ProtoMessage() {}
 
 func (x *Resources) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[0]
+	mi := &file_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +935,7 @@ func (x *Resources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resources.ProtoReflect.Descriptor instead.
 func (*Resources) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{0}
+	return file_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Resources) GetVcpus() int32 {
@@ -111,7 +978,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_node_proto_msgTypes[1]
+	mi := &file_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -123,7 +990,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[1]
+	mi := &file_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -136,7 +1003,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{1}
+	return file_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Policy) GetInternet() bool {
@@ -160,16 +1027,22 @@ func (x *Policy) GetDenyOut() []string {
 	return nil
 }
 
+// Template names a template build: the node resolves id and build_id to
+// its own copy (pulled first when it lacks it). Only those two cross the
+// wire; a request that sets rootfs or snapshot_dir (paths on the node) is
+// refused, and the other fields are ignored.
 type Template struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	BuildId     string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	Rootfs      string                 `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
-	Env         map[string]string      `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	User        string                 `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
-	Workdir     string                 `protobuf:"bytes,6,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	StartCmd    string                 `protobuf:"bytes,7,opt,name=start_cmd,json=startCmd,proto3" json:"start_cmd,omitempty"`
-	SnapshotDir string                 `protobuf:"bytes,8,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	BuildId string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	// Refused when set.
+	Rootfs   string            `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
+	Env      map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	User     string            `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	Workdir  string            `protobuf:"bytes,6,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	StartCmd string            `protobuf:"bytes,7,opt,name=start_cmd,json=startCmd,proto3" json:"start_cmd,omitempty"`
+	// Refused when set.
+	SnapshotDir string `protobuf:"bytes,8,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
 	// resources are the template's own sizing (its build's CPU, memory and
 	// disk); a template snapshot is sized from them.
 	Resources     *Resources `protobuf:"bytes,9,opt,name=resources,proto3" json:"resources,omitempty"`
@@ -179,7 +1052,7 @@ type Template struct {
 
 func (x *Template) Reset() {
 	*x = Template{}
-	mi := &file_node_proto_msgTypes[2]
+	mi := &file_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +1064,7 @@ func (x *Template) String() string {
 func (*Template) ProtoMessage() {}
 
 func (x *Template) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[2]
+	mi := &file_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +1077,7 @@ func (x *Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Template.ProtoReflect.Descriptor instead.
 func (*Template) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{2}
+	return file_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Template) GetId() string {
@@ -300,7 +1173,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_node_proto_msgTypes[3]
+	mi := &file_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +1185,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[3]
+	mi := &file_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +1198,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{3}
+	return file_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Sandbox) GetId() string {
@@ -468,14 +1341,16 @@ type CreateRequest struct {
 	Metadata        map[string]string      `protobuf:"bytes,10,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// timeout_ms, when positive, makes the end time ready + timeout_ms on
 	// the node's clock instead of end_at (nodeapi.CreateRequest.Timeout).
-	TimeoutMs     int64 `protobuf:"varint,11,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,11,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// volumes are mounted into the sandbox at every start and resume.
+	Volumes       []*VolumeMount `protobuf:"bytes,20,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_node_proto_msgTypes[4]
+	mi := &file_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +1362,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[4]
+	mi := &file_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +1375,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{4}
+	return file_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateRequest) GetId() string {
@@ -580,6 +1455,13 @@ func (x *CreateRequest) GetTimeoutMs() int64 {
 	return 0
 }
 
+func (x *CreateRequest) GetVolumes() []*VolumeMount {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
 type SandboxResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
@@ -589,7 +1471,7 @@ type SandboxResponse struct {
 
 func (x *SandboxResponse) Reset() {
 	*x = SandboxResponse{}
-	mi := &file_node_proto_msgTypes[5]
+	mi := &file_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +1483,7 @@ func (x *SandboxResponse) String() string {
 func (*SandboxResponse) ProtoMessage() {}
 
 func (x *SandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[5]
+	mi := &file_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +1496,7 @@ func (x *SandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxResponse.ProtoReflect.Descriptor instead.
 func (*SandboxResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{5}
+	return file_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SandboxResponse) GetSandbox() *Sandbox {
@@ -633,7 +1515,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_node_proto_msgTypes[6]
+	mi := &file_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +1527,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[6]
+	mi := &file_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +1540,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{6}
+	return file_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetRequest) GetId() string {
@@ -676,7 +1558,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_node_proto_msgTypes[7]
+	mi := &file_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +1570,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[7]
+	mi := &file_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +1583,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{7}
+	return file_node_proto_rawDescGZIP(), []int{21}
 }
 
 type ListResponse struct {
@@ -713,7 +1595,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_node_proto_msgTypes[8]
+	mi := &file_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +1607,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[8]
+	mi := &file_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +1620,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{8}
+	return file_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResponse) GetSandboxes() []*Sandbox {
@@ -758,7 +1640,7 @@ type SetEndTimeRequest struct {
 
 func (x *SetEndTimeRequest) Reset() {
 	*x = SetEndTimeRequest{}
-	mi := &file_node_proto_msgTypes[9]
+	mi := &file_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +1652,7 @@ func (x *SetEndTimeRequest) String() string {
 func (*SetEndTimeRequest) ProtoMessage() {}
 
 func (x *SetEndTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[9]
+	mi := &file_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +1665,7 @@ func (x *SetEndTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEndTimeRequest.ProtoReflect.Descriptor instead.
 func (*SetEndTimeRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{9}
+	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetEndTimeRequest) GetId() string {
@@ -808,7 +1690,7 @@ type SetEndTimeResponse struct {
 
 func (x *SetEndTimeResponse) Reset() {
 	*x = SetEndTimeResponse{}
-	mi := &file_node_proto_msgTypes[10]
+	mi := &file_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +1702,7 @@ func (x *SetEndTimeResponse) String() string {
 func (*SetEndTimeResponse) ProtoMessage() {}
 
 func (x *SetEndTimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[10]
+	mi := &file_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +1715,7 @@ func (x *SetEndTimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEndTimeResponse.ProtoReflect.Descriptor instead.
 func (*SetEndTimeResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{10}
+	return file_node_proto_rawDescGZIP(), []int{24}
 }
 
 type UpdateNetworkRequest struct {
@@ -846,7 +1728,7 @@ type UpdateNetworkRequest struct {
 
 func (x *UpdateNetworkRequest) Reset() {
 	*x = UpdateNetworkRequest{}
-	mi := &file_node_proto_msgTypes[11]
+	mi := &file_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1740,7 @@ func (x *UpdateNetworkRequest) String() string {
 func (*UpdateNetworkRequest) ProtoMessage() {}
 
 func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[11]
+	mi := &file_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1753,7 @@ func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{11}
+	return file_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateNetworkRequest) GetId() string {
@@ -896,7 +1778,7 @@ type UpdateNetworkResponse struct {
 
 func (x *UpdateNetworkResponse) Reset() {
 	*x = UpdateNetworkResponse{}
-	mi := &file_node_proto_msgTypes[12]
+	mi := &file_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1790,7 @@ func (x *UpdateNetworkResponse) String() string {
 func (*UpdateNetworkResponse) ProtoMessage() {}
 
 func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[12]
+	mi := &file_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1803,7 @@ func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{12}
+	return file_node_proto_rawDescGZIP(), []int{26}
 }
 
 type PauseRequest struct {
@@ -937,7 +1819,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1831,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1844,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{13}
+	return file_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PauseRequest) GetId() string {
@@ -997,7 +1879,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1891,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1904,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{14}
+	return file_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResumeRequest) GetId() string {
@@ -1047,18 +1929,21 @@ func (x *ResumeRequest) GetEndAt() *timestamppb.Timestamp {
 }
 
 type ForkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Ids           []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
-	ExecutionIds  []string               `protobuf:"bytes,3,rep,name=execution_ids,json=executionIds,proto3" json:"execution_ids,omitempty"`
-	EndAt         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_at,json=endAt,proto3" json:"end_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ids          []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	ExecutionIds []string               `protobuf:"bytes,3,rep,name=execution_ids,json=executionIds,proto3" json:"execution_ids,omitempty"`
+	EndAt        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_at,json=endAt,proto3" json:"end_at,omitempty"`
+	// envd_access_tokens, when given, holds each copy's own envd access
+	// token ("" for none), one per id (nodeapi.ForkRequest.EnvdAccessTokens).
+	EnvdAccessTokens []string `protobuf:"bytes,5,rep,name=envd_access_tokens,json=envdAccessTokens,proto3" json:"envd_access_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1955,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1968,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{15}
+	return file_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForkRequest) GetId() string {
@@ -1114,6 +1999,13 @@ func (x *ForkRequest) GetEndAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ForkRequest) GetEnvdAccessTokens() []string {
+	if x != nil {
+		return x.EnvdAccessTokens
+	}
+	return nil
+}
+
 type ForkResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sandboxes     []*Sandbox             `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
@@ -1123,7 +2015,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +2027,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +2040,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{16}
+	return file_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForkResponse) GetSandboxes() []*Sandbox {
@@ -1171,7 +2063,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +2075,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +2088,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{17}
+	return file_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KillRequest) GetId() string {
@@ -1228,7 +2120,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +2132,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +2145,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{18}
+	return file_node_proto_rawDescGZIP(), []int{32}
 }
 
 type StatsRequest struct {
@@ -1265,7 +2157,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +2169,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +2182,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{19}
+	return file_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatsRequest) GetId() string {
@@ -1316,7 +2208,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +2220,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +2233,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{20}
+	return file_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatsResponse) GetAt() *timestamppb.Timestamp {
@@ -1411,7 +2303,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +2315,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +2328,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{21}
+	return file_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MetricsRequest) GetId() string {
@@ -1469,7 +2361,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +2373,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +2386,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{22}
+	return file_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MetricsResponse) GetSamples() []*StatsResponse {
@@ -1512,7 +2404,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +2416,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,9 +2429,13 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{23}
+	return file_node_proto_rawDescGZIP(), []int{37}
 }
 
+// Event is also the error detail of a not_found about a sandbox the node
+// killed on its own (its TTL backstop, an exit, a limit) that the control
+// plane has not acknowledged yet (it does through the node's heartbeat):
+// the control plane records that kill as the node made it.
 type Event struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -1553,7 +2449,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +2461,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +2474,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{24}
+	return file_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Event) GetType() string {
@@ -1624,7 +2520,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +2532,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +2545,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{25}
+	return file_node_proto_rawDescGZIP(), []int{39}
 }
 
 type CapabilitiesResponse struct {
@@ -1664,7 +2560,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +2572,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +2585,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{26}
+	return file_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CapabilitiesResponse) GetDriver() string {
@@ -1731,7 +2627,7 @@ type SetPoolRequest struct {
 
 func (x *SetPoolRequest) Reset() {
 	*x = SetPoolRequest{}
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +2639,7 @@ func (x *SetPoolRequest) String() string {
 func (*SetPoolRequest) ProtoMessage() {}
 
 func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +2652,7 @@ func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolRequest.ProtoReflect.Descriptor instead.
 func (*SetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{27}
+	return file_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetPoolRequest) GetTemplate() *Template {
@@ -1788,7 +2684,7 @@ type SetPoolResponse struct {
 
 func (x *SetPoolResponse) Reset() {
 	*x = SetPoolResponse{}
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +2696,7 @@ func (x *SetPoolResponse) String() string {
 func (*SetPoolResponse) ProtoMessage() {}
 
 func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +2709,7 @@ func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolResponse.ProtoReflect.Descriptor instead.
 func (*SetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{28}
+	return file_node_proto_rawDescGZIP(), []int{42}
 }
 
 type ReserveRequest struct {
@@ -1826,7 +2722,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2734,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2747,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{29}
+	return file_node_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReserveRequest) GetTemplate() *Template {
@@ -1878,7 +2774,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2786,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2799,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{30}
+	return file_node_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReserveResponse) GetId() string {
@@ -1929,7 +2825,7 @@ type UnreserveRequest struct {
 
 func (x *UnreserveRequest) Reset() {
 	*x = UnreserveRequest{}
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2837,7 @@ func (x *UnreserveRequest) String() string {
 func (*UnreserveRequest) ProtoMessage() {}
 
 func (x *UnreserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2850,7 @@ func (x *UnreserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnreserveRequest.ProtoReflect.Descriptor instead.
 func (*UnreserveRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{31}
+	return file_node_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UnreserveRequest) GetId() string {
@@ -1972,7 +2868,7 @@ type UnreserveResponse struct {
 
 func (x *UnreserveResponse) Reset() {
 	*x = UnreserveResponse{}
-	mi := &file_node_proto_msgTypes[32]
+	mi := &file_node_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2880,7 @@ func (x *UnreserveResponse) String() string {
 func (*UnreserveResponse) ProtoMessage() {}
 
 func (x *UnreserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[32]
+	mi := &file_node_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2893,7 @@ func (x *UnreserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnreserveResponse.ProtoReflect.Descriptor instead.
 func (*UnreserveResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{32}
+	return file_node_proto_rawDescGZIP(), []int{46}
 }
 
 type PoolsRequest struct {
@@ -2008,7 +2904,7 @@ type PoolsRequest struct {
 
 func (x *PoolsRequest) Reset() {
 	*x = PoolsRequest{}
-	mi := &file_node_proto_msgTypes[33]
+	mi := &file_node_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2916,7 @@ func (x *PoolsRequest) String() string {
 func (*PoolsRequest) ProtoMessage() {}
 
 func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[33]
+	mi := &file_node_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2929,7 @@ func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsRequest.ProtoReflect.Descriptor instead.
 func (*PoolsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{33}
+	return file_node_proto_rawDescGZIP(), []int{47}
 }
 
 type PoolStatus struct {
@@ -2050,7 +2946,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_node_proto_msgTypes[34]
+	mi := &file_node_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2958,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[34]
+	mi := &file_node_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2971,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{34}
+	return file_node_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PoolStatus) GetBuildId() string {
@@ -2130,7 +3026,7 @@ type PoolsResponse struct {
 
 func (x *PoolsResponse) Reset() {
 	*x = PoolsResponse{}
-	mi := &file_node_proto_msgTypes[35]
+	mi := &file_node_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +3038,7 @@ func (x *PoolsResponse) String() string {
 func (*PoolsResponse) ProtoMessage() {}
 
 func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[35]
+	mi := &file_node_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +3051,7 @@ func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsResponse.ProtoReflect.Descriptor instead.
 func (*PoolsResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{35}
+	return file_node_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PoolsResponse) GetPools() map[string]*PoolStatus {
@@ -2173,7 +3069,7 @@ type TemplatesInUseRequest struct {
 
 func (x *TemplatesInUseRequest) Reset() {
 	*x = TemplatesInUseRequest{}
-	mi := &file_node_proto_msgTypes[36]
+	mi := &file_node_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +3081,7 @@ func (x *TemplatesInUseRequest) String() string {
 func (*TemplatesInUseRequest) ProtoMessage() {}
 
 func (x *TemplatesInUseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[36]
+	mi := &file_node_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,15 +3094,16 @@ func (x *TemplatesInUseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplatesInUseRequest.ProtoReflect.Descriptor instead.
 func (*TemplatesInUseRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{36}
+	return file_node_proto_rawDescGZIP(), []int{50}
 }
 
 type TemplateUse struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	TemplateId  string                 `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
-	BuildId     string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	Rootfs      string                 `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
-	SnapshotDir string                 `protobuf:"bytes,4,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TemplateId string                 `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	BuildId    string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	// Never set: paths on the node do not cross the wire.
+	Rootfs      string `protobuf:"bytes,3,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
+	SnapshotDir string `protobuf:"bytes,4,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
 	// sandbox_id is empty for a warm pool's template.
 	SandboxId     string `protobuf:"bytes,5,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2215,7 +3112,7 @@ type TemplateUse struct {
 
 func (x *TemplateUse) Reset() {
 	*x = TemplateUse{}
-	mi := &file_node_proto_msgTypes[37]
+	mi := &file_node_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +3124,7 @@ func (x *TemplateUse) String() string {
 func (*TemplateUse) ProtoMessage() {}
 
 func (x *TemplateUse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[37]
+	mi := &file_node_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +3137,7 @@ func (x *TemplateUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateUse.ProtoReflect.Descriptor instead.
 func (*TemplateUse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{37}
+	return file_node_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TemplateUse) GetTemplateId() string {
@@ -2287,7 +3184,7 @@ type TemplatesInUseResponse struct {
 
 func (x *TemplatesInUseResponse) Reset() {
 	*x = TemplatesInUseResponse{}
-	mi := &file_node_proto_msgTypes[38]
+	mi := &file_node_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +3196,7 @@ func (x *TemplatesInUseResponse) String() string {
 func (*TemplatesInUseResponse) ProtoMessage() {}
 
 func (x *TemplatesInUseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[38]
+	mi := &file_node_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +3209,7 @@ func (x *TemplatesInUseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplatesInUseResponse.ProtoReflect.Descriptor instead.
 func (*TemplatesInUseResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{38}
+	return file_node_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TemplatesInUseResponse) GetTemplates() []*TemplateUse {
@@ -2332,7 +3229,7 @@ type SnapshotSandboxRequest struct {
 
 func (x *SnapshotSandboxRequest) Reset() {
 	*x = SnapshotSandboxRequest{}
-	mi := &file_node_proto_msgTypes[39]
+	mi := &file_node_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2344,7 +3241,7 @@ func (x *SnapshotSandboxRequest) String() string {
 func (*SnapshotSandboxRequest) ProtoMessage() {}
 
 func (x *SnapshotSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[39]
+	mi := &file_node_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2357,7 +3254,7 @@ func (x *SnapshotSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSandboxRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{39}
+	return file_node_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SnapshotSandboxRequest) GetId() string {
@@ -2384,7 +3281,7 @@ type SnapshotSandboxResponse struct {
 
 func (x *SnapshotSandboxResponse) Reset() {
 	*x = SnapshotSandboxResponse{}
-	mi := &file_node_proto_msgTypes[40]
+	mi := &file_node_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +3293,7 @@ func (x *SnapshotSandboxResponse) String() string {
 func (*SnapshotSandboxResponse) ProtoMessage() {}
 
 func (x *SnapshotSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[40]
+	mi := &file_node_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +3306,7 @@ func (x *SnapshotSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSandboxResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{40}
+	return file_node_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SnapshotSandboxResponse) GetTemplate() *Template {
@@ -2430,7 +3327,7 @@ type SnapshotTemplateRequest struct {
 
 func (x *SnapshotTemplateRequest) Reset() {
 	*x = SnapshotTemplateRequest{}
-	mi := &file_node_proto_msgTypes[41]
+	mi := &file_node_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +3339,7 @@ func (x *SnapshotTemplateRequest) String() string {
 func (*SnapshotTemplateRequest) ProtoMessage() {}
 
 func (x *SnapshotTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[41]
+	mi := &file_node_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +3352,7 @@ func (x *SnapshotTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTemplateRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{41}
+	return file_node_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SnapshotTemplateRequest) GetTemplate() *Template {
@@ -2487,7 +3384,7 @@ type SnapshotTemplateResponse struct {
 
 func (x *SnapshotTemplateResponse) Reset() {
 	*x = SnapshotTemplateResponse{}
-	mi := &file_node_proto_msgTypes[42]
+	mi := &file_node_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +3396,7 @@ func (x *SnapshotTemplateResponse) String() string {
 func (*SnapshotTemplateResponse) ProtoMessage() {}
 
 func (x *SnapshotTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[42]
+	mi := &file_node_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +3409,7 @@ func (x *SnapshotTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTemplateResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{42}
+	return file_node_proto_rawDescGZIP(), []int{56}
 }
 
 type DeleteSnapshotRequest struct {
@@ -2524,7 +3421,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_node_proto_msgTypes[43]
+	mi := &file_node_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +3433,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[43]
+	mi := &file_node_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +3446,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{43}
+	return file_node_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeleteSnapshotRequest) GetDir() string {
@@ -2567,7 +3464,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_node_proto_msgTypes[44]
+	mi := &file_node_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +3476,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[44]
+	mi := &file_node_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +3489,540 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{44}
+	return file_node_proto_rawDescGZIP(), []int{58}
+}
+
+type TakeSandboxSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the sandbox, of team team_id.
+	Id     string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	TeamId string `protobuf:"bytes,2,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	// template_id and build_id name the build the snapshot becomes.
+	TemplateId    string `protobuf:"bytes,3,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	BuildId       string `protobuf:"bytes,4,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeSandboxSnapshotRequest) Reset() {
+	*x = TakeSandboxSnapshotRequest{}
+	mi := &file_node_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeSandboxSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeSandboxSnapshotRequest) ProtoMessage() {}
+
+func (x *TakeSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeSandboxSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*TakeSandboxSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *TakeSandboxSnapshotRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TakeSandboxSnapshotRequest) GetTeamId() string {
+	if x != nil {
+		return x.TeamId
+	}
+	return ""
+}
+
+func (x *TakeSandboxSnapshotRequest) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+func (x *TakeSandboxSnapshotRequest) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+// Artifact is a tar as nodes exchange it: its sha256 (hex) and size.
+type Artifact struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sha256        string                 `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Artifact) Reset() {
+	*x = Artifact{}
+	mi := &file_node_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Artifact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Artifact) ProtoMessage() {}
+
+func (x *Artifact) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
+func (*Artifact) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *Artifact) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *Artifact) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+// SnapshotHost is what a memory snapshot was taken with
+// (nodeapi.SnapshotHost).
+type SnapshotHost struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Runtime       string                 `protobuf:"bytes,1,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Envd          string                 `protobuf:"bytes,2,opt,name=envd,proto3" json:"envd,omitempty"`
+	CpuFlags      []string               `protobuf:"bytes,3,rep,name=cpu_flags,json=cpuFlags,proto3" json:"cpu_flags,omitempty"`
+	Vcpus         int32                  `protobuf:"varint,4,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
+	MemoryMb      int64                  `protobuf:"varint,5,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
+	TmpMb         int64                  `protobuf:"varint,6,opt,name=tmp_mb,json=tmpMb,proto3" json:"tmp_mb,omitempty"`
+	DiskMb        int64                  `protobuf:"varint,7,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotHost) Reset() {
+	*x = SnapshotHost{}
+	mi := &file_node_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotHost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotHost) ProtoMessage() {}
+
+func (x *SnapshotHost) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotHost.ProtoReflect.Descriptor instead.
+func (*SnapshotHost) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *SnapshotHost) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *SnapshotHost) GetEnvd() string {
+	if x != nil {
+		return x.Envd
+	}
+	return ""
+}
+
+func (x *SnapshotHost) GetCpuFlags() []string {
+	if x != nil {
+		return x.CpuFlags
+	}
+	return nil
+}
+
+func (x *SnapshotHost) GetVcpus() int32 {
+	if x != nil {
+		return x.Vcpus
+	}
+	return 0
+}
+
+func (x *SnapshotHost) GetMemoryMb() int64 {
+	if x != nil {
+		return x.MemoryMb
+	}
+	return 0
+}
+
+func (x *SnapshotHost) GetTmpMb() int64 {
+	if x != nil {
+		return x.TmpMb
+	}
+	return 0
+}
+
+func (x *SnapshotHost) GetDiskMb() int64 {
+	if x != nil {
+		return x.DiskMb
+	}
+	return 0
+}
+
+type TakeSandboxSnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is the template the sandbox was started from (rootfs and
+	// snapshot_dir empty).
+	Source *Template `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Rootfs *Artifact `protobuf:"bytes,2,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
+	// snapshot and host are unset for a snapshot that stays on its node.
+	Snapshot      *Artifact     `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Host          *SnapshotHost `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeSandboxSnapshotResponse) Reset() {
+	*x = TakeSandboxSnapshotResponse{}
+	mi := &file_node_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeSandboxSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeSandboxSnapshotResponse) ProtoMessage() {}
+
+func (x *TakeSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeSandboxSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*TakeSandboxSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *TakeSandboxSnapshotResponse) GetSource() *Template {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *TakeSandboxSnapshotResponse) GetRootfs() *Artifact {
+	if x != nil {
+		return x.Rootfs
+	}
+	return nil
+}
+
+func (x *TakeSandboxSnapshotResponse) GetSnapshot() *Artifact {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *TakeSandboxSnapshotResponse) GetHost() *SnapshotHost {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
+type DeleteSandboxSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BuildId       string                 `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSandboxSnapshotRequest) Reset() {
+	*x = DeleteSandboxSnapshotRequest{}
+	mi := &file_node_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSandboxSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSandboxSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSandboxSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSandboxSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSandboxSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *DeleteSandboxSnapshotRequest) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+type DeleteSandboxSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSandboxSnapshotResponse) Reset() {
+	*x = DeleteSandboxSnapshotResponse{}
+	mi := &file_node_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSandboxSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSandboxSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSandboxSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSandboxSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSandboxSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{64}
+}
+
+type SandboxLogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// start, when set, drops the entries before it.
+	Start         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxLogsRequest) Reset() {
+	*x = SandboxLogsRequest{}
+	mi := &file_node_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxLogsRequest) ProtoMessage() {}
+
+func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxLogsRequest.ProtoReflect.Descriptor instead.
+func (*SandboxLogsRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *SandboxLogsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SandboxLogsRequest) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+type LogEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Timestamp     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	Level         string                 `protobuf:"bytes,2,opt,name=level,proto3" json:"level,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Fields        map[string]string      `protobuf:"bytes,4,rep,name=fields,proto3" json:"fields,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogEntry) Reset() {
+	*x = LogEntry{}
+	mi := &file_node_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogEntry) ProtoMessage() {}
+
+func (x *LogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
+func (*LogEntry) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *LogEntry) GetTimestamp() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Timestamp
+	}
+	return nil
+}
+
+func (x *LogEntry) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *LogEntry) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *LogEntry) GetFields() map[string]string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+type SandboxLogsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*LogEntry            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxLogsResponse) Reset() {
+	*x = SandboxLogsResponse{}
+	mi := &file_node_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxLogsResponse) ProtoMessage() {}
+
+func (x *SandboxLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxLogsResponse.ProtoReflect.Descriptor instead.
+func (*SandboxLogsResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *SandboxLogsResponse) GetEntries() []*LogEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
 }
 
 var File_node_proto protoreflect.FileDescriptor
@@ -2600,7 +4030,72 @@ var File_node_proto protoreflect.FileDescriptor
 const file_node_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"node.proto\x12\x0ewarren.node.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"k\n" +
+	"node.proto\x12\x0ewarren.node.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"1\n" +
+	"\vVolumeMount\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"W\n" +
+	"\x13CreateVolumeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\ateam_id\x18\x02 \x01(\tR\x06teamId\x12\x17\n" +
+	"\asize_mb\x18\x03 \x01(\x03R\x06sizeMb\"\x16\n" +
+	"\x14CreateVolumeResponse\">\n" +
+	"\x13DeleteVolumeRequest\x12\x17\n" +
+	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x16\n" +
+	"\x14DeleteVolumeResponse\"P\n" +
+	"\x11VolumePathRequest\x12\x17\n" +
+	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xc3\x02\n" +
+	"\vVolumeEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04mode\x18\x05 \x01(\rR\x04mode\x12\x10\n" +
+	"\x03uid\x18\x06 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\a \x01(\rR\x03gid\x120\n" +
+	"\x05atime\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x05atime\x120\n" +
+	"\x05mtime\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05mtime\x120\n" +
+	"\x05ctime\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x05ctime\x12\x16\n" +
+	"\x06target\x18\v \x01(\tR\x06target\"H\n" +
+	"\x13VolumeEntryResponse\x121\n" +
+	"\x05entry\x18\x01 \x01(\v2\x1b.warren.node.v1.VolumeEntryR\x05entry\"i\n" +
+	"\x14ListVolumeDirRequest\x12\x17\n" +
+	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x14\n" +
+	"\x05depth\x18\x04 \x01(\x05R\x05depth\"N\n" +
+	"\x15ListVolumeDirResponse\x125\n" +
+	"\aentries\x18\x01 \x03(\v2\x1b.warren.node.v1.VolumeEntryR\aentries\"\xc6\x01\n" +
+	"\x11VolumeFileRequest\x12\x17\n" +
+	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x15\n" +
+	"\x03uid\x18\x04 \x01(\rH\x00R\x03uid\x88\x01\x01\x12\x15\n" +
+	"\x03gid\x18\x05 \x01(\rH\x01R\x03gid\x88\x01\x01\x12\x17\n" +
+	"\x04mode\x18\x06 \x01(\rH\x02R\x04mode\x88\x01\x01\x12\x14\n" +
+	"\x05force\x18\a \x01(\bR\x05forceB\x06\n" +
+	"\x04_uidB\x06\n" +
+	"\x04_gidB\a\n" +
+	"\x05_mode\"\xb7\x01\n" +
+	"\x18SetVolumeMetadataRequest\x12\x17\n" +
+	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x15\n" +
+	"\x03uid\x18\x04 \x01(\rH\x00R\x03uid\x88\x01\x01\x12\x15\n" +
+	"\x03gid\x18\x05 \x01(\rH\x01R\x03gid\x88\x01\x01\x12\x17\n" +
+	"\x04mode\x18\x06 \x01(\rH\x02R\x04mode\x88\x01\x01B\x06\n" +
+	"\x04_uidB\x06\n" +
+	"\x04_gidB\a\n" +
+	"\x05_mode\"\x1a\n" +
+	"\x18RemoveVolumePathResponse\"\xa7\x01\n" +
+	"\x0fVolumeFileChunk\x12;\n" +
+	"\arequest\x18\x01 \x01(\v2!.warren.node.v1.VolumeFileRequestR\arequest\x121\n" +
+	"\x05entry\x18\x02 \x01(\v2\x1b.warren.node.v1.VolumeEntryR\x05entry\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\bR\x03end\"k\n" +
 	"\tResources\x12\x14\n" +
 	"\x05vcpus\x18\x01 \x01(\x05R\x05vcpus\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12\x17\n" +
@@ -2648,7 +4143,7 @@ const file_node_proto_rawDesc = "" +
 	"node_proxy\x18\x12 \x01(\tR\tnodeProxy\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x83\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xba\x05\n" +
 	"\rCreateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x17\n" +
@@ -2662,7 +4157,8 @@ const file_node_proto_rawDesc = "" +
 	"\bmetadata\x18\n" +
 	" \x03(\v2+.warren.node.v1.CreateRequest.MetadataEntryR\bmetadata\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\v \x01(\x03R\ttimeoutMs\x1a:\n" +
+	"timeout_ms\x18\v \x01(\x03R\ttimeoutMs\x125\n" +
+	"\avolumes\x18\x14 \x03(\v2\x1b.warren.node.v1.VolumeMountR\avolumes\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -2692,12 +4188,13 @@ const file_node_proto_rawDesc = "" +
 	"\rResumeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x121\n" +
-	"\x06end_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"\x87\x01\n" +
+	"\x06end_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"\xb5\x01\n" +
 	"\vForkRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\x12#\n" +
 	"\rexecution_ids\x18\x03 \x03(\tR\fexecutionIds\x121\n" +
-	"\x06end_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"E\n" +
+	"\x06end_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\x12,\n" +
+	"\x12envd_access_tokens\x18\x05 \x03(\tR\x10envdAccessTokens\"E\n" +
 	"\fForkResponse\x125\n" +
 	"\tsandboxes\x18\x01 \x03(\v2\x17.warren.node.v1.SandboxR\tsandboxes\"X\n" +
 	"\vKillRequest\x12\x0e\n" +
@@ -2789,7 +4286,45 @@ const file_node_proto_rawDesc = "" +
 	"\x18SnapshotTemplateResponse\")\n" +
 	"\x15DeleteSnapshotRequest\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\tR\x03dir\"\x18\n" +
-	"\x16DeleteSnapshotResponse2\x93\r\n" +
+	"\x16DeleteSnapshotResponse\"\x81\x01\n" +
+	"\x1aTakeSandboxSnapshotRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\ateam_id\x18\x02 \x01(\tR\x06teamId\x12\x1f\n" +
+	"\vtemplate_id\x18\x03 \x01(\tR\n" +
+	"templateId\x12\x19\n" +
+	"\bbuild_id\x18\x04 \x01(\tR\abuildId\"6\n" +
+	"\bArtifact\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\"\xbc\x01\n" +
+	"\fSnapshotHost\x12\x18\n" +
+	"\aruntime\x18\x01 \x01(\tR\aruntime\x12\x12\n" +
+	"\x04envd\x18\x02 \x01(\tR\x04envd\x12\x1b\n" +
+	"\tcpu_flags\x18\x03 \x03(\tR\bcpuFlags\x12\x14\n" +
+	"\x05vcpus\x18\x04 \x01(\x05R\x05vcpus\x12\x1b\n" +
+	"\tmemory_mb\x18\x05 \x01(\x03R\bmemoryMb\x12\x15\n" +
+	"\x06tmp_mb\x18\x06 \x01(\x03R\x05tmpMb\x12\x17\n" +
+	"\adisk_mb\x18\a \x01(\x03R\x06diskMb\"\xe9\x01\n" +
+	"\x1bTakeSandboxSnapshotResponse\x120\n" +
+	"\x06source\x18\x01 \x01(\v2\x18.warren.node.v1.TemplateR\x06source\x120\n" +
+	"\x06rootfs\x18\x02 \x01(\v2\x18.warren.node.v1.ArtifactR\x06rootfs\x124\n" +
+	"\bsnapshot\x18\x03 \x01(\v2\x18.warren.node.v1.ArtifactR\bsnapshot\x120\n" +
+	"\x04host\x18\x04 \x01(\v2\x1c.warren.node.v1.SnapshotHostR\x04host\"9\n" +
+	"\x1cDeleteSandboxSnapshotRequest\x12\x19\n" +
+	"\bbuild_id\x18\x01 \x01(\tR\abuildId\"\x1f\n" +
+	"\x1dDeleteSandboxSnapshotResponse\"V\n" +
+	"\x12SandboxLogsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
+	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\"\xed\x01\n" +
+	"\bLogEntry\x128\n" +
+	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x14\n" +
+	"\x05level\x18\x02 \x01(\tR\x05level\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12<\n" +
+	"\x06fields\x18\x04 \x03(\v2$.warren.node.v1.LogEntry.FieldsEntryR\x06fields\x1a9\n" +
+	"\vFieldsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
+	"\x13SandboxLogsResponse\x122\n" +
+	"\aentries\x18\x01 \x03(\v2\x18.warren.node.v1.LogEntryR\aentries2\x90\x16\n" +
 	"\vNodeService\x12H\n" +
 	"\x06Create\x12\x1d.warren.node.v1.CreateRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12B\n" +
 	"\x03Get\x12\x1a.warren.node.v1.GetRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12A\n" +
@@ -2812,7 +4347,19 @@ const file_node_proto_rawDesc = "" +
 	"\x0eTemplatesInUse\x12%.warren.node.v1.TemplatesInUseRequest\x1a&.warren.node.v1.TemplatesInUseResponse\x12b\n" +
 	"\x0fSnapshotSandbox\x12&.warren.node.v1.SnapshotSandboxRequest\x1a'.warren.node.v1.SnapshotSandboxResponse\x12e\n" +
 	"\x10SnapshotTemplate\x12'.warren.node.v1.SnapshotTemplateRequest\x1a(.warren.node.v1.SnapshotTemplateResponse\x12_\n" +
-	"\x0eDeleteSnapshot\x12%.warren.node.v1.DeleteSnapshotRequest\x1a&.warren.node.v1.DeleteSnapshotResponseB2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
+	"\x0eDeleteSnapshot\x12%.warren.node.v1.DeleteSnapshotRequest\x1a&.warren.node.v1.DeleteSnapshotResponse\x12n\n" +
+	"\x13TakeSandboxSnapshot\x12*.warren.node.v1.TakeSandboxSnapshotRequest\x1a+.warren.node.v1.TakeSandboxSnapshotResponse\x12t\n" +
+	"\x15DeleteSandboxSnapshot\x12,.warren.node.v1.DeleteSandboxSnapshotRequest\x1a-.warren.node.v1.DeleteSandboxSnapshotResponse\x12V\n" +
+	"\vSandboxLogs\x12\".warren.node.v1.SandboxLogsRequest\x1a#.warren.node.v1.SandboxLogsResponse\x12Y\n" +
+	"\fCreateVolume\x12#.warren.node.v1.CreateVolumeRequest\x1a$.warren.node.v1.CreateVolumeResponse\x12Y\n" +
+	"\fDeleteVolume\x12#.warren.node.v1.DeleteVolumeRequest\x1a$.warren.node.v1.DeleteVolumeResponse\x12X\n" +
+	"\x0eStatVolumePath\x12!.warren.node.v1.VolumePathRequest\x1a#.warren.node.v1.VolumeEntryResponse\x12\\\n" +
+	"\rListVolumeDir\x12$.warren.node.v1.ListVolumeDirRequest\x1a%.warren.node.v1.ListVolumeDirResponse\x12W\n" +
+	"\rMakeVolumeDir\x12!.warren.node.v1.VolumeFileRequest\x1a#.warren.node.v1.VolumeEntryResponse\x12b\n" +
+	"\x11SetVolumeMetadata\x12(.warren.node.v1.SetVolumeMetadataRequest\x1a#.warren.node.v1.VolumeEntryResponse\x12_\n" +
+	"\x10RemoveVolumePath\x12!.warren.node.v1.VolumePathRequest\x1a(.warren.node.v1.RemoveVolumePathResponse\x12V\n" +
+	"\x0eReadVolumeFile\x12!.warren.node.v1.VolumePathRequest\x1a\x1f.warren.node.v1.VolumeFileChunk0\x01\x12Y\n" +
+	"\x0fWriteVolumeFile\x12\x1f.warren.node.v1.VolumeFileChunk\x1a#.warren.node.v1.VolumeEntryResponse(\x01B2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -2826,142 +4373,206 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_node_proto_goTypes = []any{
-	(*Resources)(nil),                // 0: warren.node.v1.Resources
-	(*Policy)(nil),                   // 1: warren.node.v1.Policy
-	(*Template)(nil),                 // 2: warren.node.v1.Template
-	(*Sandbox)(nil),                  // 3: warren.node.v1.Sandbox
-	(*CreateRequest)(nil),            // 4: warren.node.v1.CreateRequest
-	(*SandboxResponse)(nil),          // 5: warren.node.v1.SandboxResponse
-	(*GetRequest)(nil),               // 6: warren.node.v1.GetRequest
-	(*ListRequest)(nil),              // 7: warren.node.v1.ListRequest
-	(*ListResponse)(nil),             // 8: warren.node.v1.ListResponse
-	(*SetEndTimeRequest)(nil),        // 9: warren.node.v1.SetEndTimeRequest
-	(*SetEndTimeResponse)(nil),       // 10: warren.node.v1.SetEndTimeResponse
-	(*UpdateNetworkRequest)(nil),     // 11: warren.node.v1.UpdateNetworkRequest
-	(*UpdateNetworkResponse)(nil),    // 12: warren.node.v1.UpdateNetworkResponse
-	(*PauseRequest)(nil),             // 13: warren.node.v1.PauseRequest
-	(*ResumeRequest)(nil),            // 14: warren.node.v1.ResumeRequest
-	(*ForkRequest)(nil),              // 15: warren.node.v1.ForkRequest
-	(*ForkResponse)(nil),             // 16: warren.node.v1.ForkResponse
-	(*KillRequest)(nil),              // 17: warren.node.v1.KillRequest
-	(*KillResponse)(nil),             // 18: warren.node.v1.KillResponse
-	(*StatsRequest)(nil),             // 19: warren.node.v1.StatsRequest
-	(*StatsResponse)(nil),            // 20: warren.node.v1.StatsResponse
-	(*MetricsRequest)(nil),           // 21: warren.node.v1.MetricsRequest
-	(*MetricsResponse)(nil),          // 22: warren.node.v1.MetricsResponse
-	(*WatchRequest)(nil),             // 23: warren.node.v1.WatchRequest
-	(*Event)(nil),                    // 24: warren.node.v1.Event
-	(*CapabilitiesRequest)(nil),      // 25: warren.node.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),     // 26: warren.node.v1.CapabilitiesResponse
-	(*SetPoolRequest)(nil),           // 27: warren.node.v1.SetPoolRequest
-	(*SetPoolResponse)(nil),          // 28: warren.node.v1.SetPoolResponse
-	(*ReserveRequest)(nil),           // 29: warren.node.v1.ReserveRequest
-	(*ReserveResponse)(nil),          // 30: warren.node.v1.ReserveResponse
-	(*UnreserveRequest)(nil),         // 31: warren.node.v1.UnreserveRequest
-	(*UnreserveResponse)(nil),        // 32: warren.node.v1.UnreserveResponse
-	(*PoolsRequest)(nil),             // 33: warren.node.v1.PoolsRequest
-	(*PoolStatus)(nil),               // 34: warren.node.v1.PoolStatus
-	(*PoolsResponse)(nil),            // 35: warren.node.v1.PoolsResponse
-	(*TemplatesInUseRequest)(nil),    // 36: warren.node.v1.TemplatesInUseRequest
-	(*TemplateUse)(nil),              // 37: warren.node.v1.TemplateUse
-	(*TemplatesInUseResponse)(nil),   // 38: warren.node.v1.TemplatesInUseResponse
-	(*SnapshotSandboxRequest)(nil),   // 39: warren.node.v1.SnapshotSandboxRequest
-	(*SnapshotSandboxResponse)(nil),  // 40: warren.node.v1.SnapshotSandboxResponse
-	(*SnapshotTemplateRequest)(nil),  // 41: warren.node.v1.SnapshotTemplateRequest
-	(*SnapshotTemplateResponse)(nil), // 42: warren.node.v1.SnapshotTemplateResponse
-	(*DeleteSnapshotRequest)(nil),    // 43: warren.node.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),   // 44: warren.node.v1.DeleteSnapshotResponse
-	nil,                              // 45: warren.node.v1.Template.EnvEntry
-	nil,                              // 46: warren.node.v1.Sandbox.MetadataEntry
-	nil,                              // 47: warren.node.v1.CreateRequest.EnvVarsEntry
-	nil,                              // 48: warren.node.v1.CreateRequest.MetadataEntry
-	nil,                              // 49: warren.node.v1.PoolsResponse.PoolsEntry
-	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
+	(*VolumeMount)(nil),                   // 0: warren.node.v1.VolumeMount
+	(*CreateVolumeRequest)(nil),           // 1: warren.node.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),          // 2: warren.node.v1.CreateVolumeResponse
+	(*DeleteVolumeRequest)(nil),           // 3: warren.node.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),          // 4: warren.node.v1.DeleteVolumeResponse
+	(*VolumePathRequest)(nil),             // 5: warren.node.v1.VolumePathRequest
+	(*VolumeEntry)(nil),                   // 6: warren.node.v1.VolumeEntry
+	(*VolumeEntryResponse)(nil),           // 7: warren.node.v1.VolumeEntryResponse
+	(*ListVolumeDirRequest)(nil),          // 8: warren.node.v1.ListVolumeDirRequest
+	(*ListVolumeDirResponse)(nil),         // 9: warren.node.v1.ListVolumeDirResponse
+	(*VolumeFileRequest)(nil),             // 10: warren.node.v1.VolumeFileRequest
+	(*SetVolumeMetadataRequest)(nil),      // 11: warren.node.v1.SetVolumeMetadataRequest
+	(*RemoveVolumePathResponse)(nil),      // 12: warren.node.v1.RemoveVolumePathResponse
+	(*VolumeFileChunk)(nil),               // 13: warren.node.v1.VolumeFileChunk
+	(*Resources)(nil),                     // 14: warren.node.v1.Resources
+	(*Policy)(nil),                        // 15: warren.node.v1.Policy
+	(*Template)(nil),                      // 16: warren.node.v1.Template
+	(*Sandbox)(nil),                       // 17: warren.node.v1.Sandbox
+	(*CreateRequest)(nil),                 // 18: warren.node.v1.CreateRequest
+	(*SandboxResponse)(nil),               // 19: warren.node.v1.SandboxResponse
+	(*GetRequest)(nil),                    // 20: warren.node.v1.GetRequest
+	(*ListRequest)(nil),                   // 21: warren.node.v1.ListRequest
+	(*ListResponse)(nil),                  // 22: warren.node.v1.ListResponse
+	(*SetEndTimeRequest)(nil),             // 23: warren.node.v1.SetEndTimeRequest
+	(*SetEndTimeResponse)(nil),            // 24: warren.node.v1.SetEndTimeResponse
+	(*UpdateNetworkRequest)(nil),          // 25: warren.node.v1.UpdateNetworkRequest
+	(*UpdateNetworkResponse)(nil),         // 26: warren.node.v1.UpdateNetworkResponse
+	(*PauseRequest)(nil),                  // 27: warren.node.v1.PauseRequest
+	(*ResumeRequest)(nil),                 // 28: warren.node.v1.ResumeRequest
+	(*ForkRequest)(nil),                   // 29: warren.node.v1.ForkRequest
+	(*ForkResponse)(nil),                  // 30: warren.node.v1.ForkResponse
+	(*KillRequest)(nil),                   // 31: warren.node.v1.KillRequest
+	(*KillResponse)(nil),                  // 32: warren.node.v1.KillResponse
+	(*StatsRequest)(nil),                  // 33: warren.node.v1.StatsRequest
+	(*StatsResponse)(nil),                 // 34: warren.node.v1.StatsResponse
+	(*MetricsRequest)(nil),                // 35: warren.node.v1.MetricsRequest
+	(*MetricsResponse)(nil),               // 36: warren.node.v1.MetricsResponse
+	(*WatchRequest)(nil),                  // 37: warren.node.v1.WatchRequest
+	(*Event)(nil),                         // 38: warren.node.v1.Event
+	(*CapabilitiesRequest)(nil),           // 39: warren.node.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),          // 40: warren.node.v1.CapabilitiesResponse
+	(*SetPoolRequest)(nil),                // 41: warren.node.v1.SetPoolRequest
+	(*SetPoolResponse)(nil),               // 42: warren.node.v1.SetPoolResponse
+	(*ReserveRequest)(nil),                // 43: warren.node.v1.ReserveRequest
+	(*ReserveResponse)(nil),               // 44: warren.node.v1.ReserveResponse
+	(*UnreserveRequest)(nil),              // 45: warren.node.v1.UnreserveRequest
+	(*UnreserveResponse)(nil),             // 46: warren.node.v1.UnreserveResponse
+	(*PoolsRequest)(nil),                  // 47: warren.node.v1.PoolsRequest
+	(*PoolStatus)(nil),                    // 48: warren.node.v1.PoolStatus
+	(*PoolsResponse)(nil),                 // 49: warren.node.v1.PoolsResponse
+	(*TemplatesInUseRequest)(nil),         // 50: warren.node.v1.TemplatesInUseRequest
+	(*TemplateUse)(nil),                   // 51: warren.node.v1.TemplateUse
+	(*TemplatesInUseResponse)(nil),        // 52: warren.node.v1.TemplatesInUseResponse
+	(*SnapshotSandboxRequest)(nil),        // 53: warren.node.v1.SnapshotSandboxRequest
+	(*SnapshotSandboxResponse)(nil),       // 54: warren.node.v1.SnapshotSandboxResponse
+	(*SnapshotTemplateRequest)(nil),       // 55: warren.node.v1.SnapshotTemplateRequest
+	(*SnapshotTemplateResponse)(nil),      // 56: warren.node.v1.SnapshotTemplateResponse
+	(*DeleteSnapshotRequest)(nil),         // 57: warren.node.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),        // 58: warren.node.v1.DeleteSnapshotResponse
+	(*TakeSandboxSnapshotRequest)(nil),    // 59: warren.node.v1.TakeSandboxSnapshotRequest
+	(*Artifact)(nil),                      // 60: warren.node.v1.Artifact
+	(*SnapshotHost)(nil),                  // 61: warren.node.v1.SnapshotHost
+	(*TakeSandboxSnapshotResponse)(nil),   // 62: warren.node.v1.TakeSandboxSnapshotResponse
+	(*DeleteSandboxSnapshotRequest)(nil),  // 63: warren.node.v1.DeleteSandboxSnapshotRequest
+	(*DeleteSandboxSnapshotResponse)(nil), // 64: warren.node.v1.DeleteSandboxSnapshotResponse
+	(*SandboxLogsRequest)(nil),            // 65: warren.node.v1.SandboxLogsRequest
+	(*LogEntry)(nil),                      // 66: warren.node.v1.LogEntry
+	(*SandboxLogsResponse)(nil),           // 67: warren.node.v1.SandboxLogsResponse
+	nil,                                   // 68: warren.node.v1.Template.EnvEntry
+	nil,                                   // 69: warren.node.v1.Sandbox.MetadataEntry
+	nil,                                   // 70: warren.node.v1.CreateRequest.EnvVarsEntry
+	nil,                                   // 71: warren.node.v1.CreateRequest.MetadataEntry
+	nil,                                   // 72: warren.node.v1.PoolsResponse.PoolsEntry
+	nil,                                   // 73: warren.node.v1.LogEntry.FieldsEntry
+	(*timestamppb.Timestamp)(nil),         // 74: google.protobuf.Timestamp
 }
 var file_node_proto_depIdxs = []int32{
-	45, // 0: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
-	0,  // 1: warren.node.v1.Template.resources:type_name -> warren.node.v1.Resources
-	50, // 2: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	50, // 3: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
-	0,  // 4: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
-	1,  // 5: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
-	46, // 6: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
-	2,  // 7: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
-	0,  // 8: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
-	50, // 9: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
-	1,  // 10: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
-	47, // 11: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
-	48, // 12: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
-	3,  // 13: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
-	3,  // 14: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	50, // 15: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
-	1,  // 16: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
-	50, // 17: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
-	50, // 18: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
-	3,  // 19: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	50, // 20: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
-	50, // 21: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
-	50, // 22: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
-	20, // 23: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
-	50, // 24: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
-	2,  // 25: warren.node.v1.SetPoolRequest.template:type_name -> warren.node.v1.Template
-	0,  // 26: warren.node.v1.SetPoolRequest.resources:type_name -> warren.node.v1.Resources
-	2,  // 27: warren.node.v1.ReserveRequest.template:type_name -> warren.node.v1.Template
-	0,  // 28: warren.node.v1.ReserveRequest.resources:type_name -> warren.node.v1.Resources
-	49, // 29: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
-	37, // 30: warren.node.v1.TemplatesInUseResponse.templates:type_name -> warren.node.v1.TemplateUse
-	2,  // 31: warren.node.v1.SnapshotSandboxResponse.template:type_name -> warren.node.v1.Template
-	2,  // 32: warren.node.v1.SnapshotTemplateRequest.template:type_name -> warren.node.v1.Template
-	34, // 33: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
-	4,  // 34: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
-	6,  // 35: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
-	7,  // 36: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
-	9,  // 37: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
-	11, // 38: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
-	13, // 39: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
-	14, // 40: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
-	15, // 41: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
-	17, // 42: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
-	19, // 43: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
-	21, // 44: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
-	23, // 45: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
-	25, // 46: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
-	27, // 47: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
-	29, // 48: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
-	31, // 49: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
-	33, // 50: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
-	36, // 51: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
-	39, // 52: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
-	41, // 53: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
-	43, // 54: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
-	5,  // 55: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
-	5,  // 56: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
-	8,  // 57: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
-	10, // 58: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
-	12, // 59: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
-	5,  // 60: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
-	5,  // 61: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
-	16, // 62: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
-	18, // 63: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
-	20, // 64: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
-	22, // 65: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
-	24, // 66: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
-	26, // 67: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
-	28, // 68: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
-	30, // 69: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
-	32, // 70: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
-	35, // 71: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
-	38, // 72: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
-	40, // 73: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
-	42, // 74: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
-	44, // 75: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
-	55, // [55:76] is the sub-list for method output_type
-	34, // [34:55] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	74, // 0: warren.node.v1.VolumeEntry.atime:type_name -> google.protobuf.Timestamp
+	74, // 1: warren.node.v1.VolumeEntry.mtime:type_name -> google.protobuf.Timestamp
+	74, // 2: warren.node.v1.VolumeEntry.ctime:type_name -> google.protobuf.Timestamp
+	6,  // 3: warren.node.v1.VolumeEntryResponse.entry:type_name -> warren.node.v1.VolumeEntry
+	6,  // 4: warren.node.v1.ListVolumeDirResponse.entries:type_name -> warren.node.v1.VolumeEntry
+	10, // 5: warren.node.v1.VolumeFileChunk.request:type_name -> warren.node.v1.VolumeFileRequest
+	6,  // 6: warren.node.v1.VolumeFileChunk.entry:type_name -> warren.node.v1.VolumeEntry
+	68, // 7: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
+	14, // 8: warren.node.v1.Template.resources:type_name -> warren.node.v1.Resources
+	74, // 9: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	74, // 10: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	14, // 11: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
+	15, // 12: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
+	69, // 13: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
+	16, // 14: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
+	14, // 15: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
+	74, // 16: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
+	15, // 17: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
+	70, // 18: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
+	71, // 19: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
+	0,  // 20: warren.node.v1.CreateRequest.volumes:type_name -> warren.node.v1.VolumeMount
+	17, // 21: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
+	17, // 22: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
+	74, // 23: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
+	15, // 24: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
+	74, // 25: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
+	74, // 26: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
+	17, // 27: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
+	74, // 28: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
+	74, // 29: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	74, // 30: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	34, // 31: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
+	74, // 32: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
+	16, // 33: warren.node.v1.SetPoolRequest.template:type_name -> warren.node.v1.Template
+	14, // 34: warren.node.v1.SetPoolRequest.resources:type_name -> warren.node.v1.Resources
+	16, // 35: warren.node.v1.ReserveRequest.template:type_name -> warren.node.v1.Template
+	14, // 36: warren.node.v1.ReserveRequest.resources:type_name -> warren.node.v1.Resources
+	72, // 37: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
+	51, // 38: warren.node.v1.TemplatesInUseResponse.templates:type_name -> warren.node.v1.TemplateUse
+	16, // 39: warren.node.v1.SnapshotSandboxResponse.template:type_name -> warren.node.v1.Template
+	16, // 40: warren.node.v1.SnapshotTemplateRequest.template:type_name -> warren.node.v1.Template
+	16, // 41: warren.node.v1.TakeSandboxSnapshotResponse.source:type_name -> warren.node.v1.Template
+	60, // 42: warren.node.v1.TakeSandboxSnapshotResponse.rootfs:type_name -> warren.node.v1.Artifact
+	60, // 43: warren.node.v1.TakeSandboxSnapshotResponse.snapshot:type_name -> warren.node.v1.Artifact
+	61, // 44: warren.node.v1.TakeSandboxSnapshotResponse.host:type_name -> warren.node.v1.SnapshotHost
+	74, // 45: warren.node.v1.SandboxLogsRequest.start:type_name -> google.protobuf.Timestamp
+	74, // 46: warren.node.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	73, // 47: warren.node.v1.LogEntry.fields:type_name -> warren.node.v1.LogEntry.FieldsEntry
+	66, // 48: warren.node.v1.SandboxLogsResponse.entries:type_name -> warren.node.v1.LogEntry
+	48, // 49: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
+	18, // 50: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
+	20, // 51: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
+	21, // 52: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
+	23, // 53: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
+	25, // 54: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
+	27, // 55: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
+	28, // 56: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
+	29, // 57: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
+	31, // 58: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
+	33, // 59: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
+	35, // 60: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
+	37, // 61: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
+	39, // 62: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
+	41, // 63: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
+	43, // 64: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
+	45, // 65: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
+	47, // 66: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
+	50, // 67: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
+	53, // 68: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
+	55, // 69: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
+	57, // 70: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
+	59, // 71: warren.node.v1.NodeService.TakeSandboxSnapshot:input_type -> warren.node.v1.TakeSandboxSnapshotRequest
+	63, // 72: warren.node.v1.NodeService.DeleteSandboxSnapshot:input_type -> warren.node.v1.DeleteSandboxSnapshotRequest
+	65, // 73: warren.node.v1.NodeService.SandboxLogs:input_type -> warren.node.v1.SandboxLogsRequest
+	1,  // 74: warren.node.v1.NodeService.CreateVolume:input_type -> warren.node.v1.CreateVolumeRequest
+	3,  // 75: warren.node.v1.NodeService.DeleteVolume:input_type -> warren.node.v1.DeleteVolumeRequest
+	5,  // 76: warren.node.v1.NodeService.StatVolumePath:input_type -> warren.node.v1.VolumePathRequest
+	8,  // 77: warren.node.v1.NodeService.ListVolumeDir:input_type -> warren.node.v1.ListVolumeDirRequest
+	10, // 78: warren.node.v1.NodeService.MakeVolumeDir:input_type -> warren.node.v1.VolumeFileRequest
+	11, // 79: warren.node.v1.NodeService.SetVolumeMetadata:input_type -> warren.node.v1.SetVolumeMetadataRequest
+	5,  // 80: warren.node.v1.NodeService.RemoveVolumePath:input_type -> warren.node.v1.VolumePathRequest
+	5,  // 81: warren.node.v1.NodeService.ReadVolumeFile:input_type -> warren.node.v1.VolumePathRequest
+	13, // 82: warren.node.v1.NodeService.WriteVolumeFile:input_type -> warren.node.v1.VolumeFileChunk
+	19, // 83: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
+	19, // 84: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
+	22, // 85: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
+	24, // 86: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
+	26, // 87: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
+	19, // 88: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
+	19, // 89: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
+	30, // 90: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
+	32, // 91: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
+	34, // 92: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
+	36, // 93: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
+	38, // 94: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
+	40, // 95: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
+	42, // 96: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
+	44, // 97: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
+	46, // 98: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
+	49, // 99: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
+	52, // 100: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
+	54, // 101: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
+	56, // 102: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
+	58, // 103: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
+	62, // 104: warren.node.v1.NodeService.TakeSandboxSnapshot:output_type -> warren.node.v1.TakeSandboxSnapshotResponse
+	64, // 105: warren.node.v1.NodeService.DeleteSandboxSnapshot:output_type -> warren.node.v1.DeleteSandboxSnapshotResponse
+	67, // 106: warren.node.v1.NodeService.SandboxLogs:output_type -> warren.node.v1.SandboxLogsResponse
+	2,  // 107: warren.node.v1.NodeService.CreateVolume:output_type -> warren.node.v1.CreateVolumeResponse
+	4,  // 108: warren.node.v1.NodeService.DeleteVolume:output_type -> warren.node.v1.DeleteVolumeResponse
+	7,  // 109: warren.node.v1.NodeService.StatVolumePath:output_type -> warren.node.v1.VolumeEntryResponse
+	9,  // 110: warren.node.v1.NodeService.ListVolumeDir:output_type -> warren.node.v1.ListVolumeDirResponse
+	7,  // 111: warren.node.v1.NodeService.MakeVolumeDir:output_type -> warren.node.v1.VolumeEntryResponse
+	7,  // 112: warren.node.v1.NodeService.SetVolumeMetadata:output_type -> warren.node.v1.VolumeEntryResponse
+	12, // 113: warren.node.v1.NodeService.RemoveVolumePath:output_type -> warren.node.v1.RemoveVolumePathResponse
+	13, // 114: warren.node.v1.NodeService.ReadVolumeFile:output_type -> warren.node.v1.VolumeFileChunk
+	7,  // 115: warren.node.v1.NodeService.WriteVolumeFile:output_type -> warren.node.v1.VolumeEntryResponse
+	83, // [83:116] is the sub-list for method output_type
+	50, // [50:83] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -2969,13 +4580,15 @@ func file_node_proto_init() {
 	if File_node_proto != nil {
 		return
 	}
+	file_node_proto_msgTypes[10].OneofWrappers = []any{}
+	file_node_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

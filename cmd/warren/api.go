@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/warren-sandbox/warren/internal/app"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -18,7 +19,7 @@ type controlPlane struct {
 	MetricsListen, Domain           *string
 	PublicURL, TLSCert, TLSKey      *string
 	Events                          *app.EventsConfig
-	EgressAllow                     *[]string
+	EgressAllow, TrustedProxies     *[]string
 	Limits                          *store.Limits
 	LogLevel                        string
 }
@@ -28,7 +29,8 @@ type controlPlane struct {
 func addControlPlaneFlags(cmd *cobra.Command, c *controlPlane) {
 	f := cmd.Flags()
 	f.StringVar(c.APIKey, "api-key", "", "API key (e2b_ + 40 hex) to accept for the default team (env WARREN_API_KEY)")
-	f.StringVar(c.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token (env WARREN_ADMIN_TOKEN)")
+	f.StringVar(c.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token, at least 32 characters (env WARREN_ADMIN_TOKEN; none: admin API off)")
+	f.StringArrayVar(c.TrustedProxies, "trusted-proxy", nil, "a reverse proxy in front of the listener (CIDR or IP, repeatable): for its requests the client whose failed authentications are throttled is the one its X-Forwarded-For names")
 	f.StringVar(c.MetricsListen, "metrics-listen", app.DefaultMetricsListen, "address serving Prometheus GET /metrics without a token (empty disables; the API's /metrics still needs the admin token)")
 	f.StringVar(c.Domain, "domain", "", "sandbox domain for <port>-<sandboxID>.<domain> hosts (default localhost:<port>)")
 	f.StringVar(c.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
@@ -37,12 +39,27 @@ func addControlPlaneFlags(cmd *cobra.Command, c *controlPlane) {
 	f.DurationVar(&c.Events.Retention, "event-retention", 0, "how long lifecycle events, webhook deliveries and records of killed sandboxes are kept (default 720h)")
 	f.IntVar(&c.Events.WebhookMaxAttempts, "webhook-max-attempts", 0, "attempts per webhook delivery before it is marked failed (default 10)")
 	f.DurationVar(&c.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
+	f.IntVar(&c.Events.WebhookTeamConcurrency, "webhook-team-concurrency", 0, "webhook delivery attempts of one team in flight at once, of the 8 of the server (default 2)")
 	f.StringArrayVar(c.EgressAllow, "egress-allow", nil, "let image pulls and webhook deliveries reach this non-public destination: CIDR, IP, IP:PORT or HOST:PORT (repeatable; by default only public addresses are reached)")
 	f.IntVar(&c.Limits.MaxConcurrent, "max-concurrent", 0, "default limit of a team's running sandboxes (default 20; a team's own limit wins)")
 	f.DurationVar(&c.Limits.MaxTimeout, "max-timeout", 0, "default longest sandbox timeout a team may ask for (default 24h)")
 	f.IntVar(&c.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")
 	f.Int64Var(&c.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
+	fairnessFlags(f, c.Limits)
 	f.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+// fairnessFlags are the defaults of the team limits that keep one team
+// from taking what others are owed (docs/configuration.md), shared by
+// serve and api.
+func fairnessFlags(f *pflag.FlagSet, l *store.Limits) {
+	f.Int64Var(&l.MaxDiskMB, "max-disk-mb", 0, "default bound of a team's sandbox disk (and template disk) in MiB (default 20480)")
+	f.IntVar(&l.MaxBuilds, "max-builds", 0, "default number of a team's template builds running at once on a node (default: half the node's --build-slots, at least 1)")
+	f.IntVar(&l.MaxWebhooks, "max-webhooks", 0, "default number of webhooks a team may register (default 20)")
+	f.Int64Var(&l.MaxTemplateStorageMB, "max-template-storage-mb", 0, "default bound in MiB of the disk a team's templates take: build trees, snapshots and the layer cache their builds made (default 102400)")
+	f.IntVar(&l.MaxVolumes, "max-volumes", 0, "default number of volumes a team may keep (default 20)")
+	f.Int64Var(&l.MaxVolumeSizeMB, "max-volume-size-mb", 0, "default bound in MiB of one volume of a team, and the size of a volume created without one (default 10240)")
+	f.Int64Var(&l.MaxVolumeStorageMB, "max-volume-storage-mb", 0, "default bound in MiB of the sum of the sizes of a team's volumes (default 51200)")
 }
 
 // fromEnv fills the flags left empty from the environment, and returns
@@ -64,21 +81,25 @@ func newAPI(stdout, stderr io.Writer) *cobra.Command {
 	var cfg app.APIConfig
 	cp := &controlPlane{APIKey: &cfg.APIKey, AdminToken: &cfg.AdminToken, DatabaseURL: &cfg.DatabaseURL, MetricsListen: &cfg.MetricsListen,
 		Domain: &cfg.Domain, PublicURL: &cfg.PublicURL, TLSCert: &cfg.TLSCert, TLSKey: &cfg.TLSKey, Events: &cfg.Events,
-		EgressAllow: &cfg.EgressAllow, Limits: &cfg.Limits}
+		EgressAllow: &cfg.EgressAllow, TrustedProxies: &cfg.TrustedProxies, Limits: &cfg.Limits}
 	cmd := &cobra.Command{
 		Use:   "api",
 		Short: "Run the API and the edge proxy over registered nodes (no local node; Postgres)",
 		Long: `Run the E2B-compatible API, the edge proxy and the lifecycle over the nodes
 that register with it (warren node), with no node of its own. Several may share
-one Postgres database. Nodes register and heartbeat with the node token.`,
+one Postgres database. Each node registers and heartbeats with its own token
+(warren node token create ID), made with --node-credential-key; the API calls
+the nodes over TLS (--node-ca verifies them), or plain HTTP on loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := cp.fromEnv(stderr)
 			if err != nil {
 				return err
 			}
-			if cfg.NodeToken == "" {
-				cfg.NodeToken = os.Getenv("WARREN_NODE_TOKEN")
+			for p, env := range map[*string]string{&cfg.NodeCredentialKey: "WARREN_NODE_CREDENTIAL_KEY", &cfg.NodeCA: "WARREN_NODE_CA"} {
+				if *p == "" {
+					*p = os.Getenv(env)
+				}
 			}
 			cfg.Logger, cfg.Out = log, stdout
 			cfg.MetricsListenBestEffort = !cmd.Flags().Changed("metrics-listen")
@@ -88,7 +109,9 @@ one Postgres database. Nodes register and heartbeat with the node token.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:3000", "address of the API, node registration and sandbox traffic listener (HOST:PORT)")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "postgres:// URL of the database the API replicas share (required; env WARREN_DATABASE_URL)")
-	f.StringVar(&cfg.NodeToken, "node-token", "", "token nodes register with and the API calls them with (required; env WARREN_NODE_TOKEN)")
+	f.StringVar(&cfg.NodeCredentialKey, "node-credential-key", "", "key the nodes' own tokens are made and checked with, the same on every replica, 32 characters or more (required; env WARREN_NODE_CREDENTIAL_KEY)")
+	f.StringVar(&cfg.NodeCA, "node-ca", "", "PEM file of the CA certificates the nodes' TLS certificates are checked against (default the system's roots; env WARREN_NODE_CA)")
+	f.BoolVar(&cfg.InsecureLoopbackNodes, "insecure-loopback-nodes", false, "let nodes register without a token, from loopback only, and call them without credentials (one-host tests; not with --node-credential-key)")
 	f.DurationVar(&cfg.Liveness.UnreachableAfter, "node-unreachable-after", 0, "a node silent this long gets no new sandboxes (default 15s)")
 	f.DurationVar(&cfg.Liveness.LostAfter, "node-lost-after", 0, "a node silent this long is lost: its running sandboxes are killed with node_lost (default 5m)")
 	f.DurationVar(&cfg.Liveness.PausedLostAfter, "node-paused-lost-after", 0, "a node silent this long loses its paused sandboxes too (default 1h)")

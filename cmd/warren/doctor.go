@@ -16,8 +16,8 @@ import (
 const defaultMemberMiB = 512
 
 // warmPoolResult says the warm pools `warren serve --pool-size auto`
-// keeps on this host: base's, and code-interpreter-v1's when it is
-// offered.
+// keeps on this host: base's, and code-interpreter-v1's and mcp-gateway's
+// when they are offered.
 func warmPoolResult() doctor.Result {
 	size, why, err := app.HostPoolSize(defaultMemberMiB)
 	if err != nil {
@@ -25,9 +25,10 @@ func warmPoolResult() doctor.Result {
 			Fix: "give warren serve --pool-size N"}
 	}
 	ci, _, _ := app.HostPoolSize(app.CodeInterpreterMemoryMB)
+	gw, _, _ := app.HostPoolSize(app.MCPGatewayMemoryMB)
 	return doctor.Result{Name: "warm pool", Status: doctor.OK,
-		Detail: fmt.Sprintf("serve --pool-size auto keeps %d ready base sandboxes (%s) and %d of %s when it is offered (--pool-size N sets both, 0 turns them off)",
-			size, why, ci, app.CodeInterpreterID)}
+		Detail: fmt.Sprintf("serve --pool-size auto keeps %d ready base sandboxes (%s), %d of %s and %d of %s when they are offered (--pool-size N sets each, 0 turns them off)",
+			size, why, ci, app.CodeInterpreterID, gw, app.MCPGatewayID)}
 }
 
 // errDoctorFailed makes `warren doctor` exit non-zero without printing a

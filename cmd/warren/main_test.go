@@ -93,7 +93,7 @@ func TestServe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	key := "e2b_" + strings.Repeat("0123456789", 4)
-	env, stop := serve(t, dir, "--api-key", key, "--admin-token", "adm")
+	env, stop := serve(t, dir, "--api-key", key, "--admin-token", "adm-0123456789abcdef0123456789abcdef")
 	if env["E2B_API_KEY"] != key || env["E2B_API_URL"] == "" || env["E2B_SANDBOX_URL"] != env["E2B_API_URL"] {
 		t.Fatalf("exports = %v", env)
 	}
@@ -125,7 +125,7 @@ func TestServe(t *testing.T) {
 		t.Fatalf("health of killed sandbox: %d %s", resp.StatusCode, body)
 	}
 	req, _ = http.NewRequest("GET", env["E2B_API_URL"]+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer adm")
+	req.Header.Set("Authorization", "Bearer adm-0123456789abcdef0123456789abcdef")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -326,6 +326,9 @@ func TestTeamCommand(t *testing.T) {
 	}
 	if _, err := runCmd(t, "team", "limits", "tapi-cli", "--data-dir", dir); err == nil {
 		t.Fatal("limits of a deleted team")
+	}
+	if _, err := runCmd(t, "team", "create", "tapi-cli", "--data-dir", dir); err == nil || !strings.Contains(err.Error(), "not reused") {
+		t.Fatalf("a deleted team's ID given again: %v", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -14,20 +15,36 @@ import (
 // of `warren api` (docs/node.md).
 func newNode(stdout, stderr io.Writer) *cobra.Command {
 	var cfg app.NodeConfig
-	var logLevel string
+	var logLevel, tokenFile string
 	var rebuildBase bool
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Run a node agent: sandboxes of this machine for the control plane (warren api)",
 		Long: `Run the node agent of this machine, its node RPC server (--rpc-listen, which
 the control plane calls) and its node proxy (--proxy-listen, through which
-edge proxies reach the sandboxes' ports). Every request to either must carry
-the node token (--node-token, env WARREN_NODE_TOKEN), which may be left out
-only when both listen on loopback.`,
+edge proxies reach the sandboxes' ports). The node has its own token
+(--node-token, env WARREN_NODE_TOKEN, or --node-token-file), issued by the
+operator with "warren node token create ID"; every request to either listener
+must carry the credential derived from it, which only the control plane has.
+Both listeners serve TLS (--tls-cert, --tls-key) unless both are on loopback;
+a node on loopback runs without a token only with --insecure-loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.NodeToken == "" {
 				cfg.NodeToken = os.Getenv("WARREN_NODE_TOKEN")
+			}
+			if tokenFile == "" {
+				tokenFile = os.Getenv("WARREN_NODE_TOKEN_FILE")
+			}
+			if tokenFile != "" {
+				if cfg.NodeToken != "" {
+					return fmt.Errorf("give --node-token or --node-token-file, not both")
+				}
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return fmt.Errorf("node token file: %w", err)
+				}
+				cfg.NodeToken = strings.TrimSpace(string(b))
 			}
 			if cfg.APIURL == "" {
 				cfg.APIURL = os.Getenv("WARREN_API_URL")
@@ -39,9 +56,15 @@ only when both listen on loopback.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.RPCListen, "rpc-listen", app.DefaultNodeRPCListen, "address of the node RPC server (HOST:PORT); also serves GET /metrics (with the token) and GET /healthz")
+	f.StringVar(&cfg.RPCListen, "rpc-listen", app.DefaultNodeRPCListen, "address of the node RPC server (HOST:PORT); also serves GET /metrics (with the metrics credential) and GET /healthz")
 	f.StringVar(&cfg.ProxyListen, "proxy-listen", app.DefaultNodeProxyListen, "address of the node proxy that carries sandbox traffic from edge proxies (HOST:PORT)")
-	f.StringVar(&cfg.NodeToken, "node-token", "", "token every RPC and proxy request must carry; required unless both listeners are on loopback (env WARREN_NODE_TOKEN)")
+	f.StringVar(&cfg.NodeToken, "node-token", "", "this node's own token, from `warren node token create` (env WARREN_NODE_TOKEN)")
+	f.StringVar(&tokenFile, "node-token-file", "", "file holding this node's token, e.g. a mounted Secret (env WARREN_NODE_TOKEN_FILE)")
+	f.BoolVar(&cfg.InsecureLoopback, "insecure-loopback", false, "run without a token, both listeners on loopback, taking every call (one-host tests)")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate (PEM, with its chain) of the RPC and proxy listeners, re-read when it changes; required unless both are on loopback")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key of the RPC and proxy listeners")
+	f.StringVar(&cfg.NodeCA, "node-ca", "", "PEM file of the CA certificates other nodes' TLS certificates are checked against, for build pulls (default the system's roots)")
+	f.StringVar(&cfg.APICA, "api-ca", "", "PEM file of the CA certificates the control plane's TLS certificate is checked against (default the system's roots)")
 	f.StringVar(&cfg.NodeID, "node-id", "", "name of this node (default: the host name)")
 	f.StringVar(&cfg.Advertise, "advertise", "", "host name or IP other machines reach this node at (default: the --rpc-listen host, or the host name when that is unspecified)")
 	f.StringVar(&cfg.APIURL, "api-url", "", "URL of the control plane (warren api) to register with (env WARREN_API_URL)")
@@ -49,5 +72,6 @@ only when both listen on loopback.`,
 	f.Int64Var(&cfg.CapacityMemoryMB, "capacity-memory-mb", 0, "sandbox memory in MiB this node offers to placement (default the host's memory)")
 	hostFlags(f, &cfg.Config, &rebuildBase, &logLevel)
 	addNodeAdminCommands(cmd)
+	addNodeTokenCommands(cmd)
 	return cmd
 }

@@ -29,10 +29,12 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // nodeIso names the host objects of this file's `warren node` apart from
@@ -51,7 +53,7 @@ const (
 // left on it, stops it with SIGTERM and removes its host objects.
 func startNodeBinary(t *testing.T, token string) (dataDir string) {
 	t.Helper()
-	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
+	testenv.NeedRoot(t, "network namespaces, cgroups and runsc")
 	for _, env := range []string{"WARREN_WARREN", "WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
 		e2eserve.Require(t, e2eserve.Exists(os.Getenv(env)), fmt.Sprintf("$%s (%q) does not exist; run make build base-rootfs", env, os.Getenv(env)))
 	}
@@ -74,7 +76,7 @@ func startNodeBinary(t *testing.T, token string) (dataDir string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		c := nodeclient.New("http://"+nodeRPCAddr, nodeclient.Options{Token: token})
+		c := nodeclient.New("http://"+nodeRPCAddr, nodeclient.Options{Token: nodeauth.Credential(token, nodeauth.PurposeRPC)})
 		if list, err := c.List(context.Background()); err == nil {
 			for _, sb := range list {
 				c.Kill(context.Background(), sb.ID, sandbox.KillRequest) //nolint:errcheck
@@ -162,14 +164,20 @@ func execVia(ctx context.Context, hc *http.Client, base string, hdr http.Header,
 // gVisor sandboxes, loopback) as `warren api` does: the lifecycle manager
 // over the node RPC client creates a sandbox, an edge proxy reaches its
 // envd through the node proxy, a command runs, the sandbox is killed. The
-// node token is refused when missing or wrong, on the RPC and the proxy.
+// node's credentials are refused when missing or wrong (the node's token
+// itself among them), on the RPC and the proxy.
 func TestNodeBinaryRunsc(t *testing.T) {
-	token := "wnode-" + sandbox.NewExecutionID()
+	iss, err := nodeauth.NewIssuer("cmd-warren-test-credential-key-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := iss.Token(nodeauth.NewTokenID(), "wnode-test")
+	rpcCred, proxyCred := nodeauth.Credential(token, nodeauth.PurposeRPC), nodeauth.Credential(token, nodeauth.PurposeProxy)
 	dataDir := startNodeBinary(t, token)
 	ctx := context.Background()
-	node := nodeclient.New("http://"+nodeRPCAddr, nodeclient.Options{Token: token})
+	node := nodeclient.New("http://"+nodeRPCAddr, nodeclient.Options{Token: rpcCred})
 
-	for _, tok := range []string{"", "wnode-wrong-token-0000"} {
+	for _, tok := range []string{"", "wnode-wrong-token-0000", token, proxyCred} {
 		_, err := nodeclient.New("http://"+nodeRPCAddr, nodeclient.Options{Token: tok}).List(ctx)
 		if !errors.Is(err, errdefs.ErrUnauthorized) {
 			t.Errorf("node RPC with token %q: %v, want unauthorized", tok, err)
@@ -194,7 +202,9 @@ func TestNodeBinaryRunsc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edge, err := proxy.New(proxy.Config{Router: lc, NodeToken: token})
+	edge, err := proxy.New(proxy.Config{Router: lc, NodeHop: func(context.Context, string) (proxy.NodeHop, error) {
+		return proxy.NodeHop{Credential: proxyCred}, nil
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,11 +242,11 @@ func TestNodeBinaryRunsc(t *testing.T) {
 	// Straight to the node proxy: with the token it runs, without or with
 	// another it is refused.
 	direct := http.Header{"X-Access-Token": {envdTok}}
-	out, code, err = execVia(ctx, &http.Client{Transport: hop{token: token, id: sb.ID, port: proxy.EnvdPort}}, "http://"+nodeProxyAddr, direct, "hostname >/dev/null && echo direct")
+	out, code, err = execVia(ctx, &http.Client{Transport: hop{token: proxyCred, id: sb.ID, port: proxy.EnvdPort}}, "http://"+nodeProxyAddr, direct, "hostname >/dev/null && echo direct")
 	if err != nil || code != 0 || out != "direct\n" {
 		t.Errorf("exec through the node proxy with the token: %q exit %d %v", out, code, err)
 	}
-	for _, tok := range []string{"", token + "x"} {
+	for _, tok := range []string{"", proxyCred + "x", token, rpcCred} {
 		_, _, err := execVia(ctx, &http.Client{Transport: hop{token: tok, id: sb.ID, port: proxy.EnvdPort}}, "http://"+nodeProxyAddr, direct, "echo no")
 		if connect.CodeOf(err) != connect.CodeUnauthenticated {
 			t.Errorf("exec through the node proxy with token %q: %v, want unauthenticated (401)", tok, err)
@@ -249,7 +259,7 @@ func TestNodeBinaryRunsc(t *testing.T) {
 	if _, err := node.Get(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the node after the kill: %v, want not found", err)
 	}
-	resp, err := (&http.Client{Transport: hop{token: token, id: sb.ID, port: proxy.EnvdPort}}).Get("http://" + nodeProxyAddr + "/health")
+	resp, err := (&http.Client{Transport: hop{token: proxyCred, id: sb.ID, port: proxy.EnvdPort}}).Get("http://" + nodeProxyAddr + "/health")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,8 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:3000", "address of the API and sandbox traffic listener (HOST:PORT)")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "postgres:// URL of a Postgres database instead of SQLite (env WARREN_DATABASE_URL)")
 	f.StringVar(&cfg.APIKey, "api-key", "", "API key (e2b_ + 40 hex) to accept for the default team (env WARREN_API_KEY)")
-	f.StringVar(&cfg.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token (env WARREN_ADMIN_TOKEN)")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token, at least 32 characters (env WARREN_ADMIN_TOKEN; none: admin API off)")
+	f.StringArrayVar(&cfg.TrustedProxies, "trusted-proxy", nil, "a reverse proxy in front of the listener (CIDR or IP, repeatable): for its requests the client whose failed authentications are throttled is the one its X-Forwarded-For names")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", app.DefaultMetricsListen, "address serving Prometheus GET /metrics without a token (empty disables; the API's /metrics still needs the admin token)")
 	f.StringVar(&cfg.Domain, "domain", "", "sandbox domain for <port>-<sandboxID>.<domain> hosts (default localhost:<port>)")
 	f.StringVar(&cfg.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
@@ -92,6 +93,7 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.DurationVar(&cfg.Events.Retention, "event-retention", 0, "how long lifecycle events, webhook deliveries and records of killed sandboxes are kept (default 720h)")
 	f.IntVar(&cfg.Events.WebhookMaxAttempts, "webhook-max-attempts", 0, "attempts per webhook delivery before it is marked failed (default 10)")
 	f.DurationVar(&cfg.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
+	f.IntVar(&cfg.Events.WebhookTeamConcurrency, "webhook-team-concurrency", 0, "webhook delivery attempts of one team in flight at once, of the 8 of the server (default 2)")
 	var denyPrivate bool
 	f.BoolVar(&denyPrivate, "webhook-deny-private", true, "no effect: private webhook destinations are always refused unless allowed with --egress-allow")
 	f.MarkDeprecated("webhook-deny-private", "private destinations are refused by default; allow exceptions with --egress-allow") //nolint:errcheck
@@ -99,8 +101,9 @@ header or by <port>-<sandboxID>.<domain> hosts).`,
 	f.DurationVar(&cfg.Limits.MaxTimeout, "max-timeout", 0, "default longest sandbox timeout a team may ask for (default 24h)")
 	f.IntVar(&cfg.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")
 	f.Int64Var(&cfg.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
+	fairnessFlags(f, &cfg.Limits)
 	cfg.DefaultPools = app.PoolSizeAuto
-	f.Func("pool-size", "ready sandboxes kept in the warm pool of base and of code-interpreter-v1 (when offered): auto (each from the host's CPUs and memory, at most 4) or 0 to 100; 0 turns them off (default auto)", func(v string) error {
+	f.Func("pool-size", "ready sandboxes kept in the warm pool of base and of code-interpreter-v1 and mcp-gateway (when offered): auto (each from the host's CPUs and memory, at most 4) or 0 to 100; 0 turns them off (default auto)", func(v string) error {
 		n, err := app.ParsePoolSize(v)
 		cfg.DefaultPools = n
 		return err

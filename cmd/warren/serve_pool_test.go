@@ -44,7 +44,7 @@ func adminGet(t *testing.T, url, token, path string) string {
 // base claims a member; a graceful stop (what SIGTERM does) leaves no
 // runsc container, cgroup or network namespace of any pool member.
 func TestServeWarmPoolRunsc(t *testing.T) {
-	const key, admin = "e2b_7761726d00000000000000000000000000000001", "warm-admin"
+	const key, admin = "e2b_7761726d00000000000000000000000000000001", "warm-admin-0123456789abcdef0123456789"
 	s := startServeRunsc(t, key, warmIso, "--admin-token", admin)
 	m := regexp.MustCompile(`msg="default warm pool" template=base size=(\d+) chosen_by="auto: [^"]+"`).FindStringSubmatch(s.errb.String())
 	if m == nil {

@@ -28,18 +28,30 @@ func (f *limitFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.l.MaxTimeout, "max-timeout", 0, "longest sandbox timeout")
 	fs.IntVar(&f.l.MaxPaused, "max-paused", 0, "paused sandboxes kept")
 	fs.IntVar(&f.l.MaxSnapshots, "max-snapshots", 0, "snapshots kept")
+	fs.IntVar(&f.l.MaxBuilds, "max-builds", 0, "template builds running at once on a node")
+	fs.IntVar(&f.l.MaxWebhooks, "max-webhooks", 0, "webhooks registered")
+	fs.Int64Var(&f.l.MaxTemplateStorageMB, "max-template-storage-mb", 0, "disk in MiB the team's templates take (builds and their layer cache)")
+	fs.IntVar(&f.l.MaxVolumes, "max-volumes", 0, "volumes kept")
+	fs.Int64Var(&f.l.MaxVolumeSizeMB, "max-volume-size-mb", 0, "size in MiB of one volume (and of a volume created without one)")
+	fs.Int64Var(&f.l.MaxVolumeStorageMB, "max-volume-storage-mb", 0, "sum in MiB of the sizes of the team's volumes")
 }
 
 // set copies the flags the user gave onto l.
 func (f *limitFlags) set(fs *pflag.FlagSet, l *store.Limits) {
 	for name, apply := range map[string]func(){
-		"max-concurrent": func() { l.MaxConcurrent = f.l.MaxConcurrent },
-		"max-vcpus":      func() { l.MaxVCPUs = f.l.MaxVCPUs },
-		"max-memory-mb":  func() { l.MaxMemoryMB = f.l.MaxMemoryMB },
-		"max-disk-mb":    func() { l.MaxDiskMB = f.l.MaxDiskMB },
-		"max-timeout":    func() { l.MaxTimeout = f.l.MaxTimeout },
-		"max-paused":     func() { l.MaxPaused = f.l.MaxPaused },
-		"max-snapshots":  func() { l.MaxSnapshots = f.l.MaxSnapshots },
+		"max-concurrent":          func() { l.MaxConcurrent = f.l.MaxConcurrent },
+		"max-vcpus":               func() { l.MaxVCPUs = f.l.MaxVCPUs },
+		"max-memory-mb":           func() { l.MaxMemoryMB = f.l.MaxMemoryMB },
+		"max-disk-mb":             func() { l.MaxDiskMB = f.l.MaxDiskMB },
+		"max-timeout":             func() { l.MaxTimeout = f.l.MaxTimeout },
+		"max-paused":              func() { l.MaxPaused = f.l.MaxPaused },
+		"max-snapshots":           func() { l.MaxSnapshots = f.l.MaxSnapshots },
+		"max-builds":              func() { l.MaxBuilds = f.l.MaxBuilds },
+		"max-webhooks":            func() { l.MaxWebhooks = f.l.MaxWebhooks },
+		"max-template-storage-mb": func() { l.MaxTemplateStorageMB = f.l.MaxTemplateStorageMB },
+		"max-volumes":             func() { l.MaxVolumes = f.l.MaxVolumes },
+		"max-volume-size-mb":      func() { l.MaxVolumeSizeMB = f.l.MaxVolumeSizeMB },
+		"max-volume-storage-mb":   func() { l.MaxVolumeStorageMB = f.l.MaxVolumeStorageMB },
 	} {
 		if fs.Changed(name) {
 			apply()
@@ -59,9 +71,10 @@ func printLimits(w io.Writer, t *store.Team) error {
 	if l.MaxTimeout > 0 {
 		timeout = l.MaxTimeout.String()
 	}
-	_, err := fmt.Fprintf(w, "team: %s\nname: %s\nmax-concurrent: %s\nmax-vcpus: %s\nmax-memory-mb: %s\nmax-disk-mb: %s\nmax-timeout: %s\nmax-paused: %s\nmax-snapshots: %s\n",
+	_, err := fmt.Fprintf(w, "team: %s\nname: %s\nmax-concurrent: %s\nmax-vcpus: %s\nmax-memory-mb: %s\nmax-disk-mb: %s\nmax-timeout: %s\nmax-paused: %s\nmax-snapshots: %s\nmax-builds: %s\nmax-webhooks: %s\nmax-template-storage-mb: %s\nmax-volumes: %s\nmax-volume-size-mb: %s\nmax-volume-storage-mb: %s\n",
 		t.ID, t.Name, show(int64(l.MaxConcurrent)), show(int64(l.MaxVCPUs)), show(l.MaxMemoryMB), show(l.MaxDiskMB), timeout,
-		show(int64(l.MaxPaused)), show(int64(l.MaxSnapshots)))
+		show(int64(l.MaxPaused)), show(int64(l.MaxSnapshots)), show(int64(l.MaxBuilds)), show(int64(l.MaxWebhooks)), show(l.MaxTemplateStorageMB),
+		show(int64(l.MaxVolumes)), show(l.MaxVolumeSizeMB), show(l.MaxVolumeStorageMB))
 	return err
 }
 

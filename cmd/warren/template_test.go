@@ -21,6 +21,7 @@ import (
 	"github.com/warren-sandbox/warren/e2e/e2eserve"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -244,7 +245,7 @@ type runscServer struct {
 // named by iso, with more serve flags extra.
 func startServeRunsc(t *testing.T, apiKey string, iso e2eserve.Isolation, extra ...string) *runscServer {
 	t.Helper()
-	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
+	testenv.NeedRoot(t, "network namespaces, cgroups and runsc")
 	for _, env := range []string{"WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
 		e2eserve.Require(t, e2eserve.Exists(os.Getenv(env)), fmt.Sprintf("$%s (%q) does not exist; run make build base-rootfs", env, os.Getenv(env)))
 	}

@@ -15,9 +15,10 @@ func TestServerDryRun(t *testing.T) {
 	c := kube(t)
 	c.namespace(t, "whelm-dryrun", "pod-security.kubernetes.io/enforce=privileged")
 	for name, args := range map[string][]string{
-		"defaults": nil,
-		"custom":   {"--values", "testdata/custom-values.yaml"},
-		"postgres": {"--set", "postgres.enabled=true"},
+		"defaults":  nil,
+		"with node": oneNode,
+		"custom":    {"--values", "testdata/custom-values.yaml"},
+		"postgres":  append([]string{"--set", "postgres.enabled=true"}, oneNode...),
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := render(t, "whelm-dryrun", args...)
@@ -37,8 +38,8 @@ func TestServerDryRun(t *testing.T) {
 // admits them, and the API pods pass even "restricted".
 func TestPodSecurityAdmission(t *testing.T) {
 	c := kube(t)
-	r := render(t, "whelm-psa")
-	nodePod := podOf(t, r.get(t, "DaemonSet", "warren-node"), "whelm-node")
+	r := render(t, "whelm-psa", oneNode...)
+	nodePod := podOf(t, r.get(t, "DaemonSet", "warren-node-node-1"), "whelm-node")
 	apiPod := podOf(t, r.get(t, "Deployment", "warren-api"), "whelm-api")
 	for _, level := range []string{"baseline", "privileged", "restricted"} {
 		ns := "whelm-psa-" + level
@@ -77,21 +78,25 @@ func TestHelmInstallUpgrade(t *testing.T) {
 	c := kube(t)
 	const ns = "whelm-release"
 	c.namespace(t, ns, "pod-security.kubernetes.io/enforce=privileged")
-	db := "--set=database.url=postgres://warren:pw@db.example.test:5432/warren"
+	db := "--set=database.url=postgres://warren:pw@db.example.test:5432/warren,node.nodes[0].name=node-1,node.nodes[0].advertise=10.0.0.11"
 	out, err := c.helm("install", "warren", chartDir, "--namespace", ns, db)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	// The NOTES: the namespace's PodSecurity level, where the admin token is.
+	// The NOTES: the namespace's PodSecurity level, where the admin token
+	// is, the node's token and TLS Secrets to make.
 	for _, note := range []string{
 		"kubectl label namespace " + ns + " pod-security.kubernetes.io/enforce=privileged",
 		"kubectl -n " + ns + " get secret warren-tokens -o jsonpath='{.data.admin-token}'",
+		"warren node token create node-1",
+		"kubectl -n " + ns + " create secret generic warren-node-node-1 --from-file=token",
+		"kubectl -n " + ns + " create secret tls warren-node-node-1-tls",
 	} {
 		if !strings.Contains(out, note) {
 			t.Errorf("helm install does not say %q:\n%s", note, out)
 		}
 	}
-	if strings.Contains(out, "create secret generic") {
+	if strings.Contains(out, "create secret generic warren-database") {
 		t.Errorf("helm install asks for a database Secret though database.url is set:\n%s", out)
 	}
 	// Without a database the NOTES say which Secret to make.
@@ -100,36 +105,36 @@ func TestHelmInstallUpgrade(t *testing.T) {
 		t.Errorf("helm install without a database: %v, NOTES do not name the Secret to make:\n%s", err, out)
 	}
 	tokens := c.secret(t, ns, "warren-tokens")
-	if len(tokens["admin-token"]) != 40 || len(tokens["node-token"]) != 40 || tokens["admin-token"] == tokens["node-token"] {
+	if len(tokens["admin-token"]) != 40 || len(tokens["node-credential-key"]) != 48 {
 		t.Fatalf("installed tokens %v", tokens)
 	}
 	if got := c.secret(t, ns, "warren-database")["url"]; got != "postgres://warren:pw@db.example.test:5432/warren" {
 		t.Errorf("installed database URL %q", got)
 	}
 	c.wantGeneration(t, ns, "deployment/warren-api", 1)
-	c.wantGeneration(t, ns, "daemonset/warren-node", 1)
+	c.wantGeneration(t, ns, "daemonset/warren-node-node-1", 1)
 
 	// The same values: nothing changes, no pod would restart.
 	if out, err := c.helm("upgrade", "warren", chartDir, "--namespace", ns, db); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if got := c.secret(t, ns, "warren-tokens"); got["admin-token"] != tokens["admin-token"] || got["node-token"] != tokens["node-token"] {
+	if got := c.secret(t, ns, "warren-tokens"); got["admin-token"] != tokens["admin-token"] || got["node-credential-key"] != tokens["node-credential-key"] {
 		t.Errorf("upgrade changed the tokens: %v, was %v", got, tokens)
 	}
 	c.wantGeneration(t, ns, "deployment/warren-api", 1)
-	c.wantGeneration(t, ns, "daemonset/warren-node", 1)
+	c.wantGeneration(t, ns, "daemonset/warren-node-node-1", 1)
 
 	// More replicas and a given admin token: the API rolls, the nodes do not.
 	if out, err := c.helm("upgrade", "warren", chartDir, "--namespace", ns, db,
-		"--set", "api.replicas=3,tokens.adminToken=given-admin-token"); err != nil {
+		"--set", "api.replicas=3,tokens.adminToken=given-admin-token-0123456789abcdef"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	got := c.secret(t, ns, "warren-tokens")
-	if got["admin-token"] != "given-admin-token" || got["node-token"] != tokens["node-token"] {
-		t.Errorf("after giving an admin token: %v, node token was %q", got, tokens["node-token"])
+	if got["admin-token"] != "given-admin-token-0123456789abcdef" || got["node-credential-key"] != tokens["node-credential-key"] {
+		t.Errorf("after giving an admin token: %v, node credential key was %q", got, tokens["node-credential-key"])
 	}
 	c.wantGeneration(t, ns, "deployment/warren-api", 2)
-	c.wantGeneration(t, ns, "daemonset/warren-node", 1)
+	c.wantGeneration(t, ns, "daemonset/warren-node-node-1", 1)
 	if out, _, err := c.kubectl("", "get", "deployment/warren-api", "--namespace", ns, "-o", "jsonpath={.spec.replicas}"); err != nil || out != "3" {
 		t.Errorf("API replicas %q (%v), want 3", out, err)
 	}
@@ -139,7 +144,7 @@ func TestHelmInstallUpgrade(t *testing.T) {
 	if out, err := c.helm("upgrade", "warren", chartDir, "--namespace", ns, db); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if got := c.secret(t, ns, "warren-tokens"); got["admin-token"] != "given-admin-token" || got["node-token"] != tokens["node-token"] {
+	if got := c.secret(t, ns, "warren-tokens"); got["admin-token"] != "given-admin-token-0123456789abcdef" || got["node-credential-key"] != tokens["node-credential-key"] {
 		t.Errorf("after dropping the given admin token: %v", got)
 	}
 }
@@ -239,13 +244,13 @@ func TestAllowPrivilegedNeeded(t *testing.T) {
 	if _, _, err := c.kubectlAt(strict, "", "create", "namespace", "whelm-strict"); err != nil {
 		t.Fatal(err)
 	}
-	r := render(t, "whelm-strict")
+	r := render(t, "whelm-strict", oneNode...)
 	_, _, err := c.kubectlAt(strict, r.yaml, "apply", "--dry-run=server", "--namespace", "whelm-strict", "-f", "-")
-	if err == nil || !strings.Contains(err.Error(), `The DaemonSet "warren-node" is invalid`) ||
+	if err == nil || !strings.Contains(err.Error(), `The DaemonSet "warren-node-node-1" is invalid`) ||
 		!strings.Contains(err.Error(), "privileged: Forbidden: disallowed by cluster policy") {
 		t.Errorf("the chart on an API server without --allow-privileged: %v, want the DaemonSet refused", err)
 	}
-	r = render(t, "whelm-strict", "--set", "node.enabled=false")
+	r = render(t, "whelm-strict", append(oneNode, "--set", "node.enabled=false")...)
 	if out, _, err := c.kubectlAt(strict, r.yaml, "apply", "--dry-run=server", "--namespace", "whelm-strict", "-f", "-"); err != nil {
 		t.Errorf("the chart without nodes on an API server without --allow-privileged: %v\n%s", err, out)
 	}

@@ -98,8 +98,9 @@ type containerPort struct {
 
 type probe struct {
 	HTTPGet *struct {
-		Path string `yaml:"path"`
-		Port any    `yaml:"port"`
+		Path   string `yaml:"path"`
+		Port   any    `yaml:"port"`
+		Scheme string `yaml:"scheme"`
 	} `yaml:"httpGet"`
 	Exec *struct {
 		Command []string `yaml:"command"`
@@ -119,6 +120,9 @@ type volume struct {
 		Type string `yaml:"type"`
 	} `yaml:"hostPath"`
 	EmptyDir any `yaml:"emptyDir"`
+	Secret   *struct {
+		SecretName string `yaml:"secretName"`
+	} `yaml:"secret"`
 }
 
 // rendered is the output of helm template, split into objects.
@@ -252,12 +256,31 @@ func (o object) mount(path string) string {
 				continue
 			}
 			src := "emptyDir"
+			if v.Secret != nil {
+				src = "secret " + v.Secret.SecretName
+			}
 			if v.HostPath != nil {
 				src = fmt.Sprintf("hostPath %s (%s)", v.HostPath.Path, v.HostPath.Type)
 			}
 			return fmt.Sprintf("%s, propagation %s", src, orNone(m.MountPropagation))
 		}
 		return "volume " + m.Name + " missing"
+	}
+	return ""
+}
+
+// secretVolume is the Secret whose volume is mounted at path ("" for none).
+func (o object) secretVolume(path string) string {
+	spec := o.Spec.Template.Spec
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if m.MountPath != path {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				return v.Secret.SecretName
+			}
+		}
 	}
 	return ""
 }

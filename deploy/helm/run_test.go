@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/e2e/e2eserve"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 )
 
@@ -29,14 +30,16 @@ const (
 
 // The command lines the chart renders run: the API container's and the
 // node container's command, arguments and environment, resolved as the
-// kubelet would (Secrets, the downward API, $(VAR) in arguments), start
-// the real warren binary on loopback over Postgres (the API as the pod's
-// unprivileged user); both readiness probes
-// answer, and the node registers with the API's Service URL and the
-// node token from the chart's Secret. The node runs the fake driver (the
-// only change to its flags, through node.extraArgs; the API's metrics
-// listener moves to a port of this test's) and both listen on 127.0.0.1
-// for the rendered 0.0.0.0.
+// kubelet would (Secrets as variables and as mounted files, the downward
+// API, $(VAR) in arguments), start the real warren binary on loopback over
+// Postgres (the API as the pod's unprivileged user); both readiness probes
+// answer (the node's over TLS), and the node registers with the API's
+// Service URL with its own token, issued through the API and given in its
+// Secret as the operator would, serving TLS with a certificate of the CA
+// in the CA Secret. The node runs the fake driver (the only change to its
+// flags, through node.extraArgs; the API's metrics listener moves to a
+// port of this test's) and both listen on 127.0.0.1 for the rendered
+// 0.0.0.0.
 func TestRenderedCommandsRun(t *testing.T) {
 	warren := tool(t, "WARREN_WARREN")
 	out, err := exec.Command(warren, "node", "--help").CombinedOutput()
@@ -49,6 +52,7 @@ func TestRenderedCommandsRun(t *testing.T) {
 	}
 	dataDir := filepath.Join(dir, "node-data")
 	r := render(t, "whelm-run",
+		"--set", "node.nodes[0].name=whelm-node-1,node.nodes[0].advertise=127.0.0.1",
 		"--set", fmt.Sprintf("api.port=%d,node.rpcPort=%d,node.proxyPort=%d", runAPIPort, runRPCPort, runProxyPort),
 		"--set", fmt.Sprintf("node.apiURL=http://127.0.0.1:%d", runAPIPort),
 		"--set", "node.dataDir="+dataDir,
@@ -58,7 +62,14 @@ func TestRenderedCommandsRun(t *testing.T) {
 	pod := podEnv{
 		secrets: map[string]object{},
 		fields:  map[string]string{"spec.nodeName": "whelm-node-1", "status.hostIP": "127.0.0.1"},
+		files:   map[string]map[string][]byte{},
 	}
+	// The Secrets the operator makes: the CA's, and (below) the node's.
+	ca, err := os.ReadFile(e2eserve.CAFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.files["warren-ca"] = map[string][]byte{"ca.crt": ca}
 	for _, o := range r.objects {
 		if o.Kind == "Secret" {
 			pod.secrets[o.Metadata.Name] = o
@@ -75,15 +86,22 @@ func TestRenderedCommandsRun(t *testing.T) {
 		t.Fatalf("the API pod runs as %d:%d, want a user and group other than root", uid, gid)
 	}
 	pod.credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	startContainer(t, worldExecutable(t, warren), api, pod, filepath.Join(dir, "api.log"))
+	startContainer(t, worldExecutable(t, warren), apiDeployment, api, pod, filepath.Join(dir, "api.log"))
 	pod.credential = nil
 	probe := api.ReadinessProbe.HTTPGet
 	if got := waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d%s", runAPIPort, probe.Path), "", func(code int, _ []byte) bool { return code/100 == 2 }); got != http.StatusNoContent {
 		t.Fatalf("API readiness probe GET %s: %d", probe.Path, got)
 	}
 
-	node := r.get(t, "DaemonSet", "warren-node").container(t, "node")
-	startContainer(t, warren, node, pod, filepath.Join(dir, "node.log"))
+	token := e2eserve.Admin{URL: fmt.Sprintf("http://127.0.0.1:%d", runAPIPort), Token: adminToken}.IssueNodeToken(t, "whelm-node-1")
+	pod.files["warren-node-whelm-node-1"] = map[string][]byte{"token": []byte(token)}
+	certFile, keyFile := e2eserve.IssueCert(t, filepath.Join(dir, "issued"), "127.0.0.1")
+	crt, _ := os.ReadFile(certFile)
+	key, _ := os.ReadFile(keyFile)
+	pod.files["warren-node-whelm-node-1-tls"] = map[string][]byte{"tls.crt": crt, "tls.key": key}
+	nodeDS := r.get(t, "DaemonSet", "warren-node-whelm-node-1")
+	node := nodeDS.container(t, "node")
+	startContainer(t, warren, nodeDS, node, pod, filepath.Join(dir, "node.log"))
 	var nodes []struct {
 		ID, Status, RPCAddress, ProxyAddress string
 	}
@@ -91,11 +109,11 @@ func TestRenderedCommandsRun(t *testing.T) {
 		return code == http.StatusOK && json.Unmarshal(body, &nodes) == nil && len(nodes) == 1 && nodes[0].Status == "ready"
 	})
 	probe = node.ReadinessProbe.HTTPGet
-	if got := waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d%s", runRPCPort, probe.Path), "", func(code int, _ []byte) bool { return code/100 == 2 }); got != http.StatusOK {
+	if got := waitHTTP(t, fmt.Sprintf("%s://127.0.0.1:%d%s", strings.ToLower(probe.Scheme), runRPCPort, probe.Path), "", func(code int, _ []byte) bool { return code/100 == 2 }); got != http.StatusOK {
 		t.Errorf("node readiness probe GET %s: %d", probe.Path, got)
 	}
 	n := nodes[0]
-	if n.ID != "whelm-node-1" || n.RPCAddress != fmt.Sprintf("http://127.0.0.1:%d", runRPCPort) || n.ProxyAddress != fmt.Sprintf("127.0.0.1:%d", runProxyPort) {
+	if n.ID != "whelm-node-1" || n.RPCAddress != fmt.Sprintf("https://127.0.0.1:%d", runRPCPort) || n.ProxyAddress != fmt.Sprintf("127.0.0.1:%d", runProxyPort) {
 		t.Errorf("registered node %+v, want whelm-node-1 at the host IP's RPC and proxy ports", n)
 	}
 }
@@ -127,6 +145,9 @@ func worldExecutable(t *testing.T, path string) string {
 type podEnv struct {
 	secrets map[string]object
 	fields  map[string]string
+	// files are the Secrets the operator makes, by name: their keys'
+	// contents, mounted where a pod's volumes say.
+	files map[string]map[string][]byte
 	// credential is the container's user, nil for root.
 	credential *syscall.Credential
 }
@@ -156,13 +177,58 @@ func (p podEnv) resolve(t *testing.T, c container) []string {
 
 var kubeVar = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
+// mounts writes the Secret volumes of workload's container c (from the
+// chart's own Secrets or pod.files) in a directory the container's user
+// can read and returns their mount paths' stand-ins, as the kubelet
+// mounts them.
+func (p podEnv) mounts(t *testing.T, workload object, c container) map[string]string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "whelm-mounts-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		secret := workload.secretVolume(m.MountPath)
+		if secret == "" {
+			continue
+		}
+		data := p.files[secret]
+		if o, ok := p.secrets[secret]; ok {
+			data = map[string][]byte{}
+			for k := range o.Data {
+				data[k] = []byte(o.secretValue(t, k))
+			}
+		}
+		if data == nil {
+			t.Fatalf("%s mounts Secret %s, which neither the chart nor the operator made", c.Name, secret)
+		}
+		at := filepath.Join(dir, m.Name)
+		if err := os.MkdirAll(at, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range data {
+			if err := os.WriteFile(filepath.Join(at, k), v, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out[m.MountPath] = at
+	}
+	return out
+}
+
 // startContainer runs the container's command as the kubelet would, on
 // loopback, and stops it by PID when the test ends.
-func startContainer(t *testing.T, warren string, c container, pod podEnv, logPath string) {
+func startContainer(t *testing.T, warren string, workload object, c container, pod podEnv, logPath string) {
 	t.Helper()
 	if len(c.Command) != 1 || c.Command[0] != "warren" {
 		t.Fatalf("%s command %v", c.Name, c.Command)
 	}
+	mounts := pod.mounts(t, workload, c)
 	env := pod.resolve(t, c)
 	vars := map[string]string{}
 	for _, kv := range env {
@@ -177,6 +243,11 @@ func startContainer(t *testing.T, warren string, c container, pod podEnv, logPat
 			}
 			return m
 		})
+		for path, at := range mounts {
+			if rest, ok := strings.CutPrefix(a, path+"/"); ok {
+				a = filepath.Join(at, rest)
+			}
+		}
 		args = append(args, strings.Replace(a, "0.0.0.0:", "127.0.0.1:", 1))
 	}
 	log, err := os.Create(logPath)
@@ -213,7 +284,7 @@ func startContainer(t *testing.T, warren string, c container, pod podEnv, logPat
 // not a measure) and returns the last status code.
 func waitHTTP(t *testing.T, url, adminToken string, ok func(int, []byte) bool) int {
 	t.Helper()
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: e2eserve.ClientTLS(t)}}
 	code := 0
 	var last string
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {

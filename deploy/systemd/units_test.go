@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/e2e/e2eserve"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 )
@@ -82,7 +83,8 @@ func TestUnitsCommandLines(t *testing.T) {
 		{"warren-node.service", "node.env", []string{"/usr/local/bin/warren", "node",
 			"--rpc-listen", "${WARREN_RPC_LISTEN}", "--proxy-listen", "${WARREN_PROXY_LISTEN}",
 			"--node-id", "${WARREN_NODE_ID}", "--advertise", "${WARREN_ADVERTISE}",
-			"--api-url", "${WARREN_API_URL}", "--data-dir", "/var/lib/warren", "$WARREN_NODE_ARGS"}},
+			"--api-url", "${WARREN_API_URL}", "--data-dir", "/var/lib/warren",
+			"--tls-cert", "${WARREN_TLS_CERT}", "--tls-key", "${WARREN_TLS_KEY}", "--node-ca", "${WARREN_NODE_CA}", "$WARREN_NODE_ARGS"}},
 	} {
 		unit := read(t, tc.unit)
 		exec := execStart(unit)
@@ -99,15 +101,17 @@ func TestUnitsCommandLines(t *testing.T) {
 			}
 		}
 	}
-	// The secrets travel in the environment the roles read, not in flags.
+	// The secrets travel in the environment the roles read (or files it
+	// names), not in flags; a node gets its own token's file alone.
 	api := envKeys(read(t, "api.env"))
-	for _, k := range []string{"WARREN_DATABASE_URL", "WARREN_ADMIN_TOKEN", "WARREN_NODE_TOKEN"} {
+	for _, k := range []string{"WARREN_DATABASE_URL", "WARREN_ADMIN_TOKEN", "WARREN_NODE_CREDENTIAL_KEY", "WARREN_NODE_CA"} {
 		if !api[k] {
 			t.Errorf("api.env does not set %s", k)
 		}
 	}
-	if node := envKeys(read(t, "node.env")); !node["WARREN_NODE_TOKEN"] || node["WARREN_DATABASE_URL"] || node["WARREN_ADMIN_TOKEN"] {
-		t.Errorf("node.env keys %v: want the node token alone of the secrets", node)
+	if node := envKeys(read(t, "node.env")); !node["WARREN_NODE_TOKEN_FILE"] || node["WARREN_NODE_TOKEN"] || node["WARREN_NODE_CREDENTIAL_KEY"] ||
+		node["WARREN_DATABASE_URL"] || node["WARREN_ADMIN_TOKEN"] {
+		t.Errorf("node.env keys %v: want its token's file alone of the secrets", node)
 	}
 }
 
@@ -161,15 +165,17 @@ const (
 // environment file templates filled in as an operator would and expanded
 // as systemd does (${VAR} one word, $VAR split at spaces), starts the real
 // warren api over Postgres and a warren node (fake driver, through
-// WARREN_NODE_ARGS) that registers with it. The one change is the node's
-// /var/lib/warren, a directory of the test's instead of the host's.
+// WARREN_NODE_ARGS) that registers with it with its own token, issued
+// through the API, serving TLS with a certificate of a test CA. The one
+// change is the node's /var/lib/warren, a directory of the test's instead
+// of the host's.
 func TestUnitsRun(t *testing.T) {
 	warren := os.Getenv("WARREN_WARREN")
 	require(t, warren != "", "WARREN_WARREN is not set")
 	out, err := exec.Command(warren, "node", "--help").CombinedOutput()
 	require(t, err == nil && strings.Contains(string(out), "--advertise"), "WARREN_WARREN has no node role: "+string(out))
 	dsn := storetest.PostgresSchema(t)
-	adminToken, nodeToken := sandbox.RandomToken(20), sandbox.RandomToken(20)
+	adminToken, credentialKey := sandbox.RandomToken(20), sandbox.RandomToken(32)
 	// The node's data dir: one of this test's own under the repository's var/.
 	varDir := filepath.Join("..", "..", "var")
 	if err := os.MkdirAll(varDir, 0o755); err != nil {
@@ -185,30 +191,40 @@ func TestUnitsRun(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(dataDir) })
 
 	apiEnv := fill(t, read(t, "api.env"), map[string]string{
-		"WARREN_LISTEN":       fmt.Sprintf("127.0.0.1:%d", runAPIPort),
-		"WARREN_DATABASE_URL": dsn,
-		"WARREN_ADMIN_TOKEN":  adminToken,
-		"WARREN_NODE_TOKEN":   nodeToken,
-		"WARREN_API_ARGS":     fmt.Sprintf("--metrics-listen 127.0.0.1:%d", runMetricsPort),
+		"WARREN_LISTEN":              fmt.Sprintf("127.0.0.1:%d", runAPIPort),
+		"WARREN_DATABASE_URL":        dsn,
+		"WARREN_ADMIN_TOKEN":         adminToken,
+		"WARREN_NODE_CREDENTIAL_KEY": credentialKey,
+		"WARREN_NODE_CA":             e2eserve.CAFile(t),
+		"WARREN_API_ARGS":            fmt.Sprintf("--metrics-listen 127.0.0.1:%d", runMetricsPort),
 	})
 	start(t, warren, read(t, "warren-api.service"), apiEnv, "", "")
 	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", runAPIPort), "", func(code int, _ []byte) bool { return code == http.StatusNoContent })
+	tokenFile := filepath.Join(t.TempDir(), "node.token")
+	token := e2eserve.Admin{URL: fmt.Sprintf("http://127.0.0.1:%d", runAPIPort), Token: adminToken}.IssueNodeToken(t, "whelm-plain-1")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, key := e2eserve.IssueCert(t, t.TempDir(), "127.0.0.1")
 
 	nodeEnv := fill(t, read(t, "node.env"), map[string]string{
-		"WARREN_RPC_LISTEN":   fmt.Sprintf("127.0.0.1:%d", runRPCPort),
-		"WARREN_PROXY_LISTEN": fmt.Sprintf("127.0.0.1:%d", runProxyPort),
-		"WARREN_NODE_ID":      "whelm-plain-1",
-		"WARREN_ADVERTISE":    "127.0.0.1",
-		"WARREN_API_URL":      fmt.Sprintf("http://127.0.0.1:%d", runAPIPort),
-		"WARREN_NODE_TOKEN":   nodeToken,
-		"WARREN_NODE_ARGS":    "--driver fake",
+		"WARREN_RPC_LISTEN":      fmt.Sprintf("127.0.0.1:%d", runRPCPort),
+		"WARREN_PROXY_LISTEN":    fmt.Sprintf("127.0.0.1:%d", runProxyPort),
+		"WARREN_NODE_ID":         "whelm-plain-1",
+		"WARREN_ADVERTISE":       "127.0.0.1",
+		"WARREN_API_URL":         fmt.Sprintf("http://127.0.0.1:%d", runAPIPort),
+		"WARREN_NODE_TOKEN_FILE": tokenFile,
+		"WARREN_TLS_CERT":        cert,
+		"WARREN_TLS_KEY":         key,
+		"WARREN_NODE_CA":         e2eserve.CAFile(t),
+		"WARREN_NODE_ARGS":       "--driver fake",
 	})
 	start(t, warren, read(t, "warren-node.service"), nodeEnv, "/var/lib/warren", dataDir)
 	var nodes []struct{ ID, Status, RPCAddress string }
 	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/admin/nodes", runAPIPort), adminToken, func(code int, body []byte) bool {
 		return code == http.StatusOK && json.Unmarshal(body, &nodes) == nil && len(nodes) == 1 && nodes[0].Status == "ready"
 	})
-	if nodes[0].ID != "whelm-plain-1" || nodes[0].RPCAddress != fmt.Sprintf("http://127.0.0.1:%d", runRPCPort) {
+	if nodes[0].ID != "whelm-plain-1" || nodes[0].RPCAddress != fmt.Sprintf("https://127.0.0.1:%d", runRPCPort) {
 		t.Errorf("registered node %+v", nodes[0])
 	}
 }

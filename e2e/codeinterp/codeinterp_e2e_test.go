@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const (
 	apiKey     = "e2b_00112233445566778899aabbccddeeff00112233"
-	adminToken = "codeinterp-e2e-admin"
+	adminToken = "codeinterp-e2e-admin-0123456789abcdef"
 )
 
 // startServe runs warren serve with the code interpreter template's tar.
@@ -62,7 +62,10 @@ func TestCodeInterpreter(t *testing.T) {
 			t.Error("no create claimed a member of the code interpreter's pool")
 		}
 	}()
-	for _, c := range []string{"result", "stdout", "state", "error", "png", "dataframe", "envs", "contexts", "bash", "javascript", "interrupt", "pause", "bench"} {
+	// Cases in Go, on the same server: the attack suite of the
+	// interpreter's port (attack_e2e_test.go).
+	t.Run("auth", func(t *testing.T) { testInterpreterAuth(t, s) })
+	for _, c := range []string{"result", "stdout", "state", "error", "png", "dataframe", "envs", "contexts", "bash", "javascript", "interrupt", "pause", "random", "bench"} {
 		t.Run(c, func(t *testing.T) {
 			out := s.Node(t, "run.mjs", c)
 			if c == "bench" {

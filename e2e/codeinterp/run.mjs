@@ -10,6 +10,29 @@ const fail = (msg) => { console.error(`FAIL ${which}: ${msg}`); process.exit(1) 
 const check = (cond, msg) => { if (!cond) fail(msg) }
 const j = (x) => JSON.stringify(x)
 
+// contextsOf calls the interpreter's context routes of sbx with its access
+// token, as runCode sends it: @e2b/code-interpreter 2.8.0's context
+// methods send none, which a secure sandbox refuses (401; see
+// docs/code-interpreter.md, "Access").
+const contextsOf = (sbx) => {
+  const call = async (method, path, body) => {
+    const res = await fetch(sbx.jupyterUrl + path, {
+      method,
+      headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'X-Access-Token': sbx.envdAccessToken },
+      body: body === undefined ? undefined : j(body),
+    })
+    const text = await res.text()
+    return { status: res.status, text, json: () => JSON.parse(text) }
+  }
+  const ok = (what, r, status = 200) => { check(r.status === status, `${what}: ${r.status} ${r.text}`); return r }
+  return {
+    create: async (opts) => ok('create context', await call('POST', '/contexts', opts)).json(),
+    list: async () => ok('list contexts', await call('GET', '/contexts')).json(),
+    restart: async (ctx) => { ok('restart context', await call('POST', `/contexts/${ctx.id}/restart`), 204) },
+    remove: async (id) => (await call('DELETE', `/contexts/${id}`)).status,
+  }
+}
+
 const cases = {
   async result(sbx) {
     const e = await sbx.runCode('1+1')
@@ -75,24 +98,33 @@ const cases = {
     check(js.text === "'js/from-create'", `js envs ${j(js.text)} ${j(js.error)}`)
   },
   async contexts(sbx) {
-    const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
+    // The SDK's own context methods send no token: refused, and made nothing.
+    for (const [what, call] of [
+      ['createCodeContext', () => sbx.createCodeContext({ cwd: '/tmp' })], ['listCodeContexts', () => sbx.listCodeContexts()],
+      ['restartCodeContext', () => sbx.restartCodeContext('x')], ['removeCodeContext', () => sbx.removeCodeContext('x')],
+    ]) {
+      let err
+      try { await call() } catch (e) { err = e }
+      check(err && String(err).includes('401'), `${what} sends no access token, yet was not refused: ${err}`)
+    }
+    const contexts = contextsOf(sbx)
+    check(!(await contexts.list()).some((c) => c.cwd === '/tmp'), 'a refused createCodeContext made a context')
+    const ctx = await contexts.create({ cwd: '/tmp' })
     check(ctx.id && ctx.language === 'python' && ctx.cwd === '/tmp', `context ${j(ctx)}`)
     check((await sbx.runCode('import os\nos.getcwd()', { context: ctx })).text === "'/tmp'", 'cwd of the context')
     await sbx.runCode('only_here = 7', { context: ctx })
     check((await sbx.runCode('"only_here" in globals()')).text === 'False', 'default context sees the other context')
     check((await sbx.runCode('only_here', { context: ctx })).text === '7', 'context lost its state')
-    const list = await sbx.listCodeContexts()
+    const list = await contexts.list()
     check(list.some((c) => c.id === ctx.id && c.cwd === '/tmp'), `list ${j(list)}`)
-    await sbx.restartCodeContext(ctx)
+    await contexts.restart(ctx)
     check((await sbx.runCode('"only_here" in globals()', { context: ctx })).text === 'False', 'restart kept the state')
-    await sbx.removeCodeContext(ctx.id)
-    check(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id), 'removed context still listed')
+    check(await contexts.remove(ctx.id) === 204, 'remove')
+    check(!(await contexts.list()).some((c) => c.id === ctx.id), 'removed context still listed')
     let err
     try { await sbx.runCode('1', { context: ctx }) } catch (e) { err = e }
     check(err instanceof NotFoundError, `run in removed context: ${err}`)
-    err = undefined
-    try { await sbx.removeCodeContext(ctx.id) } catch (e) { err = e }
-    check(err instanceof NotFoundError, `remove twice: ${err}`)
+    check(await contexts.remove(ctx.id) === 404, 'remove twice')
     err = undefined
     try { await sbx.runCode('1', { language: 'cobol' }) } catch (e) { err = e }
     check(err && String(err).includes('400'), `unknown language: ${err}`)
@@ -105,7 +137,7 @@ const cases = {
     check(b.logs.stdout.join('') === '6 /tmp\n', `state ${j(b.logs)}`)
     const c = await sbx.runCode('echo bad >&2; false', { language: 'bash' })
     check(c.logs.stderr.join('') === 'bad\n' && c.error && c.error.name === 'ExitCode', `failure ${j(c)}`)
-    const ctx = await sbx.createCodeContext({ language: 'bash' })
+    const ctx = await contextsOf(sbx).create({ language: 'bash' })
     check(ctx.language === 'bash', `bash context ${j(ctx)}`)
     const d = await sbx.runCode('echo "[$N]"', { context: ctx })
     check(d.logs.stdout.join('') === '[]\n', `separate bash context ${j(d.logs)}`)
@@ -145,6 +177,57 @@ const cases = {
     const again = await Sandbox.connect(sbx.sandboxId)
     const e = await again.runCode('kept["n"] + 1')
     check(e.text === '124', `after resume ${j(e.text)} ${j(e.error)}`)
+  },
+  async random(sbx) {
+    // One draw of each generator a user meets: Python's random, numpy's
+    // global RandomState and OpenSSL's (Python's ssl), bash's $RANDOM and
+    // JavaScript's Math.random.
+    const draw = async (s) => {
+      const py = await s.runCode('import random, numpy, ssl\n[str(random.getrandbits(64)), str(numpy.random.randint(2**31)), ssl.RAND_bytes(8).hex()]')
+      const sh = await s.runCode('echo $RANDOM $RANDOM $RANDOM', { language: 'bash' })
+      const js = await s.runCode('Math.random()', { language: 'javascript' })
+      check(py.error === undefined && sh.error === undefined && js.error === undefined, `draw: ${j([py.error, sh.error, js.error])}`)
+      const [random, numpy, openssl] = JSON.parse(py.text.replaceAll("'", '"'))
+      return { random, numpy, openssl, bash: sh.logs.stdout.join('').trim(), javascript: js.text }
+    }
+    const distinct = (what, draws) => {
+      for (const gen of Object.keys(draws[0])) {
+        const seen = draws.map((d) => d[gen])
+        check(new Set(seen).size === seen.length, `${what}: ${gen} drew the same numbers: ${j(seen)}`)
+      }
+    }
+    const other = await Sandbox.create({ timeoutMs: 300_000 })
+    try {
+      // Two sandboxes restored from the template's snapshot.
+      distinct('two sandboxes of the template', [await draw(sbx), await draw(other)])
+      // A fork's copies and its source (whose bash and JavaScript sessions
+      // are in the image now).
+      const res = await fetch(`${process.env.E2B_API_URL}/sandboxes/${sbx.sandboxId}/fork`, {
+        method: 'POST', headers: { 'X-API-Key': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+        body: j({ count: 2, timeout: 300 }),
+      })
+      const forked = await res.text()
+      check(res.status === 201, `fork: ${res.status} ${forked}`)
+      const kids = []
+      try {
+        for (const f of JSON.parse(forked)) {
+          check(f.sandbox, `fork: ${j(f)}`)
+          kids.push(await Sandbox.connect(f.sandbox.sandboxID))
+        }
+        distinct('a fork and its source', [await draw(kids[0]), await draw(kids[1]), await draw(sbx)])
+      } finally {
+        for (const k of kids) await k.kill().catch(() => {})
+      }
+      // A pause and resume: after the resume Python does not draw what the
+      // state saved before the pause gives.
+      await other.runCode('before_pause = (random.getstate(), numpy.random.get_state())')
+      check(await other.pause(), 'pause returned false')
+      const again = await Sandbox.connect(other.sandboxId)
+      const e = await again.runCode('drawn = (random.getrandbits(64), numpy.random.randint(2**31))\nrandom.setstate(before_pause[0]); numpy.random.set_state(before_pause[1])\ndrawn != (random.getrandbits(64), numpy.random.randint(2**31))')
+      check(e.text === 'True', `after a resume Python drew what the state before the pause gives: ${j(e.text)} ${j(e.error)}`)
+    } finally {
+      await other.kill().catch(() => {})
+    }
   },
   async bench() {
     const n = Number(process.env.CODE_INTERPRETER_BENCH_N || 5)

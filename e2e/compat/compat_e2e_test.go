@@ -5,6 +5,7 @@ package compate2e
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -25,6 +26,35 @@ const apiKey = "e2b_00112233445566778899aabbccddeeff00112244"
 func startServe(t testing.TB, extra ...string) *e2eserve.Server {
 	t.Helper()
 	return e2eserve.Start(t, e2eserve.Options{DataDir: t.TempDir(), APIKey: apiKey, Isolation: iso, ExtraArgs: extra})
+}
+
+// TestDomainMode runs the SDK in E2B's own topology: HTTPS with a
+// throw-away CA (NODE_EXTRA_CA_CERTS), --domain e2b.localhost:<port>, no
+// E2B_API_URL or E2B_SANDBOX_URL, sandboxes reached at
+// https://<port>-<id>.<domain> (domain.mjs: create, commands, files with
+// files.list's order, a port of the sandbox's own, signed upload and
+// download URLs, pause and connect, a kill while a command runs giving the
+// SDK's TimeoutError). The proxy's answer for a sandbox that is gone is
+// E2B's 502 body, over HTTP/2.
+func TestDomainMode(t *testing.T) {
+	e2eserve.DomainPrerequisites(t)
+	s := e2eserve.Start(t, e2eserve.Options{DataDir: t.TempDir(), APIKey: apiKey, Isolation: iso, Domain: true})
+	if out := s.Node(t, "domain.mjs"); !strings.Contains(out, "OK") {
+		t.Fatalf("domain mode did not finish:\n%s", out)
+	}
+	const gone = "abcdefghij0123456789"
+	resp, err := s.HTTPClient().Get("https://49983-" + gone + "." + s.Domain + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `{"sandboxId":"` + gone + `","message":"The sandbox was not found","code":502}`; resp.StatusCode != 502 || string(body) != want || resp.ProtoMajor != 2 {
+		t.Fatalf("health of a sandbox that is gone: %s %d %s, want HTTP/2 502 %s", resp.Proto, resp.StatusCode, body, want)
+	}
+	if _, _, err := s.Client().List(context.Background(), client.ListOptions{}); err != nil {
+		t.Fatalf("API at https://api.%s: %v", s.Domain, err)
+	}
 }
 
 // TestAutoResumeHTTP: a request to a server in a paused sandbox that

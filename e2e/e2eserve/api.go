@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -18,7 +19,11 @@ type APIOptions struct {
 	DSN        string // its Postgres database
 	APIKey     string
 	AdminToken string
-	NodeToken  string // WARREN_NODE_TOKEN, which the nodes present
+	// NodeToken names the test's node credential key (the API's
+	// WARREN_NODE_CREDENTIAL_KEY is made from it, the same for every
+	// replica given the same): the nodes registering at this API get
+	// their own tokens issued through its admin API (Node.Run).
+	NodeToken string
 	// ExtraArgs are added to the command line (node liveness tuning).
 	ExtraArgs []string
 }
@@ -44,10 +49,30 @@ type API struct {
 func StartAPI(t testing.TB, o APIOptions) *API {
 	t.Helper()
 	args := append([]string{"api", "--listen", o.Listen, "--database-url", o.DSN, "--api-key", o.APIKey,
-		"--admin-token", o.AdminToken, "--metrics-listen", ""}, o.ExtraArgs...)
-	p := StartProc(t, o.Name, exec.Command(os.Getenv("WARREN_WARREN"), args...), "WARREN_NODE_TOKEN="+o.NodeToken)
+		"--admin-token", o.AdminToken, "--metrics-listen", "", "--node-ca", CAFile(t)}, o.ExtraArgs...)
+	p := StartProc(t, o.Name, exec.Command(os.Getenv("WARREN_WARREN"), args...), "WARREN_NODE_CREDENTIAL_KEY="+credentialKey(o.NodeToken))
 	env := p.Exports(t, "E2B_API_URL", "E2B_SANDBOX_URL")
-	return &API{Name: o.Name, URL: env["E2B_API_URL"], Env: env, Admin: Admin{URL: env["E2B_API_URL"], Token: o.AdminToken}, P: p}
+	a := &API{Name: o.Name, URL: env["E2B_API_URL"], Env: env, Admin: Admin{URL: env["E2B_API_URL"], Token: o.AdminToken}, P: p}
+	apis.Store(a.URL, a.Admin)
+	return a
+}
+
+// apis are the admin APIs of the started APIs by URL, where Node.Run
+// issues a node's token.
+var apis sync.Map
+
+// IssueNodeToken issues node nodeID's own token through the admin API.
+func (a Admin) IssueNodeToken(t testing.TB, nodeID string) string {
+	t.Helper()
+	code, b := Call(t, "POST", a.URL+"/admin/nodes/"+nodeID+"/tokens", map[string]string{"X-Admin-Token": a.Token}, `{"name":"e2e"}`)
+	var out struct {
+		ID    string `json:"id"`
+		Token string `json:"token"`
+	}
+	if code != 201 || json.Unmarshal(b, &out) != nil || out.Token == "" {
+		t.Fatalf("issue node %s's token: %d %s", nodeID, code, b)
+	}
+	return out.Token
 }
 
 // Leads reports whether the replica holds the leader lease (its metrics

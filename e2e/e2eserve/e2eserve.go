@@ -97,15 +97,24 @@ type Options struct {
 	// pool).
 	ExtraArgs []string
 	Isolation Isolation
+	// Domain runs the server in E2B's own topology ("domain mode"): HTTPS
+	// with a throw-away CA, --domain e2b.localhost:<port>, and an SDK
+	// environment (Environ) of E2B_DOMAIN and NODE_EXTRA_CA_CERTS only,
+	// so the SDK reaches https://api.<domain> and each sandbox at
+	// https://<port>-<id>.<domain>. Needs DomainPrerequisites.
+	Domain bool
 }
 
 // Server is a running warren serve.
 type Server struct {
 	Cmd *exec.Cmd
 	// Env holds the E2B_* variables the server printed.
-	Env  map[string]string
-	opts Options
-	logs *lockedWriter // the server's stderr
+	Env map[string]string
+	// Domain is the sandbox domain in domain mode (e2b.localhost:<port>).
+	Domain string
+	opts   Options
+	logs   *lockedWriter // the server's stderr
+	tls    *domainTLS    // domain mode
 }
 
 // Start runs warren serve with opts and waits for its export lines. At the
@@ -130,6 +139,12 @@ func Start(t testing.TB, opts Options) *Server {
 	if opts.AdminToken != "" {
 		args = append(args, "--admin-token", opts.AdminToken)
 	}
+	var dom *domainTLS
+	if opts.Domain {
+		dom = newDomainTLS(t, t.TempDir())
+		_, port, _ := net.SplitHostPort(opts.Listen)
+		args = append(args, "--tls-cert", dom.certFile, "--tls-key", dom.keyFile, "--domain", DomainBase+":"+port)
+	}
 	if !slices.Contains(opts.ExtraArgs, "--pool-size") {
 		// No warm pool unless a test asks for one: the tests count
 		// sandboxes and host objects, and the machine is small.
@@ -141,7 +156,11 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Cmd: cmd, Env: map[string]string{}, opts: opts, logs: &lockedWriter{}}
+	s := &Server{Cmd: cmd, Env: map[string]string{}, opts: opts, logs: &lockedWriter{}, tls: dom}
+	if dom != nil {
+		_, port, _ := net.SplitHostPort(opts.Listen)
+		s.Domain = DomainBase + ":" + port
+	}
 	cmd.Stderr = s.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -149,7 +168,7 @@ func Start(t testing.TB, opts Options) *Server {
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			// Leave nothing running: kill what the test left, then stop.
-			c := client.New(s.Env["E2B_API_URL"], opts.APIKey)
+			c := s.Client()
 			if list, _, err := c.List(context.Background(), client.ListOptions{}); err == nil {
 				for _, sb := range list {
 					c.Kill(context.Background(), sb.SandboxID)
@@ -193,9 +212,14 @@ func Start(t testing.TB, opts Options) *Server {
 // Logs returns what the server wrote to stderr so far.
 func (s *Server) Logs() string { return s.logs.String() }
 
-// Environ is the test process's environment plus the server's exports.
+// Environ is the test process's environment plus the server's exports
+// (in domain mode: plus E2B_DOMAIN, E2B_API_KEY and NODE_EXTRA_CA_CERTS,
+// without E2B_API_URL and E2B_SANDBOX_URL).
 func (s *Server) Environ() []string {
 	env := os.Environ()
+	if s.tls != nil {
+		return s.domainEnv(env)
+	}
 	for k, v := range s.Env {
 		env = append(env, k+"="+v)
 	}

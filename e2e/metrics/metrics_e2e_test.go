@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const (
 	apiKey     = "e2b_a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3"
-	adminToken = "e2e-metrics-admin"
+	adminToken = "e2e-metrics-admin-0123456789abcdef"
 )
 
 // startServe runs warren serve on a free port with its state in dataDir.

@@ -9,7 +9,9 @@ package multinode
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,31 +32,43 @@ func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
 
 const (
 	apiKey     = "e2b_a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3"
-	adminToken = "multinode-admin-token"
+	adminToken = "multinode-admin-token-0123456789abcdef"
 	nodeToken  = "multinode-node-token-0123456789"
 	apiAddr    = "127.0.0.1:3890"
 )
 
+// backstopGrace is the nodes' TTL backstop grace (--backstop-grace),
+// short so that the outage below outlasts a sandbox's end plus it.
+const backstopGrace = 4 * time.Second
+
+func apiOptions(dsn string) e2eserve.APIOptions {
+	return e2eserve.APIOptions{Name: "warren api", Listen: apiAddr, DSN: dsn,
+		APIKey: apiKey, AdminToken: adminToken, NodeToken: nodeToken,
+		ExtraArgs: e2eserve.ShortLiveness}
+}
+
 // TestTwoNodes: creates spread over two nodes and work through their node
-// proxies (commands, files, a pause and resume on the same node); a node
-// killed and kept down loses its sandboxes (node_lost) and gets no new
-// ones; restarted, it is reconciled (nothing of its old sandboxes runs on
-// it); a drained node gets no creates.
+// proxies (commands, files, a pause and resume on the same node); the API
+// down for longer than --node-lost-after kills nothing on the healthy
+// nodes, and the backstop's kill made meanwhile is recorded as
+// ttl_backstop at its time (outage); a node killed and kept down loses its
+// sandboxes (node_lost) and gets no new ones; restarted, it is reconciled
+// (nothing of its old sandboxes runs on it); a drained node gets no
+// creates.
 func TestTwoNodes(t *testing.T) {
 	e2eserve.RunscPrerequisites(t)
 	dsn := storetest.PostgresSchema(t)
 	base := e2eserve.NodesDir(t, "multinode-e2e-")
 	e2eserve.NoRunscLeftUnder(t, base)
 
-	api := e2eserve.StartAPI(t, e2eserve.APIOptions{Name: "warren api", Listen: apiAddr, DSN: dsn,
-		APIKey: apiKey, AdminToken: adminToken, NodeToken: nodeToken,
-		ExtraArgs: e2eserve.ShortLiveness})
+	api := e2eserve.StartAPI(t, apiOptions(dsn))
 	adm := api.Admin
 	cfg := e2b.Config{APIKey: apiKey, APIURL: api.Env["E2B_API_URL"], SandboxURL: api.Env["E2B_SANDBOX_URL"], Domain: "localhost:3890"}
 
 	newNode := func(id, rpc, proxy, dir string, iso e2eserve.Isolation) *e2eserve.Node {
 		return e2eserve.NewNode(e2eserve.NodeOptions{ID: id, RPCListen: rpc, ProxyListen: proxy,
-			APIURL: "http://" + apiAddr, DataDir: filepath.Join(base, dir), Token: nodeToken, Isolation: iso})
+			APIURL: "http://" + apiAddr, DataDir: filepath.Join(base, dir), Token: nodeToken, Isolation: iso,
+			ExtraArgs: []string{"--backstop-grace", backstopGrace.String()}})
 	}
 	a := newNode("mn-a", "127.0.0.1:3891", "127.0.0.1:3892", "a", isoA)
 	b := newNode("mn-b", "127.0.0.1:3893", "127.0.0.1:3894", "b", isoB)
@@ -122,6 +136,8 @@ func TestTwoNodes(t *testing.T) {
 		t.Fatalf("resumed sandbox on %s: %+v %v", holder.ID, s, err)
 	}
 
+	outage(t, dsn, api, adm, cfg, sbs, []*e2eserve.Node{a, b})
+
 	// Node B killed and kept down: its sandboxes become node_lost, new
 	// creates avoid it.
 	bootB := spread["mn-b"].BootID
@@ -188,5 +204,121 @@ func TestTwoNodes(t *testing.T) {
 	}
 	if m := adm.Nodes(t); m["mn-a"].Sandboxes != before+2 || m["mn-b"].Sandboxes != 0 || m["mn-b"].Status != "draining" {
 		t.Errorf("creates while B drains: %+v", m)
+	}
+}
+
+// outage SIGKILLs the API (the only replica) for longer than
+// --node-lost-after (16 s) while both nodes stay healthy, with one more
+// sandbox whose end time passes meanwhile. Its node's TTL backstop stops
+// it at its end plus the grace, and counts the kill on its own metrics.
+// The API started again gives every node a full window: nothing is
+// killed, nothing is unreachable or lost, and the backstop's kill is
+// recorded as the node made it (ttl_backstop, at the kill's time, before
+// the API was back). The nodes are heard again within seconds.
+func outage(t *testing.T, dsn string, api *e2eserve.API, adm e2eserve.Admin, cfg e2b.Config, sbs []*e2b.Sandbox, nodes []*e2eserve.Node) {
+	t.Helper()
+	ctx := context.Background()
+	short, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfg, Timeout: 8 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := short.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holder *e2eserve.Node
+	for _, n := range nodes {
+		if slices.Contains(n.Running(t), short.ID) {
+			holder = n
+		}
+	}
+	if holder == nil {
+		t.Fatalf("sandbox %s runs on no node", short.ID)
+	}
+	before := holder.KillCount(t, "ttl_backstop")
+	api.P.Kill()
+	downAt := time.Now()
+	if time.Until(info.EndAt) < time.Second {
+		t.Logf("the API went down %s before the short sandbox's end", time.Until(info.EndAt))
+	}
+
+	// While the API is down: the backstop stops the expired sandbox on
+	// its node, and the node counts it.
+	e2eserve.WaitFor(t, "the node's backstop stops the expired sandbox", time.Minute, func() (bool, any) {
+		running := holder.Running(t)
+		return !slices.Contains(running, short.ID), running
+	})
+	goneBy := time.Now()
+	e2eserve.WaitFor(t, "the node counts the backstop's kill made while the API is down", 30*time.Second, func() (bool, any) {
+		got := holder.KillCount(t, "ttl_backstop")
+		return got == before+1, got
+	})
+	// The outage outlasts --node-lost-after (16 s) by a margin.
+	time.Sleep(time.Until(downAt.Add(20 * time.Second)))
+	live := map[string]bool{}
+	for _, n := range nodes {
+		for _, id := range n.Running(t) {
+			live[id] = true
+		}
+	}
+	for _, sb := range sbs {
+		if !live[sb.ID] {
+			t.Fatalf("sandbox %s stopped on its node during the outage", sb.ID)
+		}
+	}
+
+	e2eserve.StartAPI(t, apiOptions(dsn))
+	backAt := time.Now()
+	adm.WaitNodes(t, "both nodes heard again", 30*time.Second, func(m map[string]e2eserve.NodeInfo) bool {
+		return m["mn-a"].Status == "ready" && m["mn-b"].Status == "ready"
+	})
+	t.Logf("nodes ready %s after the API came back", time.Since(backAt).Round(100*time.Millisecond))
+	// A full --node-lost-after (16 s) and a liveness check (every 2 s)
+	// into the API's term, nothing was killed.
+	for deadline := backAt.Add(19 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		for id, n := range adm.Nodes(t) {
+			if n.Status != "ready" {
+				t.Fatalf("node %s %s after the outage, its process healthy", id, n.Status)
+			}
+		}
+	}
+	for _, sb := range sbs {
+		got, err := sb.Info(ctx)
+		if err != nil || got.State != "running" {
+			t.Fatalf("sandbox %s after the outage: %+v %v, want running", sb.ID, got, err)
+		}
+	}
+	for _, n := range nodes {
+		for _, id := range n.Running(t) {
+			delete(live, id)
+		}
+	}
+	if len(live) != 0 {
+		t.Fatalf("sandboxes stopped on their nodes after the outage: %v", live)
+	}
+
+	// The backstop's kill as the node made it.
+	var evs []struct {
+		Type      string    `json:"type"`
+		Timestamp time.Time `json:"timestamp"`
+		EventData struct {
+			KillReason string `json:"kill_reason"`
+		} `json:"eventData"`
+	}
+	e2eserve.WaitFor(t, "the backstop's kill recorded", 30*time.Second, func() (bool, any) {
+		code, body := e2eserve.Call(t, "GET", cfg.APIURL+"/events/sandboxes/"+short.ID+"?type=killed", map[string]string{"X-API-Key": apiKey})
+		evs = nil
+		if code != 200 || json.Unmarshal(body, &evs) != nil {
+			return false, string(body)
+		}
+		return len(evs) > 0, string(body)
+	})
+	if len(evs) != 1 || evs[0].EventData.KillReason != "ttl_backstop" {
+		t.Fatalf("killed events of the sandbox the backstop stopped: %+v, want one ttl_backstop", evs)
+	}
+	at, earliest := evs[0].Timestamp, info.EndAt.Add(backstopGrace)
+	if at.Before(earliest.Add(-time.Second)) || at.After(goneBy) || !at.Before(backAt) {
+		t.Fatalf("the backstop's kill recorded at %s; it fired at its end plus grace (%s), was seen gone by %s, the API came back at %s",
+			at, earliest, goneBy, backAt)
 	}
 }

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
 
 const (
 	apiKey     = "e2b_a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4"
-	adminToken = "replicas-admin-token"
+	adminToken = "replicas-admin-token-0123456789abcdef"
 	nodeToken  = "replicas-node-token-0123456789"
 )
 
@@ -53,15 +53,54 @@ func newNode(m *machine, iso e2eserve.Isolation, apiURL, dataDir string, o e2ese
 	return e2eserve.NewNode(o)
 }
 
+// handoff SIGKILLs r1, the leader, while the nodes heartbeat through r2:
+// r2 takes the lease once it expires, and for a full window of its term
+// (--node-lost-after, 16 s, and a liveness check) kills nothing on the
+// healthy nodes. (An outage of the whole control plane, where the new
+// leader's window is what saves the nodes, is e2e multinode's.)
+func handoff(t *testing.T, r1, r2 *e2eserve.API, nodes []*e2eserve.Node) {
+	t.Helper()
+	before := r1.Admin.Nodes(t)
+	running := map[string][]string{}
+	for _, n := range nodes {
+		running[n.ID] = n.Running(t)
+	}
+	r1.P.Kill()
+	killedAt := time.Now()
+	e2eserve.WaitFor(t, "replica 2 leads after replica 1's SIGKILL", 2*time.Minute, func() (bool, any) { return r2.Leads(t), nil })
+	leadsAt := time.Now()
+	t.Logf("replica 2 leads %s after replica 1's SIGKILL (lease TTL 10 s)", leadsAt.Sub(killedAt).Round(100*time.Millisecond))
+	for deadline := leadsAt.Add(19 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		m := r2.Admin.Nodes(t)
+		for _, n := range nodes {
+			if m[n.ID].Status != "ready" || m[n.ID].Sandboxes != before[n.ID].Sandboxes {
+				t.Fatalf("node %s after the lease handoff: %+v, was %+v", n.ID, m[n.ID], before[n.ID])
+			}
+		}
+	}
+	for _, n := range nodes {
+		if got := n.Running(t); !slices.Equal(sorted(got), sorted(running[n.ID])) {
+			t.Fatalf("node %s runs %v after the lease handoff, ran %v", n.ID, got, running[n.ID])
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
 // TestReplicas: two API replicas over one database, two nodes on machines
 // of their own. Creates through one replica spread over both nodes;
 // commands, files and a port work through either replica's edge proxy and
 // the node proxies; a sandbox killed or paused through replica 1 is gone
 // or paused through replica 2 (its route follows the store); a resume
 // stays on its node. The leader SIGKILLed, the other replica leads once
-// the lease expires and runs node liveness: a node SIGKILLed and kept
-// down has its sandboxes killed with node_lost and gets no creates; back,
-// its orphans are killed by the reconcile; drained, it gets no creates.
+// the lease expires and kills nothing on the healthy nodes (handoff); it
+// runs node liveness: a node SIGKILLed and kept down has its sandboxes
+// killed with node_lost and gets no creates; back, its orphans are killed
+// by the reconcile; drained, it gets no creates.
 func TestReplicas(t *testing.T) {
 	e2eserve.Prerequisites(t)
 	_, err := exec.LookPath("nsenter")
@@ -150,11 +189,9 @@ func TestReplicas(t *testing.T) {
 		t.Fatalf("resumed sandbox %s does not run on its node %s: %v", paused, y.ID, y.Running(t))
 	}
 
-	// The leader SIGKILLed: replica 2 takes the lease once it expires.
-	r1.P.Kill()
-	killedAt := time.Now()
-	e2eserve.WaitFor(t, "replica 2 leads after replica 1's SIGKILL", 2*time.Minute, func() (bool, any) { return r2.Leads(t), nil })
-	t.Logf("replica 2 leads %s after replica 1's SIGKILL (lease TTL 10 s)", time.Since(killedAt).Round(100*time.Millisecond))
+	// The leader SIGKILLed: replica 2 takes the lease once it expires,
+	// and kills nothing on the healthy nodes.
+	handoff(t, r1, r2, nodes)
 
 	// Node Y SIGKILLed and kept down: the new leader's liveness finds it
 	// lost and kills its sandboxes with node_lost; creates avoid it.

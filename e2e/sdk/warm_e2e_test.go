@@ -15,7 +15,7 @@ import (
 // everything the SDK does with it works as with a started sandbox.
 func TestSDKFlowWarmPool(t *testing.T) {
 	e2eserve.Prerequisites(t)
-	const admin = "warm-e2e-admin"
+	const admin = "warm-e2e-admin-0123456789abcdef012345"
 	s := e2eserve.Start(t, e2eserve.Options{DataDir: t.TempDir(), APIKey: apiKey, AdminToken: admin, Isolation: iso,
 		ExtraArgs: []string{"--pool-size", "2"}})
 	url := s.Env["E2B_API_URL"]

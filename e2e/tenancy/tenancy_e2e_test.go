@@ -28,12 +28,14 @@ func TestMain(m *testing.M) { e2eserve.Main(m, iso) }
 
 const (
 	apiKey     = "e2b_7461706900000000000000000000000000000001"
-	adminToken = "tapi-admin-token"
+	adminToken = "tapi-admin-token-0123456789abcdef"
 )
 
 // TestTenancyRunsc: team B cannot reach team A's real sandbox through the
-// API, and B's template build from an image on the server's own loopback
-// port fails on the egress policy, without the server connecting there.
+// API, B's template build from an image on the server's own loopback
+// port fails on the egress policy, without the server connecting there,
+// B uses A's public template without reading its build output, and a
+// deleted team's ID is not given again.
 func TestTenancyRunsc(t *testing.T) {
 	e2eserve.Require(t, os.Geteuid() == 0, "needs root (network namespaces, cgroups, runsc)")
 	for _, env := range []string{"WARREN_WARREN", "WARREN_RUNSC", "WARREN_ENVD", "WARREN_TEST_ROOTFS_TAR"} {
@@ -126,5 +128,120 @@ func TestTenancyRunsc(t *testing.T) {
 	got, err := a.Get(ctx, sb.SandboxID)
 	if err != nil || got.State != "running" {
 		t.Fatalf("team A's sandbox after team B's attempts: %+v %v", got, err)
+	}
+
+	// A public template is usable, not inspectable: team A's build echoes
+	// a marker in a real gVisor build sandbox and is made public; team B
+	// creates a sandbox of it but reads none of its build output.
+	const marker = "tapi-public-marker-7c2e"
+	pub, err := a.CreateTemplate(ctx, client.NewTemplate{Name: "a-public"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.StartTemplateBuild(ctx, pub.TemplateID, pub.BuildID, client.TemplateBuild{FromTemplate: "base",
+		Steps: []client.TemplateStep{{Type: "RUN", Args: []string{"echo " + marker}}}}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	_, err = a.WaitTemplateBuild(wctx, pub.TemplateID, pub.BuildID, 200*time.Millisecond, nil)
+	cancel()
+	if err != nil {
+		t.Fatalf("team A's public build: %v\n%s", err, s.Logs())
+	}
+	if st := req("PATCH", "/v2/templates/"+pub.TemplateID, apiKey, `{"public":true}`, nil); st != http.StatusOK {
+		t.Fatalf("publish: %d", st)
+	}
+	var own struct {
+		Logs []struct {
+			Message string `json:"message"`
+		} `json:"logs"`
+	}
+	if st := req("GET", "/templates/"+pub.TemplateID+"/builds/"+pub.BuildID+"/logs", apiKey, "", &own); st != http.StatusOK || !strings.Contains(fmt.Sprint(own), marker) {
+		t.Fatalf("team A's own build log: %d, without the marker: %v", st, own)
+	}
+	for _, path := range []string{
+		"/templates/" + pub.TemplateID,
+		"/templates/" + pub.TemplateID + "/tags",
+		"/templates/" + pub.TemplateID + "/builds/" + pub.BuildID + "/status",
+		"/templates/" + pub.TemplateID + "/builds/" + pub.BuildID + "/logs",
+	} {
+		var body any
+		if st := req("GET", path, teamB.APIKey, "", &body); st != http.StatusNotFound || strings.Contains(fmt.Sprint(body), marker) {
+			t.Errorf("team B GET %s: %d %v, want 404 without the marker", path, st, body)
+		}
+	}
+	sbB, err := b.Create(ctx, client.NewSandbox{TemplateID: "default/a-public"})
+	if err != nil {
+		t.Fatalf("team B's sandbox of team A's public template: %v", err)
+	}
+	b.Kill(ctx, sbB.SandboxID) //nolint:errcheck
+
+	// A deleted team's ID is not given again.
+	if st := req("POST", "/admin/teams", "", `{"id":"tapi-gone"}`, nil); st != http.StatusCreated {
+		t.Fatalf("POST /admin/teams tapi-gone: %d", st)
+	}
+	if st := req("DELETE", "/admin/teams/tapi-gone", "", "", nil); st != http.StatusNoContent {
+		t.Fatalf("DELETE /admin/teams/tapi-gone: %d", st)
+	}
+	if st := req("POST", "/admin/teams", "", `{"id":"tapi-gone"}`, nil); st != http.StatusConflict {
+		t.Fatalf("a new team with a deleted team's ID: %d, want 409", st)
+	}
+	t.Run("fork tokens", func(t *testing.T) { testForkTokens(t, s, a) })
+}
+
+// testForkTokens: each copy of a fork has envd and traffic access tokens
+// of its own, so a copy's tokens open neither its source nor its sibling:
+// envd answers 401 to another's access token, the proxy 403 to another's
+// traffic token.
+func testForkTokens(t *testing.T, s *e2eserve.Server, c *client.Client) {
+	ctx := context.Background()
+	private, count := false, 2
+	src, err := c.Create(ctx, client.NewSandbox{TemplateID: "base", Network: &client.NetworkConfig{AllowPublicTraffic: &private}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill(ctx, src.SandboxID)
+	var forks []client.ForkResult
+	if _, _, err := c.Do(ctx, "POST", "/sandboxes/"+src.SandboxID+"/fork", client.ForkRequest{Count: &count}, &forks); err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	all := []*client.Sandbox{src}
+	for _, f := range forks {
+		if f.Sandbox == nil {
+			t.Fatalf("fork: %+v", f.Error)
+		}
+		defer c.Kill(ctx, f.Sandbox.SandboxID)
+		all = append(all, f.Sandbox)
+	}
+	seen := map[string]string{}
+	for _, sb := range all {
+		if sb.EnvdAccessToken == "" || sb.TrafficAccessToken == nil || *sb.TrafficAccessToken == "" {
+			t.Fatalf("sandbox %s: envd token %q, traffic token %v", sb.SandboxID, sb.EnvdAccessToken, sb.TrafficAccessToken)
+		}
+		for _, tok := range []string{sb.EnvdAccessToken, *sb.TrafficAccessToken} {
+			if other, dup := seen[tok]; dup {
+				t.Errorf("sandboxes %s and %s share a token", other, sb.SandboxID)
+			}
+			seen[tok] = sb.SandboxID
+		}
+	}
+	call := func(id, port string, header map[string]string) (int, []byte) {
+		header["E2b-Sandbox-Id"], header["E2b-Sandbox-Port"] = id, port
+		return e2eserve.Call(t, "GET", s.Env["E2B_SANDBOX_URL"]+"/envs", header)
+	}
+	for _, to := range all {
+		for _, from := range all {
+			own := to == from
+			st, body := call(to.SandboxID, "49983", map[string]string{"X-Access-Token": from.EnvdAccessToken})
+			if own && st != http.StatusOK || !own && st != http.StatusUnauthorized {
+				t.Errorf("envd of %s with the access token of %s: %d %s", to.SandboxID, from.SandboxID, st, body)
+			}
+			// Port 8000 has no listener: its own token passes the proxy
+			// (502, the port is closed), another's does not (403).
+			st, body = call(to.SandboxID, "8000", map[string]string{"E2b-Traffic-Access-Token": *from.TrafficAccessToken})
+			if own && st != http.StatusBadGateway || !own && st != http.StatusForbidden {
+				t.Errorf("port 8000 of %s with the traffic token of %s: %d %s", to.SandboxID, from.SandboxID, st, body)
+			}
+		}
 	}
 }

@@ -43,7 +43,7 @@ func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
 
 const (
 	apiKey     = "e2b_b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3"
-	adminToken = "tplnodes-admin-token"
+	adminToken = "tplnodes-admin-token-0123456789abcdef"
 	nodeToken  = "tplnodes-node-token-0123456789"
 	api1Addr   = "127.0.0.1:3950"
 	api2Addr   = "127.0.0.1:3951"

@@ -6,6 +6,13 @@ a bash or Node.js session this server keeps. POST /execute answers one
 JSON object per line: stdout, stderr, result, error,
 number_of_executions and end_of_execution. A client that goes away
 interrupts its execution. Only the standard library and jupyter_client.
+
+Every route but GET /health needs the sandbox's envd access token, as
+envd does (access.py). When envd's init ID changes, the sandbox was
+restored (a pool member, a template's snapshot, a resume, a fork): every
+context renews its random state before its next execution
+(sessions.Context.reseed_pending), so that no two sandboxes restored from one image draw
+the same numbers.
 """
 
 import json
@@ -16,18 +23,18 @@ import sys
 import threading
 import time
 import traceback
-import urllib.request
 import uuid
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import access  # noqa: E402
 from sessions import BashContext, JSContext, PythonContext  # noqa: E402
 
 PORT = int(os.environ.get("WARREN_CODE_INTERPRETER_PORT", "49999"))
 MAX_BODY = 64 << 20
-ENVD_ENVS = "http://127.0.0.1:49983/envs"
+ENVD = access.Envd(os.environ.get("WARREN_ENVD_URL", "http://127.0.0.1:49983"))
 DEFAULT_CWD = os.environ.get("WARREN_CODE_INTERPRETER_CWD", os.path.expanduser("~"))
 LANGUAGES = {"python": PythonContext, "bash": BashContext, "javascript": JSContext}
 ALIASES = {"py": "python", "python3": "python", "js": "javascript", "node": "javascript", "sh": "bash"}
@@ -53,6 +60,19 @@ class Registry:
         self.lock = threading.Lock()
         self.contexts = {}
         self.defaults = {}
+        self.init_id = None  # envd's init ID at the last admitted request
+
+    def observe(self, init_id):
+        """Notes envd's init ID of an admitted request. Another one than
+        the last means the sandbox was restored in between (or the server
+        just started): the contexts that lived before it renew their
+        random state before their next execution."""
+        with self.lock:
+            if init_id == self.init_id:
+                return
+            self.init_id = init_id
+            for ctx in self.contexts.values():
+                ctx.reseed_pending = True
 
     def create(self, language, cwd, preimport=False):
         language = normalize_language(language)
@@ -112,21 +132,6 @@ def normalize_language(language):
     return lang
 
 
-def global_envs(token):
-    """The sandbox's environment variables from envd (those given at
-    create), which a snapshot's kernel did not start with."""
-    req = urllib.request.Request(ENVD_ENVS)
-    if token:
-        req.add_header("X-Access-Token", token)
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            envs = json.loads(resp.read() or b"{}")
-            return {str(k): str(v) for k, v in envs.items()} if isinstance(envs, dict) else {}
-    except Exception as e:  # envd unreachable: run with what we have
-        log("envd envs unavailable", error=str(e))
-        return {}
-
-
 REGISTRY = Registry()
 READY = threading.Event()
 
@@ -147,13 +152,29 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self):
         self.route("DELETE")
 
+    def do_OPTIONS(self):
+        self.route("OPTIONS")
+
+    def do_PUT(self):
+        self.route("PUT")
+
+    def do_PATCH(self):
+        self.route("PATCH")
+
     def route(self, method):
-        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        path = self.path.split("?", 1)[0]
         try:
             if method == "GET" and path == "/health":
                 if not READY.is_set():
                     return self.reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "kernel starting"})
                 return self.reply(HTTPStatus.OK, "OK")
+            if access.is_preflight(method, self.headers):
+                return self.reply(HTTPStatus.NO_CONTENT, None, access.preflight_headers(self.headers))
+            token = self.headers.get(access.ACCESS_TOKEN_HEADER)
+            self.session = ENVD.admit(token)
+            access.check_body_type(method, self.headers)
+            REGISTRY.observe(self.session.init_id)
+            path = path.rstrip("/") or "/"
             if method == "POST" and path == "/execute":
                 return self.execute()
             if path == "/contexts":
@@ -174,6 +195,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(HTTPStatus.NO_CONTENT, None)
             self.body()
             self.reply(HTTPStatus.NOT_FOUND, {"error": f"no route {method} {path}"})
+        except access.Denied as e:
+            # Its body, if any, is not read: the connection ends, and the
+            # client (the proxy) is told so, lest it send more on it.
+            self.reply(e.status, {"error": e.message}, {"Connection": "close"})
         except BadRequest as e:
             self.reply(HTTPStatus.BAD_REQUEST, {"error": str(e)})
         except NotFound as e:
@@ -218,12 +243,22 @@ class Handler(BaseHTTPRequestHandler):
             raw += self.rfile.read(size)
             self.rfile.readline()
 
-    def reply(self, status, payload):
+    def end_headers(self):
+        # Every answer, refusals included, is readable by a cross-origin
+        # page (headers is unset when the request line did not parse).
+        for k, v in access.cors_headers(getattr(self, "headers", None) or {}).items():
+            self.send_header(k, v)
+        super().end_headers()
+
+    def reply(self, status, payload, headers=None):
         data = b"" if payload is None else json.dumps(payload).encode() if not isinstance(payload, str) else payload.encode()
         self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         if payload is not None:
             self.send_header("Content-Type", "text/plain" if isinstance(payload, str) else "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        if status != HTTPStatus.NO_CONTENT:
+            self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         if data:
             self.wfile.write(data)
@@ -255,7 +290,7 @@ class Handler(BaseHTTPRequestHandler):
             raise BadRequest("env_vars must be an object of strings")
         env_vars = {str(k): str(v) for k, v in env_vars.items()}
         ctx = REGISTRY.get(ctx_id) if ctx_id else REGISTRY.default(language)
-        envs = global_envs(self.headers.get("X-Access-Token"))
+        envs = self.session.envs
 
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", "application/x-ndjson")

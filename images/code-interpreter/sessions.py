@@ -3,6 +3,14 @@ and bash and Node.js sessions the server keeps. Each runs one execution
 at a time; execute(code, envs, env_vars, emit, cancelled) sends the
 output lines through emit and stops (interrupting the code) once
 cancelled() is true.
+
+A context whose reseed_pending is set (the sandbox was restored since
+it started: server.Registry.observe) renews its random state from fresh
+entropy before the next execution: Python's random, numpy's global
+RandomState, OpenSSL's generator (ssl.RAND_add) and tempfile's names in
+a kernel, $RANDOM in bash, Math.random in JavaScript. Kernels speak to
+the server over Unix sockets in a directory of the server's own, not
+over loopback ports (which envd would forward to the sandbox's address).
 """
 
 import json
@@ -12,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -24,6 +33,26 @@ KERNEL_ARGS = [
     "--InteractiveShell.colors=NoColor",
     "--IPKernelApp.exec_files=" + os.path.join(HERE, "kernel_startup.py"),
 ]
+# The kernels' Unix sockets (mode 0700, the server's user's).
+KERNEL_SOCKETS = tempfile.mkdtemp(prefix="warren-kernels-")
+
+# Run in a kernel after a restore: new seeds, from the kernel's own
+# os.urandom (the sandbox's kernel: fresh in every copy), for the
+# generators a program uses without making its own. Each step stands alone.
+RESEED_PYTHON = """
+import os as _w_os, sys as _w_sys
+for _w_step in (
+    lambda: __import__("random").seed(),
+    lambda: _w_sys.modules["numpy.random"].seed() if "numpy.random" in _w_sys.modules else None,
+    lambda: __import__("ssl").RAND_add(_w_os.urandom(32), 32.0),
+    lambda: setattr(__import__("tempfile"), "_name_sequence", None),
+):
+    try:
+        _w_step()
+    except Exception:
+        pass
+del _w_os, _w_sys, _w_step
+"""
 
 # Kernel MIME types and the fields of the SDK's Result.
 MIME_FIELDS = {
@@ -62,6 +91,10 @@ def error(name, value, tb):
 
 class Context:
     language = ""
+    # reseed_pending: the sandbox was restored since this context's
+    # process started; its random state is renewed before the next
+    # execution (cleared when a process starts).
+    reseed_pending = False
 
     def __init__(self, ctx_id, cwd):
         self.id, self.cwd = ctx_id, cwd
@@ -85,11 +118,12 @@ class PythonContext(Context):
     preimport = False
 
     def start(self):
-        self.km = KernelManager(kernel_name="python3")
+        self.km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(KERNEL_SOCKETS, self.id))
         self._launch()
 
     def _launch(self):
         env = dict(os.environ, WARREN_KERNEL_PREIMPORT="1" if self.preimport else "")
+        self.reseed_pending = False
         self.km.start_kernel(cwd=self.cwd, extra_arguments=KERNEL_ARGS, env=env)
         self.kc = self.km.blocking_client()
         self.kc.start_channels()
@@ -108,6 +142,7 @@ class PythonContext(Context):
 
     def restart(self):
         with self.lock:
+            self.reseed_pending = False
             self.km.restart_kernel(now=True)
             self.kc.stop_channels()
             self.kc = self.km.blocking_client()
@@ -134,6 +169,10 @@ class PythonContext(Context):
             if not self.km.is_alive():
                 self._revive(emit, "The kernel was not running")
                 return
+            if self.reseed_pending:
+                self.reseed_pending = False
+                if not self._silent(RESEED_PYTHON):
+                    print(f"code-interpreter: context {self.id}: the kernel's random state was not renewed", file=sys.stderr, flush=True)
             restore = None
             if envs or env_vars:
                 # Global envs stay; per-call ones are put back afterwards.
@@ -193,6 +232,7 @@ class PythonContext(Context):
         """Reports a dead kernel as an error and starts a new one."""
         if emit is not None:
             emit(error("KernelDied", why + "; a new kernel was started (the context's variables are lost).", ""))
+        self.reseed_pending = False
         try:
             self.km.restart_kernel(now=True)
             self.kc.stop_channels()
@@ -209,6 +249,7 @@ class ProcessContext(Context):
     lost)."""
 
     def start(self):
+        self.reseed_pending = False
         self.proc = subprocess.Popen(
             self.argv(), cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, start_new_session=True, bufsize=0)
@@ -241,8 +282,9 @@ class ProcessContext(Context):
                 self.shutdown()
                 self.start()
             marker = uuid.uuid4().hex
+            reseed, self.reseed_pending = self.reseed_pending, False
             try:
-                self.proc.stdin.write(self.request(code, envs, env_vars, marker))
+                self.proc.stdin.write(self.request(code, envs, env_vars, marker, reseed))
                 self.proc.stdin.flush()
             except OSError:
                 pass
@@ -262,11 +304,14 @@ class BashContext(ProcessContext):
     def argv(self):
         return ["bash", "--noprofile", "--norc"]
 
-    def request(self, code, envs, env_vars, marker):
+    def request(self, code, envs, env_vars, marker, reseed):
         path = f"/tmp/.warren-cell-{marker}.sh"
         with open(path, "w") as f:
             f.write(code + "\n")
         lines = [f"export {k}={shlex.quote(v)}" for k, v in envs.items()]
+        if reseed:
+            # Assigning RANDOM seeds bash's generator.
+            lines.insert(0, f"RANDOM={int.from_bytes(os.urandom(4), 'big')}")
         for k, v in env_vars.items():
             lines.append(f"_w_had_{k}=${{{k}+x}} _w_old_{k}=${{{k}-}}; export {k}={shlex.quote(v)}")
         lines.append(f"source {path}; _w_rc=$?; rm -f {path}")
@@ -318,8 +363,11 @@ class JSContext(ProcessContext):
     def argv(self):
         return ["node", os.path.join(HERE, "jsrepl.js")]
 
-    def request(self, code, envs, env_vars, marker):
-        return (json.dumps({"id": marker, "code": code, "envs": envs, "env_vars": env_vars}) + "\n").encode()
+    def request(self, code, envs, env_vars, marker, reseed):
+        req = {"id": marker, "code": code, "envs": envs, "env_vars": env_vars}
+        if reseed:
+            req["seed"] = os.urandom(32).hex()
+        return (json.dumps(req) + "\n").encode()
 
     def collect(self, marker, emit, cancelled):
         while True:

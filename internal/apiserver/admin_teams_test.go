@@ -10,6 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
@@ -19,13 +20,16 @@ type adminTeam struct {
 	Name   string `json:"name"`
 	APIKey string `json:"apiKey"`
 	Limits struct {
-		MaxConcurrent     int   `json:"maxConcurrent"`
-		MaxVCPUs          int   `json:"maxVCPUs"`
-		MaxMemoryMB       int64 `json:"maxMemoryMB"`
-		MaxDiskMB         int64 `json:"maxDiskMB"`
-		MaxTimeoutSeconds int64 `json:"maxTimeoutSeconds"`
-		MaxPaused         int   `json:"maxPaused"`
-		MaxSnapshots      int   `json:"maxSnapshots"`
+		MaxConcurrent        int   `json:"maxConcurrent"`
+		MaxVCPUs             int   `json:"maxVCPUs"`
+		MaxMemoryMB          int64 `json:"maxMemoryMB"`
+		MaxDiskMB            int64 `json:"maxDiskMB"`
+		MaxTimeoutSeconds    int64 `json:"maxTimeoutSeconds"`
+		MaxPaused            int   `json:"maxPaused"`
+		MaxSnapshots         int   `json:"maxSnapshots"`
+		MaxBuilds            int   `json:"maxBuilds"`
+		MaxWebhooks          int   `json:"maxWebhooks"`
+		MaxTemplateStorageMB int64 `json:"maxTemplateStorageMB"`
 	} `json:"limits"`
 }
 
@@ -116,11 +120,30 @@ func TestAdminTeams(t *testing.T) {
 	if ok, err := e.client(tm.APIKey).Kill(context.Background(), first.SandboxID); ok || err != nil {
 		t.Fatalf("sandbox after the team's kill: %t %v", ok, err)
 	}
+	ctx := context.Background()
+	killed := []sandbox.State{sandbox.StateKilled}
+	if evs, err := e.st.QueryEvents(ctx, store.EventFilter{TeamID: "tapi-a"}); err != nil || len(evs) == 0 {
+		t.Fatalf("team's events before the delete: %d, %v", len(evs), err)
+	}
 	if r := e.do("DELETE", "/admin/teams/tapi-a", "", "", admin...); r.status != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", r.status, r.body)
 	}
 	if r := e.do("GET", "/v2/sandboxes", tm.APIKey, ""); r.status != http.StatusUnauthorized {
 		t.Fatalf("key of a deleted team: %d, want 401", r.status)
+	}
+	// Nothing of the deleted team stays, and its ID is not given again:
+	// a new team of that ID would inherit nothing, but cannot be made.
+	if sbs, err := e.st.ListSandboxes(ctx, store.SandboxFilter{TeamID: "tapi-a", States: killed}); err != nil || len(sbs) != 0 {
+		t.Fatalf("deleted team's sandbox rows: %d, %v", len(sbs), err)
+	}
+	if evs, err := e.st.QueryEvents(ctx, store.EventFilter{TeamID: "tapi-a"}); err != nil || len(evs) != 0 {
+		t.Fatalf("deleted team's events: %d, %v", len(evs), err)
+	}
+	if r := e.do("POST", "/admin/teams", "", `{"id":"tapi-a"}`, admin...); r.status != http.StatusConflict || !strings.Contains(string(r.body), "not reused") {
+		t.Fatalf("a new team with the deleted team's ID: %d %s, want 409 (IDs are not reused)", r.status, r.body)
+	}
+	if r := e.do("GET", "/admin/teams/tapi-a", "", "", admin...); r.status != http.StatusNotFound {
+		t.Fatalf("deleted team after a refused re-create: %d %s", r.status, r.body)
 	}
 	if r := e.do("DELETE", "/admin/teams/tapi-a", "", "", admin...); r.status != http.StatusNotFound {
 		t.Fatalf("second delete: %d, want 404", r.status)

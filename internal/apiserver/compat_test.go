@@ -2,13 +2,13 @@ package apiserver_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -80,7 +80,7 @@ func TestUnsupportedFieldsRefused(t *testing.T) {
 	for _, tc := range []struct{ name, body, field string }{
 		{"rules", `{"templateID":"base","network":{"rules":{"example.com":[{"transform":{"headers":{"a":"b"}}}]}}}`, "network.rules"},
 		{"iam", `{"templateID":"base","iam":{"tokens":{"t":{"audience":"x","tokenType":"oidc"}}}}`, "iam"},
-		{"mcp", `{"templateID":"base","mcp":{"server":{}}}`, "mcp"},
+		{"mcp not an object", `{"templateID":"base","mcp":["memory"]}`, "'mcp'"},
 		{"bad https port", `{"templateID":"base","network":{"httpsPorts":[49983]}}`, "network.httpsPorts[0]"},
 		{"bad mask", `{"templateID":"base","network":{"maskRequestHost":" "}}`, "network.maskRequestHost"},
 		{"mask injects a header", `{"templateID":"base","network":{"maskRequestHost":"a.example\r\nX-Evil: 1"}}`, "network.maskRequestHost"},
@@ -146,26 +146,28 @@ func TestCORS(t *testing.T) {
 }
 
 // TestSandboxLogsMergeEnvd: a running sandbox's logs carry, besides the
-// lifecycle events, what its envd keeps (read with its access token), in
-// time order, with the v2 level filter applied; a paused one is not woken
-// for its logs.
+// lifecycle events, what its envd keeps, read by its node (the API never
+// dials the sandbox: its address is the node's to reach), in time order,
+// with the v2 level filter applied; a paused one is not woken for its
+// logs.
 func TestSandboxLogsMergeEnvd(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var token string
+	dialed := make(chan string, 8)
 	envd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/logs" || r.Header.Get("X-Access-Token") != token {
-			http.Error(w, "no", http.StatusUnauthorized)
-			return
-		}
-		now := time.Now().UTC()
-		fmt.Fprintf(w, `{"logs":[{"timestamp":%q,"level":"info","message":"server up","fields":{"logger":"start-cmd","stream":"stdout"}},{"timestamp":%q,"level":"warn","message":"careful","fields":{"logger":"envd"}}]}`,
-			now.Format(time.RFC3339Nano), now.Add(time.Millisecond).Format(time.RFC3339Nano))
+		dialed <- r.URL.Path
+		http.Error(w, "the API dialed the sandbox", http.StatusTeapot)
 	}))
 	t.Cleanup(envd.Close)
 	e.node.Address = envd.Listener.Addr().String()
+	e.node.Logs = func(string) []nodeapi.LogEntry {
+		now := time.Now().UTC()
+		return []nodeapi.LogEntry{
+			{Timestamp: now, Level: "info", Message: "server up", Fields: map[string]string{"logger": "start-cmd", "stream": "stdout"}},
+			{Timestamp: now.Add(time.Millisecond), Level: "warn", Message: "careful", Fields: map[string]string{"logger": "envd"}},
+		}
+	}
 	sb := e.create(e.key2, client.NewSandbox{})
-	token = sb.EnvdAccessToken
 	r := e.do("GET", "/sandboxes/"+sb.SandboxID+"/logs", e.key2, "")
 	var v1 client.SandboxLogs
 	if err := json.Unmarshal(r.body, &v1); err != nil || r.status != 200 {
@@ -195,5 +197,10 @@ func TestSandboxLogsMergeEnvd(t *testing.T) {
 	}
 	if got, _ := e.client(e.key2).Get(t.Context(), sb.SandboxID); got.State != "paused" {
 		t.Fatalf("reading logs woke the sandbox: %s", got.State)
+	}
+	select {
+	case p := <-dialed:
+		t.Fatalf("the API dialed the sandbox's address for %s", p)
+	default:
 	}
 }

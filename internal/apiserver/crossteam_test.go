@@ -3,7 +3,9 @@ package apiserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -16,8 +18,11 @@ import (
 // admin API; team B, with an ordinary key, tries every endpoint on team
 // A's sandboxes, templates, builds, snapshots, webhooks and events. Each
 // answers 404 (B cannot tell A's objects from missing ones), lists leave
-// them out, and afterwards A's objects are untouched.
+// them out, its guesses at the admin token and keys are throttled on its
+// own address only, and afterwards A's objects are untouched. (Signed
+// /files URLs: internal/envd/files, internal/proxy, e2e/tenancy.)
 func TestCrossTeam(t *testing.T) {
+	const marker = "a-marker-5e1f"
 	e := newTemplateEnv(t)
 	e.api.MountEvents(apiserver.EventsConfig{})
 	ctx := context.Background()
@@ -50,9 +55,21 @@ func TestCrossTeam(t *testing.T) {
 	}
 	decodeJSON(t, r, &hook)
 	snapTemplate, _, _ := strings.Cut(snap.SnapshotID, ":")
+	// A public template whose build echoed a marker: usable by B, not
+	// inspectable (its builds, status, logs, tags and uploads are A's).
+	pub := e.createTemplate(a.APIKey, `{"name":"a-public"}`)
+	expect(t, "start public build", e.do("POST", "/v2/templates/"+pub.TemplateID+"/builds/"+pub.BuildID, a.APIKey,
+		`{"fromTemplate":"base","steps":[{"type":"ENV","args":["A_ENV","`+marker+`-env"]},{"type":"RUN","args":["echo `+marker+`-run"]}]}`), http.StatusAccepted)
+	if bi := e.waitBuild(a.APIKey, pub.TemplateID, pub.BuildID); bi.Status != "ready" {
+		t.Fatalf("team A's public build: %+v", bi)
+	}
+	expect(t, "publish", e.do("PATCH", "/v2/templates/"+pub.TemplateID, a.APIKey, `{"public":true}`), http.StatusOK)
+	if r := e.do("GET", "/templates/"+pub.TemplateID+"/builds/"+pub.BuildID+"/logs", a.APIKey, ""); !strings.Contains(string(r.body), marker) {
+		t.Fatalf("A's own build log lacks the marker: %d %s", r.status, r.body)
+	}
 
 	sub := strings.NewReplacer("{run}", running.SandboxID, "{paused}", paused.SandboxID, "{tpl}", tpl.TemplateID,
-		"{build}", tpl.BuildID, "{snap}", snapTemplate, "{hook}", hook.ID)
+		"{build}", tpl.BuildID, "{snap}", snapTemplate, "{hook}", hook.ID, "{pub}", pub.TemplateID, "{pubBuild}", pub.BuildID)
 	notFound := []struct{ method, path, body string }{
 		{"GET", "/sandboxes/{run}", ""},
 		{"GET", "/sandboxes/{paused}", ""},
@@ -95,13 +112,27 @@ func TestCrossTeam(t *testing.T) {
 		{"DELETE", "/events/webhooks/{hook}", ""},
 		{"GET", "/events/webhooks/{hook}/deliveries", ""},
 		{"POST", "/events/webhooks/{hook}/deliveries/x/redeliver", ""},
+		// A's public template: everything but using it.
+		{"GET", "/templates/{pub}", ""},
+		{"GET", "/templates/tapi-a%2Fa-public", ""},
+		{"GET", "/templates/{pub}/tags", ""},
+		{"GET", "/templates/{pub}/builds/{pubBuild}/status", ""},
+		{"GET", "/templates/{pub}/builds/{pubBuild}/status?logsOffset=0&level=debug", ""},
+		{"GET", "/templates/{pub}/builds/{pubBuild}/logs", ""},
+		{"GET", "/templates/{pub}/builds/{pubBuild}/logs?direction=backward", ""},
+		{"GET", "/templates/{pub}/files/0000000000000000000000000000000000000000000000000000000000000000", ""},
+		{"POST", "/v2/templates/{pub}/builds/{pubBuild}", `{"fromTemplate":"base"}`},
+		{"DELETE", "/templates/{pub}", ""},
+		{"PATCH", "/v2/templates/{pub}", `{"public":false}`},
+		{"POST", "/templates/tags", `{"target":"{pub}:default","tags":["mine"]}`},
+		{"DELETE", "/templates/tags", `{"name":"{pub}","tags":["default"]}`},
 	}
 	for _, rq := range notFound {
 		path, body := sub.Replace(rq.path), sub.Replace(rq.body)
 		t.Run(rq.method+" "+rq.path+" "+rq.body, func(t *testing.T) {
 			r := e.do(rq.method, path, b.APIKey, body)
 			expect(t, rq.method+" "+path, r, http.StatusNotFound)
-			for _, secret := range []string{running.SandboxID + `"`, "a-secret", `"owner"`} {
+			for _, secret := range []string{running.SandboxID + `"`, "a-secret", `"owner"`, marker, pub.BuildID} {
 				if strings.Contains(string(r.body), secret) && !strings.Contains(path, strings.Trim(secret, `"`)) {
 					t.Errorf("answer shows %s: %s", secret, r.body)
 				}
@@ -117,12 +148,42 @@ func TestCrossTeam(t *testing.T) {
 		if r.status != http.StatusOK && r.status != http.StatusNotFound {
 			t.Errorf("GET %s: %d %s", path, r.status, r.body)
 		}
-		for _, id := range []string{running.SandboxID, paused.SandboxID, tpl.TemplateID, snapTemplate, hook.ID, "tapi-a", "a-private", "a-snap"} {
+		for _, id := range []string{running.SandboxID, paused.SandboxID, tpl.TemplateID, snapTemplate, hook.ID, "tapi-a", "a-private", "a-snap", pub.TemplateID, marker} {
 			if strings.Contains(string(r.body), id) {
 				t.Errorf("GET %s as team B shows %s: %s", path, id, r.body)
 			}
 		}
 	}
+	// What B may do with A's public template: resolve its name (to its ID
+	// and public flag, nothing else), create sandboxes of it by ID and
+	// as team/name, and build from it.
+	r = e.do("GET", "/templates/aliases/tapi-a%2Fa-public", b.APIKey, "")
+	expect(t, "alias of A's public template", r, http.StatusOK)
+	if want := `{"templateID":"` + pub.TemplateID + `","public":true}`; strings.TrimSpace(string(r.body)) != want {
+		t.Errorf("alias of A's public template: %s, want %s", r.body, want)
+	}
+	for _, ref := range []string{pub.TemplateID, "tapi-a/a-public", "tapi-a/a-public:default"} {
+		r := e.do("POST", "/v2/sandboxes", b.APIKey, `{"templateID":"`+ref+`"}`)
+		expect(t, "B creates from A's public "+ref, r, http.StatusCreated)
+		if strings.Contains(string(r.body), marker) {
+			t.Errorf("create from %s shows the marker: %s", ref, r.body)
+		}
+		var sb client.Sandbox
+		decodeJSON(t, r, &sb)
+		expect(t, "kill", e.do("DELETE", "/sandboxes/"+sb.SandboxID, b.APIKey, ""), http.StatusNoContent)
+	}
+	fromPub := e.createTemplate(b.APIKey, `{"name":"b-from-public"}`)
+	expect(t, "B builds from A's public template", e.do("POST", "/v2/templates/"+fromPub.TemplateID+"/builds/"+fromPub.BuildID, b.APIKey,
+		`{"fromTemplate":"tapi-a/a-public","steps":[{"type":"RUN","args":["true"]}]}`), http.StatusAccepted)
+	if bi := e.waitBuild(b.APIKey, fromPub.TemplateID, fromPub.BuildID); bi.Status != "ready" {
+		t.Fatalf("B's build from A's public template: %+v", bi)
+	}
+	r = e.do("GET", "/templates/"+fromPub.TemplateID+"/builds/"+fromPub.BuildID+"/logs", b.APIKey, "")
+	expect(t, "B's own build log", r, http.StatusOK)
+	if strings.Contains(string(r.body), marker) {
+		t.Errorf("B's build from A's public template shows A's build output: %s", r.body)
+	}
+
 	// The operator's endpoints need the admin token.
 	for _, rq := range []struct{ method, path string }{
 		{"GET", "/admin/teams"}, {"GET", "/admin/teams/tapi-a"}, {"PATCH", "/admin/teams/tapi-b"},
@@ -132,6 +193,41 @@ func TestCrossTeam(t *testing.T) {
 		if r := e.do(rq.method, rq.path, b.APIKey, `{"limits":{"maxConcurrent":1000}}`); r.status != http.StatusForbidden {
 			t.Errorf("%s %s with team B's key: %d %s", rq.method, rq.path, r.status, r.body)
 		}
+	}
+
+	// Team B guesses, from its own address, at the admin token and at
+	// other teams' keys: past each failure budget, 429 (its own key too,
+	// once it spent the key budget); the operator and team A, from their
+	// addresses, are not affected.
+	from := func(remote, hdr, val, path string) int {
+		req := httptest.NewRequest("GET", path, nil)
+		req.RemoteAddr = remote
+		req.Header.Set(hdr, val)
+		w := httptest.NewRecorder()
+		e.api.ServeHTTP(w, req)
+		return w.Code
+	}
+	const teamB, teamA, operator = "198.51.100.2:1", "198.51.100.1:1", "192.0.2.1:1"
+	for i := range apiserver.AdminFailureBurst + 1 {
+		from(teamB, "X-Admin-Token", fmt.Sprintf("guess-%d", i), "/admin/teams")
+	}
+	if st := from(teamB, "X-Admin-Token", adminToken, "/admin/teams"); st != http.StatusTooManyRequests {
+		t.Errorf("team B's address after admin token guesses, with the right token: %d, want 429", st)
+	}
+	if st := from(teamB, "X-API-Key", b.APIKey, "/sandboxes"); st != http.StatusOK {
+		t.Errorf("team B's own key after its admin token guesses: %d", st)
+	}
+	for i := range apiserver.KeyFailureBurst + 1 {
+		from(teamB, "X-API-Key", fmt.Sprintf("e2b_%040d", i), "/sandboxes")
+	}
+	if st := from(teamB, "X-API-Key", a.APIKey, "/sandboxes"); st != http.StatusTooManyRequests {
+		t.Errorf("team B's address after key guesses, with a right key: %d, want 429", st)
+	}
+	if st := from(operator, "X-Admin-Token", adminToken, "/admin/teams"); st != http.StatusOK {
+		t.Errorf("the operator after team B's guesses: %d", st)
+	}
+	if st := from(teamA, "X-API-Key", a.APIKey, "/sandboxes"); st != http.StatusOK {
+		t.Errorf("team A after team B's guesses: %d", st)
 	}
 
 	// A's objects are as they were.
@@ -149,11 +245,14 @@ func TestCrossTeam(t *testing.T) {
 	if !strings.Contains(string(r.body), "example.invalid") {
 		t.Fatalf("A's webhook changed: %s", r.body)
 	}
-	var pub struct {
-		Public bool `json:"public"`
+	for name, want := range map[string]bool{"a-private": false, "a-public": true} {
+		var al struct {
+			Public bool `json:"public"`
+		}
+		json.Unmarshal(e.do("GET", "/templates/aliases/"+name, a.APIKey, "").body, &al) //nolint:errcheck
+		if al.Public != want {
+			t.Fatalf("team B changed whether A's %s is public (now %v)", name, al.Public)
+		}
 	}
-	json.Unmarshal(e.do("GET", "/templates/aliases/a-private", a.APIKey, "").body, &pub) //nolint:errcheck
-	if pub.Public {
-		t.Fatal("team B made A's template public")
-	}
+	expect(t, "A's public template", e.do("GET", "/templates/"+pub.TemplateID+"/builds/"+pub.BuildID+"/status", a.APIKey, ""), http.StatusOK)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -141,5 +142,101 @@ func TestInternalDetailStaysInTheLog(t *testing.T) {
 				t.Fatalf("the host error was not logged; log:\n%s", logged)
 			}
 		})
+	}
+}
+
+// TestNoErrorTextForAnyClass: an error of any class, whatever its text,
+// reaches a client as the message its handler chose or its class's words,
+// never as its text. Each class is given to the node's create, pause and
+// resume and to the template resolver, with a host's detail in its text.
+func TestNoErrorTextForAnyClass(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.SQLite(t)
+	n := fakenode.New()
+	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { lc.Run(runCtx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := st.CreateTeam(ctx, &store.Team{ID: "t1", Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := apiserver.AddKey(ctx, st, "t1", "test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	api, err := apiserver.New(apiserver.Config{Store: st, Lifecycle: lc, Templates: staticTemplates{}, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	c := client.New(srv.URL, key)
+	do := func(t *testing.T, method, path, body string) (int, client.Error) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var eb client.Error
+		if err := json.Unmarshal(raw, &eb); err != nil || eb.Code != resp.StatusCode {
+			t.Fatalf("body %s of a %d: want {code, message}", raw, resp.StatusCode)
+		}
+		return resp.StatusCode, eb
+	}
+	host := errors.New(hostError)
+	for _, class := range errdefs.Classes() {
+		shapes := map[string]error{
+			"wrapped": fmt.Errorf("sandbox %q: %w: %w", "x", host, class),
+			"joined":  fmt.Errorf("layer %s: %w", "/var/lib/wstr-secret/layers/b1", errors.Join(class, host)),
+		}
+		for shape, nodeErr := range shapes {
+			// Not parallel: each case sets the fake node's errors.
+			t.Run(errhttp.Name(class)+"/"+shape, func(t *testing.T) {
+				running, err := c.Create(ctx, client.NewSandbox{TemplateID: "base"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				paused, err := c.Create(ctx, client.NewSandbox{TemplateID: "base"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := c.Pause(ctx, paused.SandboxID); !ok || err != nil {
+					t.Fatalf("pause: %t %v", ok, err)
+				}
+				n.CreateErr = nodeErr
+				n.PauseErr = func(string) error { return nodeErr }
+				n.ResumeErr = nodeErr
+				defer func() { n.CreateErr, n.PauseErr, n.ResumeErr = nil, nil, nil }()
+				for _, call := range []struct{ method, path, body string }{
+					{"POST", "/v2/sandboxes", `{"templateID":"base"}`},
+					{"POST", "/sandboxes/" + running.SandboxID + "/pause", ``},
+					{"POST", "/sandboxes/" + paused.SandboxID + "/resume", `{}`},
+					{"POST", "/v2/sandboxes", `{"templateID":"fails-` + errhttp.Name(class) + `"}`},
+				} {
+					before := len(logs.String())
+					status, eb := do(t, call.method, call.path, call.body)
+					if status != errhttp.Status(class) && status != http.StatusInternalServerError {
+						t.Fatalf("%s %s: %d, want %d or 500 (%q)", call.method, call.path, status, errhttp.Status(class), eb.Message)
+					}
+					checkClientMessage(t, eb.Message)
+					// (The lifecycle answers a node's not-found of a resume
+					// with its own.)
+					if logged := logs.String()[before:]; status != http.StatusNotFound && !strings.Contains(logged, "wstr-secret") {
+						t.Fatalf("%s %s: the error was not logged; log:\n%s", call.method, call.path, logged)
+					}
+				}
+			})
+		}
 	}
 }

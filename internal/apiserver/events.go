@@ -44,13 +44,12 @@ func (s *Server) MountEvents(cfg EventsConfig) {
 		cfg.ValidateURL = validateHTTPURL
 	}
 	a := &eventsAPI{Server: s, cfg: cfg}
-	team := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler {
-		return s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
+	team := func(h handlerFunc) http.Handler {
+		return s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) error {
 			if c.teamID == "" {
-				s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalid, "X-Team-ID is required: events and webhooks belong to a team"))
-				return
+				return errdefs.Publicf(errdefs.ErrInvalid, "X-Team-ID is required: events and webhooks belong to a team")
 			}
-			h(w, r, c)
+			return h(w, r, c)
 		}, false)
 	}
 	s.handle("GET /events/sandboxes", team(a.listEvents))
@@ -90,30 +89,27 @@ type eventsAPI struct {
 	cfg EventsConfig
 }
 
-func (s *eventsAPI) listEvents(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *eventsAPI) listEvents(w http.ResponseWriter, r *http.Request, c *caller) error {
 	q := r.URL.Query()
 	f := store.EventFilter{TeamID: c.teamID, SandboxID: r.PathValue("sandboxID"), Limit: 10}
 	if f.SandboxID != "" {
 		// Another team's sandbox is not found, as everywhere else (an
 		// empty list would say it exists).
 		if sb, err := s.st.GetSandbox(r.Context(), f.SandboxID); err != nil || sb.TeamID != c.teamID {
-			s.fail(w, r, errSandboxNotFound(f.SandboxID))
-			return
+			return errSandboxNotFound(f.SandboxID)
 		}
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100 {
-			s.fail(w, r, invalid("limit", "must be an integer between 1 and 100, got %q", v))
-			return
+			return invalid("limit", "must be an integer between 1 and 100, got %q", v)
 		}
 		f.Limit = n
 	}
 	if v := q.Get("offset"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			s.fail(w, r, invalid("offset", "must be a non-negative integer, got %q", v))
-			return
+			return invalid("offset", "must be a non-negative integer, got %q", v)
 		}
 		f.Offset = n
 	}
@@ -121,15 +117,13 @@ func (s *eventsAPI) listEvents(w http.ResponseWriter, r *http.Request, c *caller
 	if v := q.Get("orderAsc"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			s.fail(w, r, invalid("orderAsc", "must be true or false, got %q", v))
-			return
+			return invalid("orderAsc", "must be true or false, got %q", v)
 		}
 		asc = b
 	}
 	types, err := events.ParseTypes(q["type"])
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	f.Types = types
 	for _, p := range []struct {
@@ -139,8 +133,7 @@ func (s *eventsAPI) listEvents(w http.ResponseWriter, r *http.Request, c *caller
 		if v := q.Get(p.name); v != "" {
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
-				s.fail(w, r, invalid(p.name, "must be an RFC 3339 time, got %q", v))
-				return
+				return invalid(p.name, "must be an RFC 3339 time, got %q", v)
 			}
 			*p.dst = t
 		}
@@ -148,8 +141,7 @@ func (s *eventsAPI) listEvents(w http.ResponseWriter, r *http.Request, c *caller
 	if v := q.Get("nextToken"); v != "" {
 		id, tokAsc, err := parseEventToken(v)
 		if err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		asc, f.Offset = tokAsc, 0
 		if asc {
@@ -161,8 +153,7 @@ func (s *eventsAPI) listEvents(w http.ResponseWriter, r *http.Request, c *caller
 	f.Desc = !asc
 	evs, err := s.st.QueryEvents(r.Context(), f)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	out := make([]events.Payload, len(evs))
 	for i, e := range evs {
@@ -172,4 +163,5 @@ func (s *eventsAPI) listEvents(w http.ResponseWriter, r *http.Request, c *caller
 		w.Header().Set("x-next-token", eventToken(evs[len(evs)-1].ID, asc))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }

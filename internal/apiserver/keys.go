@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"regexp"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -47,7 +46,7 @@ func AddKey(ctx context.Context, st store.Store, teamID, name, key string) (stri
 		key = NewKey()
 	}
 	if !ValidKey(key) {
-		return "", nil, fmt.Errorf("api key must be %s followed by 40 lowercase hex characters: %w", KeyPrefix, errdefs.ErrInvalid)
+		return "", nil, errdefs.Publicf(errdefs.ErrInvalid, "api key must be %s followed by 40 lowercase hex characters", KeyPrefix)
 	}
 	k := &store.APIKey{ID: "key_" + sandbox.RandomToken(8), TeamID: teamID, Name: name, Hash: HashKey(key), Mask: MaskKey(key)}
 	if err := st.CreateAPIKey(ctx, k); err != nil {

@@ -3,7 +3,6 @@ package apiserver
 import (
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -29,7 +28,7 @@ func ParseMetadataFilter(raw string) (map[string]string, error) {
 	}
 	joined, err := url.QueryUnescape(raw)
 	if err != nil {
-		return nil, invalid("metadata", "not a query-encoded string: %v", err)
+		return nil, invalid("metadata", "not a query-encoded string: %v", err) // errtext: the unescaper's complaint about the client's input
 	}
 	out := map[string]string{}
 	for _, pair := range strings.Split(joined, "&") {
@@ -42,11 +41,11 @@ func ParseMetadataFilter(raw string) (map[string]string, error) {
 		}
 		key, err := url.QueryUnescape(k)
 		if err != nil {
-			return nil, invalid("metadata", "key %q: %v", k, err)
+			return nil, invalid("metadata", "key %q: %v", k, err) // errtext: the unescaper's complaint about the client's input
 		}
 		val, err := url.QueryUnescape(v)
 		if err != nil {
-			return nil, invalid("metadata", "value of %q: %v", key, err)
+			return nil, invalid("metadata", "value of %q: %v", key, err) // errtext: the unescaper's complaint about the client's input
 		}
 		out[key] = val
 	}
@@ -176,16 +175,14 @@ func (s *Server) parseList(r *http.Request, c *caller, v2 bool) (*listQuery, err
 	return lq, nil
 }
 
-func (s *Server) list(w http.ResponseWriter, r *http.Request, c *caller, v2 bool) {
+func (s *Server) list(w http.ResponseWriter, r *http.Request, c *caller, v2 bool) error {
 	lq, err := s.parseList(r, c, v2)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	all, err := s.st.ListSandboxes(r.Context(), lq.filter)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	all = slices.DeleteFunc(all, func(sb *store.Sandbox) bool { return !matches(sb.Spec.Metadata, lq.metadata) })
 	if lq.desc {
@@ -224,10 +221,16 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, c *caller, v2 bool
 		out = append(out, listedJSON(sb))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) listV1(w http.ResponseWriter, r *http.Request, c *caller) { s.list(w, r, c, false) }
-func (s *Server) listV2(w http.ResponseWriter, r *http.Request, c *caller) { s.list(w, r, c, true) }
+func (s *Server) listV1(w http.ResponseWriter, r *http.Request, c *caller) error {
+	return s.list(w, r, c, false)
+}
+
+func (s *Server) listV2(w http.ResponseWriter, r *http.Request, c *caller) error {
+	return s.list(w, r, c, true)
+}
 
 func metricOf(st *nodeapi.Stats) client.Metric {
 	return client.Metric{
@@ -236,7 +239,7 @@ func metricOf(st *nodeapi.Stats) client.Metric {
 	}
 }
 
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	q := r.URL.Query()
 	var bounds [2]int64
@@ -244,15 +247,13 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, c *caller) {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {
-				s.fail(w, r, invalid(name, "must be a non-negative Unix time in seconds, got %q", v))
-				return
+				return invalid(name, "must be a non-negative Unix time in seconds, got %q", v)
 			}
 			bounds[i] = n
 		}
 	}
 	if bounds[0] != 0 && bounds[1] != 0 && bounds[1] < bounds[0] {
-		s.fail(w, r, invalid("end", "must not be before start"))
-		return
+		return invalid("end", "must not be before start")
 	}
 	var from, to time.Time
 	if bounds[0] != 0 {
@@ -263,26 +264,24 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	samples, err := s.lc.Metrics(r.Context(), c.teamID, id, from, to)
 	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	out := make([]client.Metric, 0, len(samples))
 	for i := range samples {
 		out = append(out, metricOf(&samples[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) batchMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) batchMetrics(w http.ResponseWriter, r *http.Request, c *caller) error {
 	raw := r.URL.Query().Get("sandbox_ids")
 	if raw == "" {
-		s.fail(w, r, invalid("sandbox_ids", "required"))
-		return
+		return invalid("sandbox_ids", "required")
 	}
 	ids := strings.Split(raw, ",")
 	if len(ids) > 100 {
-		s.fail(w, r, invalid("sandbox_ids", "at most 100 IDs, got %d", len(ids)))
-		return
+		return invalid("sandbox_ids", "at most 100 IDs, got %d", len(ids))
 	}
 	out := client.SandboxesWithMetrics{Sandboxes: map[string]client.Metric{}}
 	for _, id := range ids {
@@ -293,6 +292,7 @@ func (s *Server) batchMetrics(w http.ResponseWriter, r *http.Request, c *caller)
 		out.Sandboxes[id] = metricOf(st)
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // logEntries renders a sandbox's lifecycle events as log entries (the
@@ -304,7 +304,7 @@ func (s *Server) logEntries(r *http.Request, c *caller, id string) ([]client.Log
 		return nil, err
 	}
 	if c.teamID != "" && sb.TeamID != c.teamID {
-		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	evs, err := s.st.ListEvents(r.Context(), id)
 	if err != nil {
@@ -330,7 +330,7 @@ func (s *Server) logEntries(r *http.Request, c *caller, id string) ([]client.Log
 	return out, nil
 }
 
-func (s *Server) logsV1(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) logsV1(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	q := r.URL.Query()
 	var start int64
@@ -338,23 +338,20 @@ func (s *Server) logsV1(w http.ResponseWriter, r *http.Request, c *caller) {
 	if v := q.Get("start"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			s.fail(w, r, invalid("start", "must be a non-negative Unix time in milliseconds, got %q", v))
-			return
+			return invalid("start", "must be a non-negative Unix time in milliseconds, got %q", v)
 		}
 		start = n
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			s.fail(w, r, invalid("limit", "must be a non-negative integer, got %q", v))
-			return
+			return invalid("limit", "must be a non-negative integer, got %q", v)
 		}
 		limit = n
 	}
 	entries, err := s.logEntries(r, c, id)
 	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	out := client.SandboxLogs{Logs: []client.LogLine{}, LogEntries: []client.LogEntry{}}
 	for _, e := range entries {
@@ -365,6 +362,7 @@ func (s *Server) logsV1(w http.ResponseWriter, r *http.Request, c *caller) {
 		out.Logs = append(out.Logs, client.LogLine{Timestamp: e.Timestamp, Line: logLine(e)})
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // logLine renders an entry as the v1 logs' line: a JSON object with level,
@@ -380,15 +378,14 @@ func logLine(e client.LogEntry) string {
 	return string(b)
 }
 
-func (s *Server) logsV2(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) logsV2(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	q := r.URL.Query()
 	limit := 1000
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 1000 {
-			s.fail(w, r, invalid("limit", "must be an integer between 0 and 1000, got %q", v))
-			return
+			return invalid("limit", "must be an integer between 0 and 1000, got %q", v)
 		}
 		limit = n
 	}
@@ -396,27 +393,23 @@ func (s *Server) logsV2(w http.ResponseWriter, r *http.Request, c *caller) {
 	if v := q.Get("cursor"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			s.fail(w, r, invalid("cursor", "must be a non-negative Unix time in milliseconds, got %q", v))
-			return
+			return invalid("cursor", "must be a non-negative Unix time in milliseconds, got %q", v)
 		}
 		cursorMs = n
 	}
 	dir := q.Get("direction")
 	if dir != "" && dir != "forward" && dir != "backward" {
-		s.fail(w, r, invalid("direction", "%q is not one of forward, backward", dir))
-		return
+		return invalid("direction", "%q is not one of forward, backward", dir)
 	}
 	level := q.Get("level")
 	switch level {
 	case "", "debug", "info", "warn", "error":
 	default:
-		s.fail(w, r, invalid("level", "%q is not one of debug, info, warn, error", level))
-		return
+		return invalid("level", "%q is not one of debug, info, warn, error", level)
 	}
 	entries, err := s.logEntries(r, c, id)
 	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	if dir == "backward" {
 		slices.Reverse(entries)
@@ -440,4 +433,5 @@ func (s *Server) logsV2(w http.ResponseWriter, r *http.Request, c *caller) {
 		out.Logs = append(out.Logs, e)
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }

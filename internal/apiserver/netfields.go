@@ -37,7 +37,13 @@ func checkRouting(n *client.NetworkConfig) error {
 }
 
 func errRules(field string) error {
-	return fmt.Errorf("%s (header transforms of outbound traffic) is not supported by this server: %w", field, errdefs.ErrInvalid)
+	return errdefs.Publicf(errdefs.ErrInvalid, "%s (header transforms of outbound traffic) is not supported by this server", field)
+}
+
+// jsonObject reports whether a raw JSON value is an object.
+func jsonObject(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return strings.HasPrefix(s, "{")
 }
 
 // given reports whether a raw JSON field was sent with a value.

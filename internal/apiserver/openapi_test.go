@@ -28,6 +28,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -290,6 +291,11 @@ func TestSpecRoutes(t *testing.T) {
 	})
 	e.api.MountEvents(apiserver.EventsConfig{})
 	nodereg.NewRegistry(e.st.(nodereg.Store), nil, nil).AdminRoutes(e.api.HandleAdmin)
+	creds, err := nodereg.NewCredentials(e.st.(store.NodeTokens), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds.AdminRoutes(e.api.HandleAdmin)
 
 	served := map[string]bool{}
 	for _, p := range e.api.Routes() {

@@ -27,7 +27,7 @@ type PoolStatus struct {
 	Misses int64 `json:"misses"`
 }
 
-func (s *Server) poolRoutes(admin func(func(http.ResponseWriter, *http.Request, *caller)) http.Handler) {
+func (s *Server) poolRoutes(admin func(handlerFunc) http.Handler) {
 	if s.cfg.Pools == nil {
 		return
 	}
@@ -35,36 +35,34 @@ func (s *Server) poolRoutes(admin func(func(http.ResponseWriter, *http.Request, 
 	s.handle("GET /admin/pools", admin(s.listPools))
 }
 
-func (s *Server) setPool(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) setPool(w http.ResponseWriter, r *http.Request, c *caller) error {
 	var body struct {
 		Size *int `json:"size"`
 	}
 	if err := decode(r, &body, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if body.Size == nil || *body.Size < 0 || *body.Size > 100 {
-		s.fail(w, r, invalid("size", "required, 0 to 100"))
-		return
+		return invalid("size", "required, 0 to 100")
 	}
 	tmpl, err := s.cfg.Templates.Resolve(r.Context(), c.teamID, r.PathValue("templateID"))
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if err := s.cfg.Pools.SetPool(r.Context(), tmpl, s.sandboxResources(tmpl), *body.Size); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	st := s.cfg.Pools.Pools()[tmpl.ID]
 	writeJSON(w, http.StatusOK, PoolStatus{TemplateID: tmpl.ID, BuildID: tmpl.BuildID, Size: *body.Size, Ready: st.Ready, Hits: st.Hits, Misses: st.Misses})
+	return nil
 }
 
-func (s *Server) listPools(w http.ResponseWriter, r *http.Request, _ *caller) {
+func (s *Server) listPools(w http.ResponseWriter, r *http.Request, _ *caller) error {
 	out := []PoolStatus{}
 	for id, st := range s.cfg.Pools.Pools() {
 		out = append(out, PoolStatus{TemplateID: id, BuildID: st.BuildID, Size: st.Size, Ready: st.Ready, Hits: st.Hits, Misses: st.Misses})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].TemplateID < out[j].TemplateID })
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }

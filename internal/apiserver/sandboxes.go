@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -29,35 +30,32 @@ const (
 	maxRefresh            = time.Hour
 )
 
-func (s *Server) createV1(w http.ResponseWriter, r *http.Request, c *caller) {
-	s.create(w, r, c, false)
+func (s *Server) createV1(w http.ResponseWriter, r *http.Request, c *caller) error {
+	return s.create(w, r, c, false)
 }
 
-func (s *Server) createV2(w http.ResponseWriter, r *http.Request, c *caller) {
-	s.create(w, r, c, true)
+func (s *Server) createV2(w http.ResponseWriter, r *http.Request, c *caller) error {
+	return s.create(w, r, c, true)
 }
 
-func (s *Server) create(w http.ResponseWriter, r *http.Request, c *caller, v2 bool) {
+func (s *Server) create(w http.ResponseWriter, r *http.Request, c *caller, v2 bool) error {
 	if c.teamID == "" {
-		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalid, "an admin creating a sandbox must name the team in X-Team-ID"))
-		return
+		return errdefs.Publicf(errdefs.ErrInvalid, "an admin creating a sandbox must name the team in X-Team-ID")
 	}
 	var req client.NewSandbox
 	if err := decode(r, &req, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	p, err := s.createParams(r, c, &req, v2)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	sb, err := s.lc.Create(r.Context(), *p)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
+	return nil
 }
 
 // timeoutOf validates a TTL in seconds against the team's maximum.
@@ -71,9 +69,9 @@ func (s *Server) timeoutOf(c *caller, field string, secs *int, def time.Duration
 	d := time.Duration(*secs) * time.Second
 	if max := s.limits(c).MaxTimeout; d > max {
 		if max%time.Hour == 0 {
-			return 0, fmt.Errorf("Timeout cannot be greater than %d hours: %w", max/time.Hour, errdefs.ErrInvalid)
+			return 0, errdefs.Publicf(errdefs.ErrInvalid, "Timeout cannot be greater than %d hours", max/time.Hour)
 		}
-		return 0, fmt.Errorf("Timeout cannot be greater than %d seconds: %w", int(max.Seconds()), errdefs.ErrInvalid)
+		return 0, errdefs.Publicf(errdefs.ErrInvalid, "Timeout cannot be greater than %d seconds", int(max.Seconds()))
 	}
 	return d, nil
 }
@@ -100,19 +98,19 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	tmpl, err := s.cfg.Templates.Resolve(r.Context(), c.teamID, req.TemplateID)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("template '%s' not found: %w", req.TemplateID, errdefs.ErrNotFound)
+			return nil, errdefs.Publicf(errdefs.ErrNotFound, "template '%s' not found", req.TemplateID)
 		}
 		return nil, err
 	}
 	res := s.sandboxResources(tmpl)
 	if res.VCPUs > lim.MaxVCPUs {
-		return nil, fmt.Errorf("cpuCount %d exceeds the team's limit of %d: %w", res.VCPUs, lim.MaxVCPUs, errdefs.ErrInvalid)
+		return nil, errdefs.Publicf(errdefs.ErrInvalid, "cpuCount %d exceeds the team's limit of %d", res.VCPUs, lim.MaxVCPUs)
 	}
 	if res.MemoryMB > lim.MaxMemoryMB {
-		return nil, fmt.Errorf("memoryMB %d exceeds the team's limit of %d: %w", res.MemoryMB, lim.MaxMemoryMB, errdefs.ErrInvalid)
+		return nil, errdefs.Publicf(errdefs.ErrInvalid, "memoryMB %d exceeds the team's limit of %d", res.MemoryMB, lim.MaxMemoryMB)
 	}
 	if lim.MaxDiskMB > 0 && res.DiskMB > lim.MaxDiskMB {
-		return nil, fmt.Errorf("disk of %d MiB exceeds the team's limit of %d MiB: %w", res.DiskMB, lim.MaxDiskMB, errdefs.ErrInvalid)
+		return nil, errdefs.Publicf(errdefs.ErrInvalid, "disk of %d MiB exceeds the team's limit of %d MiB", res.DiskMB, lim.MaxDiskMB)
 	}
 	autoPause := req.AutoPause != nil && *req.AutoPause
 	autoPauseMemory := req.AutoPauseMemory == nil || *req.AutoPauseMemory
@@ -130,7 +128,7 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 			return nil, err
 		}
 		if len(req.Network.EgressProxy) > 0 && string(req.Network.EgressProxy) != "null" {
-			return nil, fmt.Errorf("network.egressProxy is not supported by this server: %w", errdefs.ErrInvalid)
+			return nil, errdefs.Publicf(errdefs.ErrInvalid, "network.egressProxy is not supported by this server")
 		}
 		if err := checkRouting(req.Network); err != nil {
 			return nil, err
@@ -148,22 +146,36 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	if req.TemplateID != tmpl.ID {
 		alias = req.TemplateID
 	}
-	if given(req.Mcp) {
-		return nil, fmt.Errorf("mcp is not supported by this server (no MCP gateway): %w", errdefs.ErrInvalid)
+	// mcp is the SDK's: it creates from mcp-gateway and then starts the
+	// gateway in the sandbox with this config itself (docs/mcp.md). The
+	// server only checks its shape; the config (which holds the servers'
+	// secrets) is neither kept nor logged.
+	if given(req.Mcp) && !jsonObject(req.Mcp) {
+		return nil, invalid("mcp", "must be an object of MCP servers")
 	}
 	if given(req.IAM) {
-		return nil, fmt.Errorf("iam is not supported by this server (no workload identity tokens): %w", errdefs.ErrInvalid)
+		return nil, errdefs.Publicf(errdefs.ErrInvalid, "iam is not supported by this server (no workload identity tokens)")
+	}
+	mounts, err := s.volumeMounts(r, c, req.VolumeMounts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkSnapshotVolumes(r.Context(), tmpl, mounts); err != nil {
+		return nil, err
 	}
 	var volumes json.RawMessage
-	if len(req.VolumeMounts) > 0 {
-		return nil, fmt.Errorf("volumeMounts are not supported by this server: %w", errdefs.ErrInvalid)
+	var nodeVolumes []nodeapi.VolumeMount
+	if len(mounts) > 0 {
+		if nodeVolumes, volumes, err = s.cfg.Volumes.Resolve(r.Context(), c.teamID, mounts); err != nil {
+			return nil, err
+		}
 	}
 	secure := v2 || req.Secure == nil || *req.Secure
 	return &lifecycle.CreateParams{
 		TeamID: c.teamID, Template: tmpl, Alias: alias, Timeout: timeout, Resources: res,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, Secure: secure, TrafficToken: traffic,
 		AutoPause: autoPause, AutoPauseMemory: autoPauseMemory, AutoResume: autoResume,
-		AllowInternet: allow, Policy: policy, Network: netDoc, VolumeMounts: volumes,
+		AllowInternet: allow, Policy: policy, Network: netDoc, VolumeMounts: volumes, Volumes: nodeVolumes,
 		MaxConcurrent: lim.MaxConcurrent,
 	}, nil
 }
@@ -265,12 +277,11 @@ func listedJSON(sb *store.Sandbox) client.ListedSandbox {
 	}
 }
 
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	sb, err := s.lc.Get(r.Context(), c.teamID, id)
 	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	d := client.SandboxDetail{ListedSandbox: listedJSON(sb), EnvdAccessToken: sb.Spec.EnvdAccessToken, AllowInternetAccess: sb.Spec.AllowInternet}
 	if s.cfg.Domain != "" {
@@ -292,74 +303,69 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *caller) {
 		d.Health = string(s.lc.Health(r.Context(), sb))
 	}
 	writeJSON(w, http.StatusOK, d)
+	return nil
 }
 
-func (s *Server) kill(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) kill(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	reason := sandbox.KillRequest
 	if c.admin {
 		reason = sandbox.KillAdmin
 	}
 	if err := s.lc.Kill(r.Context(), c.teamID, id, reason); err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	var req struct {
 		Timeout *int `json:"timeout"`
 	}
 	if err := decode(r, &req, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if req.Timeout == nil {
-		s.fail(w, r, invalid("timeout", "required"))
-		return
+		return invalid("timeout", "required")
 	}
 	d, err := s.timeoutOf(c, "timeout", req.Timeout, 0)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if err := s.lc.SetTimeout(r.Context(), c.teamID, id, d); err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) refresh(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	var req client.RefreshRequest
 	if err := decode(r, &req, false); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	d := defaultRefresh
 	if req.Duration != nil {
 		if *req.Duration < 0 || time.Duration(*req.Duration)*time.Second > maxRefresh {
-			s.fail(w, r, invalid("duration", "must be between 0 and %d seconds, got %d", int(maxRefresh.Seconds()), *req.Duration))
-			return
+			return invalid("duration", "must be between 0 and %d seconds, got %d", int(maxRefresh.Seconds()), *req.Duration)
 		}
 		d = time.Duration(*req.Duration) * time.Second
 	}
 	if err := s.lc.Extend(r.Context(), c.teamID, id, d); err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) pause(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) pause(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	var req client.PauseRequest
 	if err := decode(r, &req, false); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	memory := req.Memory == nil || *req.Memory
 	if err := s.lc.Pause(r.Context(), c.teamID, id, memory); err != nil {
@@ -371,80 +377,72 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, c *caller) {
 			// A node's refusal joins the runtime's error to the class.
 			err = errdefs.WithMessage(err, fmt.Sprintf("sandbox %q cannot be paused now (its node is busy or short of disk); try again later", id))
 		}
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	var req client.ResumeRequest
 	if err := decode(r, &req, false); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if req.Memory != nil && !*req.Memory {
-		s.fail(w, r, invalid("memory", "false (resume from disk only) is not supported by this server"))
-		return
+		return invalid("memory", "false (resume from disk only) is not supported by this server")
 	}
 	d, err := s.timeoutOf(c, "timeout", req.Timeout, defaultTimeoutV1)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	sb, err := s.lc.Resume(r.Context(), c.teamID, id, d, req.AutoPause)
 	if err != nil {
 		if errdefs.IsConflict(err) {
-			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is already running", id)))
-			return
+			return errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is already running", id))
 		}
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
+	return nil
 }
 
-func (s *Server) connectV1(w http.ResponseWriter, r *http.Request, c *caller) {
-	s.connect(w, r, c, true)
+func (s *Server) connectV1(w http.ResponseWriter, r *http.Request, c *caller) error {
+	return s.connect(w, r, c, true)
 }
-func (s *Server) connectV2(w http.ResponseWriter, r *http.Request, c *caller) {
-	s.connect(w, r, c, false)
+func (s *Server) connectV2(w http.ResponseWriter, r *http.Request, c *caller) error {
+	return s.connect(w, r, c, false)
 }
 
-func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *caller, timeoutRequired bool) {
+func (s *Server) connect(w http.ResponseWriter, r *http.Request, c *caller, timeoutRequired bool) error {
 	id := r.PathValue("id")
 	var req client.ConnectRequest
 	if err := decode(r, &req, timeoutRequired); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if timeoutRequired && req.Timeout == nil {
-		s.fail(w, r, invalid("timeout", "required"))
-		return
+		return invalid("timeout", "required")
 	}
 	if req.Memory != nil && !*req.Memory {
-		s.fail(w, r, invalid("memory", "false (resume from disk only) is not supported by this server"))
-		return
+		return invalid("memory", "false (resume from disk only) is not supported by this server")
 	}
 	d, err := s.timeoutOf(c, "timeout", req.Timeout, defaultConnectTimeout)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	sb, resumed, err := s.lc.Connect(r.Context(), c.teamID, id, d)
 	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	status := http.StatusOK
 	if resumed {
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, s.sandboxJSON(sb))
+	return nil
 }
 
-func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	// Python sends allow_internet_access, the JS SDK's types
 	// allowInternetAccess: either is taken; neither keeps the current
@@ -454,29 +452,24 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 		AllowInternetAccessCamel *bool `json:"allowInternetAccess"`
 	}
 	if err := decode(r, &req, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if req.AllowInternetAccess == nil {
 		req.AllowInternetAccess = req.AllowInternetAccessCamel
 	}
 	p, err := policyOf("", req.AllowOut, req.DenyOut)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if len(req.EgressProxy) > 0 && string(req.EgressProxy) != "null" {
-		s.fail(w, r, fmt.Errorf("egressProxy is not supported by this server: %w", errdefs.ErrInvalid))
-		return
+		return errdefs.Publicf(errdefs.ErrInvalid, "egressProxy is not supported by this server")
 	}
 	if len(req.Rules) > 0 {
-		s.fail(w, r, errRules("rules"))
-		return
+		return errRules("rules")
 	}
 	sb, err := s.lc.Get(r.Context(), c.teamID, id)
 	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	var doc client.NetworkConfig
 	if len(sb.Spec.Network) > 0 {
@@ -486,61 +479,55 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	raw, _ := json.Marshal(doc)
 	if err := s.lc.UpdateNetwork(r.Context(), c.teamID, id, p, raw, req.AllowInternetAccess); err != nil {
 		if errdefs.IsConflict(err) {
-			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id)))
-			return
+			return errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id))
 		}
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) fork(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	var req client.ForkRequest
 	if err := decode(r, &req, false); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	count := 1
 	if req.Count != nil {
 		if *req.Count < 1 || *req.Count > 100 {
-			s.fail(w, r, invalid("count", "must be between 1 and 100, got %d", *req.Count))
-			return
+			return invalid("count", "must be between 1 and 100, got %d", *req.Count)
 		}
 		count = *req.Count
 	}
 	d, err := s.timeoutOf(c, "timeout", req.Timeout, defaultTimeoutV1)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	results, err := s.lc.Fork(r.Context(), c.teamID, id, count, d, s.limits(c).MaxConcurrent)
 	if err != nil {
 		if errdefs.IsConflict(err) {
-			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id)))
-			return
+			return errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id))
 		}
 		if errdefs.IsUnsupported(err) {
 			// 501, not 503: the SDK retries 503 as "busy".
-			s.fail(w, r, errdefs.WithMessage(err, "fork is not supported by this node's runtime driver"))
-			return
+			return errdefs.WithMessage(err, "fork is not supported by this node's runtime driver")
 		}
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
 	out := make([]client.ForkResult, len(results))
 	for i, res := range results {
 		if res.Err != nil {
-			status, msg := s.answer(res.Err)
-			if errdefs.Internal(res.Err) {
-				s.log.Warn("fork", "sandbox_id", id, "status", status, "error", res.Err)
+			he := errhttp.From(res.Err)
+			if _, public := errdefs.Message(res.Err); !public || he.Code >= 500 {
+				s.log.Warn("fork", "sandbox_id", id, "status", he.Code, "error", res.Err)
 			}
-			out[i].Error = &client.Error{Code: status, Message: msg}
+			out[i].Error = &client.Error{Code: he.Code, Message: he.Msg}
 			continue
 		}
 		sb := s.sandboxJSON(res.Sandbox)
 		out[i].Sandbox = &sb
 	}
 	writeJSON(w, http.StatusCreated, out)
+	return nil
 }

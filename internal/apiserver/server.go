@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -29,12 +30,14 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
-	"github.com/warren-sandbox/warren/pkg/client"
+	"github.com/warren-sandbox/warren/internal/throttle"
+	"github.com/warren-sandbox/warren/internal/volumes"
 )
 
 // TemplateResolver turns a template ID or alias, as a team sees it, into
@@ -70,9 +73,8 @@ type Config struct {
 	// DefaultResources are given to each sandbox (default 2 vCPU, 512 MiB,
 	// 10 GiB disk).
 	DefaultResources sandbox.Resources
-	// DefaultLimits apply to teams whose own limits are zero (defaults: 20
-	// concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, no disk bound,
-	// 100 paused sandboxes, 100 snapshots).
+	// DefaultLimits apply to teams whose own limits are zero (defaults:
+	// WithDefaults).
 	DefaultLimits store.Limits
 	// RetryAfter is the Retry-After sent with a concurrency 429 (default
 	// 5 s).
@@ -95,9 +97,14 @@ type Config struct {
 	PublicURL string
 	// Pools, when set, serves the warm pool admin routes (pools.go).
 	Pools nodeapi.Pooler
-	// Snapshots, when set (with Catalog), takes sandbox snapshots and
-	// deletes template snapshots (the node agent; snapshots.go).
-	Snapshots Snapshotter
+	// Volumes, when set, serves E2B's Volume API and the volumeMounts of
+	// a create (volumes.go, volumecontent.go); nil answers that the
+	// server has no volumes.
+	Volumes *volumes.Service
+	// TrustedProxies are the reverse proxies in front of the API: for
+	// their requests the client whose failed authentications are counted
+	// (auththrottle.go) is the one their X-Forwarded-For names.
+	TrustedProxies []netip.Prefix
 }
 
 // Server serves the API. It is an http.Handler.
@@ -105,13 +112,14 @@ type Server struct {
 	cfg Config
 	st  store.Store
 	lc  *lifecycle.Manager
-	// envd reads sandboxes' kept logs from their envd (sandboxlogs.go).
-	envd *http.Client
-	log  *slog.Logger
-	mux  *http.ServeMux
+	log *slog.Logger
+	mux *http.ServeMux
 	// routes are the patterns served, in the order handle added them.
 	routes []string
 	hm     *httpMetrics
+	auths  *authThrottle
+	// snapshots counts the snapshots in progress per team (snapshotcount.go).
+	snapshots snapshotSlots
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -138,9 +146,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux(),
-		envd: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}, Timeout: envdLogsTimeout}}
+	s := &Server{cfg: cfg, st: cfg.Store, lc: cfg.Lifecycle, log: cfg.Logger, mux: http.NewServeMux()}
 	if err := s.initHTTPMetrics(cfg.Registry); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.auths, err = newAuthThrottle(cfg.Registry); err != nil {
 		return nil, err
 	}
 	s.addRoutes()
@@ -160,8 +171,8 @@ func (s *Server) handle(pattern string, h http.Handler) {
 func (s *Server) Routes() []string { return slices.Clone(s.routes) }
 
 func (s *Server) addRoutes() {
-	team := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, false) }
-	admin := func(h func(http.ResponseWriter, *http.Request, *caller)) http.Handler { return s.auth(h, true) }
+	team := func(h handlerFunc) http.Handler { return s.auth(h, false) }
+	admin := func(h handlerFunc) http.Handler { return s.auth(h, true) }
 	s.handle("GET /health", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })) // the spec's 204
 	s.handle("GET /teams", team(s.listTeams))
 
@@ -186,6 +197,7 @@ func (s *Server) addRoutes() {
 	s.handle("POST /sandboxes/{id}/snapshots", team(s.createSnapshot))
 	s.handle("GET /snapshots", team(s.listSnapshots))
 	s.templateRoutes(team)
+	s.volumeRoutes(team)
 
 	s.handle("POST /admin/teams", admin(s.adminCreateTeam))
 	s.handle("GET /admin/teams", admin(s.adminListTeams))
@@ -197,28 +209,31 @@ func (s *Server) addRoutes() {
 	s.handle("POST /admin/teams/{teamID}/api-keys", admin(s.adminCreateKey))
 	s.handle("DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}", admin(s.adminDeleteKey))
 	if s.cfg.Metrics != nil {
-		s.handle("GET /metrics", admin(func(w http.ResponseWriter, r *http.Request, _ *caller) { s.cfg.Metrics.ServeHTTP(w, r) }))
+		s.handle("GET /metrics", admin(func(w http.ResponseWriter, r *http.Request, _ *caller) error {
+			s.cfg.Metrics.ServeHTTP(w, r)
+			return nil
+		}))
 	}
 	s.poolRoutes(admin)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, r, errNoRoute(r))
-	})
+	s.mux.Handle("/", errhttp.Handler(func(_ http.ResponseWriter, r *http.Request) error { return errNoRoute(r) }, s.onError))
 }
 
 // Handle adds a route served behind the API's authentication (other
 // packages' endpoints, e.g. templates). The handler finds the team with
 // TeamFrom.
 func (s *Server) Handle(pattern string, h http.Handler) {
-	s.handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) error {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+		return nil
 	}, false))
 }
 
 // HandleAdmin adds a route served to admins only (X-Admin-Token), e.g.
 // the node registry's /admin/nodes.
 func (s *Server) HandleAdmin(pattern string, h http.Handler) {
-	s.handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.handle(pattern, s.auth(func(w http.ResponseWriter, r *http.Request, c *caller) error {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+		return nil
 	}, true))
 }
 
@@ -245,7 +260,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.fail(w, r, fmt.Errorf("api handler panic: %v", v))
+			s.writeError(w, r, fmt.Errorf("api handler panic: %v", v))
 		}
 	}()
 	if cors.IsPreflight(r) { // browsers: answered without a key
@@ -263,28 +278,39 @@ type caller struct {
 	admin  bool
 }
 
-func (s *Server) auth(h func(http.ResponseWriter, *http.Request, *caller), adminOnly bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// handlerFunc is an API handler: it answers and returns nil, or returns
+// the error to answer (before it has written anything), which the one
+// error boundary (onError) writes.
+type handlerFunc func(http.ResponseWriter, *http.Request, *caller) error
+
+// auth serves h to the callers it authenticates (admins only when
+// adminOnly).
+func (s *Server) auth(h handlerFunc, adminOnly bool) http.Handler {
+	return errhttp.Handler(func(w http.ResponseWriter, r *http.Request) error {
 		c, err := s.authenticate(r)
 		if err == nil && adminOnly && !c.admin {
 			err = errdefs.Publicf(errdefs.ErrForbidden, "this endpoint needs the admin token (X-Admin-Token)")
 		}
 		if err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
-		h(w, r, c)
-	})
+		return h(w, r, c)
+	}, s.onError)
 }
 
 func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	ctx := r.Context()
+	client := throttle.Client(r, s.cfg.TrustedProxies)
 	tok := r.Header.Get("X-Admin-Token")
 	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok == "" && !strings.HasPrefix(b, KeyPrefix) {
 		tok = b
 	}
 	if tok != "" {
+		if err := s.auths.allow(client, credAdmin); err != nil {
+			return nil, err
+		}
 		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) != 1 {
+			s.auths.failed(client, credAdmin)
 			return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid admin token")
 		}
 		c := &caller{admin: true, teamID: r.Header.Get("X-Team-ID")}
@@ -309,15 +335,24 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	if key == "" {
 		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "missing API key: set the X-API-Key header")
 	}
+	if err := s.auths.allow(client, credKey); err != nil {
+		return nil, err
+	}
+	if !ValidKey(key) { // never stored: no need to look
+		s.auths.failed(client, credKey)
+		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key")
+	}
 	k, err := s.st.APIKeyByHash(ctx, HashKey(key))
 	if err != nil {
 		if errdefs.IsNotFound(err) {
+			s.auths.failed(client, credKey)
 			return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key")
 		}
 		return nil, fmt.Errorf("api key lookup: %w", err)
 	}
 	t, err := s.st.GetTeam(ctx, k.TeamID)
 	if errdefs.IsNotFound(err) {
+		s.auths.failed(client, credKey)
 		return nil, errdefs.Publicf(errdefs.ErrUnauthorized, "invalid API key: its team no longer exists")
 	}
 	if err != nil {
@@ -329,11 +364,33 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 // limits returns the caller's effective limits.
 func (s *Server) limits(c *caller) store.Limits { return EffectiveLimits(s.cfg.DefaultLimits, c.team) }
 
+// Warren's default team limits that are new enough to be named.
+const (
+	// DefaultMaxDiskMB bounds one sandbox's disk (and a template's).
+	DefaultMaxDiskMB = 20 << 10
+	// DefaultMaxWebhooks bounds a team's webhooks.
+	DefaultMaxWebhooks = 20
+	// DefaultMaxTemplateStorageMB bounds the disk a team's templates take.
+	DefaultMaxTemplateStorageMB = 100 << 10
+	// DefaultMaxVolumes, DefaultMaxVolumeSizeMB and
+	// DefaultMaxVolumeStorageMB bound a team's volumes: their number, one
+	// volume's size (a create's size when it gives none) and their sizes'
+	// sum.
+	DefaultMaxVolumes         = 20
+	DefaultMaxVolumeSizeMB    = 10 << 10
+	DefaultMaxVolumeStorageMB = 50 << 10
+)
+
 // WithDefaults fills the zero fields of a server's default limits with
-// Warren's: 20 concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, no disk
-// bound, 100 paused sandboxes, 100 snapshots.
+// Warren's: 20 concurrent sandboxes, 24 h timeout, 8 vCPU, 8 GiB, 20 GiB
+// of disk per sandbox, 100 paused sandboxes, 100 snapshots, 20 webhooks,
+// 100 GiB of template storage, 20 volumes of at most 10 GiB and 50 GiB in
+// all; builds at once (MaxBuilds) stay 0, which the build service reads
+// as half its build slots, at least 1.
 func WithDefaults(l store.Limits) store.Limits {
-	def := store.Limits{MaxConcurrent: 20, MaxTimeout: 24 * time.Hour, MaxVCPUs: 8, MaxMemoryMB: 8192, MaxPaused: 100, MaxSnapshots: 100}
+	def := store.Limits{MaxConcurrent: 20, MaxTimeout: 24 * time.Hour, MaxVCPUs: 8, MaxMemoryMB: 8192, MaxPaused: 100, MaxSnapshots: 100,
+		MaxDiskMB: DefaultMaxDiskMB, MaxWebhooks: DefaultMaxWebhooks, MaxTemplateStorageMB: DefaultMaxTemplateStorageMB,
+		MaxVolumes: DefaultMaxVolumes, MaxVolumeSizeMB: DefaultMaxVolumeSizeMB, MaxVolumeStorageMB: DefaultMaxVolumeStorageMB}
 	pick(&l, def)
 	return l
 }
@@ -353,6 +410,7 @@ func EffectiveLimits(defaults store.Limits, t *store.Team) store.Limits {
 func pick(l *store.Limits, def store.Limits) {
 	for _, f := range []struct{ dst, def *int }{
 		{&l.MaxConcurrent, &def.MaxConcurrent}, {&l.MaxVCPUs, &def.MaxVCPUs}, {&l.MaxPaused, &def.MaxPaused}, {&l.MaxSnapshots, &def.MaxSnapshots},
+		{&l.MaxBuilds, &def.MaxBuilds}, {&l.MaxWebhooks, &def.MaxWebhooks}, {&l.MaxVolumes, &def.MaxVolumes},
 	} {
 		if *f.dst == 0 {
 			*f.dst = *f.def
@@ -363,6 +421,15 @@ func pick(l *store.Limits, def store.Limits) {
 	}
 	if l.MaxDiskMB == 0 {
 		l.MaxDiskMB = def.MaxDiskMB
+	}
+	if l.MaxTemplateStorageMB == 0 {
+		l.MaxTemplateStorageMB = def.MaxTemplateStorageMB
+	}
+	if l.MaxVolumeSizeMB == 0 {
+		l.MaxVolumeSizeMB = def.MaxVolumeSizeMB
+	}
+	if l.MaxVolumeStorageMB == 0 {
+		l.MaxVolumeStorageMB = def.MaxVolumeStorageMB
 	}
 	if l.MaxTimeout == 0 {
 		l.MaxTimeout = def.MaxTimeout
@@ -387,7 +454,7 @@ func LifecycleLimits(st store.Store, defaults store.Limits) func(ctx context.Con
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeErrorBody(w, http.StatusInternalServerError, "internal error")
+		errhttp.WriteBody(w, http.StatusInternalServerError, "internal error")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -395,47 +462,30 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(b) //nolint:errcheck
 }
 
-// fail is the REST API's one error boundary: err's class (errdefs) chooses
-// the status, errdefs.ClientMessage the message of the E2B error body, and
-// what the client is not told is logged (5xx at Error or Warn, a hidden
-// detail of a 4xx at Debug). A 429 carries Retry-After. Handlers wrap a
-// class (errdefs.Publicf, errdefs.WithMessage) and call fail; nothing else
-// writes an error.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, msg := s.answer(err)
-	if errdefs.Internal(err) {
-		lvl := slog.LevelDebug
-		switch {
-		case status == http.StatusInternalServerError:
-			lvl = slog.LevelError
-		case status >= 500:
-			lvl = slog.LevelWarn
+// onError is the REST API's one error boundary, for every error a handler
+// returns (handlerFunc): errhttp's table chooses the status and the
+// message of the E2B error body {"code", "message"} (the message chosen
+// where the error was made, or the class's words: never the error's
+// text), and the log gets the error (errhttp.LogLevel: a 500 at Error,
+// another 5xx at Warn, a client's 4xx at Debug). A 429 carries
+// Retry-After.
+func (s *Server) onError(r *http.Request, he *errhttp.HTTPError) {
+	s.log.Log(r.Context(), errhttp.LogLevel(he), "api request failed", "method", r.Method, "path", r.URL.Path, "status", he.Code, "error", he.Err)
+	if he.Code == http.StatusTooManyRequests && he.Header.Get("Retry-After") == "" {
+		secs := int(s.cfg.RetryAfter.Seconds())
+		var te *throttledError
+		if errors.As(he.Err, &te) {
+			secs = te.seconds()
 		}
-		s.log.Log(r.Context(), lvl, "api request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
+		he.Header.Set("Retry-After", fmt.Sprint(secs))
 	}
-	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", fmt.Sprint(int(s.cfg.RetryAfter.Seconds())))
-	}
-	writeErrorBody(w, status, msg)
 }
 
-// answer is the status and client message of err (also the error entries
-// of a fork's answer).
-func (s *Server) answer(err error) (int, string) {
-	var le *lifecycle.LimitError
-	if errors.As(err, &le) {
-		return http.StatusTooManyRequests, le.Error()
-	}
-	return errdefs.HTTPStatus(err), errdefs.ClientMessage(err)
-}
-
-// writeErrorBody writes the E2B error body, whose code equals the HTTP
-// status. Only fail (and writeJSON, whose values always encode) call it.
-func writeErrorBody(w http.ResponseWriter, status int, msg string) {
-	b, _ := json.Marshal(client.Error{Code: status, Message: msg})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(b) //nolint:errcheck
+// writeError answers err outside a handler (a panic) through onError.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	he := errhttp.From(err)
+	s.onError(r, he)
+	errhttp.WriteHTTPError(w, he)
 }
 
 // errNoRoute answers a request no route serves.
@@ -451,12 +501,13 @@ func errSandboxNotFound(id string) error {
 	return errdefs.Publicf(errdefs.ErrNotFound, sandboxNotFound, id)
 }
 
-// sandboxErr answers err of an operation on sandbox id.
-func (s *Server) sandboxErr(w http.ResponseWriter, r *http.Request, id string, err error) {
+// sandboxErr is err of an operation on sandbox id, as its client is told
+// of it: E2B's message when it is not found.
+func sandboxErr(id string, err error) error {
 	if errdefs.IsNotFound(err) {
-		err = errdefs.WithMessage(err, fmt.Sprintf(sandboxNotFound, id))
+		return errdefs.WithMessage(err, fmt.Sprintf(sandboxNotFound, id))
 	}
-	s.fail(w, r, err)
+	return err
 }
 
 // decode reads an optional JSON body into v. Unknown fields are accepted;
@@ -464,25 +515,25 @@ func (s *Server) sandboxErr(w http.ResponseWriter, r *http.Request, id string, e
 func decode(r *http.Request, v any, required bool) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("read body: %w", errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "read body")
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		if required {
-			return fmt.Errorf("request body is required: %w", errdefs.ErrInvalid)
+			return errdefs.Publicf(errdefs.ErrInvalid, "request body is required")
 		}
 		return nil
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return fmt.Errorf("invalid value for field '%s': expected %s, got %s: %w", te.Field, te.Type, te.Value, errdefs.ErrInvalid)
+			return errdefs.Publicf(errdefs.ErrInvalid, "invalid value for field '%s': expected %s, got %s", te.Field, te.Type, te.Value)
 		}
-		return fmt.Errorf("invalid JSON body: %v: %w", err, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "invalid JSON body: %v", err) // errtext: the decoder's complaint about the client's input
 	}
 	return nil
 }
 
 // invalid builds a 400 error naming field.
 func invalid(field, format string, args ...any) error {
-	return fmt.Errorf("invalid value for field '%s': %s: %w", field, fmt.Sprintf(format, args...), errdefs.ErrInvalid)
+	return errdefs.Publicf(errdefs.ErrInvalid, "invalid value for field '%s': %s", field, fmt.Sprintf(format, args...))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/apiserver"
 	"github.com/warren-sandbox/warren/internal/envd"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -36,6 +37,15 @@ func (staticTemplates) Resolve(_ context.Context, _, ref string) (nodeapi.Templa
 		return nodeapi.Template{ID: "small", BuildID: "b2", Resources: sandbox.Resources{VCPUs: 1, MemoryMB: 1024, DiskMB: 2048}}, nil
 	case "bigdisk":
 		return nodeapi.Template{ID: "bigdisk", BuildID: "b3", Resources: sandbox.Resources{DiskMB: 20480}}, nil
+	}
+	if name, ok := strings.CutPrefix(ref, "fails-"); ok {
+		// A resolver's failure of the class named (errhttp.Name), with a
+		// host's detail in its text.
+		for _, c := range errdefs.Classes() {
+			if errhttp.Name(c) == name {
+				return nodeapi.Template{}, fmt.Errorf("template %q: %s: %w", ref, hostError, c)
+			}
+		}
 	}
 	return nodeapi.Template{}, fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
 }
@@ -288,11 +298,29 @@ func TestEndpoints(t *testing.T) {
 				if err := json.Unmarshal(res.body, &eb); err != nil || eb.Code != res.status || eb.Message == "" {
 					t.Fatalf("error body %s: want {code:%d, message}", res.body, res.status)
 				}
-				if strings.Contains(eb.Message, "invalid argument") || strings.Contains(eb.Message, ": not found") {
-					t.Fatalf("error message leaks the error class: %q", eb.Message)
+				if res.status < 500 && eb.Message == errhttp.Message(errdefs.Class(errhttp.ClassOf(res.status, res.header))) {
+					t.Fatalf("a %d with its class's words only (%q): the error was made without a message for its client", res.status, eb.Message)
 				}
+				checkClientMessage(t, eb.Message)
 			}
 		})
+	}
+}
+
+// checkClientMessage fails if msg, an error body's message, carries an
+// error's text: the words of a class wrapped into it (": not found",
+// ": invalid argument"), a host's detail (hostError's), a second line.
+func checkClientMessage(t *testing.T, msg string) {
+	t.Helper()
+	for _, c := range errdefs.Classes() {
+		if strings.Contains(msg, ": "+c.Error()) {
+			t.Fatalf("error message %q carries the words of class %q: it was cut out of an error's text", msg, c)
+		}
+	}
+	for _, leak := range []string{"wstr", "exit status", "permission denied", "gofer", "\n", "%!"} {
+		if strings.Contains(msg, leak) {
+			t.Fatalf("error message %q carries an internal error's text (%q)", msg, leak)
+		}
 	}
 }
 

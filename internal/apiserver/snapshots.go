@@ -2,16 +2,14 @@ package apiserver
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -20,29 +18,15 @@ import (
 // Sandbox snapshots (E2B's POST /sandboxes/{id}/snapshots, GET
 // /snapshots). A snapshot is a template of the team whose one build holds
 // the sandbox's memory image and a saved copy of its writable layer, over
-// the root filesystem of the sandbox's own template; creating a sandbox
-// with the snapshot's ID as templateID restores it. DELETE /templates/{id}
-// deletes it. Snapshots need a driver with memory checkpoint (runsc);
-// elsewhere the create answers 501.
-
-// Snapshotter is the node side of snapshots; nodeapi.Agent implements it.
-type Snapshotter interface {
-	// SnapshotSandbox checkpoints running sandbox id into dir, leaving it
-	// running, and returns the template the sandbox was started from.
-	SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error)
-	// DeleteSnapshot deletes the snapshot in dir with its saved layer.
-	DeleteSnapshot(ctx context.Context, dir string) error
-}
-
-// sandboxSnapshotFile marks a build's snapshot directory as a sandbox
-// snapshot and names its source.
-const sandboxSnapshotFile = "warren-sandbox-snapshot.json"
-
-type sandboxSnapshotInfo struct {
-	SandboxID string    `json:"sandboxID"`
-	TeamID    string    `json:"teamID"`
-	CreatedAt time.Time `json:"createdAt"`
-}
+// the root filesystem of the sandbox's own template
+// (templates.Build.SandboxSnapshot); creating a sandbox with the
+// snapshot's ID as templateID restores it. DELETE /templates/{id} deletes
+// it. The snapshot is taken through the node contract
+// (lifecycle.Manager.Snapshot, nodeapi.SandboxSnapshotter) by the node
+// that runs the sandbox, which keeps it as that build: under `warren api`
+// another node pulls the build, its snapshot checked against the digests
+// recorded here, as template builds travel. Snapshots need nodes whose
+// driver checkpoints memory (runsc); elsewhere the create answers 501.
 
 // snapshotJSON is SnapshotInfo.
 type snapshotJSON struct {
@@ -50,50 +34,38 @@ type snapshotJSON struct {
 	Names      []string `json:"names"`
 }
 
-func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if c.teamID == "" {
-		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalid, "an admin taking a snapshot must name the sandbox's team in X-Team-ID"))
-		return
+		return errdefs.Publicf(errdefs.ErrInvalid, "an admin taking a snapshot must name the sandbox's team in X-Team-ID")
 	}
 	id := r.PathValue("id")
 	var req struct {
 		Name string `json:"name"`
 	}
 	if err := decode(r, &req, false); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	ctx := r.Context()
 	sb, err := s.lc.Get(ctx, c.teamID, id)
 	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+		return sandboxErr(id, err)
 	}
-	if s.cfg.Snapshots == nil || s.cfg.Catalog == nil {
-		s.fail(w, r, errdefs.Publicf(errdefs.ErrUnsupported, "snapshots are not supported by this server (they need the runsc driver)"))
-		return
+	if !s.lc.CanSnapshot() || s.cfg.Catalog == nil {
+		return errdefs.Publicf(errdefs.ErrUnsupported, "snapshots are not supported by this server (they need the runsc driver)")
 	}
 	if sb.State != sandbox.StateRunning {
-		s.fail(w, r, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is not running", id))
-		return
+		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is not running", id)
 	}
-	if lim := s.limits(c).MaxSnapshots; lim > 0 {
-		n, err := s.countSnapshots(ctx, c.teamID)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if n >= lim {
-			s.fail(w, r, errdefs.Publicf(errdefs.ErrExhausted, "you have reached the maximum number of snapshots (%d); delete a snapshot or ask for a higher limit", lim))
-			return
-		}
+	release, err := s.reserveSnapshot(ctx, c.teamID, s.limits(c).MaxSnapshots)
+	if err != nil {
+		return err
 	}
+	defer release()
 	alias, tag := "", templates.DefaultTag
 	if req.Name != "" {
 		alias, tag = templates.ParseRef(req.Name)
 		if alias, err = templates.TeamName(c.teamID, alias); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	cat, st := s.cfg.Catalog, s.cfg.Catalog.Store()
@@ -107,8 +79,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 		case errdefs.IsNotFound(err):
 			t = nil
 		case err != nil:
-			s.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	if t == nil {
@@ -120,18 +91,19 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 			t.Aliases = []string{alias}
 		}
 		if err := st.CreateTemplate(ctx, t); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		created = true
 	}
 	b := &templates.Build{
 		ID: templates.NewBuildID(), TemplateID: t.ID, Status: templates.BuildBuilding, Tags: []string{tag},
 		CPUCount: res.VCPUs, MemoryMB: res.MemoryMB, DiskMB: res.DiskMB, CreatedAt: now, UpdatedAt: now,
+		SandboxSnapshot: &templates.SandboxSnapshotOrigin{SandboxID: id, TeamID: c.teamID, CreatedAt: now, VolumePaths: volumePathsOf(sb)},
 	}
 	// The source's tree is named from the start: this build in progress
 	// then keeps it from the template collector even if the source
-	// sandbox ends before the snapshot is recorded.
+	// sandbox ends before the snapshot is recorded (`warren serve`, whose
+	// catalog is its node's; under `warren api` the record names no tree).
 	if src, err := cat.Build(ctx, sb.Spec.BuildID); err == nil {
 		b.RootFSDir = src.RootFSDir
 	}
@@ -143,63 +115,58 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 			}
 			return
 		}
-		cat.FinishBuild(cctx, b.ID, &templates.Reason{Message: errdefs.ClientMessage(cause), Step: "snapshot"}) //nolint:errcheck
+		cat.FinishBuild(cctx, b.ID, &templates.Reason{Message: errhttp.Message(cause), Step: "snapshot"}) //nolint:errcheck
 	}
 	if err := st.CreateBuild(ctx, b); err != nil {
 		undo(err)
-		s.fail(w, r, err)
-		return
+		return err
 	}
-	dir := filepath.Join(cat.BuildDir(b.ID), "snapshot")
-	src, err := s.cfg.Snapshots.SnapshotSandbox(ctx, id, dir)
+	snap, nodeID, err := s.lc.Snapshot(ctx, c.teamID, id, nodeapi.SnapshotRequest{TeamID: c.teamID, TemplateID: t.ID, BuildID: b.ID})
 	if err != nil {
+		// A node that took it though its answer was lost (the client went
+		// away, the connection broke) deletes it.
+		if derr := s.lc.DeleteSnapshot(context.WithoutCancel(ctx), b.ID); derr != nil && !errdefs.IsNotFound(derr) && !errdefs.IsUnsupported(derr) {
+			s.log.Warn("delete the failed snapshot on its node", "sandbox_id", id, "build_id", b.ID, "error", derr)
+		}
 		undo(err)
 		switch {
 		case errdefs.IsUnsupported(err):
-			s.fail(w, r, errdefs.WithMessage(err, "snapshots need a runtime driver with memory checkpoint (runsc); this node's driver has none"))
+			return errdefs.WithMessage(err, "snapshots need a runtime driver with memory checkpoint (runsc); this node's driver has none")
 		case errdefs.IsConflict(err):
-			s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id)))
-		default:
-			s.sandboxErr(w, r, id, err)
+			return errdefs.WithMessage(err, fmt.Sprintf("sandbox %q is not running", id))
 		}
-		return
+		return sandboxErr(id, err)
 	}
-	info, _ := json.Marshal(sandboxSnapshotInfo{SandboxID: id, TeamID: c.teamID, CreatedAt: now})
-	if err := os.WriteFile(filepath.Join(dir, sandboxSnapshotFile), info, 0o600); err != nil {
-		s.cfg.Snapshots.DeleteSnapshot(context.WithoutCancel(ctx), dir) //nolint:errcheck
-		undo(err)
-		s.fail(w, r, fmt.Errorf("snapshot of sandbox %q: %w", id, err))
-		return
-	}
-	// The source build's tar (and its fingerprint, so that a lost tree is
-	// never re-made from a changed tar) goes with the tree.
-	var tarPath string
-	var tarFP *templates.TarFingerprint
-	if sb, err := cat.Build(ctx, src.BuildID); err == nil {
-		tarPath, tarFP = sb.RootFSTar, sb.RootFSTarFingerprint
-	}
+	src := snap.Source
 	_, err = cat.UpdateBuild(ctx, b.ID, func(x *templates.Build) error {
-		x.RootFSDir, x.RootFSTar, x.Env, x.User, x.Workdir, x.StartCmd, x.SnapshotDir =
-			src.RootFS, tarPath, src.Env, src.User, src.Workdir, src.StartCmd, dir
-		x.RootFSTarFingerprint = tarFP
-		x.EnvdVersion = sb.Spec.EnvdVersion
+		x.Env, x.User, x.Workdir, x.StartCmd, x.EnvdVersion = src.Env, src.User, src.Workdir, src.StartCmd, sb.Spec.EnvdVersion
+		// The node that holds the snapshot, and its artifacts as the
+		// others pull them (warren api).
+		x.NodeID = nodeID
+		x.RootFSSHA256, x.RootFSSize = snap.RootFS.SHA256, snap.RootFS.Size
+		if snap.Travels() {
+			host := *snap.Host
+			x.SnapshotSHA256, x.SnapshotSize, x.SnapshotHost = snap.Snapshot.SHA256, snap.Snapshot.Size, &host
+		}
 		return nil
 	})
 	if err == nil {
 		_, err = cat.FinishBuild(ctx, b.ID, nil)
 	}
 	if err != nil {
-		s.cfg.Snapshots.DeleteSnapshot(context.WithoutCancel(ctx), dir) //nolint:errcheck
+		if derr := s.lc.DeleteSnapshot(context.WithoutCancel(ctx), b.ID); derr != nil {
+			s.log.Warn("delete the unrecorded snapshot on its node", "sandbox_id", id, "build_id", b.ID, "error", derr)
+		}
 		undo(err)
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	out := snapshotOf(t, alias, tag)
 	if err := s.lc.Checkpointed(context.WithoutCancel(ctx), c.teamID, id, out.SnapshotID); err != nil {
 		s.log.Warn("record sandbox snapshot event", "sandbox_id", id, "error", err)
 	}
-	s.log.Info("sandbox snapshot", "sandbox_id", id, "template_id", t.ID, "build_id", b.ID)
+	s.log.Info("sandbox snapshot", "sandbox_id", id, "template_id", t.ID, "build_id", b.ID, "node_id", nodeID, "travels", snap.Travels())
 	writeJSON(w, http.StatusCreated, out)
+	return nil
 }
 
 // snapshotOf names snapshot template t's build behind tag.
@@ -210,24 +177,17 @@ func snapshotOf(t *templates.Template, alias, tag string) snapshotJSON {
 	return snapshotJSON{SnapshotID: alias + ":" + tag, Names: []string{alias + ":" + tag}}
 }
 
-// readSnapshotInfo reads the sandbox snapshot marker of a build, if any.
-func readSnapshotInfo(b *templates.Build) (*sandboxSnapshotInfo, bool) {
-	if b.SnapshotDir == "" || b.Status != templates.BuildReady {
+// readSnapshotInfo returns where a ready sandbox snapshot's build comes
+// from; false for any other build.
+func readSnapshotInfo(b *templates.Build) (*templates.SandboxSnapshotOrigin, bool) {
+	if b.SandboxSnapshot == nil || b.Status != templates.BuildReady {
 		return nil, false
 	}
-	raw, err := os.ReadFile(filepath.Join(b.SnapshotDir, sandboxSnapshotFile))
-	if err != nil {
-		return nil, false
-	}
-	var info sandboxSnapshotInfo
-	if json.Unmarshal(raw, &info) != nil {
-		return nil, false
-	}
-	return &info, true
+	return b.SandboxSnapshot, true
 }
 
-// countSnapshots counts a team's snapshots (builds holding a sandbox
-// snapshot). Concurrent creates may pass the bound by the few in flight.
+// countSnapshots counts a team's recorded snapshots (builds holding a
+// sandbox snapshot); reserveSnapshot adds those in progress.
 func (s *Server) countSnapshots(ctx context.Context, teamID string) (int, error) {
 	all, err := s.cfg.Catalog.List(ctx, teamID)
 	if err != nil {
@@ -248,28 +208,25 @@ func (s *Server) countSnapshots(ctx context.Context, teamID string) (int, error)
 	return n, nil
 }
 
-func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller) error {
 	q := r.URL.Query()
 	if v := q.Get("limit"); v != "" {
 		if _, err := parseLimit(v); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	if s.cfg.Catalog == nil || c.teamID == "" {
 		if _, err := pageOf(w, r, []snapshotJSON{}); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, []snapshotJSON{})
-		return
+		return nil
 	}
 	ctx := r.Context()
 	sandboxID, name := q.Get("sandboxID"), q.Get("name")
 	all, err := s.cfg.Catalog.List(ctx, c.teamID)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	type item struct {
 		snapshotJSON
@@ -279,8 +236,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller
 	for _, t := range all {
 		builds, err := s.cfg.Catalog.Builds(ctx, t.ID)
 		if err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		for _, b := range builds {
 			info, ok := readSnapshotInfo(b)
@@ -324,10 +280,10 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller
 	}
 	page, err := pageOf(w, r, out)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, page)
+	return nil
 }
 
 // matchesName reports whether name ("alias" or "alias:tag", or the

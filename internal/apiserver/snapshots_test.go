@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -19,8 +20,9 @@ import (
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
-// fakeSnapshotter stands in for the node agent's snapshots: it writes a
-// marker into the directory and returns the base template as the source.
+// fakeSnapshotter stands in for the node agent's snapshots
+// (nodebuild.SandboxAgent): it writes a marker into the directory and
+// returns the base template as the source.
 type fakeSnapshotter struct {
 	node *fakenode.Node
 	base nodeapi.Template
@@ -28,14 +30,32 @@ type fakeSnapshotter struct {
 	// checkpoint does.
 	Unsupported bool
 
+	// gate, when set, holds every SnapshotSandboxInto until it is
+	// closed; entered counts the calls that reached it.
+	gate    chan struct{}
 	mu      sync.Mutex
-	taken   []string // sandbox IDs
+	entered int
+	taken   []string // dirs
 	deleted []string // dirs
 }
 
-func (f *fakeSnapshotter) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error) {
+func (f *fakeSnapshotter) Get(ctx context.Context, id string) (*nodeapi.Sandbox, error) {
+	return f.node.Get(ctx, id)
+}
+
+func (f *fakeSnapshotter) SnapshotSandboxInto(ctx context.Context, id, dir string, _ bool) (nodeapi.Template, error) {
 	if f.Unsupported {
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q: driver fake cannot checkpoint memory: %w", id, errdefs.ErrUnsupported)
+	}
+	if f.gate != nil {
+		f.mu.Lock()
+		f.entered++
+		f.mu.Unlock()
+		select {
+		case <-f.gate:
+		case <-ctx.Done():
+			return nodeapi.Template{}, ctx.Err()
+		}
 	}
 	sb, err := f.node.Get(ctx, id)
 	if err != nil {
@@ -51,7 +71,7 @@ func (f *fakeSnapshotter) SnapshotSandbox(ctx context.Context, id, dir string) (
 		return nodeapi.Template{}, err
 	}
 	f.mu.Lock()
-	f.taken = append(f.taken, id)
+	f.taken = append(f.taken, dir)
 	f.mu.Unlock()
 	t := f.base
 	t.Env = map[string]string{"FROM_SOURCE": "1"}
@@ -66,6 +86,21 @@ func (f *fakeSnapshotter) DeleteSnapshot(_ context.Context, dir string) error {
 	f.deleted = append(f.deleted, dir)
 	f.mu.Unlock()
 	return os.RemoveAll(dir)
+}
+
+// lossySnapshots loses the node's answer to a snapshot it took, when
+// lose is set (the client went away, the connection broke).
+type lossySnapshots struct {
+	nodeapi.SandboxSnapshotter
+	lose atomic.Bool
+}
+
+func (l *lossySnapshots) SnapshotSandbox(ctx context.Context, id string, req nodeapi.SnapshotRequest) (*nodeapi.SandboxSnapshot, error) {
+	s, err := l.SandboxSnapshotter.SnapshotSandbox(ctx, id, req)
+	if err == nil && l.lose.Load() {
+		return nil, fmt.Errorf("the node's answer was lost: %w", errdefs.ErrUnavailable)
+	}
+	return s, err
 }
 
 // recNode records the templates sandboxes are created from.
@@ -229,6 +264,26 @@ func TestSnapshots(t *testing.T) {
 			expect(t, tc.name, e.do("POST", "/sandboxes/"+tc.id+"/snapshots", tc.key, tc.body), tc.status)
 		})
 	}
+	t.Run("answer lost", func(t *testing.T) {
+		e.lossy.lose.Store(true)
+		defer e.lossy.lose.Store(false)
+		before, _ := list("", e.key1)
+		taken := len(e.snaps.taken)
+		r := e.do("POST", "/sandboxes/"+src.SandboxID+"/snapshots", e.key1, `{"name":"lost"}`)
+		if r.status < 500 {
+			t.Fatalf("snapshot whose answer was lost: %d %s", r.status, r.body)
+		}
+		if len(e.snaps.taken) != taken+1 {
+			t.Fatalf("the node took %d snapshots, want 1", len(e.snaps.taken)-taken)
+		}
+		if d := e.snaps.deleted; len(d) == 0 || d[len(d)-1] != e.snaps.taken[taken] {
+			t.Fatalf("the snapshot the node took (%s) was not deleted: %v", e.snaps.taken[taken], d)
+		}
+		if after, _ := list("", e.key1); len(after) != len(before) {
+			t.Fatalf("a lost snapshot is listed: %d → %d", len(before), len(after))
+		}
+		expect(t, "alias of the lost snapshot", e.do("GET", "/templates/aliases/lost", e.key1, ""), 404)
+	})
 	t.Run("driver without memory checkpoint", func(t *testing.T) {
 		e.snaps.Unsupported = true
 		defer func() { e.snaps.Unsupported = false }()

@@ -20,15 +20,14 @@ type teamJSON struct {
 // listTeams answers GET /teams with the caller's team (the CLI's
 // auth configure reads it). Keys are stored hashed, so apiKey is the
 // masked form.
-func (s *Server) listTeams(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) listTeams(w http.ResponseWriter, r *http.Request, c *caller) error {
 	var teams []*store.Team
 	if c.team != nil {
 		teams = []*store.Team{c.team}
 	} else {
 		var err error
 		if teams, err = s.st.ListTeams(r.Context()); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	out := make([]teamJSON, 0, len(teams))
@@ -40,15 +39,15 @@ func (s *Server) listTeams(w http.ResponseWriter, r *http.Request, c *caller) {
 		out = append(out, teamJSON{TeamID: t.ID, Name: t.Name, APIKey: mask, IsDefault: i == 0})
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // adminKillTeam kills every live sandbox of a team.
-func (s *Server) adminKillTeam(w http.ResponseWriter, r *http.Request, _ *caller) {
+func (s *Server) adminKillTeam(w http.ResponseWriter, r *http.Request, _ *caller) error {
 	teamID := r.PathValue("teamID")
 	sbs, err := s.st.ListSandboxes(r.Context(), store.SandboxFilter{TeamID: teamID})
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	var killed, failed int
 	for _, sb := range sbs {
@@ -60,14 +59,14 @@ func (s *Server) adminKillTeam(w http.ResponseWriter, r *http.Request, _ *caller
 		killed++
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"killedCount": killed, "failedCount": failed})
+	return nil
 }
 
 // adminRunningCounts answers the number of running sandboxes per team.
-func (s *Server) adminRunningCounts(w http.ResponseWriter, r *http.Request, _ *caller) {
+func (s *Server) adminRunningCounts(w http.ResponseWriter, r *http.Request, _ *caller) error {
 	sbs, err := s.st.ListSandboxes(r.Context(), store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning}})
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	// The spec's AdminTeamRunningSandboxCounts: {teamID: count}, teams
 	// without running sandboxes left out.
@@ -76,51 +75,48 @@ func (s *Server) adminRunningCounts(w http.ResponseWriter, r *http.Request, _ *c
 		counts[sb.TeamID]++
 	}
 	writeJSON(w, http.StatusOK, counts)
+	return nil
 }
 
 // adminCreateKey issues a key for a team; the clear key is in the answer
 // only.
-func (s *Server) adminCreateKey(w http.ResponseWriter, r *http.Request, _ *caller) {
+func (s *Server) adminCreateKey(w http.ResponseWriter, r *http.Request, _ *caller) error {
 	teamID := r.PathValue("teamID")
 	var req struct {
 		Name string `json:"name"`
 	}
 	if err := decode(r, &req, false); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if _, err := s.st.GetTeam(r.Context(), teamID); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	key, k, err := AddKey(r.Context(), s.st, teamID, req.Name, "")
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"id": k.ID, "name": k.Name, "key": key, "mask": maskDetails(key),
 		"createdAt": k.CreatedAt.Format(time.RFC3339Nano),
 	})
+	return nil
 }
 
-func (s *Server) adminDeleteKey(w http.ResponseWriter, r *http.Request, _ *caller) {
+func (s *Server) adminDeleteKey(w http.ResponseWriter, r *http.Request, _ *caller) error {
 	keys, err := s.st.ListAPIKeys(r.Context(), r.PathValue("teamID"))
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	for _, k := range keys {
 		if k.ID == r.PathValue("apiKeyID") {
 			if err := s.st.DeleteAPIKey(r.Context(), k.ID); err != nil {
-				s.fail(w, r, err)
-				return
+				return err
 			}
 			w.WriteHeader(http.StatusNoContent)
-			return
+			return nil
 		}
 	}
-	s.fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "api key not found"))
+	return errdefs.Publicf(errdefs.ErrNotFound, "api key not found")
 }
 
 // identifierMask is the spec's IdentifierMaskingDetails of a key: its

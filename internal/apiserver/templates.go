@@ -25,7 +25,7 @@ import (
 // builder.Service; COPY contexts are PUT to the service's upload handler,
 // whose signed URL GET /templates/{id}/files/{hash} hands out.
 
-func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Request, *caller)) http.Handler) {
+func (s *Server) templateRoutes(team func(handlerFunc) http.Handler) {
 	if s.cfg.Builds == nil || s.cfg.Catalog == nil {
 		return
 	}
@@ -44,14 +44,14 @@ func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Reques
 	s.handle("DELETE /templates/tags", team(s.deleteTags))
 	// GET /templates/aliases/{alias} and GET /templates/{id}/tags overlap
 	// for the mux: one route tells them apart.
-	s.handle("GET /templates/{a}/{b}", team(func(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.handle("GET /templates/{a}/{b}", team(func(w http.ResponseWriter, r *http.Request, c *caller) error {
 		switch a, b := r.PathValue("a"), r.PathValue("b"); {
 		case a == "aliases":
-			s.templateAlias(w, r, c, b)
+			return s.templateAlias(w, r, c, b)
 		case b == "tags":
-			s.listTags(w, r, c, a)
+			return s.listTags(w, r, c, a)
 		default:
-			s.fail(w, r, errNoRoute(r))
+			return errNoRoute(r)
 		}
 	}))
 }
@@ -60,17 +60,26 @@ func (s *Server) templateRoutes(team func(func(http.ResponseWriter, *http.Reques
 // X-Team-ID acts as the operator on system templates (no team: base, and
 // the ones the operator builds, which every team may use, under any name
 // including the reserved ones).
+//
+// A template is inspected and changed by its owner only
+// (templates.Catalog.Owned). Another team's public template is usable,
+// not inspectable: a team may create sandboxes of it and build from it
+// (by ID or team/name, with a tag) and resolve its name
+// (GET /templates/aliases/{name}: its ID and public flag); every other
+// route (get with its builds, tags, build status and logs, uploads,
+// builds, publish, delete, tag changes) answers 404, as for a template
+// that does not exist. The lists show the caller's own templates only.
 
-// templateErr answers err of an operation on template id.
-func (s *Server) templateErr(w http.ResponseWriter, r *http.Request, id string, err error) {
+// templateErr is err of an operation on template id, as its client is
+// told of it.
+func templateErr(id string, err error) error {
 	switch {
 	case errdefs.IsNotFound(err):
-		s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("template '%s' not found", id)))
+		return errdefs.WithMessage(err, fmt.Sprintf("template '%s' not found", id))
 	case errors.Is(err, errdefs.ErrForbidden):
-		s.fail(w, r, errdefs.WithMessage(err, fmt.Sprintf("you don't have access to template '%s'", id)))
-	default:
-		s.fail(w, r, err)
+		return errdefs.WithMessage(err, fmt.Sprintf("you don't have access to template '%s'", id))
 	}
+	return err
 }
 
 // The template routes encode and decode pkg/client's types, the one
@@ -92,41 +101,40 @@ func diskMB(req client.NewTemplate) (int64, error) {
 	return 0, nil
 }
 
-func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *caller) error {
 	var req client.NewTemplate
 	if err := decode(r, &req, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	name := req.Name
 	if name == "" {
 		name = req.Alias
 	}
 	if strings.TrimSpace(name) == "" {
-		s.fail(w, r, invalid("name", "required"))
-		return
+		return invalid("name", "required")
 	}
 	if err := cmp.Or(checkRef("name", name), checkTags("tags", req.Tags)); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	disk, err := diskMB(req)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	lim := s.limits(c)
+	if lim.MaxDiskMB > 0 && disk > lim.MaxDiskMB {
+		return invalid("minFreeDiskMb", "%d MiB is more than the team's disk limit of %d MiB (a sandbox's disk)", disk, lim.MaxDiskMB)
+	}
 	t, b, err := s.cfg.Builds.CreateTemplate(r.Context(), templates.CreateRequest{
 		TeamID: c.teamID, Name: name, Tags: req.Tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB, DiskMB: disk,
 		Limits: templates.Limits{MaxCPU: lim.MaxVCPUs, MaxMemoryMB: lim.MaxMemoryMB},
 	})
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusAccepted, client.TemplateCreated{
 		TemplateID: t.ID, BuildID: b.ID, Public: t.Public, Names: names(t), Tags: nonNil(b.Tags), Aliases: nonNil(t.Aliases),
 	})
+	return nil
 }
 
 func names(t *templates.Template) []string { return nonNil(slices.Clone(t.Aliases)) }
@@ -154,18 +162,18 @@ func (s *Server) baseURL(r *http.Request) string {
 	return scheme + "://" + r.Host
 }
 
-func (s *Server) templateFiles(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) templateFiles(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	present, path, err := s.cfg.Builds.Files(r.Context(), c.teamID, id, r.PathValue("hash"))
 	if err != nil {
-		s.templateErr(w, r, id, err)
-		return
+		return templateErr(id, err)
 	}
 	out := client.FilesUpload{Present: present}
 	if !present {
 		out.URL = s.baseURL(r) + path
 	}
 	writeJSON(w, http.StatusCreated, out)
+	return nil
 }
 
 // The body of a build start (E2B's TemplateBuildStartV2) is
@@ -210,44 +218,41 @@ func registryAuthOf(a *client.RegistryAuth) (*builder.RegistryAuth, error) {
 	return nil, invalid("fromImageRegistry.type", "%q registries are not supported by this server (use registry with a username and password, gcp with a service account key, or aws with an access key and region)", a.Type)
 }
 
-func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id, buildID := r.PathValue("id"), r.PathValue("buildID")
 	var req client.TemplateBuild
 	if err := decode(r, &req, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if req.FromImage != "" && req.FromTemplate != "" {
-		s.fail(w, r, invalid("fromTemplate", "give fromImage or fromTemplate, not both"))
-		return
+		return invalid("fromTemplate", "give fromImage or fromTemplate, not both")
 	}
-	spec := builder.Spec{FromImage: req.FromImage, FromTemplate: req.FromTemplate, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force}
+	lim := s.limits(c)
+	spec := builder.Spec{FromImage: req.FromImage, FromTemplate: req.FromTemplate, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force,
+		Team: builder.TeamLimits{Builds: lim.MaxBuilds, StorageMB: lim.MaxTemplateStorageMB}}
 	if a := req.FromImageRegistry; a != nil {
 		auth, err := registryAuthOf(a)
 		if err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		spec.RegistryAuth = auth
 	}
 	for i, st := range req.Steps {
 		if st.Type == "" {
-			s.fail(w, r, invalid(fmt.Sprintf("steps[%d].type", i), "required"))
-			return
+			return invalid(fmt.Sprintf("steps[%d].type", i), "required")
 		}
 		spec.Steps = append(spec.Steps, builder.Step{Type: strings.ToUpper(st.Type), Args: st.Args, Force: st.Force, FilesHash: st.FilesHash, Expand: st.Expand})
 	}
 	_, err := s.cfg.Builds.StartBuild(r.Context(), builder.StartRequest{TeamID: c.teamID, TemplateID: id, BuildID: buildID, Spec: spec})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			s.fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "template '%s' or its build '%s' not found", id, buildID))
-			return
+			return errdefs.Publicf(errdefs.ErrNotFound, "template '%s' or its build '%s' not found", id, buildID)
 		}
-		s.templateErr(w, r, id, err)
-		return
+		return templateErr(id, err)
 	}
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusAccepted)
+	return nil
 }
 
 func logEntries(in []templates.LogEntry) []client.BuildLogEntry {
@@ -258,27 +263,24 @@ func logEntries(in []templates.LogEntry) []client.BuildLogEntry {
 	return out
 }
 
-func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id, buildID := r.PathValue("id"), r.PathValue("buildID")
 	q := r.URL.Query()
 	offset := 0
 	if v := q.Get("logsOffset"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			s.fail(w, r, invalid("logsOffset", "must be a non-negative integer, got %q", v))
-			return
+			return invalid("logsOffset", "must be a non-negative integer, got %q", v)
 		}
 		offset = n
 	}
 	minLevel, err := parseLevel(q.Get("level"))
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	st, err := s.cfg.Builds.Status(r.Context(), c.teamID, id, buildID, offset)
 	if err != nil {
-		s.buildErr(w, r, id, buildID, err)
-		return
+		return buildErr(id, buildID, err)
 	}
 	entries := st.LogEntries
 	if minLevel != "" {
@@ -292,14 +294,16 @@ func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request, c *caller) 
 		out.Reason = &client.BuildReason{Message: st.Reason.Message, Step: st.Reason.Step, LogEntries: []client.BuildLogEntry{}}
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) buildErr(w http.ResponseWriter, r *http.Request, id, buildID string, err error) {
+// buildErr is err of an operation on build buildID of template id, as its
+// client is told of it.
+func buildErr(id, buildID string, err error) error {
 	if errdefs.IsNotFound(err) {
-		s.fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "build '%s' of template '%s' not found", buildID, id))
-		return
+		return errdefs.WithMessage(err, fmt.Sprintf("build '%s' of template '%s' not found", buildID, id))
 	}
-	s.templateErr(w, r, id, err)
+	return templateErr(id, err)
 }
 
 var levelRank = map[templates.LogLevel]int{templates.LogDebug: 0, templates.LogInfo: 1, templates.LogWarn: 2, templates.LogError: 3}
@@ -315,23 +319,21 @@ func parseLevel(v string) (templates.LogLevel, error) {
 	return l, nil
 }
 
-func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id, buildID := r.PathValue("id"), r.PathValue("buildID")
 	q := r.URL.Query()
 	var lq builder.LogsQuery
 	if v := q.Get("cursor"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms < 0 {
-			s.fail(w, r, invalid("cursor", "must be a timestamp in milliseconds, got %q", v))
-			return
+			return invalid("cursor", "must be a timestamp in milliseconds, got %q", v)
 		}
 		lq.Cursor = time.UnixMilli(ms)
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 100 {
-			s.fail(w, r, invalid("limit", "must be an integer between 0 and 100, got %q", v))
-			return
+			return invalid("limit", "must be an integer between 0 and 100, got %q", v)
 		}
 		lq.Limit = n
 	}
@@ -340,21 +342,19 @@ func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request, c *caller) {
 	case "backward":
 		lq.Backward = true
 	default:
-		s.fail(w, r, invalid("direction", "must be forward or backward, got %q", v))
-		return
+		return invalid("direction", "must be forward or backward, got %q", v)
 	}
 	lvl, err := parseLevel(q.Get("level"))
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	lq.MinLevel = lvl
 	entries, err := s.cfg.Builds.Logs(r.Context(), c.teamID, id, buildID, lq)
 	if err != nil {
-		s.buildErr(w, r, id, buildID, err)
-		return
+		return buildErr(id, buildID, err)
 	}
 	writeJSON(w, http.StatusOK, client.BuildLogs{Logs: logEntries(entries)})
+	return nil
 }
 
 func (s *Server) templateOf(ctx context.Context, t *templates.Template) (client.Template, error) {
@@ -412,13 +412,13 @@ func (s *Server) teamTemplates(ctx context.Context, teamID string) ([]client.Tem
 	return out, nil
 }
 
-func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, c *caller) error {
 	out, err := s.teamTemplates(r.Context(), s.listTeam(r, c))
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // listTeam is the team whose templates a list shows: the caller's (an
@@ -466,31 +466,28 @@ func pageOf[T any](w http.ResponseWriter, r *http.Request, items []T) ([]T, erro
 	return items[off:end], nil
 }
 
-func (s *Server) listTemplatesV2(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) listTemplatesV2(w http.ResponseWriter, r *http.Request, c *caller) error {
 	all, err := s.teamTemplates(r.Context(), s.listTeam(r, c))
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	page, err := pageOf(w, r, all)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, page)
+	return nil
 }
 
-func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
-	t, err := s.cfg.Catalog.Find(r.Context(), c.teamID, id)
+	t, err := s.cfg.Catalog.Owned(r.Context(), c.teamID, id)
 	if err != nil {
-		s.templateErr(w, r, id, err)
-		return
+		return templateErr(id, err)
 	}
 	builds, err := s.cfg.Catalog.Builds(r.Context(), t.ID)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	bs := make([]client.TemplateBuildSummary, 0, len(builds))
 	for i := len(builds) - 1; i >= 0; i-- { // newest first
@@ -507,135 +504,120 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *caller) 
 	}
 	page, err := pageOf(w, r, bs)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, client.TemplateWithBuilds{
 		TemplateID: t.ID, Public: t.Public, Aliases: names(t), Names: names(t),
 		CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(), Builds: page,
 	})
+	return nil
 }
 
-func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	ctx := r.Context()
 	name, _ := templates.ParseRef(id)
-	t, err := s.cfg.Catalog.Find(ctx, c.teamID, name)
+	t, err := s.cfg.Catalog.Owned(ctx, c.teamID, name)
 	if err != nil {
-		s.templateErr(w, r, id, err)
-		return
-	}
-	if t.TeamID != c.teamID {
-		s.templateErr(w, r, id, fmt.Errorf("template %q: %w", id, errdefs.ErrForbidden))
-		return
+		return templateErr(id, err)
 	}
 	// The builds' files (trees, memory snapshots and their saved layers)
 	// stay: a paused sandbox, a warm pool or a create that resolved the
 	// template just before may still use them. The template collector
 	// (builder.GC) frees them once nothing does, after its grace period.
 	if err := s.cfg.Catalog.Delete(ctx, c.teamID, t.ID); err != nil {
-		s.templateErr(w, r, id, err)
-		return
+		return templateErr(id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) patchTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) patchTemplate(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	var req client.TemplateUpdate
 	if err := decode(r, &req, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	var t *templates.Template
 	var err error
 	if req.Public != nil {
 		t, err = s.cfg.Catalog.SetPublic(r.Context(), c.teamID, id, *req.Public)
 	} else {
-		t, err = s.cfg.Catalog.Find(r.Context(), c.teamID, id)
+		t, err = s.cfg.Catalog.Owned(r.Context(), c.teamID, id)
 	}
 	if err != nil {
-		s.templateErr(w, r, id, err)
-		return
+		return templateErr(id, err)
 	}
 	writeJSON(w, http.StatusOK, client.TemplateNames{Names: names(t)})
+	return nil
 }
 
-func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, c *caller, alias string) {
+func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, c *caller, alias string) error {
 	// Resolved as a create would: another team's name is not found (not
 	// 403), so a template's existence does not leak across teams.
 	t, err := s.cfg.Catalog.Find(r.Context(), c.teamID, alias)
 	if err != nil {
-		s.templateErr(w, r, alias, err)
-		return
+		return templateErr(alias, err)
 	}
 	writeJSON(w, http.StatusOK, client.TemplateAlias{TemplateID: t.ID, Public: t.Public})
+	return nil
 }
 
-func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, c *caller) error {
 	var req client.TagsRequest
 	if err := decode(r, &req, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if req.Target == "" {
-		s.fail(w, r, invalid("target", "required"))
-		return
+		return invalid("target", "required")
 	}
 	if len(req.Tags) == 0 {
-		s.fail(w, r, invalid("tags", "at least one tag is required"))
-		return
+		return invalid("tags", "at least one tag is required")
 	}
 	if err := cmp.Or(checkRef("target", req.Target), checkTags("tags", req.Tags)); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	buildID, err := s.cfg.Catalog.AssignTags(r.Context(), c.teamID, req.Target, req.Tags)
 	if err != nil {
-		s.templateErr(w, r, req.Target, err)
-		return
+		return templateErr(req.Target, err)
 	}
 	writeJSON(w, http.StatusCreated, client.TagsAssigned{BuildID: buildID, Tags: req.Tags})
+	return nil
 }
 
-func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, c *caller) error {
 	var req client.TagsRequest
 	if err := decode(r, &req, true); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if req.Name == "" {
-		s.fail(w, r, invalid("name", "required"))
-		return
+		return invalid("name", "required")
 	}
 	if len(req.Tags) == 0 {
-		s.fail(w, r, invalid("tags", "at least one tag is required"))
-		return
+		return invalid("tags", "at least one tag is required")
 	}
 	if err := cmp.Or(checkRef("name", req.Name), checkTags("tags", req.Tags)); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if err := s.cfg.Catalog.DeleteTags(r.Context(), c.teamID, req.Name, req.Tags); err != nil {
 		if errdefs.IsNotFound(err) {
-			s.fail(w, r, err)
-			return
+			return err
 		}
-		s.templateErr(w, r, req.Name, err)
-		return
+		return templateErr(req.Name, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) listTags(w http.ResponseWriter, r *http.Request, c *caller, id string) {
+func (s *Server) listTags(w http.ResponseWriter, r *http.Request, c *caller, id string) error {
 	tags, err := s.cfg.Catalog.ListTags(r.Context(), c.teamID, id)
 	if err != nil {
-		s.templateErr(w, r, id, err)
-		return
+		return templateErr(id, err)
 	}
 	out := make([]client.TemplateTag, 0, len(tags))
 	for _, tg := range tags {
 		out = append(out, client.TemplateTag{Tag: tg.Tag, BuildID: tg.BuildID, CreatedAt: tg.CreatedAt.UTC()})
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }

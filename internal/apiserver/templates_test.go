@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
+	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -72,6 +73,7 @@ type tplEnv struct {
 	api     *apiserver.Server
 	local   *builder.Local
 	snaps   *fakeSnapshotter
+	lossy   *lossySnapshots
 	recNode *recNode
 }
 
@@ -97,7 +99,15 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	st := storetest.SQLite(t)
 	n := fakenode.New()
 	rn := &recNode{Node: n}
-	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: rn})
+	// The node side of snapshots as `warren serve` has it: the agent's
+	// snapshots kept in the one catalog.
+	snaps := &fakeSnapshotter{node: n}
+	ss, err := nodebuild.NewSandboxSnapshots(nodebuild.SandboxSnapshotsConfig{Agent: snaps, Catalog: local.Catalog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lossy := &lossySnapshots{SandboxSnapshotter: ss}
+	lc, err := lifecycle.New(lifecycle.Config{Store: st, Node: rn, Snapshots: lossy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +131,9 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 		}
 		*dst = k
 	}
-	snaps := &fakeSnapshotter{node: n}
 	cfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: local.Catalog, AdminToken: adminToken,
-		Builds: local.Service, Catalog: local.Catalog, Snapshots: snaps,
+		Builds: local.Service, Catalog: local.Catalog,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -138,7 +147,7 @@ func newTemplateEnv(t *testing.T, opts ...func(*apiserver.Config)) *tplEnv {
 	mux.Handle("/", api)
 	e.srv = httptest.NewServer(conformTo(t, mux))
 	t.Cleanup(e.srv.Close)
-	return &tplEnv{env: e, api: api, local: local, snaps: snaps, recNode: rn}
+	return &tplEnv{env: e, api: api, local: local, snaps: snaps, lossy: lossy, recNode: rn}
 }
 
 // decodeJSON decodes r's body into v, failing the test on error.
@@ -745,7 +754,8 @@ func TestTemplateListGetDeleteTagsPublic(t *testing.T) {
 	expect(t, "tags unknown", e.do("GET", "/templates/nope/tags", e.key1, ""), 404)
 	expect(t, "unknown subpath", e.do("GET", "/templates/lst/whatever", e.key1, ""), 404)
 
-	// Public: another team then sees it.
+	// Public: another team may then use it (resolve team/name, create),
+	// not inspect or change it.
 	r = e.do("PATCH", "/v2/templates/lst", e.key1, `{"public":true}`)
 	expect(t, "patch", r, http.StatusOK)
 	if string(r.body) != `{"names":["lst"]}` {
@@ -754,9 +764,11 @@ func TestTemplateListGetDeleteTagsPublic(t *testing.T) {
 	expect(t, "public alias, bare name", e.do("GET", "/templates/aliases/lst", e.key2, ""), 404)
 	expect(t, "public alias as team/name", e.do("GET", "/templates/aliases/t1%2Flst", e.key2, ""), 200)
 	expect(t, "get now public, bare name", e.do("GET", "/templates/lst", e.key2, ""), 404)
-	expect(t, "get now public by ID", e.do("GET", "/templates/"+c.TemplateID, e.key2, ""), 200)
+	expect(t, "get now public by ID", e.do("GET", "/templates/"+c.TemplateID, e.key2, ""), 404)
+	expect(t, "tags of now public", e.do("GET", "/templates/"+c.TemplateID+"/tags", e.key2, ""), 404)
+	expect(t, "status of now public", e.do("GET", "/templates/"+c.TemplateID+"/builds/"+c.BuildID+"/status", e.key2, ""), 404)
 	expect(t, "patch by another team, bare name", e.do("PATCH", "/v2/templates/lst", e.key2, `{"public":false}`), 404)
-	expect(t, "patch by another team", e.do("PATCH", "/v2/templates/t1%2Flst", e.key2, `{"public":false}`), 403)
+	expect(t, "patch by another team", e.do("PATCH", "/v2/templates/t1%2Flst", e.key2, `{"public":false}`), 404)
 	expect(t, "patch v1", e.do("PATCH", "/templates/lst", e.key1, `{"public":false}`), 200)
 	expect(t, "patch unknown", e.do("PATCH", "/v2/templates/nope", e.key1, `{"public":true}`), 404)
 	expect(t, "patch bad body", e.do("PATCH", "/v2/templates/lst", e.key1, `{"public":"yes"}`), 400)
@@ -827,4 +839,8 @@ func TestSystemTemplates(t *testing.T) {
 	}
 	expect(t, "team deletes a system template", e.do("DELETE", "/templates/"+sys, e.key2, ""), http.StatusForbidden)
 	expect(t, "team publishes a system template", e.do("PATCH", "/v2/templates/"+sys, e.key2, `{"public":true}`), http.StatusForbidden)
+	// Usable, not inspectable: the operator's builds are the operator's.
+	expect(t, "team reads a system template", e.do("GET", "/templates/"+sys, e.key2, ""), http.StatusForbidden)
+	expect(t, "team reads a system template's tags", e.do("GET", "/templates/"+sys+"/tags", e.key2, ""), http.StatusForbidden)
+	expect(t, "operator reads its template", e.do("GET", "/templates/"+sys, "", "", admin...), http.StatusOK)
 }

@@ -72,83 +72,78 @@ func (b *webhookBody) apply(a *eventsAPI, w *store.Webhook) error {
 
 func validateHTTPURL(u string) error { return webhooks.ValidateURL(u) }
 
-func (a *eventsAPI) createWebhook(w http.ResponseWriter, r *http.Request, c *caller) {
+func (a *eventsAPI) createWebhook(w http.ResponseWriter, r *http.Request, c *caller) error {
 	var b webhookBody
 	if err := decode(r, &b, true); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	switch {
 	case b.URL == nil:
-		a.fail(w, r, invalid("url", "is required"))
-		return
+		return invalid("url", "is required")
 	case b.SignatureSecret == nil:
-		a.fail(w, r, invalid("signatureSecret", "is required"))
-		return
+		return invalid("signatureSecret", "is required")
 	}
 	hook := &store.Webhook{ID: store.NewUID(), TeamID: c.teamID, Enabled: true}
 	if err := b.apply(a, hook); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
-	if err := a.st.CreateWebhook(r.Context(), hook); err != nil {
-		a.fail(w, r, err)
-		return
+	// The team's webhooks are bounded (maxWebhooks): counted with the
+	// insert, so parallel creates cannot pass the bound.
+	if err := a.st.CreateWebhookWithin(r.Context(), hook, a.limits(c).MaxWebhooks); err != nil {
+		return err
 	}
 	a.log.Info("webhook registered", "team_id", c.teamID, "webhook_id", hook.ID, "events", hook.Events)
 	writeJSON(w, http.StatusCreated, webhookOf(hook))
+	return nil
 }
 
-func (a *eventsAPI) listWebhooks(w http.ResponseWriter, r *http.Request, c *caller) {
+func (a *eventsAPI) listWebhooks(w http.ResponseWriter, r *http.Request, c *caller) error {
 	hooks, err := a.st.ListWebhooks(r.Context(), c.teamID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	out := make([]webhookJSON, len(hooks))
 	for i, h := range hooks {
 		out[i] = webhookOf(h)
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (a *eventsAPI) getWebhook(w http.ResponseWriter, r *http.Request, c *caller) {
+func (a *eventsAPI) getWebhook(w http.ResponseWriter, r *http.Request, c *caller) error {
 	hook, err := a.st.GetWebhook(r.Context(), c.teamID, r.PathValue("webhookID"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, webhookOf(hook))
+	return nil
 }
 
-func (a *eventsAPI) updateWebhook(w http.ResponseWriter, r *http.Request, c *caller) {
+func (a *eventsAPI) updateWebhook(w http.ResponseWriter, r *http.Request, c *caller) error {
 	hook, err := a.st.GetWebhook(r.Context(), c.teamID, r.PathValue("webhookID"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	var b webhookBody
 	if err := decode(r, &b, true); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if err := b.apply(a, hook); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if err := a.st.UpdateWebhook(r.Context(), hook); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, webhookOf(hook))
+	return nil
 }
 
-func (a *eventsAPI) deleteWebhook(w http.ResponseWriter, r *http.Request, c *caller) {
+func (a *eventsAPI) deleteWebhook(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if err := a.st.DeleteWebhook(r.Context(), c.teamID, r.PathValue("webhookID")); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // deliveryJSON is one delivery in the history.
@@ -182,42 +177,40 @@ func (a *eventsAPI) deliveryOf(r *http.Request, d *store.Delivery) deliveryJSON 
 	return out
 }
 
-func (a *eventsAPI) listDeliveries(w http.ResponseWriter, r *http.Request, c *caller) {
+func (a *eventsAPI) listDeliveries(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("webhookID")
 	if _, err := a.st.GetWebhook(r.Context(), c.teamID, id); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	limit := 100
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			a.fail(w, r, invalid("limit", "must be an integer between 1 and 1000, got %q", v))
-			return
+			return invalid("limit", "must be an integer between 1 and 1000, got %q", v)
 		}
 		limit = n
 	}
 	ds, err := a.st.ListDeliveries(r.Context(), c.teamID, id, limit)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	out := make([]deliveryJSON, len(ds))
 	for i, d := range ds {
 		out[i] = a.deliveryOf(r, d)
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (a *eventsAPI) redeliver(w http.ResponseWriter, r *http.Request, c *caller) {
+func (a *eventsAPI) redeliver(w http.ResponseWriter, r *http.Request, c *caller) error {
 	d, err := a.st.Redeliver(r.Context(), c.teamID, r.PathValue("webhookID"), r.PathValue("deliveryID"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if a.cfg.Poke != nil {
 		a.cfg.Poke()
 	}
 	a.log.Info("webhook redelivery requested", "team_id", c.teamID, "webhook_id", d.WebhookID, "delivery_id", d.ID)
 	writeJSON(w, http.StatusAccepted, a.deliveryOf(r, d))
+	return nil
 }

@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -23,14 +25,14 @@ const apiKey = "e2b_00112233445566778899aabbccddeeff00112233"
 
 // startAPIReplica runs one `warren api` over dsn until the test ends and
 // returns its base URL.
-func startAPIReplica(t *testing.T, dsn, nodeToken string) string {
+func startAPIReplica(t *testing.T, dsn string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: apiKey,
-			AdminToken: "adm", NodeToken: nodeToken, Logger: slog.New(slog.DiscardHandler), Out: io.Discard, Ready: func(a string) { addr <- a }})
+			AdminToken: "adm-0123456789abcdef0123456789abcdef", NodeCredentialKey: credentialKey, Logger: slog.New(slog.DiscardHandler), Out: io.Discard, Ready: func(a string) { addr <- a }})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -54,7 +56,7 @@ func startAPIReplica(t *testing.T, dsn, nodeToken string) string {
 func metricsOf(t *testing.T, base string) string {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
-	req.Header.Set("X-Admin-Token", "adm")
+	req.Header.Set("X-Admin-Token", "adm-0123456789abcdef0123456789abcdef")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -72,13 +74,26 @@ func metricsOf(t *testing.T, base string) string {
 func TestAPIReplicasElectOneLeader(t *testing.T) {
 	t.Parallel()
 	dsn := storetest.PostgresSchema(t)
-	const nodeToken = "node-secret-0123456789"
 	fn := fakenode.New()
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(fn, noderpc.Options{Token: nodeToken}))
-	nodeSrv := httptest.NewServer(mux)
+	mux.Handle(noderpc.NewHandler(fn, noderpc.Options{ResolveTemplate: fakeTemplates}))
+	// One fake node behind two registrations (node-1, node-2): it takes
+	// either's credential.
+	var creds sync.Map
+	nodeSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := creds.Load(nodeauth.Bearer(r.Header)); !ok {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(nodeSrv.Close) // after the replicas' clean-ups: they hold its watch streams
-	replicas := []string{startAPIReplica(t, dsn, nodeToken), startAPIReplica(t, dsn, nodeToken)}
+	replicas := []string{startAPIReplica(t, dsn), startAPIReplica(t, dsn)}
+	tokens := map[string]string{}
+	for _, id := range []string{"node-1", "node-2"} {
+		tokens[id] = issueNodeToken(t, replicas[0], id)
+		creds.Store(nodeauth.Credential(tokens[id], nodeauth.PurposeRPC), true)
+	}
 
 	var lead, follower string
 	for deadline := time.Now().Add(time.Minute); lead == ""; time.Sleep(50 * time.Millisecond) {
@@ -104,8 +119,8 @@ func TestAPIReplicasElectOneLeader(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	beat := nodereg.Status{ID: "node-1", RPCAddress: nodeSrv.URL, BootID: "boot-1", Capacity: store.NodeResources{VCPUs: 4, MemoryMB: 4096}}
-	if _, err := (&nodereg.Client{APIURL: follower, Token: nodeToken}).Heartbeat(ctx, beat); err != nil {
+	beat := nodereg.Status{ID: "node-1", RPCAddress: nodeSrv.URL, ProxyAddress: "127.0.0.1:1", BootID: "boot-1", Capacity: store.NodeResources{VCPUs: 4, MemoryMB: 4096}}
+	if _, err := (&nodereg.Client{APIURL: follower, Token: tokens["node-1"]}).Heartbeat(ctx, beat); err != nil {
 		t.Fatal(err)
 	}
 	sb, err := client.New(follower, apiKey).Create(ctx, client.NewSandbox{TemplateID: "base"})
@@ -117,7 +132,7 @@ func TestAPIReplicasElectOneLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	beat.ID, beat.BootID = "node-2", "boot-2"
-	if _, err := (&nodereg.Client{APIURL: follower, Token: nodeToken}).Heartbeat(ctx, beat); err != nil {
+	if _, err := (&nodereg.Client{APIURL: follower, Token: tokens["node-2"]}).Heartbeat(ctx, beat); err != nil {
 		t.Fatal(err)
 	}
 	st := storetest.OpenPostgres(t, dsn)

@@ -19,12 +19,14 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/leader"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/placement"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
+	"github.com/warren-sandbox/warren/internal/throttle"
 )
 
 // APIConfig is the configuration of `warren api`: the REST API, the edge
@@ -39,11 +41,23 @@ type APIConfig struct {
 	// APIKey seeds a key of the default team, as for serve; with none and
 	// no key yet, one is generated and printed once.
 	APIKey string
-	// AdminToken enables the admin endpoints (X-Admin-Token).
+	// AdminToken enables the admin endpoints (X-Admin-Token); at least
+	// MinAdminTokenLen characters.
 	AdminToken string
-	// NodeToken is what nodes present to register and heartbeat, and what
-	// the API presents on node RPC calls (required).
-	NodeToken string
+	// TrustedProxies: as for serve.
+	TrustedProxies []string
+	// NodeCredentialKey is the key every node's own token is made and
+	// checked with (internal/nodeauth; `warren node token create`): the
+	// same on every replica, at least 32 characters. Required unless
+	// InsecureLoopbackNodes.
+	NodeCredentialKey string
+	// InsecureLoopbackNodes lets nodes register without a token, from
+	// loopback only, and be called without credentials (one-host tests).
+	InsecureLoopbackNodes bool
+	// NodeCA verifies the nodes' certificates on the calls to their RPC
+	// and proxy listeners (PEM; default the system's roots). A node is
+	// called over TLS, or over plain HTTP on loopback only.
+	NodeCA string
 	// Domain, PublicURL, TLSCert/TLSKey, Events, EgressAllow, Limits,
 	// MetricsListen: as for serve.
 	Domain                  string
@@ -67,11 +81,14 @@ func (c *APIConfig) setDefaults() error {
 	if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
 		return fmt.Errorf("warren api needs Postgres, shared by its replicas and nodes' registry: set --database-url (or WARREN_DATABASE_URL) to a postgres:// URL: %w", errdefs.ErrInvalid)
 	}
-	if c.NodeToken == "" {
-		return fmt.Errorf("warren api needs a node token for its nodes: set --node-token (or WARREN_NODE_TOKEN): %w", errdefs.ErrInvalid)
-	}
-	if len(c.NodeToken) < MinNodeTokenLen {
-		return fmt.Errorf("node token: at least %d characters, as warren node requires: %w", MinNodeTokenLen, errdefs.ErrInvalid)
+	switch {
+	case c.NodeCredentialKey == "" && !c.InsecureLoopbackNodes:
+		return fmt.Errorf("warren api needs the key its nodes' tokens are made with: set --node-credential-key (or WARREN_NODE_CREDENTIAL_KEY), %d characters or more, the same on every replica: %w",
+			nodeauth.MinKeyLen, errdefs.ErrInvalid)
+	case c.NodeCredentialKey != "" && c.InsecureLoopbackNodes:
+		return fmt.Errorf("--insecure-loopback-nodes is for nodes without tokens: drop it, or the node credential key: %w", errdefs.ErrInvalid)
+	case c.NodeCredentialKey != "" && len(c.NodeCredentialKey) < nodeauth.MinKeyLen:
+		return fmt.Errorf("node credential key: at least %d characters: %w", nodeauth.MinKeyLen, errdefs.ErrInvalid)
 	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:3000"
@@ -81,6 +98,9 @@ func (c *APIConfig) setDefaults() error {
 	}
 	if c.APIKey != "" && !apiserver.ValidKey(c.APIKey) {
 		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
+	}
+	if err := checkControlPlane(c.AdminToken, c.TrustedProxies); err != nil {
+		return err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -124,7 +144,11 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	places, err := placement.New(placement.Config{Store: st, NodeToken: cfg.NodeToken, Logger: log.With("component", "placement"), Registry: reg})
+	hops, err := newAPIHops(st, cfg, log.With("component", "nodeauth"))
+	if err != nil {
+		return err
+	}
+	places, err := placement.New(placement.Config{Store: st, Credential: hops.rpc, TLS: hops.tls, Logger: log.With("component", "placement"), Registry: reg})
 	if err != nil {
 		return err
 	}
@@ -153,7 +177,8 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	if err := tcat.EnsureBaseRecord(ctx); err != nil {
 		return err
 	}
-	builds, err := nodebuild.NewRemote(nodebuild.RemoteConfig{Catalog: tcat, Nodes: st, Token: cfg.NodeToken, Logger: log.With("component", "nodebuild")})
+	builds, err := nodebuild.NewRemote(nodebuild.RemoteConfig{Catalog: tcat, Nodes: st, Credential: hops.rpc, Grant: hops.creds.Grant,
+		Authenticate: hops.creds.Authenticate, UploadKey: hops.uploadKey, HTTP: nodeauth.Client(hops.tls), Logger: log.With("component", "nodebuild")})
 	if err != nil {
 		return err
 	}
@@ -161,10 +186,15 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	if err := builds.Resume(ctx); err != nil {
 		return fmt.Errorf("template builds on nodes: %w", err)
 	}
+	vols, err := newVolumes(st, places, lc, log)
+	if err != nil {
+		return err
+	}
+	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: builds, Builds: builds, Catalog: tcat, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Volumes: vols,
 	})
 	if err != nil {
 		return err
@@ -178,7 +208,8 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 		return err
 	}
 	nodes.AdminRoutes(api.HandleAdmin)
-	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, NodeToken: cfg.NodeToken, Logger: log.With("component", "proxy")})
+	hops.creds.AdminRoutes(api.HandleAdmin)
+	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, NodeHop: hops.proxyHop, NodeTLS: hops.tls, TrustedProxies: trusted, Logger: log.With("component", "proxy")})
 	if err != nil {
 		return err
 	}
@@ -189,6 +220,8 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	defer func() { stopRun(); <-lcDone }()
 	waitEvents := startEvents(runCtx, cfg.Events, eg, st, disp, api, log)
 	defer func() { stopRun(); waitEvents() }()
+	waitVolumes := runVolumes(runCtx, vols)
+	defer func() { stopRun(); waitVolumes() }()
 	electionDone := make(chan struct{})
 	go func() { defer close(electionDone); el.Run(runCtx) }()
 	defer func() { stopRun(); <-electionDone }()
@@ -196,9 +229,11 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 	nodes.SetOnNodeBack(onNodeBack)
 	defer func() { stopRun(); waitSingletons() }()
 
-	srv := newHTTPServer(Dispatch(withUploads(withNodeRegistration(api, nodes.Handler(cfg.NodeToken), builds.LocateHandler()), builds.UploadHandler()), px), cfg.TLSCert != "", log)
+	srv := newHTTPServer(Dispatch(withUploads(withNodeRegistration(api, nodes.Handler(hops.creds), builds.LocateHandler()), builds.UploadHandler()), px), cfg.TLSCert != "", log)
 	base := baseURL(addr, cfg.TLSCert != "")
-	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
+	// The SDK's volume content calls go to E2B_VOLUME_API_URL (default
+	// https://api.<E2B_DOMAIN>): this server serves them too.
+	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\nexport E2B_VOLUME_API_URL=%s\n", base, base, base)
 	if key != "" {
 		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)
 	}
@@ -207,6 +242,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 			"unreachable_after", cfg.Liveness.UnreachableAfter.String(), "heartbeat_interval", nodereg.DefaultHeartbeatInterval.String())
 	}
 	log.Info("warren api serving", "addr", addr.String(), "domain", cfg.Domain, "admin_token", cfg.AdminToken != "",
+		"node_tokens", !hops.creds.Insecure(),
 		"unreachable_after", cfg.Liveness.UnreachableAfter.String(), "lost_after", cfg.Liveness.LostAfter.String())
 
 	return serveUntil(ctx, srv, ln, cfg.TLSCert, cfg.TLSKey, func() {
@@ -218,7 +254,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) error {
 
 // withNodeRegistration serves nodes' heartbeats (nodereg.HeartbeatPath)
 // and their questions about builds (nodebuild.LocatePath), both
-// authenticated with the node token, beside the API.
+// authenticated with the node's own token, beside the API.
 func withNodeRegistration(api, heartbeats, locate http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {

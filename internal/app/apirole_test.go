@@ -15,24 +15,48 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
-// TestAPIRoleNeedsPostgresAndNodeToken: warren api refuses SQLite (or no
-// database) and a missing node token with a clear error.
-func TestAPIRoleNeedsPostgresAndNodeToken(t *testing.T) {
+// credentialKey is the node credential key of the test APIs.
+const credentialKey = "app-test-node-credential-key-0123456789"
+
+// issueNodeToken issues node nodeID's token through the admin API at base.
+func issueNodeToken(t *testing.T, base, nodeID string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/admin/nodes/"+nodeID+"/tokens", strings.NewReader(`{}`))
+	req.Header.Set("X-Admin-Token", "adm-0123456789abcdef0123456789abcdef")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out nodereg.IssuedToken
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("issue node %s's token: %d, %v", nodeID, resp.StatusCode, err)
+	}
+	return out.Token
+}
+
+// TestAPIRoleNeedsPostgresAndNodeCredentialKey: warren api refuses SQLite
+// (or no database) and a missing or short node credential key with a
+// clear error.
+func TestAPIRoleNeedsPostgresAndNodeCredentialKey(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		cfg  APIConfig
 		want string
 	}{
-		{APIConfig{NodeToken: "n"}, "needs Postgres"},
-		{APIConfig{DatabaseURL: "/tmp/warren.db", NodeToken: "n"}, "needs Postgres"},
-		{APIConfig{DatabaseURL: "postgres://127.0.0.1:1/x"}, "node token"},
-		{APIConfig{DatabaseURL: "postgres://127.0.0.1:1/x", NodeToken: "short"}, "at least 16"},
+		{APIConfig{NodeCredentialKey: credentialKey}, "needs Postgres"},
+		{APIConfig{DatabaseURL: "/tmp/warren.db", NodeCredentialKey: credentialKey}, "needs Postgres"},
+		{APIConfig{DatabaseURL: "postgres://127.0.0.1:1/x"}, "node-credential-key"},
+		{APIConfig{DatabaseURL: "postgres://127.0.0.1:1/x", NodeCredentialKey: "short"}, "at least 32"},
+		{APIConfig{DatabaseURL: "postgres://127.0.0.1:1/x", NodeCredentialKey: credentialKey, InsecureLoopbackNodes: true}, "insecure-loopback-nodes"},
 	} {
 		err := RunAPI(context.Background(), c.cfg)
 		if !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), c.want) {
@@ -41,25 +65,38 @@ func TestAPIRoleNeedsPostgresAndNodeToken(t *testing.T) {
 	}
 }
 
+// fakeTemplates is the template resolver of a fake node behind the node
+// RPC: it holds every template, its files nowhere.
+func fakeTemplates(_ context.Context, _ string, t nodeapi.Template) (nodeapi.Template, error) {
+	return nodeapi.Template{ID: t.ID, BuildID: t.BuildID, RootFS: "/nonexistent/fake-rootfs", User: "user", Workdir: "/home/user"}, nil
+}
+
 // TestAPIRole runs warren api over Postgres with one node: a fake node
-// behind the real node RPC server. The node registers with the node
+// behind the real node RPC server. The node registers with its own
 // token, a create through the REST API is placed on it, /admin/nodes
 // shows it holding the sandbox, and a kill reaches it.
 func TestAPIRole(t *testing.T) {
 	t.Parallel()
 	dsn := storetest.PostgresSchema(t)
-	const key, nodeToken = "e2b_00112233445566778899aabbccddeeff00112233", "node-secret-0123456789"
+	const key = "e2b_00112233445566778899aabbccddeeff00112233"
 	fn := fakenode.New()
+	var nodeToken string // issued once the API runs
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(fn, noderpc.Options{Token: nodeToken}))
-	nodeSrv := httptest.NewServer(mux)
+	mux.Handle(noderpc.NewHandler(fn, noderpc.Options{ResolveTemplate: fakeTemplates}))
+	nodeSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if nodeauth.Bearer(r.Header) != nodeauth.Credential(nodeToken, nodeauth.PurposeRPC) {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	defer nodeSrv.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: key, AdminToken: "adm", NodeToken: nodeToken,
+		done <- RunAPI(ctx, APIConfig{Listen: "127.0.0.1:0", DatabaseURL: dsn, APIKey: key, AdminToken: "adm-0123456789abcdef0123456789abcdef", NodeCredentialKey: credentialKey,
 			Logger: slog.New(slog.DiscardHandler), Out: io.Discard, Ready: func(a string) { addr <- a }})
 	}()
 	t.Cleanup(func() {
@@ -82,7 +119,8 @@ func TestAPIRole(t *testing.T) {
 	if _, err := c.Create(ctx, client.NewSandbox{TemplateID: "base"}); err == nil {
 		t.Fatal("a create with no node registered succeeded")
 	}
-	beat := nodereg.Status{ID: "node-1", RPCAddress: nodeSrv.URL, BootID: "boot-1", Capacity: store.NodeResources{VCPUs: 4, MemoryMB: 4096}}
+	nodeToken = issueNodeToken(t, base, "node-1")
+	beat := nodereg.Status{ID: "node-1", RPCAddress: nodeSrv.URL, ProxyAddress: "127.0.0.1:1", BootID: "boot-1", Capacity: store.NodeResources{VCPUs: 4, MemoryMB: 4096}}
 	if _, err := (&nodereg.Client{APIURL: base, Token: "wrong"}).Heartbeat(ctx, beat); !errors.Is(err, errdefs.ErrUnauthorized) {
 		t.Fatalf("heartbeat with a wrong token: %v", err)
 	}
@@ -110,7 +148,7 @@ func TestAPIRole(t *testing.T) {
 		t.Fatalf("/admin/nodes after the kill: %+v", nodes)
 	}
 	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
-	req.Header.Set("X-Admin-Token", "adm")
+	req.Header.Set("X-Admin-Token", "adm-0123456789abcdef0123456789abcdef")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +166,7 @@ func TestAPIRole(t *testing.T) {
 func adminNodes(t *testing.T, base string) []nodereg.NodeInfo {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, base+"/admin/nodes", nil)
-	req.Header.Set("X-Admin-Token", "adm")
+	req.Header.Set("X-Admin-Token", "adm-0123456789abcdef0123456789abcdef")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

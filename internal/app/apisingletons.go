@@ -33,6 +33,10 @@ const (
 func runSingletons(ctx context.Context, el *leader.Elector, nodes *nodereg.Registry, liveness nodereg.LivenessConfig,
 	lc *lifecycle.Manager, log *slog.Logger) (onNodeBack func(string), wait func()) {
 	var wg sync.WaitGroup
+	// A term's liveness gives every node a full window from its start,
+	// and a replica that stopped leading while it could not notice (its
+	// process frozen past the lease) checks nothing.
+	liveness.Leading = el.IsLeader
 	wg.Go(func() { el.While(ctx, func(ctx context.Context) { nodes.RunLiveness(ctx, liveness) }) })
 	wg.Go(func() { el.While(ctx, func(ctx context.Context) { reconcileAsLeader(ctx, lc, el.Pokes(), log) }) })
 	back := make(chan struct{}, 1)

@@ -36,6 +36,8 @@ import (
 	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/proxy"
 	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/throttle"
+	"github.com/warren-sandbox/warren/internal/volumes"
 )
 
 // Config is the configuration of `warren serve`.
@@ -51,8 +53,14 @@ type Config struct {
 	// and the default team has no key yet, one is generated and kept in
 	// DataDir/api-key.
 	APIKey string
-	// AdminToken enables the admin endpoints (X-Admin-Token).
+	// AdminToken enables the admin endpoints (X-Admin-Token); at least
+	// MinAdminTokenLen characters.
 	AdminToken string
+	// TrustedProxies are the reverse proxies (CIDRs or IPs) in front of
+	// the listener: for their requests, failed authentications and
+	// signed-URL lookups are counted against the client their
+	// X-Forwarded-For names (internal/throttle).
+	TrustedProxies []string
 	// MetricsListen, when set, serves GET /metrics there without a token
 	// (for a Prometheus scraper; warren serve's default is
 	// DefaultMetricsListen, on loopback). MetricsListenBestEffort turns an
@@ -80,6 +88,9 @@ type Config struct {
 	// CodeInterpreterRootFSTar, when the file exists, is the root
 	// filesystem tar of the code-interpreter-v1 system template.
 	CodeInterpreterRootFSTar string
+	// MCPGatewayRootFSTar, when the file exists, is the root filesystem
+	// tar of the mcp-gateway system template.
+	MCPGatewayRootFSTar string
 	// PublicURL, when set, is the absolute URL clients reach the API at
 	// (behind a reverse proxy); upload URLs handed to the SDK start with
 	// it. Empty: the scheme and Host of each request.
@@ -117,6 +128,11 @@ type Config struct {
 	// MaxTemplateDiskMB is the largest disk a template build may ask for
 	// (default 65536 MiB).
 	MaxTemplateDiskMB int64
+	// Builds bound the node's template builds: slots, a team's default
+	// share and queue, steps, a build's time (builder.BuildLimits);
+	// BuildStepTimeout one RUN step. Zero fields keep the defaults.
+	Builds           builder.BuildLimits
+	BuildStepTimeout time.Duration
 }
 
 // NodeTuning are the node agent's knobs that serve exposes as flags.
@@ -128,6 +144,12 @@ type NodeTuning struct {
 	PoolConcurrency int
 	// MetricsRetention is how long per-sandbox metric samples are kept.
 	MetricsRetention time.Duration
+	// BackstopGrace is how long after a sandbox's end time the node stops
+	// it by itself (docs/lifecycle.md §2); zero keeps the node's default.
+	BackstopGrace time.Duration
+	// CountKills has the agent count its kills in sandbox_killed_total
+	// (warren node; warren serve's control plane counts them).
+	CountKills bool
 }
 
 // apply sets the tuned fields of a node agent's configuration.
@@ -144,6 +166,10 @@ func (t NodeTuning) apply(c *node.Config) {
 	if t.MetricsRetention > 0 {
 		c.MetricsRetention = t.MetricsRetention
 	}
+	if t.BackstopGrace != 0 {
+		c.BackstopGrace = t.BackstopGrace
+	}
+	c.CountKills = t.CountKills
 }
 
 func (c *Config) setDefaults() error {
@@ -169,6 +195,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.APIKey != "" && !apiserver.ValidKey(c.APIKey) {
 		return fmt.Errorf("api key: must be e2b_ followed by 40 lowercase hex characters: %w", errdefs.ErrInvalid)
+	}
+	if err := checkControlPlane(c.AdminToken, c.TrustedProxies); err != nil {
+		return err
 	}
 	if _, err := egress.Parse(c.EgressAllow); err != nil {
 		return err
@@ -246,9 +275,21 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	snaps, err := serveSnapshots(ctx, parts, log)
+	if err != nil {
+		return err
+	}
 	lc, err := lifecycle.New(lifecycle.Config{Store: pokingStore{Store: st, poke: disp.Poke}, Node: parts.node, Logger: log.With("component", "lifecycle"), Registry: reg,
-		SandboxChanges: st.WatchSandboxes,
-		TeamLimits:     apiserver.LifecycleLimits(st, cfg.Limits)})
+		SandboxChanges: st.WatchSandboxes, Snapshots: snaps,
+		TeamLimits: apiserver.LifecycleLimits(st, cfg.Limits)})
+	if err != nil {
+		return err
+	}
+	var volNodes volumes.Nodes
+	if parts.volumes != nil {
+		volNodes = localVolumeNodes{id: "local", vm: parts.volumes}
+	}
+	vols, err := newVolumes(st, volNodes, lc, log)
 	if err != nil {
 		return err
 	}
@@ -258,16 +299,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("metrics listen %s: %w", cfg.MetricsListen, err)
 	}
 	defer stopMetrics()
+	trusted, _ := throttle.ParsePrefixes(cfg.TrustedProxies) // checked by setDefaults
 	apiCfg := apiserver.Config{
 		Store: st, Lifecycle: lc, Templates: parts.templates, Logger: log.With("component", "api"),
 		AdminToken: cfg.AdminToken, Domain: cfg.Domain, PublicURL: cfg.PublicURL, DefaultLimits: cfg.Limits,
-		Metrics: metricsHandler, Registry: reg,
+		Metrics: metricsHandler, Registry: reg, TrustedProxies: trusted, Volumes: vols,
 	}
 	if parts.local != nil {
 		apiCfg.Builds, apiCfg.Catalog = parts.local.Service, parts.local.Catalog
-	}
-	if parts.agent != nil {
-		apiCfg.Snapshots = parts.agent
 	}
 	if pl, ok := parts.node.(nodeapi.Pooler); ok {
 		apiCfg.Pools = pl
@@ -290,7 +329,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if parts.local != nil {
 		apiHandler = withUploads(api, parts.local.Service.UploadHandler())
 	}
-	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, Logger: log.With("component", "proxy")})
+	px, err := proxy.New(proxy.Config{Router: lc, Domain: cfg.Domain, TrustedProxies: trusted, Logger: log.With("component", "proxy")})
 	if err != nil {
 		return err
 	}
@@ -303,10 +342,14 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() { stopRun(); waitEvents() }()
 	waitLocalNode := startLocalNode(runCtx, nodes, parts.node, log.With("component", "nodereg"))
 	defer func() { stopRun(); waitLocalNode() }()
+	waitVolumes := runVolumes(runCtx, vols)
+	defer func() { stopRun(); waitVolumes() }()
 
 	srv := newHTTPServer(Dispatch(apiHandler, px), cfg.TLSCert != "", log)
 	base := baseURL(addr, cfg.TLSCert != "")
-	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\n", base, base)
+	// The SDK's volume content calls go to E2B_VOLUME_API_URL (default
+	// https://api.<E2B_DOMAIN>): this server serves them too.
+	fmt.Fprintf(cfg.Out, "export E2B_API_URL=%s\nexport E2B_SANDBOX_URL=%s\nexport E2B_VOLUME_API_URL=%s\n", base, base, base)
 	if key != "" {
 		fmt.Fprintf(cfg.Out, "export E2B_API_KEY=%s\n", key)
 	} else {
@@ -409,3 +452,26 @@ func ensureKey(ctx context.Context, st store.Store, cfg Config) (string, error) 
 type closer func()
 
 var _ nodeapi.Service = (*node.Agent)(nil)
+
+// The lifecycle finds the sandbox of the proxy's signed URLs.
+var _ proxy.SignatureFinder = (*lifecycle.Manager)(nil)
+
+// MinAdminTokenLen is the shortest admin token accepted: 32 characters
+// (a token of `openssl rand -hex 32` has 64). The admin token is the
+// operator's credential over every team; a short one could be guessed
+// online, which failure throttling only slows.
+const MinAdminTokenLen = 32
+
+// checkControlPlane validates the settings warren serve and warren api
+// share: the admin token's length (none leaves the admin API off) and the
+// trusted proxies.
+func checkControlPlane(adminToken string, trustedProxies []string) error {
+	if adminToken != "" && len(adminToken) < MinAdminTokenLen {
+		return fmt.Errorf("--admin-token (or WARREN_ADMIN_TOKEN): at least %d characters, got %d; make one with `openssl rand -hex 32`: %w",
+			MinAdminTokenLen, len(adminToken), errdefs.ErrInvalid)
+	}
+	if _, err := throttle.ParsePrefixes(trustedProxies); err != nil {
+		return fmt.Errorf("--trusted-proxy: %w", err)
+	}
+	return nil
+}

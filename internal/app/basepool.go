@@ -16,8 +16,8 @@ import (
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
-// The warm pools of base and of the code interpreter's template (when it
-// is offered) are on by default (issue 19): their creates claim a ready
+// The warm pools of base and of the code interpreter's and the MCP
+// gateway's templates (when they are offered) are on by default (issue 19): their creates claim a ready
 // sandbox instead of starting one. Config.DefaultPools sets their size at
 // every start; PoolSizeAuto sizes each from the host and its members'
 // memory (AutoPoolSize) and 0 turns them off. Pools of other templates are set
@@ -71,9 +71,10 @@ func ParsePoolSize(v string) (int, error) {
 }
 
 // defaultPoolTemplates are the system templates whose warm pools
-// Config.DefaultPools sizes at every start: base, and the code interpreter's
-// when it is offered (its root filesystem tar exists).
-var defaultPoolTemplates = []string{"base", CodeInterpreterID}
+// Config.DefaultPools sizes at every start: base, and the code
+// interpreter's and the MCP gateway's when they are offered (their root
+// filesystem tars exist).
+var defaultPoolTemplates = []string{"base", CodeInterpreterID, MCPGatewayID}
 
 // setDefaultPools sets the warm pool of each of defaultPoolTemplates that
 // exists to size (PoolSizeAuto: sized from the host for that template's

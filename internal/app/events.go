@@ -26,6 +26,9 @@ type EventsConfig struct {
 	WebhookMaxAttempts int
 	WebhookBackoff     time.Duration
 	WebhookMaxBackoff  time.Duration
+	// WebhookTeamConcurrency bounds one team's delivery attempts in
+	// flight, its share of the dispatcher (default 2 of 8).
+	WebhookTeamConcurrency int
 }
 
 // pokingStore wakes the webhook dispatcher after every write that may add
@@ -65,6 +68,7 @@ func newDispatcher(cfg EventsConfig, eg *egress.Policy, st store.Store, log *slo
 	return webhooks.New(webhooks.Config{Registry: reg,
 		Store: st, Logger: log.With("component", "webhooks"), MaxAttempts: cfg.WebhookMaxAttempts,
 		Backoff: cfg.WebhookBackoff, MaxBackoff: cfg.WebhookMaxBackoff, Egress: eg,
+		TeamConcurrency: cfg.WebhookTeamConcurrency,
 	})
 }
 

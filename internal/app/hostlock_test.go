@@ -78,7 +78,7 @@ func TestSecondInstanceRefused(t *testing.T) {
 		for _, dir := range []string{"/run/wnode-locktest/netns", ""} {
 			second := NodeConfig{Config: Config{Driver: "runsc", DataDir: t.TempDir(), CgroupRoot: "wnode-locktest-b", Logger: quiet, Out: io.Discard,
 				Net: netslot.Config{Table: "wnode-locktest-b", IfPrefix: "lkb", CIDR: netip.MustParsePrefix("100.73.128.0/24"), NetNSDir: dir}},
-				RPCListen: "127.0.0.1:0", ProxyListen: "127.0.0.1:0"}
+				RPCListen: "127.0.0.1:0", ProxyListen: "127.0.0.1:0", InsecureLoopback: true}
 			if dir == "" {
 				third, err := hostlock.Acquire(hostlock.DefaultDir, []hostlock.Name{{Kind: "netns dir", Flag: "--netns-dir", Value: "/run/warren/wnode-locktest-b/netns"}})
 				if err != nil {

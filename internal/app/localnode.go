@@ -26,8 +26,12 @@ func startLocalNode(ctx context.Context, reg *nodereg.Registry, svc nodeapi.Serv
 	base := nodereg.Status{ID: LocalNodeID, BootID: nodereg.NewBootID(), Version: nodereg.BinaryVersion(), Capacity: capacity}
 	beat := func() {
 		st, err := nodereg.Collect(ctx, svc, base)
+		var r *nodereg.Reply
 		if err == nil {
-			_, err = reg.Record(ctx, st)
+			r, err = reg.Beat(ctx, st)
+		}
+		if err == nil {
+			err = nodereg.Apply(ctx, svc, r)
 		}
 		if err != nil && ctx.Err() == nil {
 			log.Warn("local node heartbeat", "error", err)

@@ -25,7 +25,7 @@ func TestServeListsLocalNode(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{
-			Listen: "127.0.0.1:0", DataDir: t.TempDir(), Driver: "fake", APIKey: key, AdminToken: "adm",
+			Listen: "127.0.0.1:0", DataDir: t.TempDir(), Driver: "fake", APIKey: key, AdminToken: "adm-0123456789abcdef0123456789abcdef",
 			Node: NodeTuning{WatchdogInterval: -1}, Logger: slog.New(slog.DiscardHandler), Out: io.Discard,
 			Ready: func(a string) { addr <- a },
 		})
@@ -66,7 +66,7 @@ func TestServeListsLocalNode(t *testing.T) {
 	if code, _ := get("X-API-Key", key); code != http.StatusForbidden {
 		t.Errorf("a team's API key: %d", code)
 	}
-	code, nodes := get("X-Admin-Token", "adm")
+	code, nodes := get("X-Admin-Token", "adm-0123456789abcdef0123456789abcdef")
 	if code != http.StatusOK || len(nodes) != 1 {
 		t.Fatalf("GET /admin/nodes: %d, %+v", code, nodes)
 	}

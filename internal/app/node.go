@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,7 +15,9 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/memhost"
+	nodevolumes "github.com/warren-sandbox/warren/internal/node/volumes"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodebuild"
 )
 
 // nodeParts is what buildNode makes: the node agent, the template resolver
@@ -25,7 +28,9 @@ type nodeParts struct {
 	templates apiserver.TemplateResolver
 	local     *builder.Local
 	agent     *node.Agent
-	close     closer
+	// volumes are the node's volumes (nil with the fake driver).
+	volumes *nodevolumes.Manager
+	close   closer
 }
 
 // buildNode makes the in-process node agent for cfg.Driver and the
@@ -79,4 +84,21 @@ func (s StaticTemplates) Resolve(_ context.Context, _, ref string) (nodeapi.Temp
 		return nodeapi.Template{}, fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
 	}
 	return t, nil
+}
+
+// serveSnapshots is the sandbox snapshots of `warren serve`'s agent, kept
+// in its catalog, which is the API's too (nil without a real driver: the
+// fake one has no catalog). The snapshots older versions marked with a
+// file are recorded as such first.
+func serveSnapshots(ctx context.Context, parts *nodeParts, log *slog.Logger) (nodeapi.SandboxSnapshotter, error) {
+	if parts.agent == nil || parts.local == nil {
+		return nil, nil
+	}
+	if n, err := nodebuild.AdoptMarkers(ctx, parts.local.Catalog); err != nil {
+		return nil, fmt.Errorf("sandbox snapshots of an earlier version: %w", err)
+	} else if n > 0 {
+		log.Info("recorded the sandbox snapshots an earlier version marked", "count", n)
+	}
+	return nodebuild.NewSandboxSnapshots(nodebuild.SandboxSnapshotsConfig{Agent: parts.agent, Catalog: parts.local.Catalog,
+		Logger: log.With("component", "snapshots")})
 }

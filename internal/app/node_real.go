@@ -18,6 +18,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/rootfslayers"
+	nodevolumes "github.com/warren-sandbox/warren/internal/node/volumes"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -66,6 +67,10 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 	if err != nil {
 		return nil, fmt.Errorf("root filesystems: %w", err)
 	}
+	vm, err := nodevolumes.New(ctx, nodevolumes.Config{Root: filepath.Join(cfg.DataDir, "volumes"), Logger: log.With("component", "volumes"), Registry: reg})
+	if err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
 	// Build steps run in sandboxes of their own; what a crash left of
 	// them goes before the node agent's start-up reclaim frees their slots.
 	bs, err := newBuildSandboxes(cfg, cgRoot, pool, log)
@@ -82,16 +87,18 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 	nc := node.Config{
 		DataDir: filepath.Join(cfg.DataDir, "node"), Driver: drv, Cgroups: cg, Net: pool,
 		Layers: rootfslayers.New(rm, layersRoot), EnvdPath: cfg.EnvdPath, Logger: log, Registry: reg,
-		SnapshotRuntime: snapshotRuntime,
+		SnapshotRuntime: snapshotRuntime, Volumes: vm,
 	}
 	cfg.Node.apply(&nc)
 	a, err := node.New(ctx, nc)
 	if err != nil {
+		vm.Close()
 		return nil, fmt.Errorf("node agent: %w", err)
 	}
 	local, err := builder.OpenLocal(builder.LocalConfig{
 		DataDir: cfg.DataDir, BaseRootFSTar: cfg.BaseRootFSTar, Runner: bs.runner,
 		Snapshotter: a, Logger: cfg.Logger.With("component", "templates"), MaxTemplateDiskMB: cfg.MaxTemplateDiskMB,
+		Builds: cfg.Builds, StepTimeout: cfg.BuildStepTimeout,
 		Transport: (&egress.Dialer{Policy: eg}).Transport(),
 	})
 	if err != nil {
@@ -105,6 +112,7 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 		return nil, fmt.Errorf("base template: %w", err)
 	}
 	ensureCodeInterpreter(ctx, cfg, local.Catalog, a, log)
+	ensureMCPGateway(ctx, cfg, local.Catalog, log)
 	if err := local.Service.Recover(ctx); err != nil {
 		local.Service.Close()
 		a.Close()
@@ -116,10 +124,11 @@ func realNode(ctx context.Context, cfg Config, eg *egress.Policy, reg prometheus
 		a.Close()
 		return nil, fmt.Errorf("template gc: %w", err)
 	}
-	return &nodeParts{node: a, templates: local.Catalog, local: local, agent: a, close: func() {
+	return &nodeParts{node: a, templates: local.Catalog, local: local, agent: a, volumes: vm, close: func() {
 		stopGC()
 		local.Service.Close()
 		a.Close()
+		vm.Close()
 	}}, nil
 }
 

@@ -3,6 +3,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,8 +32,6 @@ import (
 const (
 	DefaultNodeRPCListen   = "127.0.0.1:3100"
 	DefaultNodeProxyListen = "127.0.0.1:3101"
-	// MinNodeTokenLen is the shortest node token accepted.
-	MinNodeTokenLen = 16
 	// DefaultVCPUOvercommit is how many sandbox vCPUs a node offers per
 	// host CPU by default.
 	DefaultVCPUOvercommit = 8
@@ -52,10 +51,25 @@ type NodeConfig struct {
 	// ProxyListen is the node proxy's address (default
 	// DefaultNodeProxyListen).
 	ProxyListen string
-	// NodeToken is required on every RPC (Authorization: Bearer) and
-	// proxy request (proxy.HeaderNodeToken). It may be empty only when
-	// both listeners are on loopback.
+	// NodeToken is this node's own token (`warren node token create`,
+	// internal/nodeauth): the node presents it to the control plane, and
+	// takes on every RPC and proxy request only the credentials derived
+	// from it. It may be empty only with InsecureLoopback.
 	NodeToken string
+	// InsecureLoopback lets the node run without a token, both listeners
+	// on loopback (one-host tests): it then asks nothing of its callers.
+	InsecureLoopback bool
+	// TLSCert and TLSKey are the certificate (with its chain) and key the
+	// RPC and proxy listeners serve (re-read when the files change);
+	// required unless both listeners are on loopback. They shadow
+	// Config's, which are not used.
+	TLSCert, TLSKey string
+	// NodeCA verifies the certificates of the other nodes this node pulls
+	// builds from (PEM; default the system's roots).
+	NodeCA string
+	// APICA verifies the control plane's certificate when APIURL is
+	// https (PEM; default the system's roots).
+	APICA string
 	// NodeID names the node (default: the host name).
 	NodeID string
 	// Advertise is the host (name or IP) other machines reach this node
@@ -93,26 +107,10 @@ func (c *NodeConfig) setNodeDefaults() error {
 		}
 		c.NodeID = h
 	}
-	switch {
-	case c.NodeToken == "" && !(loopback(c.RPCListen) && loopback(c.ProxyListen)):
-		return fmt.Errorf("node token: --node-token (or WARREN_NODE_TOKEN) is required unless --rpc-listen and --proxy-listen are on loopback: %w", errdefs.ErrInvalid)
-	case c.NodeToken != "" && len(c.NodeToken) < MinNodeTokenLen:
-		return fmt.Errorf("node token: at least %d characters: %w", MinNodeTokenLen, errdefs.ErrInvalid)
+	if err := c.checkIdentity(); err != nil {
+		return err
 	}
 	return c.setDefaults()
-}
-
-// loopback reports whether addr (HOST:PORT) listens on loopback only.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // advertised is the host:port others reach the listener ln at.
@@ -150,6 +148,10 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		return err
 	}
 	defer locks.Release()
+	hops, err := cfg.nodeHops()
+	if err != nil {
+		return err
+	}
 	rpcLn, err := net.Listen("tcp", cfg.RPCListen)
 	if err != nil {
 		return fmt.Errorf("rpc listen %s: %w", cfg.RPCListen, err)
@@ -167,6 +169,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The node counts its kills itself: those it makes while the control
+	// plane is away are counted nowhere else until it hears of them.
+	cfg.Node.CountKills = true
 	parts, err := buildNode(ctx, cfg.Config, eg, reg)
 	if err != nil {
 		return err
@@ -182,23 +187,37 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		// node lacks are pulled from the nodes that hold them.
 		var locate func(context.Context, string) (*nodebuild.Source, error)
 		if cfg.APIURL != "" {
-			locate = (&nodebuild.Locator{APIURL: cfg.APIURL, Token: cfg.NodeToken}).Locate
+			locate = (&nodebuild.Locator{APIURL: cfg.APIURL, Token: cfg.NodeToken, HTTP: hops.api}).Locate
 		}
 		var snaps nodebuild.Snapshots // the pulled builds' snapshots on ready restore here
 		if parts.agent != nil {
 			snaps = parts.agent
 		}
 		builds, err = nodebuild.NewNode(nodebuild.NodeConfig{Catalog: parts.local.Catalog, Service: parts.local.Service,
-			Token: cfg.NodeToken, Locate: locate, Logger: log.With("component", "nodebuild"), Registry: reg, Snapshots: snaps})
+			Credential: hops.rpc, PullKey: hops.pull, HTTP: hops.peers, Locate: locate, Logger: log.With("component", "nodebuild"),
+			Registry: reg, Snapshots: snaps})
 		if err != nil {
 			return err
 		}
 		resolve = builds.Resolve
 	}
-	rpcMux := noderpc.NewMux(parts.node, noderpc.Options{
-		Token: cfg.NodeToken, Logger: log.With("component", "noderpc"), NodeProxy: nodeProxy, SnapshotRoot: cfg.DataDir,
-		ResolveTemplate: resolve,
-	}, reg)
+	// Sandbox snapshots are kept as builds of the node's catalog, which
+	// its peers pull.
+	var snaps nodeapi.SandboxSnapshotter
+	if builds != nil && parts.agent != nil {
+		if snaps, err = nodebuild.NewSandboxSnapshots(nodebuild.SandboxSnapshotsConfig{Agent: parts.agent, Catalog: parts.local.Catalog,
+			Node: builds, Logger: log.With("component", "snapshots")}); err != nil {
+			return err
+		}
+	}
+	rpcOpts := noderpc.Options{
+		Token: hops.rpc, MetricsToken: hops.metrics, Logger: log.With("component", "noderpc"), NodeProxy: nodeProxy,
+		ResolveTemplate: resolve, SandboxSnapshots: snaps,
+	}
+	if parts.volumes != nil {
+		rpcOpts.Volumes = parts.volumes
+	}
+	rpcMux := noderpc.NewMux(parts.node, rpcOpts, reg)
 	rpcMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	if builds != nil {
 		rpcMux.Handle(nodebuild.PathPrefix, builds.Handler())
@@ -211,17 +230,24 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 			defer func() { stopSync(); <-syncDone }()
 		}
 	}
-	np, err := proxy.NewNode(proxy.NodeConfig{Node: parts.node, Token: cfg.NodeToken, Logger: log.With("component", "nodeproxy")})
+	np, err := proxy.NewNode(proxy.NodeConfig{Node: parts.node, Token: hops.proxy, Logger: log.With("component", "nodeproxy")})
 	if err != nil {
 		return err
 	}
-	servers := []*http.Server{nodeServer(rpcMux, log), nodeServer(np, log)}
+	servers := []*http.Server{nodeServer(rpcMux, hops.server, log), nodeServer(np, hops.server, log)}
 	errc := make(chan error, 2)
 	for i, ln := range []net.Listener{rpcLn, proxyLn} {
-		go func() { errc <- servers[i].Serve(ln) }()
+		go func() {
+			if hops.server != nil {
+				errc <- servers[i].ServeTLS(ln, "", "")
+			} else {
+				errc <- servers[i].Serve(ln)
+			}
+		}()
 	}
 	log.Info("warren node serving", "node_id", cfg.NodeID, "rpc", rpcLn.Addr().String(), "proxy", proxyLn.Addr().String(),
-		"node_proxy", nodeProxy, "api_url", cfg.APIURL, "driver", cfg.Driver, "data_dir", cfg.DataDir, "node_token", cfg.NodeToken != "")
+		"node_proxy", nodeProxy, "api_url", cfg.APIURL, "driver", cfg.Driver, "data_dir", cfg.DataDir,
+		"node_token", cfg.NodeToken != "", "tls", hops.server != nil)
 	fmt.Fprintf(cfg.Out, "# warren node %s: rpc %s, proxy %s (advertised as %s)\n", cfg.NodeID, rpcLn.Addr(), proxyLn.Addr(), nodeProxy)
 	if cfg.Listening != nil {
 		cfg.Listening(rpcLn.Addr().String(), proxyLn.Addr().String())
@@ -233,7 +259,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if parts.local != nil {
 		held = parts.local.Catalog.HeldBuilds
 	}
-	if err := cfg.startHeartbeats(hbCtx, hbDone, parts.node, held, rpcLn, nodeProxy); err != nil {
+	if err := cfg.startHeartbeats(hbCtx, hbDone, parts.node, held, rpcLn, nodeProxy, hops); err != nil {
 		return err
 	}
 	select {
@@ -252,9 +278,10 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	return nil
 }
 
-func nodeServer(h http.Handler, log *slog.Logger) *http.Server {
+func nodeServer(h http.Handler, tlsCfg *tls.Config, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
+		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
@@ -267,7 +294,7 @@ func nodeServer(h http.Handler, log *slog.Logger) *http.Server {
 // ctx ends, closing done then; without an APIURL it closes done at once.
 // held, when set, names the builds whose files the node holds (reported
 // with those its sandboxes use).
-func (c *NodeConfig) startHeartbeats(ctx context.Context, done chan<- struct{}, svc nodeapi.Service, held func(context.Context) ([]string, error), rpcLn net.Listener, nodeProxy string) error {
+func (c *NodeConfig) startHeartbeats(ctx context.Context, done chan<- struct{}, svc nodeapi.Service, held func(context.Context) ([]string, error), rpcLn net.Listener, nodeProxy string, hops *nodeHops) error {
 	if c.APIURL == "" {
 		close(done)
 		return nil
@@ -289,11 +316,15 @@ func (c *NodeConfig) startHeartbeats(ctx context.Context, done chan<- struct{}, 
 	if c.CapacityMemoryMB > 0 {
 		capacity.MemoryMB = c.CapacityMemoryMB
 	}
+	scheme := "http://"
+	if hops.server != nil {
+		scheme = "https://"
+	}
 	base := nodereg.Status{
-		ID: c.NodeID, RPCAddress: "http://" + rpcAddr, ProxyAddress: nodeProxy,
+		ID: c.NodeID, RPCAddress: scheme + rpcAddr, ProxyAddress: nodeProxy,
 		BootID: nodereg.NewBootID(), Version: nodereg.BinaryVersion(), Capacity: capacity,
 	}
-	client := &nodereg.Client{APIURL: c.APIURL, Token: c.NodeToken, Logger: c.Logger.With("component", "nodereg")}
+	client := &nodereg.Client{APIURL: c.APIURL, Token: c.NodeToken, HTTPClient: hops.apiWithTimeout(), Logger: c.Logger.With("component", "nodereg")}
 	c.Logger.Info("registering with the control plane", "api_url", c.APIURL, "node_id", c.NodeID, "rpc_address", base.RPCAddress,
 		"boot_id", base.BootID, "capacity_vcpus", capacity.VCPUs, "capacity_memory_mb", capacity.MemoryMB)
 	go func() {
@@ -308,7 +339,13 @@ func (c *NodeConfig) startHeartbeats(ctx context.Context, done chan<- struct{}, 
 				st.Templates = append(slices.Clone(base.Templates), ids...)
 			}
 			return nodereg.Collect(ctx, svc, st)
-		}, nil)
+		}, func(r *nodereg.Reply) {
+			// The kills the API recorded are forgotten; a drain reaches
+			// the agent.
+			if err := nodereg.Apply(ctx, svc, r); err != nil {
+				c.Logger.Warn("apply the heartbeat's reply", "error", err)
+			}
+		})
 	}()
 	return nil
 }

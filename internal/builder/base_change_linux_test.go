@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -54,7 +55,7 @@ func TestBaseChangeKeepsTemplates(t *testing.T) {
 	}
 	later := time.Now().Add(time.Minute)
 	os.Chtimes(tarPath, later, later)
-	cat, err := templates.New(templates.Config{DataDir: filepath.Join(f.dir, "templates"), BaseRootFSTar: tarPath})
+	cat, err := templates.New(templates.Config{DataDir: filepath.Join(f.dir, "templates"), BaseRootFSTar: tarPath, UnpackRootFS: layer.UnpackRootFS})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,15 +3,17 @@ package builder
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/builder/driverrun"
+	"github.com/warren-sandbox/warren/internal/driver"
+	"github.com/warren-sandbox/warren/internal/driver/runc"
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/netslot/netslottest"
-	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // BenchmarkBuild measures a five-step build from the base template, with
@@ -42,10 +44,10 @@ func BenchmarkBuild(b *testing.B) {
 }
 
 // BenchmarkBuildRunners measures an uncached build of three RUN steps with
-// each runner: a chroot (no isolation, the floor), runc in the host's
-// network namespace (the former default), and the runsc driver with a
-// network slot per build sandbox (what warren serve uses). Each step is one
-// build sandbox: start, exec, stop.
+// each runner: a chroot (no isolation, the floor), and driverrun with a
+// network slot per build sandbox over the runc driver (`--driver runc`)
+// and over the runsc driver (what warren serve uses by default). Each
+// step is one build sandbox: start, exec, stop.
 func BenchmarkBuildRunners(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
@@ -56,39 +58,45 @@ func BenchmarkBuildRunners(b *testing.B) {
 		{Type: StepRun, Args: []string{"echo two > /two"}},
 		{Type: StepRun, Args: []string{"cat /one /two > /three"}},
 	}}
+	overDriver := func(b *testing.B, d driver.Driver) Runner {
+		pool, _ := netslottest.New(b)
+		return withNetwork{driverrun.Runner{
+			Driver: d, Init: envd, InitArgs: []string{"-listen", "127.0.0.1", "-no-port-forward"},
+			ResolvConf: "nameserver 127.0.0.1\n",
+			NetNS: func(ctx context.Context, id string) (string, func(), error) {
+				s, err := pool.Acquire(ctx, id, netslot.Policy{Internet: true})
+				if err != nil {
+					return "", nil, err
+				}
+				return s.NetNSPath, func() { pool.Release(context.Background(), s) }, nil
+			},
+		}}
+	}
 	runners := []struct {
 		name string
 		make func(b *testing.B) Runner
 	}{
 		{"chroot", func(*testing.B) Runner { return ChrootRunner{} }},
-		{"runc-host-netns", func(*testing.B) Runner { return withNetwork{RuncRunner{}} }},
+		{"runc-slot", func(b *testing.B) Runner {
+			runcBin, err := exec.LookPath("runc")
+			if err != nil || envd == "" {
+				b.Skip("runc and WARREN_ENVD are needed (make build)")
+			}
+			d, err := runc.New(runc.Config{Path: runcBin, StateDir: filepath.Join(b.TempDir(), "runc"), CgroupRoot: "/" + testCgroupRoot(b)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return overDriver(b, d)
+		}},
 		{"runsc-slot", func(b *testing.B) Runner {
 			if runscBin == "" || envd == "" {
 				b.Skip("WARREN_RUNSC and WARREN_ENVD are needed (make build)")
 			}
-			cgRoot := testenv.Name("warren-test-bench-")
-			b.Cleanup(func() {
-				dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgRoot)
-				for _, d := range dirs {
-					os.Remove(d)
-				}
-			})
-			d, err := runsc.New(runsc.Config{Path: runscBin, StateDir: filepath.Join(b.TempDir(), "runsc"), CgroupRoot: "/" + cgRoot})
+			d, err := runsc.New(runsc.Config{Path: runscBin, StateDir: filepath.Join(b.TempDir(), "runsc"), CgroupRoot: "/" + testCgroupRoot(b)})
 			if err != nil {
 				b.Fatal(err)
 			}
-			pool, _ := netslottest.New(b)
-			return withNetwork{driverrun.Runner{
-				Driver: d, Init: envd, InitArgs: []string{"-listen", "127.0.0.1", "-no-port-forward"},
-				ResolvConf: "nameserver 127.0.0.1\n",
-				NetNS: func(ctx context.Context, id string) (string, func(), error) {
-					s, err := pool.Acquire(ctx, id, netslot.Policy{Internet: true})
-					if err != nil {
-						return "", nil, err
-					}
-					return s.NetNSPath, func() { pool.Release(context.Background(), s) }, nil
-				},
-			}}
+			return overDriver(b, d)
 		}},
 	}
 	for _, r := range runners {

@@ -30,9 +30,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -86,6 +86,21 @@ type Spec struct {
 	ContextDir string `json:"-"`
 	// TeamID is whose templates FromTemplate may name.
 	TeamID string `json:"-"`
+	// Team is the team's share of the build service (its limits, set by
+	// the control plane, never from a tenant's request).
+	Team TeamLimits `json:"team"`
+}
+
+// TeamLimits are the limits of a build's team that the build service
+// enforces; zero fields take the service's defaults (none for storage).
+type TeamLimits struct {
+	// Builds is how many of the team's builds run at once (its share of
+	// the build slots; BuildLimits.TeamBuilds when 0).
+	Builds int `json:"builds,omitempty"`
+	// StorageMB bounds the disk the team's templates take
+	// (templates.Catalog.TeamDiskBytes): a build does not start at the
+	// bound and fails when it ends over it.
+	StorageMB int64 `json:"storageMB,omitempty"`
 }
 
 // Config configures a Builder.
@@ -111,7 +126,7 @@ type Config struct {
 	ReadyInterval time.Duration
 	// Network gives RUN steps outbound network access (true in serve).
 	Network bool
-	// StepTimeout bounds one RUN step (default 1 h).
+	// StepTimeout bounds one RUN step (default DefaultStepTimeout).
 	StepTimeout time.Duration
 	// MinBuildMemoryMB is the least memory a build sandbox gets, whatever
 	// the template's own size (default 1024; package installs need room).
@@ -202,6 +217,10 @@ type Builder struct {
 	// pins: what builds in progress read outside their build directory
 	// (gc_pins.go), for the collector.
 	pins pins
+	// layers are the layer cache entries each build in progress made
+	// (storage.go).
+	layersMu sync.Mutex
+	layers   map[string][]string
 }
 
 // New returns a Builder.
@@ -219,7 +238,7 @@ func New(cfg Config) (*Builder, error) {
 		cfg.ReadyInterval = 2 * time.Second
 	}
 	if cfg.StepTimeout <= 0 {
-		cfg.StepTimeout = time.Hour
+		cfg.StepTimeout = DefaultStepTimeout
 	}
 	if cfg.MinBuildMemoryMB <= 0 {
 		cfg.MinBuildMemoryMB = 1024
@@ -319,12 +338,20 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 	}()
 	start := time.Now()
 	defer func() {
+		// What the build takes on disk counts against its team's storage.
+		b.recordBytes(context.WithoutCancel(ctx), buildID, b.buildBytes(buildID, b.takeLayers(buildID), err == nil))
 		var reason *templates.Reason
 		if err != nil {
 			reason = &templates.Reason{Message: err.Error()}
 			var se *StepError
 			if errors.As(err, &se) {
 				reason.Step = se.Step
+			}
+			// Past the build time limit (Service), what failed was the
+			// limit, whichever step it stopped.
+			if cause := context.Cause(ctx); ctx.Err() != nil && errors.Is(cause, errBuildTimeout) {
+				reason.Message = cause.Error()
+				err = fmt.Errorf("%w: %w", cause, err)
 			}
 			bl.final(templates.LogError, reason.Step, "Build failed: "+err.Error())
 		} else {
@@ -390,6 +417,9 @@ func (b *Builder) Build(ctx context.Context, buildID string, spec Spec) (err err
 		b.snapshot(ctx, bd, bl)
 	default:
 		bl.add(templates.LogInfo, "snapshot", "No snapshot on ready in this set-up: sandboxes of this template cold-start and run the start command")
+	}
+	if err := CheckStorage(ctx, b.cat, spec.TeamID, spec.Team.StorageMB, b.buildBytes(buildID, b.layersOf(buildID), true)); err != nil {
+		return &StepError{Step: "finalize", Command: "template storage", Err: err}
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package builder
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
@@ -11,17 +10,10 @@ import (
 // What the build services (Service here, nodebuild.Remote for `warren
 // api`) answer from the catalog alike.
 
-// OwnedTemplate finds team's template templateID, refusing a template the
-// team may see but does not own (a public one of another team).
+// OwnedTemplate finds team's template templateID (templates.Catalog.Owned:
+// another team's template, public or not, is not found).
 func OwnedTemplate(ctx context.Context, cat *templates.Catalog, teamID, templateID string) (*templates.Template, error) {
-	t, err := cat.Find(ctx, teamID, templateID)
-	if err != nil {
-		return nil, err
-	}
-	if t.TeamID != teamID {
-		return nil, fmt.Errorf("template %q belongs to another team: %w", templateID, errdefs.ErrForbidden)
-	}
-	return t, nil
+	return cat.Owned(ctx, teamID, templateID)
 }
 
 // WaitingBuild resolves req to team's template and the waiting build it
@@ -48,18 +40,19 @@ func WaitingBuild(ctx context.Context, cat *templates.Catalog, req *StartRequest
 		return nil, nil, err
 	}
 	if bd.TemplateID != t.ID {
-		return nil, nil, fmt.Errorf("build %q of template %q: %w", req.BuildID, req.TemplateID, errdefs.ErrNotFound)
+		return nil, nil, errdefs.Publicf(errdefs.ErrNotFound, "build %q of template %q", req.BuildID, req.TemplateID)
 	}
 	if bd.Status != templates.BuildWaiting {
-		return nil, nil, fmt.Errorf("build %q is %s, not waiting: %w", req.BuildID, bd.Status, errdefs.ErrConflict)
+		return nil, nil, errdefs.Publicf(errdefs.ErrConflict, "build %q is %s, not waiting", req.BuildID, bd.Status)
 	}
 	return t, bd, nil
 }
 
-// BuildStatus reports a build of team's template with its log entries
-// from logsOffset on.
+// BuildStatus reports a build of team's own template with its log
+// entries from logsOffset on. A build's status and log are its owner's
+// alone: the log holds every step line as expanded and all RUN output.
 func BuildStatus(ctx context.Context, cat *templates.Catalog, teamID, templateID, buildID string, logsOffset int) (*Status, error) {
-	t, err := cat.Find(ctx, teamID, templateID)
+	t, err := cat.Owned(ctx, teamID, templateID)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +61,7 @@ func BuildStatus(ctx context.Context, cat *templates.Catalog, teamID, templateID
 		return nil, err
 	}
 	if bd.TemplateID != t.ID {
-		return nil, fmt.Errorf("build %q of template %q: %w", buildID, templateID, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "build %q of template %q", buildID, templateID)
 	}
 	entries, err := cat.Store().Logs(ctx, buildID, max(logsOffset, 0))
 	if err != nil {

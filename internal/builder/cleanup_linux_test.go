@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/mountinfo"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/templates"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
@@ -38,7 +38,7 @@ func TestCrashHelper(t *testing.T) {
 		t.Skip("helper process of TestCrashLeftoversRemoved")
 	}
 	ctx := context.Background()
-	cat, err := templates.New(templates.Config{DataDir: filepath.Join(dir, "templates"), Mmdebstrap: "/nonexistent"})
+	cat, err := templates.New(templates.Config{DataDir: filepath.Join(dir, "templates"), Mmdebstrap: "/nonexistent", UnpackRootFS: layer.UnpackRootFS})
 	if err != nil {
 		t.Fatal(err)
 	}

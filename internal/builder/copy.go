@@ -15,8 +15,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 )
 
 // copyContext returns the directory COPY sources come from, the part of

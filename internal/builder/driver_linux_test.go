@@ -11,22 +11,28 @@ import (
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
+// testCgroupRoot is a cgroup root of the test's own for a driver's build
+// sandboxes (the drivers' default is the node's "/warren"), removed at the
+// end in every hierarchy.
+func testCgroupRoot(t testing.TB) string {
+	cgRoot := testenv.Name("warren-test-bld-")
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgRoot)
+		dirs = append(dirs, "/sys/fs/cgroup/"+cgRoot)
+		for _, d := range dirs {
+			os.Remove(d)
+		}
+	})
+	return cgRoot
+}
+
 // TestDriverRunnerRunsc builds with RUN steps and the ready check inside
 // gVisor sandboxes (the runsc driver at $WARREN_RUNSC).
 func TestDriverRunnerRunsc(t *testing.T) {
 	needRoot(t)
 	bin, envd := testenv.Runsc(t), testenv.Envd(t)
 	t.Parallel()
-	// A cgroup root of its own (runsc's default is the node's "/warren"),
-	// removed at the end in every hierarchy.
-	cgRoot := testenv.Name("warren-test-bld-")
-	t.Cleanup(func() {
-		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgRoot)
-		for _, d := range dirs {
-			os.Remove(d)
-		}
-	})
-	d, err := runsc.New(runsc.Config{Path: bin, StateDir: filepath.Join(t.TempDir(), "runsc"), CgroupRoot: "/" + cgRoot})
+	d, err := runsc.New(runsc.Config{Path: bin, StateDir: filepath.Join(t.TempDir(), "runsc"), CgroupRoot: "/" + testCgroupRoot(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"

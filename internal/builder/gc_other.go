@@ -21,3 +21,13 @@ func freedBytes(dir string) int64 {
 	})
 	return n
 }
+
+// usedBytes adds up the sizes of the files below dirs (no inodes off
+// Linux: hard links count each time).
+func usedBytes(dirs ...string) int64 {
+	var n int64
+	for _, dir := range dirs {
+		n += freedBytes(dir)
+	}
+	return n
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/templates"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
@@ -192,7 +193,7 @@ func newFixtureCfg(t testing.TB, base []byte, runner Runner, edit func(*Config))
 	t.Helper()
 	needRoot(t)
 	dir := t.TempDir()
-	cat, err := templates.New(templates.Config{DataDir: filepath.Join(dir, "templates"), Mmdebstrap: "/nonexistent"})
+	cat, err := templates.New(templates.Config{DataDir: filepath.Join(dir, "templates"), Mmdebstrap: "/nonexistent", UnpackRootFS: layer.UnpackRootFS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func newFixtureCfg(t testing.TB, base []byte, runner Runner, edit func(*Config))
 		if err := os.WriteFile(p, base, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		cat, err = templates.New(templates.Config{DataDir: filepath.Join(dir, "templates"), BaseRootFSTar: p})
+		cat, err = templates.New(templates.Config{DataDir: filepath.Join(dir, "templates"), BaseRootFSTar: p, UnpackRootFS: layer.UnpackRootFS})
 		if err != nil {
 			t.Fatal(err)
 		}

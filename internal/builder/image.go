@@ -17,9 +17,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/warren-sandbox/warren/internal/awsauth"
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 )
 
 // RegistryAuth is how to log in to a registry; nil or empty means
@@ -141,7 +141,7 @@ func classifyRegistryError(ref string, err error) error {
 	}
 	// Not from the registry or the way to it (a bad layer, a full disk,
 	// a limit): said as it is, its class kept.
-	if errdefs.HTTPStatus(err) != http.StatusInternalServerError {
+	if errdefs.Class(err) != nil {
 		return fmt.Errorf("image %q: %w", ref, err)
 	}
 	return fmt.Errorf("image %q: %v: %w", ref, err, errdefs.ErrUnavailable)

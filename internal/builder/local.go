@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -18,10 +20,11 @@ type LocalConfig struct {
 	DataDir string
 	// BaseRootFSTar is a pre-built base root filesystem (optional).
 	BaseRootFSTar string
-	// Runner runs build steps; RuncRunner{} by default, which is for a
-	// single trusted operator only (runc shares the host kernel): a server
-	// that takes builds from tenants passes a driverrun.Runner of gVisor
-	// sandboxes with network slots, as `warren serve` does.
+	// Runner runs build steps: a driverrun.Runner over the node's runtime
+	// driver, as `warren serve` and `warren node` pass (gVisor sandboxes
+	// with network slots; over the runc driver, for a single trusted
+	// operator only: runc shares the host's kernel). Without one no build
+	// step runs (errdefs.ErrUnsupported).
 	Runner Runner
 	// Network gives build steps outbound network access (default true
 	// through NoNetwork=false).
@@ -36,7 +39,11 @@ type LocalConfig struct {
 	Limits Limits
 	// MaxTemplateDiskMB bounds a template's disk size (ServiceConfig).
 	MaxTemplateDiskMB int64
-	Logger            *slog.Logger
+	// Builds bound the builds (ServiceConfig.Builds); StepTimeout one RUN
+	// step (Config.StepTimeout).
+	Builds      BuildLimits
+	StepTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // RequestBaseRebuild asks the next Catalog.EnsureBase over dataDir (the
@@ -62,11 +69,12 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 		return nil, fmt.Errorf("templates: no data directory: %w", errdefs.ErrInvalid)
 	}
 	if cfg.Runner == nil {
-		cfg.Runner = RuncRunner{}
+		cfg.Runner = noRunner{}
 	}
 	log := cfg.Logger
 	cat, err := templates.New(templates.Config{
 		DataDir: filepath.Join(cfg.DataDir, "templates"), BaseRootFSTar: cfg.BaseRootFSTar, Logger: log,
+		UnpackRootFS: layer.UnpackRootFS,
 	})
 	if err != nil {
 		return nil, err
@@ -75,12 +83,12 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 		DataDir: filepath.Join(cfg.DataDir, "builder"), Catalog: cat, Runner: cfg.Runner,
 		Logger: log, Network: !cfg.NoNetwork, InsecureRegistries: cfg.InsecureRegistries, Snapshotter: cfg.Snapshotter,
 		Limits:    cfg.Limits,
-		Transport: cfg.Transport,
+		Transport: cfg.Transport, StepTimeout: cfg.StepTimeout,
 	})
 	if err != nil {
 		return nil, err
 	}
-	svc, err := NewService(ServiceConfig{Builder: b, Logger: log, MaxTemplateDiskMB: cfg.MaxTemplateDiskMB})
+	svc, err := NewService(ServiceConfig{Builder: b, Logger: log, MaxTemplateDiskMB: cfg.MaxTemplateDiskMB, Builds: cfg.Builds})
 	if err != nil {
 		b.Close()
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -49,5 +50,22 @@ func TestRequestBaseRebuild(t *testing.T) {
 	}
 	if again := ensure(); again != rebuilt {
 		t.Fatalf("the request was honoured twice: %s after %s", again, rebuilt)
+	}
+}
+
+// TestNoRunnerRunsNoStep: an engine given no runner (OpenLocal without
+// LocalConfig.Runner) refuses a build that has a RUN step, as unsupported,
+// and still builds one that runs nothing.
+func TestNoRunnerRunsNoStep(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	f := newFixtureWith(t, tinyRootFS(t), noRunner{})
+	bd, err := f.build(t, "team", "copy-only", Spec{FromTemplate: "base", Steps: []Step{{Type: StepEnv, Args: []string{"A", "1"}}}})
+	if err != nil {
+		t.Fatalf("a build without RUN: %v\n%s", err, f.logs(t, bd.ID))
+	}
+	_, err = f.build(t, "team", "run", Spec{FromTemplate: "base", Steps: []Step{{Type: StepRun, Args: []string{"true"}}}})
+	if !errdefs.IsUnsupported(err) {
+		t.Fatalf("a RUN step without a runner: %v, want unsupported", err)
 	}
 }

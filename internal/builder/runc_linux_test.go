@@ -8,45 +8,62 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/builder/driverrun"
+	"github.com/warren-sandbox/warren/internal/driver/runc"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
-func needRunc(t *testing.T) RuncRunner {
+// runcRunner is the build runner of `--driver runc`: driverrun over the
+// runc driver (for a single trusted operator: runc shares the host's
+// kernel), with a cgroup root and state of the test's own.
+func runcRunner(t *testing.T) (driverrun.Runner, *runc.Driver) {
 	t.Helper()
 	needRoot(t)
-	_, err := exec.LookPath("runc")
+	bin, err := exec.LookPath("runc")
 	testenv.Require(t, err == nil, "runc is not installed")
-	return RuncRunner{StateDir: filepath.Join(t.TempDir(), "runc")}
+	envd := testenv.Envd(t)
+	d, err := runc.New(runc.Config{Path: bin, StateDir: filepath.Join(t.TempDir(), "runc"), CgroupRoot: "/" + testCgroupRoot(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return driverrun.Runner{Driver: d, Init: envd, InitArgs: []string{"-listen", "127.0.0.1", "-no-port-forward"}}, d
 }
 
-// TestRuncRunner builds with steps in real runc containers.
-func TestRuncRunner(t *testing.T) {
-	r := needRunc(t)
+// TestDriverRunnerRunc builds with steps in real runc containers.
+func TestDriverRunnerRunc(t *testing.T) {
+	r, d := runcRunner(t)
 	t.Parallel()
 	f := newFixtureWith(t, tinyRootFS(t), r)
 	bd, err := f.build(t, "team", "runc", Spec{
 		FromTemplate: "base",
 		Steps: []Step{
 			{Type: StepEnv, Args: []string{"MSG", "in a container"}},
-			// PID 1 in its own PID namespace; /proc mounted.
-			{Type: StepRun, Args: []string{`echo "$$ $MSG" > /pid1.txt; test -d /proc/self`}},
+			// A PID namespace of its own (PID 1 is the sandbox's init, not
+			// the host's); /proc mounted.
+			{Type: StepRun, Args: []string{`cat /proc/1/cmdline > /pid1.txt; echo "$MSG" > /msg.txt`}},
 			{Type: StepUser, Args: []string{"builder"}},
 			{Type: StepRun, Args: []string{`echo mine > $HOME/mine.txt`}},
 		},
-		StartCmd: `echo started > /tmp/started; exec cat`,
-		ReadyCmd: `test -f /tmp/started`,
+		StartCmd: `echo started > $HOME/started; exec cat`,
+		ReadyCmd: `test -f $HOME/started`,
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, f.logs(t, bd.ID))
 	}
-	if got := readFile(t, bd.RootFSDir, "pid1.txt"); got != "1 in a container\n" {
-		t.Errorf("RUN output %q, want PID 1 and the env", got)
+	if got := readFile(t, bd.RootFSDir, "pid1.txt"); !strings.HasPrefix(got, "/"+driverrun.InitDir+"/init\x00") {
+		t.Errorf("PID 1 of the RUN step is %q, want the build sandbox's init", got)
+	}
+	if got := readFile(t, bd.RootFSDir, "msg.txt"); got != "in a container\n" {
+		t.Errorf("RUN saw MSG %q", got)
 	}
 	if uid, _, _ := owner(t, filepath.Join(bd.RootFSDir, "home/builder/mine.txt")); uid != 1000 {
 		t.Errorf("RUN as builder wrote as uid %d", uid)
 	}
-	if _, err := os.Stat(filepath.Join(bd.RootFSDir, "tmp/started")); err == nil {
-		t.Errorf("the ready check's writes leaked into the template")
+	if _, err := os.Lstat(filepath.Join(bd.RootFSDir, "home/builder/started")); err == nil {
+		t.Errorf("the start command's writes leaked into the template")
+	}
+	if _, err := os.Lstat(filepath.Join(bd.RootFSDir, driverrun.InitDir)); err == nil {
+		t.Errorf("the init mount point was left in the template")
 	}
 	logs := f.logs(t, bd.ID)
 	if !strings.Contains(logs, "Ready command passed") {
@@ -59,16 +76,15 @@ func TestRuncRunner(t *testing.T) {
 			t.Fatalf("err = %#v", err)
 		}
 	})
-	out, _ := exec.Command("runc", "--root", r.StateDir, "list", "-q").Output()
-	if strings.TrimSpace(string(out)) != "" {
-		t.Errorf("containers left behind: %s", out)
+	if ids, err := d.List(context.Background()); err != nil || len(ids) != 0 {
+		t.Errorf("containers left behind: %v, %v", ids, err)
 	}
 }
 
-// TestRuncRunnerRealBase builds on the real base root filesystem
+// TestDriverRunnerRuncRealBase builds on the real base root filesystem
 // ($WARREN_TEST_ROOTFS_TAR): python, sudo as the default user.
-func TestRuncRunnerRealBase(t *testing.T) {
-	r := needRunc(t)
+func TestDriverRunnerRuncRealBase(t *testing.T) {
+	r, _ := runcRunner(t)
 	tarPath := testenv.RootFSTar(t)
 	base, err := os.ReadFile(tarPath)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -36,8 +37,9 @@ type ServiceConfig struct {
 	// then end with the process, which the SDK's upload-then-build flow
 	// does not notice).
 	UploadSecret []byte
-	// MaxConcurrentBuilds bounds builds running at once (default 2).
-	MaxConcurrentBuilds int
+	// Builds bound the builds: how many run at once, one team's share of
+	// them and its queue, steps per build, a build's time.
+	Builds BuildLimits
 	// MaxUploadBytes bounds one upload (default 4 GiB).
 	MaxUploadBytes int64
 	// MaxTeamUploads and MaxTeamUploadBytes bound the uploaded build
@@ -60,7 +62,8 @@ type Service struct {
 	secret []byte
 	maxUp  int64
 	quota  uploadQuota
-	slots  chan struct{}
+	limits BuildLimits
+	queue  *buildQueue
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -81,9 +84,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		cfg.UploadSecret = make([]byte, 32)
 		rand.Read(cfg.UploadSecret)
 	}
-	if cfg.MaxConcurrentBuilds <= 0 {
-		cfg.MaxConcurrentBuilds = 2
-	}
+	cfg.Builds = cfg.Builds.withDefaults()
 	if cfg.MaxUploadBytes <= 0 {
 		cfg.MaxUploadBytes = 4 << 30
 	}
@@ -99,8 +100,9 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{
 		b: cfg.Builder, cat: cfg.Builder.cat, log: cfg.Logger, secret: cfg.UploadSecret, maxUp: cfg.MaxUploadBytes,
-		quota: uploadQuota{files: cfg.MaxTeamUploads, bytes: cfg.MaxTeamUploadBytes, diskMB: cfg.MaxTemplateDiskMB},
-		slots: make(chan struct{}, cfg.MaxConcurrentBuilds), ctx: ctx, cancel: cancel, done: map[string]chan struct{}{},
+		quota:  uploadQuota{files: cfg.MaxTeamUploads, bytes: cfg.MaxTeamUploadBytes, diskMB: cfg.MaxTemplateDiskMB},
+		limits: cfg.Builds, queue: newBuildQueue(cfg.Builds.Slots, cfg.Builds.TeamQueue),
+		ctx: ctx, cancel: cancel, done: map[string]chan struct{}{},
 	}, nil
 }
 
@@ -192,9 +194,15 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 	if err != nil {
 		return "", err
 	}
+	if err := CheckStorage(ctx, s.cat, req.TeamID, req.Spec.Team.StorageMB, 0); err != nil {
+		return "", err
+	}
+	if n := len(req.Spec.Steps); n > s.limits.MaxSteps {
+		return "", errdefs.Publicf(errdefs.ErrInvalid, "the build has %d steps, more than this server allows (%d steps)", n, s.limits.MaxSteps)
+	}
 	for i, st := range req.Spec.Steps {
 		if err := validateStep(st); err != nil {
-			return "", fmt.Errorf("step %d: %w", i+1, err)
+			return "", errdefs.Wrapf(err, "step %d", i+1)
 		}
 		if st.FilesHash != "" {
 			p, err := s.b.filesPath(t.ID, st.FilesHash)
@@ -202,16 +210,25 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 				return "", err
 			}
 			if _, err := os.Stat(p); err != nil {
-				return "", fmt.Errorf("step %d: files %s were not uploaded: %w", i+1, st.FilesHash, errdefs.ErrInvalid)
+				return "", errdefs.Publicf(errdefs.ErrInvalid, "step %d: files %s were not uploaded", i+1, st.FilesHash)
 			}
 		}
 	}
 	req.Spec.TeamID = req.TeamID
+	share := req.Spec.Team.Builds
+	if share <= 0 {
+		share = s.limits.TeamBuilds
+	}
 	done := make(chan struct{})
 	s.mu.Lock()
 	if _, ok := s.done[req.BuildID]; ok {
 		s.mu.Unlock()
-		return "", fmt.Errorf("build %q is already running: %w", req.BuildID, errdefs.ErrConflict)
+		return "", errdefs.Publicf(errdefs.ErrConflict, "build %q is already running", req.BuildID)
+	}
+	tk, err := s.queue.enqueue(req.TeamID, share)
+	if err != nil {
+		s.mu.Unlock()
+		return "", err
 	}
 	s.done[req.BuildID] = done
 	s.mu.Unlock()
@@ -222,16 +239,26 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 			s.mu.Unlock()
 			close(done)
 		}()
+		log := s.log.With("template_id", t.ID, "build_id", req.BuildID, "team_id", req.TeamID)
 		select {
-		case s.slots <- struct{}{}:
-		case <-s.ctx.Done():
-			s.cat.FinishBuild(context.Background(), req.BuildID, &templates.Reason{Message: "Warren is shutting down"})
+		case <-tk.granted:
+		default:
+			// Said in the build's log, which its team reads; what other
+			// teams run is not.
+			msg := fmt.Sprintf("Waiting for a build slot (this server runs %d builds at once, %d of one team)", s.limits.Slots, share)
+			if err := s.cat.Store().AppendLogs(s.ctx, req.BuildID, templates.LogEntry{Timestamp: time.Now().UTC(), Level: templates.LogInfo, Message: msg}); err != nil {
+				log.Warn("build log", "error", err)
+			}
+		}
+		if err := s.queue.wait(s.ctx, tk); err != nil {
+			s.cat.FinishBuild(context.Background(), req.BuildID, &templates.Reason{Message: "Warren is shutting down"}) //nolint:errcheck
 			return
 		}
-		defer func() { <-s.slots }()
-		log := s.log.With("template_id", t.ID, "build_id", req.BuildID)
+		defer s.queue.release(req.TeamID)
+		ctx, cancel := context.WithTimeoutCause(s.ctx, s.limits.BuildTimeout, buildTimeoutError{s.limits.BuildTimeout})
+		defer cancel()
 		log.Info("build started")
-		if err := s.b.Build(s.ctx, req.BuildID, req.Spec); err != nil {
+		if err := s.b.Build(ctx, req.BuildID, req.Spec); err != nil {
 			log.Info("build failed", "error", err)
 			return
 		}
@@ -292,7 +319,7 @@ func (s *Service) Files(ctx context.Context, teamID, templateID, hash string) (p
 	if _, err := os.Stat(p); err == nil {
 		return true, "", nil
 	}
-	if err := s.checkUploads(ctx, teamID, 0); err != nil {
+	if err := s.checkUploads(ctx, teamID); err != nil {
 		return false, "", err
 	}
 	return false, UploadPathPrefix + t.ID + "/" + hash + "?token=" + s.token(t.ID, hash), nil
@@ -307,45 +334,82 @@ func (s *Service) token(templateID, hash string) string {
 // UploadHandler takes PUTs of tars (gzip'd or not) at the paths Files
 // hands out.
 // The token in the path authenticates the request; mount it without API
-// key checks at UploadPathPrefix.
+// key checks at UploadPathPrefix. Its errors are answered with a line of
+// text (the SDK's upload reads no JSON), their status from errhttp's
+// table: the message one chosen where the error was made (the team's
+// quota), else "upload failed"; the error goes to the log.
 func (s *Service) UploadHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPut {
-			w.Header().Set("Allow", http.MethodPut)
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		err := s.upload(w, r)
+		if err == nil {
+			w.WriteHeader(http.StatusCreated)
 			return
 		}
-		rest := strings.TrimPrefix(r.URL.Path, UploadPathPrefix)
-		templateID, hash, ok := strings.Cut(rest, "/")
-		if !ok || !hmac.Equal([]byte(r.URL.Query().Get("token")), []byte(s.token(templateID, hash))) {
-			http.Error(w, "invalid upload URL", http.StatusForbidden)
-			return
+		he := errhttp.From(err)
+		for k, v := range he.Header {
+			w.Header()[k] = v
 		}
-		if err := s.PutFiles(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp)); err != nil {
-			s.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
-			status := errdefs.HTTPStatus(err)
-			msg := "upload failed"
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				status = http.StatusRequestEntityTooLarge
-				msg = fmt.Sprintf("upload larger than %d bytes", s.maxUp)
-			} else if errdefs.IsExhausted(err) {
-				msg = err.Error() // the team's quota, no internal detail
-			}
-			http.Error(w, msg, status)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
+		http.Error(w, he.Msg, he.Code)
 	})
 }
 
+// upload stores the body of an upload request, or returns what its client
+// is told.
+func (s *Service) upload(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPut {
+		return &errhttp.HTTPError{Code: http.StatusMethodNotAllowed, Msg: "method not allowed", Header: http.Header{"Allow": {http.MethodPut}}}
+	}
+	rest := strings.TrimPrefix(r.URL.Path, UploadPathPrefix)
+	templateID, hash, ok := strings.Cut(rest, "/")
+	if !ok || !hmac.Equal([]byte(r.URL.Query().Get("token")), []byte(s.token(templateID, hash))) {
+		return errhttp.Errorf(http.StatusForbidden, "invalid upload URL")
+	}
+	tooLarge := errhttp.Errorf(http.StatusRequestEntityTooLarge, "upload larger than %d bytes", s.maxUp)
+	if r.ContentLength > s.maxUp {
+		return tooLarge
+	}
+	err := s.PutFilesSized(r.Context(), templateID, hash, http.MaxBytesReader(w, r.Body, s.maxUp), r.ContentLength)
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		tooLarge.Err = err
+		return tooLarge
+	}
+	if _, public := errdefs.Message(err); !public {
+		return errdefs.WithMessage(err, "upload failed")
+	}
+	return err
+}
+
 // PutFiles stores a gzip'd or plain tar as the COPY context hash of a
-// template.
+// template, of a size not known in advance.
 func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Reader) error {
+	return s.PutFilesSized(ctx, templateID, hash, r, -1)
+}
+
+// PutFilesSized is PutFiles of an upload that declared its size (a
+// Content-Length; -1 when unknown). The upload holds its team's quota
+// from the start, for the declared size, and as it streams, for what it
+// wrote: past the quota it fails (ErrExhausted) before the bytes reach
+// the disk, so parallel uploads of one team never hold more than its
+// quota.
+func (s *Service) PutFilesSized(ctx context.Context, templateID, hash string, r io.Reader, declared int64) error {
 	p, err := s.b.filesPath(templateID, hash)
 	if err != nil {
 		return err
 	}
+	t, err := s.cat.Store().GetTemplate(ctx, templateID)
+	if err != nil {
+		return fmt.Errorf("template %q: %w", templateID, err)
+	}
+	res, err := s.reserve(ctx, t.TeamID, declared)
+	if err != nil {
+		return fmt.Errorf("files %s: %w", hash, err)
+	}
+	defer res.release(nil) //nolint:errcheck // nothing to commit
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
@@ -356,6 +420,7 @@ func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Re
 		return err
 	}
 	defer os.Remove(f.Name())
+	out := &quotaWriter{ctx: ctx, w: f, r: res}
 	// The SDK sends a gzip'd tar, or a plain one for a COPY with
 	// gzip: false; the store keeps gzip'd tars only.
 	head := make([]byte, 512)
@@ -368,9 +433,9 @@ func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Re
 	body := io.MultiReader(bytes.NewReader(head), r)
 	switch {
 	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
-		_, err = io.Copy(f, body)
+		_, err = io.Copy(out, body)
 	case n == 512 && string(head[257:262]) == "ustar":
-		zw := gzip.NewWriter(f)
+		zw := gzip.NewWriter(out)
 		if _, err = io.Copy(zw, body); err == nil {
 			err = zw.Close()
 		}
@@ -385,20 +450,15 @@ func (s *Service) PutFiles(ctx context.Context, templateID, hash string, r io.Re
 	if err := f.Close(); err != nil {
 		return err
 	}
-	// The team's upload quota, counted with this upload's stored size
-	// (and under the lock, so parallel uploads cannot both fit).
-	s.quota.mu.Lock()
-	defer s.quota.mu.Unlock()
-	if err := s.checkUploadOf(ctx, templateID, f.Name()); err != nil {
-		return fmt.Errorf("files %s: %w", hash, err)
-	}
-	return os.Rename(f.Name(), p)
+	// Stored as the reservation ends, under the quota's lock: the bytes
+	// count as held, then as stored, never as neither.
+	return res.release(func() error { return os.Rename(f.Name(), p) })
 }
 
 // filesPath is where the COPY context hash of a template is stored.
 func (b *Builder) filesPath(templateID, hash string) (string, error) {
 	if !safeName(templateID) || !safeName(hash) {
-		return "", fmt.Errorf("files %q of template %q: bad name: %w", hash, templateID, errdefs.ErrInvalid)
+		return "", errdefs.Publicf(errdefs.ErrInvalid, "files %q of template %q: bad name", hash, templateID)
 	}
 	return filepath.Join(b.cfg.DataDir, "files", templateID, hash+".tar.gz"), nil
 }

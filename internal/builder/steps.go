@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/atomicfile"
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -323,10 +323,10 @@ func validateStep(s Step) error {
 	case StepWorkdir, StepUser:
 		ok = n == 1 && s.Args[0] != ""
 	default:
-		return fmt.Errorf("unsupported step type %q (supported: RUN, COPY, ADD, ENV, ARG, WORKDIR, USER): %w", s.Type, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "unsupported step type %q (supported: RUN, COPY, ADD, ENV, ARG, WORKDIR, USER)", s.Type)
 	}
 	if !ok || (n > 0 && s.Type != StepEnv && s.Type != StepArg && s.Args[0] == "") {
-		return fmt.Errorf("%s: wrong arguments %q: %w", s.Type, s.Args, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "%s: wrong arguments %q", s.Type, s.Args)
 	}
 	return nil
 }
@@ -390,6 +390,7 @@ func (b *Builder) withLayer(ctx context.Context, buildID, name string, ns *state
 	if err := os.Rename(upper, dst); err != nil {
 		return err
 	}
+	b.addLayer(buildID, dst)
 	ns.Layers = append(ns.Layers, dst)
 	return nil
 }

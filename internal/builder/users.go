@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 )
 
 // account is a user of a root filesystem.

@@ -33,6 +33,10 @@
 //     is the same as once. Env vars merge key by key; an empty accessToken
 //     removes the token. The clock is set from timestamp only when envd is
 //     PID 1 (never on a host) and is more than a second off.
+//   - GET /envs answers the /init environment variables with header
+//     X-Warren-Init-Id: a random ID renewed at start and at every /init
+//     (so after every restore, in every copy of an image). Warren's code
+//     interpreter compares it to notice a restore and reseed its kernels.
 //   - The default user, when /init names none, is `user` if it exists,
 //     else root; the default working directory is that user's home.
 //   - GET /health answers 204 with header X-Warren-Mem-Used: the guest's

@@ -9,7 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/state"
-	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 )
 
 // initRequest is the body of POST /init. Fields of upstream's schema that
@@ -49,6 +49,10 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 		s.logs.Reset()
 	}
 	s.inited.Store(true)
+	// Every /init is a start or a restore of this memory (which may be
+	// one of many copies): processes that compare the init ID renew
+	// their state.
+	s.renewInitID()
 	s.state.Apply(state.Update{
 		EnvVars:        req.EnvVars,
 		AccessToken:    req.AccessToken,
@@ -67,7 +71,7 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.TrustStore == "" {
 			s.log.Warn("ca bundle ignored: no trust store configured")
 		} else if n, err := installCABundle(s.cfg.TrustStore, req.CABundle); err != nil {
-			auth.WriteError(w, errdefs.HTTPStatus(err), "ca bundle not installed")
+			auth.WriteError(w, errhttp.Status(err), "ca bundle not installed")
 			s.log.Warn("ca bundle", "error", err)
 			return
 		} else if n > 0 {

@@ -2,6 +2,8 @@ package envd
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/envd/process"
 	"github.com/warren-sandbox/warren/internal/envd/reaper"
 	"github.com/warren-sandbox/warren/internal/envd/state"
+	"github.com/warren-sandbox/warren/internal/envdproto"
 )
 
 // Server is envd: every subsystem, composed once.
@@ -37,7 +40,10 @@ type Server struct {
 	sampler  *metrics.Sampler
 	logs     *logbuf.Buffer
 	// inited is set by the first /init (see init).
-	inited  atomic.Bool
+	inited atomic.Bool
+	// initID is renewed at start and at every /init (newInitID); GET
+	// /envs reports it (envdproto.InitIDHeader).
+	initID  atomic.Pointer[string]
 	handler http.Handler
 	// tasksExempt: envd is exempt from the task limit it sets for the
 	// processes it starts (see tasks_linux.go).
@@ -61,6 +67,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	logs := logbuf.New(cfg.LogBytes)
 	log = slog.New(logs.Handler(log.Handler())) // envd's own lines are kept too
 	s := &Server{cfg: cfg, log: log, state: st, auth: auth.New(st), initGate: gate, sampler: metrics.NewSampler(), logs: logs}
+	s.renewInitID()
 	var spawner process.Spawner = reaper.Direct{}
 	if cfg.Init {
 		s.reaper = reaper.New(log)
@@ -154,7 +161,17 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) envs(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set(envdproto.InitIDHeader, *s.initID.Load())
 	writeJSON(w, s.state.InitEnv())
+}
+
+// renewInitID gives envd a new init ID, from the kernel's random source
+// (crypto/rand), which differs in every copy of a restored image.
+func (s *Server) renewInitID() {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails on Linux (Go 1.24+)
+	id := hex.EncodeToString(b[:])
+	s.initID.Store(&id)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -285,3 +285,47 @@ func TestServeH2CAndGRPC(t *testing.T) {
 		t.Fatalf("grpc list: %v", err)
 	}
 }
+
+// TestInitIDRenewedAtEveryInit: GET /envs carries envd's init ID, which
+// every /init renews (the node calls /init after every start and
+// restore, so copies of one memory image get different IDs), a repeated
+// /init with the same body included; a refused /init renews nothing.
+func TestInitIDRenewedAtEveryInit(t *testing.T) {
+	t.Parallel()
+	srv := newTestServer(t, "node-secret")
+	id := func(token string) string {
+		t.Helper()
+		status, body, h := do(t, "GET", srv.URL+"/envs", "", map[string]string{"X-Access-Token": token})
+		if status != 200 {
+			t.Fatalf("envs: %d %s", status, body)
+		}
+		return h.Get("X-Warren-Init-Id")
+	}
+	seen := map[string]bool{}
+	prev := id("")
+	if len(prev) < 32 {
+		t.Fatalf("init ID before any /init: %q, want a random ID", prev)
+	}
+	seen[prev] = true
+	for i, body := range []string{`{"accessToken":"a"}`, `{"accessToken":"a"}`, `{"accessToken":"b"}`, `{}`} {
+		if status, b, _ := do(t, "POST", srv.URL+"/init", body, map[string]string{"X-Warren-Init-Token": "node-secret"}); status != 204 {
+			t.Fatalf("init %d: %d %s", i, status, b)
+		}
+		tok := "a"
+		if i >= 2 {
+			tok = "b"
+		}
+		got := id(tok)
+		if seen[got] {
+			t.Fatalf("init %d (%s): init ID %q seen before", i, body, got)
+		}
+		seen[got] = true
+		prev = got
+	}
+	if status, _, _ := do(t, "POST", srv.URL+"/init", `{"accessToken":"b"}`, map[string]string{"X-Warren-Init-Token": "wrong"}); status != 401 {
+		t.Fatalf("init with a wrong node token: %d", status)
+	}
+	if got := id("b"); got != prev {
+		t.Fatalf("a refused /init changed the init ID: %q -> %q", prev, got)
+	}
+}

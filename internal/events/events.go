@@ -9,7 +9,6 @@
 package events
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -71,7 +70,7 @@ func ParseTypes(names []string) ([]string, error) {
 			}
 			t := strings.TrimPrefix(part, TypePrefix)
 			if !slices.Contains(Types, t) {
-				return nil, fmt.Errorf("event type %q: must be one of %s: %w", part, strings.Join(PublicTypes(), ", "), errdefs.ErrInvalid)
+				return nil, errdefs.Publicf(errdefs.ErrInvalid, "event type %q: must be one of %s", part, strings.Join(PublicTypes(), ", "))
 			}
 			if !slices.Contains(out, t) {
 				out = append(out, t)

@@ -57,7 +57,7 @@ func (m *Manager) nodeCreate(ctx context.Context, p CreateParams, sb *store.Sand
 	req := nodeapi.CreateRequest{
 		ID: sb.ID, ExecutionID: sb.Spec.ExecutionID, TeamID: sb.TeamID, Template: p.Template,
 		Resources: p.Resources, EndAt: sb.EndAt, Timeout: p.Timeout, Network: p.Policy, EnvVars: p.EnvVars,
-		EnvdAccessToken: sb.Spec.EnvdAccessToken, Metadata: p.Metadata,
+		EnvdAccessToken: sb.Spec.EnvdAccessToken, Metadata: p.Metadata, Volumes: p.Volumes,
 	}
 	ns, err := m.node.Create(ctx, req)
 	return req, ns, err
@@ -114,7 +114,7 @@ func (m *Manager) createOneWrite(ctx context.Context, p CreateParams, sb *store.
 		}
 		m.stopUnrecorded(ctx, sb, reason, log)
 		if err == nil {
-			err = fmt.Errorf("sandbox %q was killed while starting: %w", sb.ID, errdefs.ErrConflict)
+			err = errdefs.Publicf(errdefs.ErrConflict, "sandbox %q was killed while starting", sb.ID)
 		}
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
@@ -168,7 +168,7 @@ func (m *Manager) createTwoWrites(ctx context.Context, p CreateParams, sb *store
 	}
 	sb, err = m.st.TransitionSandbox(context.WithoutCancel(ctx), sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StateStarting {
-			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+			return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", s.ID, s.State)
 		}
 		markStarted(s, ns, p.Timeout)
 		return newEvent(s, store.EventCreated), nil
@@ -207,6 +207,10 @@ func (e *LimitError) Error() string {
 
 // Unwrap makes LimitError an ErrExhausted.
 func (e *LimitError) Unwrap() error { return errdefs.ErrExhausted }
+
+// PublicMessage is what a client is told: Error, which names only the
+// team's own limit (errdefs.Public).
+func (e *LimitError) PublicMessage() string { return e.Error() }
 
 // reserve inserts sb's starting row within the team's limit.
 func (m *Manager) reserve(ctx context.Context, sb *store.Sandbox, limit int) error {

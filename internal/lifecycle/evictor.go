@@ -191,6 +191,9 @@ func (m *Manager) handle(ctx context.Context, ev nodeapi.Event) {
 		return
 	}
 	reason := ev.Reason
+	if !reason.Known() {
+		reason = "" // a reason no node gives: unknown
+	}
 	if reason == "" && ev.Type == nodeapi.EventExited {
 		reason = sandbox.KillExited
 	}
@@ -199,7 +202,7 @@ func (m *Manager) handle(ctx context.Context, ev nodeapi.Event) {
 		m.log.Info("sandbox ended on its node while starting", "sandbox_id", ev.SandboxID, "kill_reason", reason.String())
 		return
 	}
-	sb, err := m.markKilled(ctx, ev.SandboxID, reason, ev.ExecutionID)
+	sb, err := m.markKilledAt(ctx, ev.SandboxID, reason, ev.ExecutionID, ev.At)
 	switch {
 	case err == nil:
 		m.log.Info("sandbox ended on its node", "sandbox_id", ev.SandboxID, "team_id", sb.TeamID, "kill_reason", reason.String())

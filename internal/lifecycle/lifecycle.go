@@ -75,6 +75,10 @@ type Config struct {
 	// negative: no cache).
 	SandboxChanges func(ctx context.Context, fn func(id string)) error
 	RouteCacheTTL  time.Duration
+	// Snapshots, when set, takes sandbox snapshots (`warren serve`: the
+	// in-process agent's, kept in its catalog); nil: Node's own, when it
+	// has them (the placement of `warren api`, over each node's RPC).
+	Snapshots nodeapi.SandboxSnapshotter
 }
 
 // Manager runs sandbox lifecycles. Create it with New and start its
@@ -83,8 +87,14 @@ type Manager struct {
 	cfg   Config
 	st    store.Store
 	node  nodeapi.Service
+	snaps nodeapi.SandboxSnapshotter // nil: no sandbox snapshots
+	logs  nodeapi.LogSource          // nil: no kept logs
 	log   *slog.Logger
 	locks [64]sync.Mutex // striped per-sandbox locks
+	// killing (under killMu, made on first use) holds the sandboxes whose
+	// kill has begun, which Route no longer routes (killroute.go).
+	killMu  sync.Mutex
+	killing map[string]struct{}
 	// createMu makes the concurrency-limit check and the insert atomic;
 	// resuming (under createMu) counts each team's resumes in progress,
 	// which hold a concurrency slot before the store shows them running.
@@ -107,6 +117,7 @@ type Manager struct {
 
 	killed *prometheus.CounterVec
 	routes *routeCache // nil without Config.SandboxChanges
+	signs  *signIndex  // used while Config.SandboxChanges is live
 }
 
 // New returns a Manager.
@@ -133,9 +144,9 @@ func New(cfg Config) (*Manager, error) {
 		cfg.RouteCacheTTL = DefaultRouteCacheTTL
 	}
 	m := &Manager{
-		cfg: cfg, st: cfg.Store, node: cfg.Node, log: cfg.Logger,
+		cfg: cfg, st: cfg.Store, node: cfg.Node, snaps: cfg.Snapshots, log: cfg.Logger,
 		deadlines: map[string]deadline{}, wake: make(chan struct{}, 1), starting: map[string]struct{}{}, resuming: map[string]int{},
-		pending: map[string]*pendingCreate{}, admitted: map[string]int{},
+		pending: map[string]*pendingCreate{}, admitted: map[string]int{}, signs: newSignIndex(),
 		killed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_killed_total",
 			Help: "Sandboxes killed, by kill reason.",
@@ -144,6 +155,10 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.SandboxChanges != nil && cfg.RouteCacheTTL > 0 {
 		m.routes = newRouteCache(cfg.RouteCacheTTL)
 	}
+	if m.snaps == nil {
+		m.snaps, _ = cfg.Node.(nodeapi.SandboxSnapshotter)
+	}
+	m.logs, _ = cfg.Node.(nodeapi.LogSource)
 	if cfg.Registry != nil {
 		if err := cfg.Registry.Register(m.killed); err != nil {
 			return nil, fmt.Errorf("lifecycle metrics: %w", err)
@@ -182,6 +197,9 @@ type CreateParams struct {
 	// Network and VolumeMounts are the API's documents, kept for display.
 	Network      json.RawMessage
 	VolumeMounts json.RawMessage
+	// Volumes are mounted into the sandbox (the node's view of
+	// VolumeMounts); a create with volumes takes no warm pool member.
+	Volumes []nodeapi.VolumeMount
 	// MaxConcurrent, when positive, limits the team's active sandboxes.
 	MaxConcurrent int
 }
@@ -194,7 +212,7 @@ func (m *Manager) Get(ctx context.Context, teamID, id string) (*store.Sandbox, e
 		return nil, err
 	}
 	if sb.State == sandbox.StateKilled || (teamID != "" && sb.TeamID != teamID) {
-		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	return sb, nil
 }
@@ -249,6 +267,7 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 		log = log.With("execution_id", executionID)
 	}
 	log.Info("killing sandbox")
+	defer m.unroutable(id)()
 	var err error
 	if ek, ok := m.node.(nodeapi.ExecutionKiller); ok && executionID != "" {
 		err = ek.KillExecution(ctx, id, executionID, reason)
@@ -259,7 +278,19 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 		log.Warn("node kill failed", "error", err)
 		return fmt.Errorf("kill sandbox %q: %w", id, err)
 	}
-	sb, err := m.markKilled(ctx, id, reason, executionID)
+	var sb *store.Sandbox
+	if err != nil {
+		// Gone from its node already: the node's own kill, when it
+		// tells one, is what is recorded.
+		var recorded sandbox.KillReason
+		sb, recorded, err = m.nodeEnded(ctx, id, err, reason, executionID)
+		if recorded != reason {
+			log = log.With("kill_reason", recorded.String())
+			log.Info("sandbox had been killed by its node on its own", "requested_kill_reason", reason.String())
+		}
+	} else {
+		sb, err = m.markKilled(ctx, id, reason, executionID)
+	}
 	if errdefs.IsNotFound(err) {
 		// Another replica may have recorded the end first (it heard the
 		// node's exit event): the sandbox is killed all the same.
@@ -276,19 +307,36 @@ func (m *Manager) killLocked(ctx context.Context, id, executionID string, reason
 	return nil
 }
 
-// markKilled records the kill; executionID, when set, must match the
+// markKilled records the kill, now; executionID, when set, must match the
 // sandbox's current execution (a stale node event is dropped).
 func (m *Manager) markKilled(ctx context.Context, id string, reason sandbox.KillReason, executionID string) (*store.Sandbox, error) {
+	return m.markKilledAt(ctx, id, reason, executionID, time.Time{})
+}
+
+// markKilledAt is markKilled for a kill made at (a node's own kill, which
+// the control plane hears of later): the sandbox's killed time and its
+// killed event are at, kept between the start of its execution and now
+// (zero: now).
+func (m *Manager) markKilledAt(ctx context.Context, id string, reason sandbox.KillReason, executionID string, at time.Time) (*store.Sandbox, error) {
 	sb, err := m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State == sandbox.StateKilled {
-			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+			return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %q", id)
 		}
 		if executionID != "" && s.Spec.ExecutionID != executionID {
 			return nil, fmt.Errorf("sandbox %q: stale execution %q: %w", id, executionID, errdefs.ErrConflict)
 		}
 		wasRunning := s.State == sandbox.StateRunning || s.State == sandbox.StatePausing
-		s.State, s.KillReason, s.KilledAt = sandbox.StateKilled, reason, time.Now().UTC()
+		now := time.Now().UTC()
+		killedAt := at.UTC()
+		switch {
+		case at.IsZero() || killedAt.After(now):
+			killedAt = now
+		case killedAt.Before(s.StartedAt):
+			killedAt = s.StartedAt.UTC()
+		}
+		s.State, s.KillReason, s.KilledAt = sandbox.StateKilled, reason, killedAt
 		e := newEvent(s, store.EventKilled)
+		e.At = killedAt
 		e.Reason = reason
 		if wasRunning {
 			e.Data.Execution = execution(s, s.KilledAt)
@@ -321,7 +369,7 @@ func (m *Manager) setEnd(ctx context.Context, teamID, id string, d time.Duration
 	end := time.Now().UTC().Add(d)
 	sb, err := m.st.TransitionSandbox(ctx, id, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State == sandbox.StateKilled {
-			return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+			return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %q", id)
 		}
 		if extendOnly && s.EndAt.After(end) {
 			end = s.EndAt
@@ -355,7 +403,7 @@ func (m *Manager) Pause(ctx context.Context, teamID, id string, memory bool) err
 		return err
 	}
 	if sb.State != sandbox.StateRunning {
-		return fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
+		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", id, sb.State)
 	}
 	return m.pauseLocked(ctx, sb, memory)
 }
@@ -378,7 +426,7 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 	if err == nil {
 		_, err = m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
 			if s.State != sandbox.StateRunning || s.Epoch != epoch {
-				return fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+				return errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", s.ID, s.State)
 			}
 			s.State = sandbox.StatePausing
 			return nil
@@ -391,7 +439,7 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 	ns, perr := m.node.Pause(ctx, sb.ID, nodeapi.PauseRequest{Memory: memory, ExecutionID: sb.Spec.ExecutionID})
 	out, err := m.st.TransitionSandbox(ctx, sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StatePausing {
-			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+			return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", s.ID, s.State)
 		}
 		if perr != nil {
 			s.State = sandbox.StateRunning
@@ -408,8 +456,8 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *store.Sandbox, memory boo
 	})
 	if perr != nil {
 		if errdefs.IsNotFound(perr) {
-			if _, err := m.markKilled(ctx, sb.ID, sandbox.KillNodeLost, ""); err == nil {
-				m.log.Warn("sandbox lost by its node during pause", "sandbox_id", sb.ID, "kill_reason", sandbox.KillNodeLost.String())
+			if _, reason, err := m.nodeEnded(ctx, sb.ID, perr, sandbox.KillNodeLost, ""); err == nil {
+				m.log.Warn("sandbox gone from its node at its pause", "sandbox_id", sb.ID, "kill_reason", reason.String())
 			}
 		}
 		return fmt.Errorf("pause sandbox %q: %w", sb.ID, perr)
@@ -438,7 +486,7 @@ func (m *Manager) Connect(ctx context.Context, teamID, id string, d time.Duratio
 	}
 	unlock()
 	if sb.State != sandbox.StateRunning {
-		return nil, false, fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
+		return nil, false, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", id, sb.State)
 	}
 	if err := m.Extend(ctx, teamID, id, d); err != nil {
 		return nil, false, err
@@ -456,7 +504,7 @@ func (m *Manager) Resume(ctx context.Context, teamID, id string, d time.Duration
 		return nil, err
 	}
 	if sb.State != sandbox.StatePaused {
-		return nil, fmt.Errorf("sandbox %q is already %s: %w", id, sb.State, errdefs.ErrConflict)
+		return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is already %s", id, sb.State)
 	}
 	if autoPause != nil {
 		sb.Spec.AutoPause = *autoPause
@@ -477,16 +525,16 @@ func (m *Manager) resumeLocked(ctx context.Context, sb *store.Sandbox, d time.Du
 	ns, err := m.node.Resume(ctx, sb.ID, nodeapi.ResumeRequest{ExecutionID: exec, EndAt: end})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			if _, kerr := m.markKilled(ctx, sb.ID, sandbox.KillResumeFailed, ""); kerr == nil {
-				m.log.Warn("sandbox could not be resumed", "sandbox_id", sb.ID, "kill_reason", sandbox.KillResumeFailed.String(), "error", err)
+			if _, reason, kerr := m.nodeEnded(ctx, sb.ID, err, sandbox.KillResumeFailed, ""); kerr == nil {
+				m.log.Warn("sandbox could not be resumed", "sandbox_id", sb.ID, "kill_reason", reason.String(), "error", err)
 			}
-			return nil, fmt.Errorf("resume sandbox %q: %w", sb.ID, errdefs.ErrNotFound)
+			return nil, errdefs.Publicf(errdefs.ErrNotFound, "resume sandbox %q", sb.ID)
 		}
 		return nil, fmt.Errorf("resume sandbox %q: %w", sb.ID, err)
 	}
 	out, err := m.st.TransitionSandbox(ctx, sb.ID, func(s *store.Sandbox) (*store.Event, error) {
 		if s.State != sandbox.StatePaused {
-			return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+			return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", s.ID, s.State)
 		}
 		s.State, s.Epoch, s.EndAt = sandbox.StateRunning, s.Epoch+1, end
 		s.StartedAt = time.Now().UTC()
@@ -512,7 +560,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, p netslo
 		return err
 	}
 	if sb.State != sandbox.StateRunning {
-		return fmt.Errorf("sandbox %q is %s: %w", id, sb.State, errdefs.ErrConflict)
+		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", id, sb.State)
 	}
 	// An update that does not say keeps the sandbox's internet access as
 	// it is (never turns it on).
@@ -555,18 +603,21 @@ type ForkResult struct {
 	Err     error
 }
 
-// Fork makes count copies of a running sandbox, each living for d.
+// Fork makes count copies of a running sandbox, each living for d. Each
+// copy gets an envd access token and a traffic access token of its own
+// where the source has one (copyTokens), so that one copy's tokens open
+// neither its source nor its siblings.
 func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time.Duration, maxConcurrent int) ([]ForkResult, error) {
 	src, err := m.Get(ctx, teamID, id)
 	if err != nil {
 		return nil, err
 	}
 	if src.State != sandbox.StateRunning {
-		return nil, fmt.Errorf("sandbox %q is %s: %w", id, src.State, errdefs.ErrConflict)
+		return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", id, src.State)
 	}
 	now := time.Now().UTC()
 	results := make([]ForkResult, count)
-	var ids, execs, all []string
+	var ids, execs, tokens, all []string
 	var idx []int
 	defer func() { m.endStart(all...) }()
 	for i := range count {
@@ -574,18 +625,19 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		c.ID, c.State, c.Epoch, c.StartedAt, c.EndAt, c.CreatedAt = sandbox.NewID(), sandbox.StateStarting, 1, now, now.Add(d), time.Time{}
 		c.Spec.ExecutionID = sandbox.NewExecutionID()
 		c.Spec.Metadata = maps.Clone(src.Spec.Metadata)
+		copyTokens(&c.Spec)
 		m.beginStart(c.ID)
 		all = append(all, c.ID)
 		if err := m.reserve(ctx, &c, maxConcurrent); err != nil {
 			results[i].Err = err
 			continue
 		}
-		ids, execs, idx = append(ids, c.ID), append(execs, c.Spec.ExecutionID), append(idx, i)
+		ids, execs, tokens, idx = append(ids, c.ID), append(execs, c.Spec.ExecutionID), append(tokens, c.Spec.EnvdAccessToken), append(idx, i)
 	}
 	if len(ids) == 0 {
 		return results, nil
 	}
-	forks, ferr := m.node.Fork(context.WithoutCancel(ctx), id, nodeapi.ForkRequest{IDs: ids, ExecutionIDs: execs, EndAt: now.Add(d)})
+	forks, ferr := m.node.Fork(context.WithoutCancel(ctx), id, nodeapi.ForkRequest{IDs: ids, ExecutionIDs: execs, EndAt: now.Add(d), EnvdAccessTokens: tokens})
 	got := map[string]*nodeapi.Sandbox{}
 	var forked []string
 	for _, f := range forks {
@@ -604,7 +656,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		}
 		sb, err := m.st.TransitionSandbox(context.WithoutCancel(ctx), fid, func(s *store.Sandbox) (*store.Event, error) {
 			if s.State != sandbox.StateStarting {
-				return nil, fmt.Errorf("sandbox %q is %s: %w", s.ID, s.State, errdefs.ErrConflict)
+				return nil, errdefs.Publicf(errdefs.ErrConflict, "sandbox %q is %s", s.ID, s.State)
 			}
 			s.State = sandbox.StateRunning
 			if f.EnvdVersion != "" {
@@ -633,6 +685,18 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		return nil, fmt.Errorf("fork sandbox %q: %w", id, ferr)
 	}
 	return results, nil
+}
+
+// copyTokens gives the spec of a fork's copy, made from its source's,
+// new access tokens where the source has them: a copy is secured as its
+// source is, with credentials of its own.
+func copyTokens(sp *store.Spec) {
+	if sp.EnvdAccessToken != "" {
+		sp.EnvdAccessToken = sandbox.RandomToken(32)
+	}
+	if sp.TrafficAccessToken != "" {
+		sp.TrafficAccessToken = sandbox.RandomToken(32)
+	}
 }
 
 // Stats returns a running sandbox's resource usage.

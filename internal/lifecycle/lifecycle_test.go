@@ -400,3 +400,60 @@ func TestRestart(t *testing.T) {
 		h2.wantState(paused.ID, sandbox.StatePaused, "")
 	})
 }
+
+// TestForkCopiesOwnTokens: each copy of a fork gets an envd access token
+// and a traffic access token of its own (none where the source has none),
+// and the node is asked to start each copy with the copy's envd token:
+// one copy's tokens must open neither its source nor its siblings.
+func TestForkCopiesOwnTokens(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		secure, traffic bool
+	}{{"secure with traffic token", true, true}, {"secure", true, false}, {"open", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				h := start(t, storetest.SQLite(t), fakenode.New(), nil)
+				src := h.create(lifecycle.CreateParams{Timeout: time.Hour, Secure: tc.secure, TrafficToken: tc.traffic})
+				var asked nodeapi.ForkRequest
+				h.node.BeforeFork = func(_ string, req nodeapi.ForkRequest) { asked = req }
+				res, err := h.m.Fork(ctx, "team", src.ID, 3, time.Hour, 0)
+				if err != nil || len(res) != 3 {
+					t.Fatalf("fork: %+v %v", res, err)
+				}
+				if len(asked.EnvdAccessTokens) != len(asked.IDs) {
+					t.Fatalf("node asked for %d copies with %d envd tokens", len(asked.IDs), len(asked.EnvdAccessTokens))
+				}
+				seen := map[string]string{}
+				for _, tok := range []string{src.Spec.EnvdAccessToken, src.Spec.TrafficAccessToken} {
+					if tok != "" {
+						seen[tok] = src.ID
+					}
+				}
+				for i, r := range res {
+					if r.Err != nil {
+						t.Fatalf("copy %d: %v", i, r.Err)
+					}
+					c := h.get(r.Sandbox.ID)
+					if (c.Spec.EnvdAccessToken != "") != tc.secure || (c.Spec.TrafficAccessToken != "") != tc.traffic {
+						t.Errorf("copy %s: envd token %q traffic token %q, want set: %t %t", c.ID, c.Spec.EnvdAccessToken, c.Spec.TrafficAccessToken, tc.secure, tc.traffic)
+					}
+					if k := slices.Index(asked.IDs, c.ID); k < 0 || asked.EnvdAccessTokens[k] != c.Spec.EnvdAccessToken {
+						t.Errorf("copy %s: the node was asked for envd token %q, the store holds %q", c.ID, asked.EnvdAccessTokens, c.Spec.EnvdAccessToken)
+					}
+					for _, tok := range []string{c.Spec.EnvdAccessToken, c.Spec.TrafficAccessToken} {
+						if tok == "" {
+							continue
+						}
+						if other, dup := seen[tok]; dup {
+							t.Errorf("copies %s and %s share a token", other, c.ID)
+						}
+						seen[tok] = c.ID
+					}
+				}
+			})
+		})
+	}
+}

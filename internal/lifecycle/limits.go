@@ -28,6 +28,10 @@ func (e *PausedLimitError) Error() string {
 // Unwrap makes PausedLimitError an ErrExhausted.
 func (e *PausedLimitError) Unwrap() error { return errdefs.ErrExhausted }
 
+// PublicMessage is what a client is told: Error, which names only the
+// team's own limit (errdefs.Public).
+func (e *PausedLimitError) PublicMessage() string { return e.Error() }
+
 // teamLimits asks Config.TeamLimits (none: no bounds).
 func (m *Manager) teamLimits(ctx context.Context, teamID string) (TeamLimits, error) {
 	if m.cfg.TeamLimits == nil {

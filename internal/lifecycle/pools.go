@@ -9,7 +9,7 @@ import (
 // pool on the node when there is one (the node's Create then claims it,
 // docs/lifecycle.md §6), a fresh ID otherwise.
 func (m *Manager) poolID(p CreateParams) (string, bool) {
-	if pl, ok := m.node.(nodeapi.Pooler); ok {
+	if pl, ok := m.node.(nodeapi.Pooler); ok && len(p.Volumes) == 0 {
 		if id, ok := pl.Reserve(p.Template, p.Resources); ok {
 			return id, true
 		}

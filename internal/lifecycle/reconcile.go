@@ -124,8 +124,8 @@ func (m *Manager) reconcileSandbox(ctx context.Context, id string) error {
 	}
 	ns, err := m.node.Get(ctx, id)
 	if errdefs.IsNotFound(err) {
-		if _, err := m.markKilled(ctx, id, sandbox.KillNodeLost, ""); err == nil {
-			m.log.Warn("sandbox lost by its node", "sandbox_id", id, "kill_reason", sandbox.KillNodeLost.String())
+		if _, reason, err := m.nodeEnded(ctx, id, err, sandbox.KillNodeLost, ""); err == nil {
+			m.log.Warn("sandbox gone from its node", "sandbox_id", id, "kill_reason", reason.String())
 		}
 		return nil
 	}

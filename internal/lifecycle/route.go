@@ -8,7 +8,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/sandbox"
-	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // routeNetwork is what routing reads of a sandbox's network document.
@@ -21,9 +20,17 @@ type routeNetwork struct {
 // that allows auto-resume. admit, when not nil, is called first with the
 // sandbox's tokens and state; its error is returned as is and nothing is
 // resumed, so a request without the right token never wakes a sandbox. A
-// missing or killed sandbox is ErrNotFound.
+// missing or killed sandbox is ErrNotFound, and so is one whose kill has
+// begun (upstream takes a sandbox out of routing before it stops it: the
+// SDK's health check reads the proxy's 502 as "killed", where a request
+// to a sandbox being torn down would hang).
 func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admission) error) (*route.Route, error) {
 	cached, gen, ok := m.routes.get(id)
+	// After the cache's generation is read: a kill that begins later
+	// evicts, so what this lookup reads is not cached.
+	if m.beingKilled(id) {
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %q is being killed", id)
+	}
 	if ok {
 		if admit != nil {
 			if err := admit(&route.Admission{SandboxID: id, EnvdAccessToken: cached.EnvdAccessToken, TrafficAccessToken: cached.TrafficAccessToken}); err != nil {
@@ -77,29 +84,9 @@ func (m *Manager) Route(ctx context.Context, id string, admit func(*route.Admiss
 	}
 	r := &route.Route{SandboxID: id, TeamID: sb.TeamID, Address: ns.Address, Host: ns.Host,
 		EnvdAccessToken: sb.Spec.EnvdAccessToken, TrafficAccessToken: sb.Spec.TrafficAccessToken, Woken: paused,
-		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts, NodeProxy: ns.NodeProxy, Epoch: ns.Epoch}
+		MaskRequestHost: nw.MaskRequestHost, HTTPSPorts: nw.HTTPSPorts, NodeProxy: ns.NodeProxy, NodeID: sb.Spec.NodeID, Epoch: ns.Epoch}
 	if !paused {
 		m.routes.put(gen, r)
 	}
 	return r, nil
-}
-
-// EnvdTokens returns the envd access tokens by ID of running sandboxes and
-// of paused ones that traffic may wake, for the proxy's signed-URL
-// routing.
-func (m *Manager) EnvdTokens(ctx context.Context) (map[string]string, error) {
-	sbs, err := m.st.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}})
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]string, len(sbs))
-	for _, sb := range sbs {
-		if sb.State == sandbox.StatePaused && !(sb.Spec.AutoResume && sb.Spec.PausedWithMemory) {
-			continue
-		}
-		if sb.Spec.EnvdAccessToken != "" {
-			out[sb.ID] = sb.Spec.EnvdAccessToken
-		}
-	}
-	return out, nil
 }

@@ -100,14 +100,24 @@ func (c *routeCache) changed(id string) {
 	delete(c.entries, id)
 }
 
-// watchChanges feeds the store's sandbox changes to the cache until ctx
-// ends.
+// watchChanges feeds the store's sandbox changes to the route cache and
+// the signature index until ctx ends.
 func (m *Manager) watchChanges(ctx context.Context) {
-	if m.routes == nil {
+	if m.cfg.SandboxChanges == nil {
 		return
 	}
-	if err := m.cfg.SandboxChanges(ctx, m.routes.changed); err != nil && ctx.Err() == nil {
+	err := m.cfg.SandboxChanges(ctx, func(id string) {
+		if m.routes != nil {
+			m.routes.changed(id)
+		}
+		m.signs.changed(id)
+	})
+	if err != nil && ctx.Err() == nil {
 		m.log.Warn("sandbox change feed stopped; routes are no longer cached", "error", err)
+	}
+	m.signs.stop()
+	if m.routes == nil {
+		return
 	}
 	m.routes.mu.Lock()
 	m.routes.live = false

@@ -55,6 +55,9 @@ type Config struct {
 	Cgroups cgroup.Manager
 	Net     netslot.Pool
 	Layers  Layers
+	// Volumes mounts the sandboxes' volumes (volumes.go); nil: the node
+	// keeps none, and a create that asks for one is ErrUnsupported.
+	Volumes VolumeMounter
 	// EnvdPath is the host path of the envd binary bound into sandboxes.
 	EnvdPath string
 	// EnvdPort is the port envd listens on inside the sandbox (49983).
@@ -121,7 +124,12 @@ type Config struct {
 	CPUInfo string
 	// Registry receives the agent's metrics; nil registers nothing.
 	Registry prometheus.Registerer
-	Logger   *slog.Logger
+	// CountKills registers sandbox_killed_total{kill_reason} on Registry:
+	// every kill the agent carries out, by reason (kills.go). `warren
+	// node` sets it; under `warren serve` the control plane's counter of
+	// that name, on the same registry, counts every kill.
+	CountKills bool
+	Logger     *slog.Logger
 	// Clock is the time source; nil means the real clock.
 	Clock Clock
 }
@@ -247,6 +255,12 @@ type Agent struct {
 	backlog   []nodeapi.Event
 	reclaimed map[string]int
 	closed    bool
+	// draining: the control plane drains the node (keep.go's SetDraining).
+	draining bool
+
+	// kills are the agent's own kills not acknowledged yet (kills.go).
+	kills  *killJournal
+	killed *prometheus.CounterVec
 
 	reclaimCounter *prometheus.CounterVec
 	wd             watchdogMetrics
@@ -315,6 +329,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			Help: "Host objects (cgroups, network namespaces, mounts, loop devices, runtime containers, state directories) found belonging to no sandbox and destroyed.",
 		}, []string{"kind"}),
 	}
+	kills, err := loadKillJournal(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	a.kills, a.killed = kills, newKilledCounter()
 	a.initWatchdogMetrics()
 	a.opDur = newOpDurations()
 	a.phaseDur = newPhaseDurations()
@@ -329,6 +348,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 				return nil, fmt.Errorf("node metrics: %w", err)
 			}
 		}
+		if cfg.CountKills {
+			if err := cfg.Registry.Register(a.killed); err != nil {
+				return nil, fmt.Errorf("node metrics: %w", err)
+			}
+		}
 	}
 	a.spawn = newSpawner(forkParallelism)
 	a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -336,6 +360,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.Close()
 		return nil, err
 	}
+	a.reacquireVolumes()
 	if err := a.loadPools(ctx); err != nil {
 		a.Close()
 		return nil, err
@@ -393,7 +418,7 @@ func (a *Agent) lookup(id string) (*sbx, error) {
 	defer a.mu.Unlock()
 	s, ok := a.sandboxes[id]
 	if !ok {
-		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nil, a.goneErr(id)
 	}
 	return s, nil
 }
@@ -475,7 +500,7 @@ func (a *Agent) SetEndTime(ctx context.Context, id string, endAt time.Time) erro
 	a.mu.Lock()
 	if s.gone {
 		a.mu.Unlock()
-		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return a.goneErr(id)
 	}
 	s.rec.EndAt = endAt
 	if s.rec.State == sandbox.StateRunning {
@@ -498,7 +523,7 @@ func (a *Agent) UpdateNetwork(ctx context.Context, id string, policy netslot.Pol
 	state, slot, gone := s.rec.State, s.rec.Slot, s.gone
 	a.mu.Unlock()
 	if gone {
-		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return a.goneErr(id)
 	}
 	// A paused sandbox that keeps its slot (keep.go) holds it already.
 	if slot != nil && (state == sandbox.StateRunning || state == sandbox.StatePaused) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -560,6 +561,56 @@ func TestFork(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(e.dir, "forks")); len(entries) > 0 {
 		t.Errorf("fork images left: %v", entries)
+	}
+}
+
+// TestForkCopiesOwnTokens: each copy's envd gets, at the /init after its
+// restore, the copy's own access token from the request, and keeps it
+// (a resume of the copy brings it again); without tokens in the request
+// (an older control plane) the copies keep the source's.
+func TestForkCopiesOwnTokens(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fake.Config{})
+	a := e.start()
+	ctx := context.Background()
+	e.create(a, "src")
+	initsOf := func(addr string) []string {
+		var toks []string
+		for _, in := range e.envd.Inits() {
+			if in.Addr == addr {
+				toks = append(toks, in.Init.AccessToken)
+			}
+		}
+		return toks
+	}
+	kids, err := a.Fork(ctx, "src", nodeapi.ForkRequest{IDs: []string{"c1", "c2"}, EnvdAccessTokens: []string{"access-c1", "access-c2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range kids {
+		if got, want := initsOf(k.Address), []string{"access-c" + strconv.Itoa(i+1)}; !slices.Equal(got, want) {
+			t.Errorf("%s: /init access tokens %q, want %q", k.ID, got, want)
+		}
+	}
+	if _, err := a.Pause(ctx, "c1", nodeapi.PauseRequest{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Resume(ctx, "c1", nodeapi.ResumeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := initsOf(r.Address); len(got) == 0 || got[len(got)-1] != "access-c1" {
+		t.Errorf("c1 after a resume: /init access tokens %q, want its own last", got)
+	}
+	old, err := a.Fork(ctx, "src", nodeapi.ForkRequest{IDs: []string{"c3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := initsOf(old[0].Address); !slices.Equal(got, []string{"access-src"}) {
+		t.Errorf("copy without a token in the request: /init access tokens %q, want the source's", got)
+	}
+	if _, err := a.Fork(ctx, "src", nodeapi.ForkRequest{IDs: []string{"c4", "c5"}, EnvdAccessTokens: []string{"x"}}); !errdefs.IsInvalid(err) {
+		t.Errorf("fork with 1 token for 2 copies: %v, want invalid", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -122,6 +123,25 @@ func (a *Agent) startKeepWatch() {
 	})
 }
 
+var _ nodeapi.Drainer = (*Agent)(nil)
+
+// SetDraining implements nodeapi.Drainer. A node that begins to drain
+// releases the host objects every paused sandbox kept (in the background:
+// it does not block), and keeps none while it drains: a draining node
+// takes no resume, so none would be used. Undrained, it keeps them again
+// from the next pause.
+func (a *Agent) SetDraining(draining bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	was := a.draining
+	a.draining = draining
+	if !draining || was || a.closed {
+		return
+	}
+	a.log.Info("node draining: paused sandboxes release the host objects they kept")
+	a.wg.Go(func() { a.releaseAllKept("drain") })
+}
+
 // anyKept reports whether some paused sandbox keeps its host objects.
 func (a *Agent) anyKept() bool {
 	a.mu.Lock()
@@ -153,7 +173,7 @@ func (a *Agent) beginKeep(s *sbx) bool {
 	low := a.memoryLow()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || s.gone {
+	if a.closed || s.gone || a.draining {
 		return false
 	}
 	var others []*sbx
@@ -339,7 +359,7 @@ func (a *Agent) HostObjectsKept(id string) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if s.gone {
-		return false, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return false, a.goneErr(id)
 	}
 	return s.rec.State == sandbox.StatePaused && s.kept != nil && s.kept.prepared, nil
 }

@@ -19,7 +19,9 @@ import (
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodetest"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodereg"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // preparingDriver is the fake driver with driver.RestorePreparer, as the
@@ -366,5 +368,54 @@ func TestKeepPausedRecoveredAfterCrash(t *testing.T) {
 	}
 	if d.restores.Load() != 0 {
 		t.Error("resumed into a prepared container after recovery")
+	}
+}
+
+// TestKeepPausedReleasedWhenDraining: the heartbeat's reply says the
+// control plane drains the node. Paused sandboxes give back the host
+// objects they kept (a draining node takes no resume), and a pause while
+// draining keeps none; undrained, the node keeps them again. The released
+// sandboxes still resume, the slow way.
+func TestKeepPausedReleasedWhenDraining(t *testing.T) {
+	ctx := context.Background()
+	e, d, _ := keepEnv(t, nil)
+	a := e.start()
+	for _, id := range []string{"d1", "d2", "d3", "d4"} {
+		e.create(a, id)
+	}
+	e.pauseMem(a, "d1")
+	e.pauseMem(a, "d2")
+	if !kept(t, a, "d1") || !kept(t, a, "d2") {
+		t.Fatal("paused sandboxes do not keep their host objects")
+	}
+	if err := nodereg.Apply(ctx, a, &nodereg.Reply{Status: store.NodeDraining}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the kept objects' release at the drain", func() bool { return !kept(t, a, "d1") && !kept(t, a, "d2") })
+	for _, id := range []string{"d1", "d2"} {
+		if slot, cg := e.holds(id); slot || cg || d.isPrepared(id) {
+			t.Errorf("%s after the drain holds slot %v, cgroup %v, prepared %v", id, slot, cg, d.isPrepared(id))
+		}
+	}
+	e.pauseMem(a, "d3")
+	if kept(t, a, "d3") {
+		t.Error("a pause while the node drains kept the host objects")
+	}
+	// Replies keep saying draining: nothing changes; then the drain ends.
+	if err := nodereg.Apply(ctx, a, &nodereg.Reply{Status: store.NodeDraining}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodereg.Apply(ctx, a, &nodereg.Reply{Status: store.NodeReady}); err != nil {
+		t.Fatal(err)
+	}
+	e.pauseMem(a, "d4")
+	if !kept(t, a, "d4") {
+		t.Error("after the drain ended, a pause does not keep the host objects")
+	}
+	if _, err := a.Resume(ctx, "d1", nodeapi.ResumeRequest{}); err != nil {
+		t.Fatalf("resume of a sandbox released at the drain: %v", err)
+	}
+	if d.restores.Load() != 0 {
+		t.Error("a sandbox released at the drain resumed into a prepared container")
 	}
 }

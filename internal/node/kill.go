@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
@@ -36,7 +37,7 @@ func (a *Agent) KillExecution(ctx context.Context, id, executionID string, reaso
 	gone, execID, state := s.gone, s.rec.ExecutionID, s.rec.State
 	a.mu.Unlock()
 	if gone {
-		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return a.goneErr(id)
 	}
 	if executionID != "" && executionID != execID {
 		a.log.Info("kill for an older execution ignored", "sandbox_id", id, "execution_id", executionID,
@@ -47,8 +48,25 @@ func (a *Agent) KillExecution(ctx context.Context, id, executionID string, reaso
 	log.Info("killing sandbox", "state", state)
 	a.destroy(ctx, s, log)
 	log.Info("sandbox killed")
+	a.countKill(reason)
 	a.emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
 	return nil
+}
+
+// ownKill carries out a kill the agent decided on its own (kills.go): ev
+// (its type, reason and time) is recorded first, then s is destroyed, and
+// the kill is counted and, unless s is internal, delivered to watchers.
+// The caller holds s.op.
+func (a *Agent) ownKill(ctx context.Context, s *sbx, ev nodeapi.Event, internal bool, log *slog.Logger) {
+	if !internal {
+		a.journalKill(ev, log)
+	}
+	a.destroy(ctx, s, log)
+	if internal {
+		return
+	}
+	a.countKill(ev.Reason)
+	a.emit(ev)
 }
 
 // startWatcherLocked starts the goroutine that waits for s's init to exit.
@@ -86,13 +104,11 @@ func (a *Agent) handleExit(s *sbx, epoch int64, code int, oom bool) {
 	id, execID, cg, internal := s.rec.ID, s.rec.ExecutionID, s.cg, s.internal
 	a.mu.Unlock()
 	ctx := a.ctx
+	at := a.clock.Now()
 	reason := exitReason(ctx, cg, oom)
 	log := a.log.With("sandbox_id", id, "execution_id", execID, "kill_reason", reason.String())
 	log.Info("sandbox init exited by itself", "exit_code", code)
-	a.destroy(context.WithoutCancel(ctx), s, log)
-	if !internal {
-		a.emit(nodeapi.Event{Type: nodeapi.EventExited, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
-	}
+	a.ownKill(context.WithoutCancel(ctx), s, nodeapi.Event{Type: nodeapi.EventExited, SandboxID: id, ExecutionID: execID, Reason: reason, At: at}, internal, log)
 }
 
 // exitReason says why a sandbox whose init ended by itself stopped: a
@@ -182,7 +198,7 @@ func (a *Agent) fireBackstop(s *sbx, epoch int64) {
 		a.mu.Unlock()
 		return
 	}
-	id, execID, endAt, at := s.rec.ID, s.rec.ExecutionID, s.rec.EndAt, s.backstopAt
+	id, execID, endAt, at, internal := s.rec.ID, s.rec.ExecutionID, s.rec.EndAt, s.backstopAt, s.internal
 	a.mu.Unlock()
 	ctx := a.ctx
 	// An exit that is ready at the same moment wins: the exit watcher
@@ -199,9 +215,9 @@ func (a *Agent) fireBackstop(s *sbx, epoch int64) {
 	}
 	reason := sandbox.KillTTLBackstop
 	log := a.log.With("sandbox_id", id, "execution_id", execID, "kill_reason", reason.String())
+	killedAt := a.clock.Now()
 	log.Info("TTL backstop: the control plane did not stop the sandbox by its end time plus grace",
 		"end_at", endAt, "grace", a.cfg.BackstopGrace, "deadline", at)
-	a.destroy(ctx, s, log)
+	a.ownKill(ctx, s, nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: killedAt}, internal, log)
 	log.Info("sandbox killed")
-	a.emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
 }

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -55,9 +56,12 @@ const refillCPUWeight = 1
 // Create implements Service.
 func (a *Agent) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodeapi.Sandbox, error) {
 	start := a.clock.Now()
-	if v, ok := a.claim(ctx, req); ok {
-		a.observeOp("create", start, nil)
-		return v, nil
+	// A warm pool member was started without volumes.
+	if len(req.Volumes) == 0 {
+		if v, ok := a.claim(ctx, req); ok {
+			a.observeOp("create", start, nil)
+			return v, nil
+		}
 	}
 	v, err := a.create(ctx, req, false)
 	a.observeOp("create", start, err)
@@ -74,6 +78,9 @@ func (a *Agent) create(ctx context.Context, req nodeapi.CreateRequest, internal 
 	if req.Template.RootFS == "" && req.Template.SnapshotDir == "" {
 		return nil, fmt.Errorf("sandbox %q: template %q has no root filesystem on this node: %w", req.ID, req.Template.ID, errdefs.ErrInvalid)
 	}
+	if err := nodeapi.CheckVolumeMounts(req.Volumes); err != nil {
+		return nil, err
+	}
 	var snap *snapshotMeta
 	if req.Template.SnapshotDir != "" {
 		if _, ok := a.checkpointer(); !ok {
@@ -82,6 +89,9 @@ func (a *Agent) create(ctx context.Context, req nodeapi.CreateRequest, internal 
 		m, err := readSnapshotMeta(req.Template.SnapshotDir)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox %q: %w", req.ID, err)
+		}
+		if err := checkSnapshotVolumes(m, req.Template.ID, req.Volumes); err != nil {
+			return nil, err
 		}
 		snap = m
 	}
@@ -100,6 +110,7 @@ func (a *Agent) create(ctx context.Context, req nodeapi.CreateRequest, internal 
 		Network:     clonePolicy(req.Network),
 		EnvVars:     maps.Clone(req.EnvVars),
 		Metadata:    maps.Clone(req.Metadata),
+		Volumes:     slices.Clone(req.Volumes),
 		EnvdVersion: EnvdVersion,
 		AccessToken: req.EnvdAccessToken,
 		InitToken:   sandbox.RandomToken(32),
@@ -187,6 +198,7 @@ func (a *Agent) forget(s *sbx) {
 	a.dropKeptLocked(s)
 	if a.sandboxes[s.rec.ID] == s {
 		delete(a.sandboxes, s.rec.ID)
+		a.releaseVolumes(s.rec.ID)
 	}
 }
 
@@ -465,6 +477,10 @@ func (a *Agent) sandboxSpec(r record, root string, slot *netslot.Slot) (driver.S
 		return driver.Spec{}, fmt.Errorf("bundle dir: %w", err)
 	}
 	sum := sha256.Sum256([]byte(r.InitToken))
+	vols, err := a.volumeMounts(r)
+	if err != nil {
+		return driver.Spec{}, err
+	}
 	return driver.Spec{
 		ID:            r.ID,
 		BundleDir:     bundle,
@@ -481,7 +497,7 @@ func (a *Agent) sandboxSpec(r record, root string, slot *netslot.Slot) (driver.S
 			Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 			Cwd:  "/",
 		},
-		Mounts: []driver.Mount{{Source: a.cfg.EnvdPath, Destination: envdMountPath, ReadOnly: true, Type: "bind"}},
+		Mounts: append([]driver.Mount{{Source: a.cfg.EnvdPath, Destination: envdMountPath, ReadOnly: true, Type: "bind"}}, vols...),
 	}, nil
 }
 

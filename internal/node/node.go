@@ -11,12 +11,15 @@ package node
 import "github.com/warren-sandbox/warren/internal/nodeapi"
 
 // The optional parts of nodeapi.Service the agent implements; the node RPC
-// (noderpc, nodeclient) carries each of them.
+// (noderpc, nodeclient) carries each of them. Sandbox snapshots
+// (nodeapi.SandboxSnapshotter) are kept as builds of the node's template
+// catalog: internal/nodebuild.SandboxSnapshots implements that part over
+// the agent's SnapshotSandboxInto.
 var (
 	_ nodeapi.Pooler              = (*Agent)(nil)
 	_ nodeapi.MetricsSource       = (*Agent)(nil)
 	_ nodeapi.ExecutionKiller     = (*Agent)(nil)
 	_ nodeapi.TemplateHolder      = (*Agent)(nil)
-	_ nodeapi.SandboxSnapshotter  = (*Agent)(nil)
 	_ nodeapi.TemplateSnapshotter = (*Agent)(nil)
+	_ nodeapi.LogSource           = (*Agent)(nil)
 )

@@ -221,7 +221,7 @@ func (a *Agent) admitPause(s *sbx, req nodeapi.PauseRequest) error {
 	id := s.rec.ID
 	switch {
 	case s.gone:
-		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return a.goneErr(id)
 	case s.checkpointing:
 		a.pushBackstopLocked(s)
 		a.log.Info("pause refused: a checkpoint of this sandbox is in flight; backstop pushed forward", "sandbox_id", id)
@@ -258,7 +258,7 @@ func (a *Agent) markPausing(s *sbx) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if s.gone {
-		return "", fmt.Errorf("sandbox %q: %w", s.rec.ID, errdefs.ErrNotFound)
+		return "", a.goneErr(s.rec.ID)
 	}
 	if s.rec.State != sandbox.StateRunning {
 		return "", fmt.Errorf("sandbox %q is %s, not running: %w", s.rec.ID, s.rec.State, errdefs.ErrConflict)
@@ -307,8 +307,10 @@ func (a *Agent) pauseFailed(ctx context.Context, s *sbx, log *slog.Logger, cause
 	execID := a.executionID(s)
 	klog := log.With("kill_reason", sandbox.KillReason("").String())
 	klog.Error("pause failed and the sandbox stopped", "error", cause)
-	a.destroy(ctx, s, klog)
-	a.emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, At: a.clock.Now()})
+	a.mu.Lock()
+	internal := s.internal
+	a.mu.Unlock()
+	a.ownKill(ctx, s, nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, At: a.clock.Now()}, internal, klog)
 	return fmt.Errorf("sandbox %q: pause failed and the sandbox stopped: %w", id, errors.Join(cause, errdefs.ErrUnavailable))
 }
 
@@ -373,6 +375,10 @@ func (a *Agent) resume(ctx context.Context, id string, req nodeapi.ResumeRequest
 		m.prepared = false
 		err = a.bringUp(ctx, s, m, log)
 	}
+	if err != nil && m.restoreDir != "" && len(prev.Volumes) > 0 && !errdefs.IsUnsupported(err) && ctx.Err() == nil {
+		m = a.volumeResumeFallback(s, ph, log, err)
+		err = a.bringUp(ctx, s, m, log)
+	}
 	if err != nil {
 		a.undoResume(s, prev)
 		log.Debug("resume failed; the sandbox stays paused", "error", err)
@@ -399,7 +405,7 @@ func (a *Agent) beginResume(s *sbx, req nodeapi.ResumeRequest) (record, string, 
 	defer a.mu.Unlock()
 	prev := s.rec
 	if s.gone {
-		return prev, "", fmt.Errorf("sandbox %q: %w", s.rec.ID, errdefs.ErrNotFound)
+		return prev, "", a.goneErr(s.rec.ID)
 	}
 	if s.rec.State != sandbox.StatePaused {
 		return prev, "", fmt.Errorf("sandbox %q is %s, not paused: %w", s.rec.ID, s.rec.State, errdefs.ErrConflict)
@@ -451,7 +457,7 @@ func (a *Agent) admitFork(src *sbx, req nodeapi.ForkRequest) (record, []*sbx, er
 	case a.closed:
 		return record{}, nil, fmt.Errorf("node agent: %w", errdefs.ErrUnavailable)
 	case src.gone:
-		return record{}, nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return record{}, nil, a.goneErr(id)
 	case src.checkpointing:
 		return record{}, nil, fmt.Errorf("sandbox %q: a checkpoint is already in flight, try again later: %w", id, errdefs.ErrExhausted)
 	case src.rec.State != sandbox.StateRunning:
@@ -473,6 +479,11 @@ func (a *Agent) admitFork(src *sbx, req nodeapi.ForkRequest) (record, []*sbx, er
 		}
 		if !req.EndAt.IsZero() {
 			r.EndAt = req.EndAt
+		}
+		if len(req.EnvdAccessTokens) > 0 {
+			// The copy's own: its envd gets it at the /init after the
+			// restore (bringUp), and at every resume after.
+			r.AccessToken = req.EnvdAccessTokens[i]
 		}
 		r.State, r.Epoch, r.Slot, r.Cgroup, r.RootFS, r.PausedWithMemory = sandbox.StateStarting, 0, nil, "", "", false
 		r.EnvVars, r.Metadata = maps.Clone(parent.EnvVars), maps.Clone(parent.Metadata)
@@ -551,6 +562,9 @@ func (a *Agent) fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([
 	}
 	if len(req.ExecutionIDs) != 0 && len(req.ExecutionIDs) != len(req.IDs) {
 		return nil, fmt.Errorf("sandbox %q: fork: %d execution IDs for %d copies: %w", id, len(req.ExecutionIDs), len(req.IDs), errdefs.ErrInvalid)
+	}
+	if len(req.EnvdAccessTokens) != 0 && len(req.EnvdAccessTokens) != len(req.IDs) {
+		return nil, fmt.Errorf("sandbox %q: fork: %d access tokens for %d copies: %w", id, len(req.EnvdAccessTokens), len(req.IDs), errdefs.ErrInvalid)
 	}
 	seen := map[string]bool{}
 	for _, cid := range req.IDs {

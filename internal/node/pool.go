@@ -91,7 +91,7 @@ func (a *Agent) SetPool(ctx context.Context, tmpl nodeapi.Template, res sandbox.
 	if size < 0 {
 		return fmt.Errorf("pool of template %q: size %d: %w", tmpl.ID, size, errdefs.ErrInvalid)
 	}
-	if tmpl.ID == "" || (tmpl.RootFS == "" && tmpl.SnapshotDir == "") {
+	if tmpl.ID == "" || size > 0 && tmpl.RootFS == "" && tmpl.SnapshotDir == "" {
 		return fmt.Errorf("pool of template %q: no root filesystem on this node: %w", tmpl.ID, errdefs.ErrInvalid)
 	}
 	res = a.resources(res)

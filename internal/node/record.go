@@ -43,7 +43,9 @@ type record struct {
 	Network       netslot.Policy    `json:"network"`
 	EnvVars       map[string]string `json:"envVars,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
-	EnvdVersion   string            `json:"envdVersion"`
+	// Volumes are the sandbox's volume mounts (volumes.go).
+	Volumes     []nodeapi.VolumeMount `json:"volumes,omitempty"`
+	EnvdVersion string                `json:"envdVersion"`
 	// AccessToken is the envd access token given by the control plane.
 	AccessToken string `json:"accessToken,omitempty"`
 	// InitToken authenticates the agent's /init calls; its SHA-256 is on

@@ -47,7 +47,11 @@ func (a *Agent) recover(ctx context.Context) error {
 	}
 	running := map[string]bool{} // runtime objects to keep
 	known := map[string]bool{}   // layers and state dirs to keep
-	var lost []nodeapi.Event
+	type lostSandbox struct {
+		ev  nodeapi.Event
+		own bool
+	}
+	var lost []lostSandbox
 	for _, e := range entries {
 		id, ok := strings.CutPrefix(e.Name(), "sbx-")
 		if !ok || !e.IsDir() || !sandbox.ValidID(id) {
@@ -90,6 +94,13 @@ func (a *Agent) recover(ctx context.Context) error {
 			}
 			log.Info("recovered paused sandbox", "execution_id", r.ExecutionID, "memory", r.PausedWithMemory)
 		case sandbox.StateRunning, sandbox.StatePausing:
+			if ev, ok := a.kills.get(id); ok && ev.ExecutionID == r.ExecutionID {
+				// The earlier agent had decided this kill and stopped
+				// before it was done: it is finished now, as recorded.
+				log.Info("sandbox killed by the earlier agent, which stopped before its objects were gone; they are reclaimed",
+					"execution_id", r.ExecutionID, "kill_reason", ev.Reason.String())
+				continue
+			}
 			if live[id] {
 				if err := a.adopt(ctx, r); err == nil {
 					running[id], known[id] = true, true
@@ -98,12 +109,16 @@ func (a *Agent) recover(ctx context.Context) error {
 					log.Warn("cannot adopt running sandbox; it is stopped", "execution_id", r.ExecutionID, "error", err)
 				}
 			}
-			reason := sandbox.KillExited
+			// With its cgroup still there (the agent restarted, not the
+			// machine), the sandbox ended by itself: the node's own kill,
+			// kept until acknowledged. Without (a reboot: nothing
+			// survived), the control plane tells it from the new boot ID.
+			reason, own := sandbox.KillExited, false
 			if cg, err := a.cfg.Cgroups.Open(ctx, sandbox.HostName(id)); err == nil {
-				reason = exitReason(ctx, cg, false)
+				reason, own = exitReason(ctx, cg, false), true
 			}
 			log.Info("sandbox stopped while the agent was away; its objects are reclaimed", "execution_id", r.ExecutionID, "kill_reason", reason.String())
-			lost = append(lost, nodeapi.Event{Type: nodeapi.EventExited, SandboxID: id, ExecutionID: r.ExecutionID, Reason: reason, At: a.clock.Now()})
+			lost = append(lost, lostSandbox{nodeapi.Event{Type: nodeapi.EventExited, SandboxID: id, ExecutionID: r.ExecutionID, Reason: reason, At: a.clock.Now()}, own})
 		default:
 			// starting or killed: an operation the agent did not finish.
 			log.Info("sandbox left half made; its objects are reclaimed", "state", r.State)
@@ -120,8 +135,12 @@ func (a *Agent) recover(ctx context.Context) error {
 		}
 		a.countReclaimed(KindForkImage, n)
 	}
-	for _, ev := range lost {
-		a.emit(ev)
+	for _, l := range lost {
+		if l.own {
+			a.journalKill(l.ev, a.log.With("sandbox_id", l.ev.SandboxID, "kill_reason", l.ev.Reason.String()))
+		}
+		a.countKill(l.ev.Reason)
+		a.emit(l.ev)
 	}
 	return nil
 }

@@ -224,7 +224,7 @@ func (a *Agent) Metrics(ctx context.Context, id string, start, end time.Time) ([
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if s.gone || s.internal {
-		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nil, a.goneErr(id)
 	}
 	out := []nodeapi.Stats{}
 	cut := a.clock.Now().Add(-a.cfg.MetricsRetention)

@@ -32,6 +32,9 @@ type snapshotMeta struct {
 	// directory holds its layer's changes as nodeapi.SnapshotLayerTar: it can
 	// travel to another node (ImportSnapshot).
 	Host *nodeapi.SnapshotHost `json:"host,omitempty"`
+	// VolumePaths are where the snapshotted sandbox mounted volumes
+	// (volumes.go's checkSnapshotVolumes): their content is not in it.
+	VolumePaths []string `json:"volumePaths,omitempty"`
 }
 
 // Timing of Snapshot's readiness check.

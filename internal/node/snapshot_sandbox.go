@@ -14,17 +14,22 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// SnapshotSandbox takes a snapshot of running sandbox id into dir, leaving
-// the sandbox running (E2B's POST /sandboxes/{id}/snapshots): the sandbox
-// is frozen when the driver can, its memory checkpointed into dir and its
-// writable layer saved, then thawed. The result has the layout of a
-// template snapshot on ready, so a sandbox created with
-// Template.SnapshotDir = dir restores it (processes, memory and files of
-// the source). It returns the template the sandbox was started from, whose
-// root filesystem the snapshot's layer lies over. A driver that cannot
+// SnapshotSandboxInto takes a snapshot of running sandbox id into dir,
+// leaving the sandbox running (E2B's POST /sandboxes/{id}/snapshots): the
+// sandbox is frozen when the driver can, its memory checkpointed into dir,
+// its writable layer saved and, with travel when this node's snapshots can
+// travel (SnapshotHost), its layer's changes written beside as
+// nodeapi.SnapshotLayerTar with the host recorded, then thawed. The result
+// has the layout of a template snapshot on ready, so a sandbox created
+// with Template.SnapshotDir = dir restores it (processes, memory and files
+// of the source), here or, imported (ImportSnapshot), on another node. It
+// returns the template the sandbox was started from, whose root
+// filesystem the snapshot's layer lies over. A driver that cannot
 // checkpoint memory gives ErrUnsupported; a sandbox that is not running
-// ErrConflict. Delete the snapshot with DeleteSnapshot.
-func (a *Agent) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error) {
+// ErrConflict. Delete the snapshot with DeleteSnapshot. The node contract's
+// part (nodeapi.SandboxSnapshotter, which names no directory) is
+// internal/nodebuild.SandboxSnapshots over this.
+func (a *Agent) SnapshotSandboxInto(ctx context.Context, id, dir string, travel bool) (nodeapi.Template, error) {
 	s, err := a.lookup(id)
 	if err != nil {
 		return nodeapi.Template{}, err
@@ -37,7 +42,7 @@ func (a *Agent) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Te
 	switch {
 	case s.gone:
 		a.mu.Unlock()
-		return nodeapi.Template{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nodeapi.Template{}, a.goneErr(id)
 	case s.checkpointing:
 		a.mu.Unlock()
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q: a checkpoint is already in flight, try again later: %w", id, errdefs.ErrExhausted)
@@ -61,6 +66,8 @@ func (a *Agent) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Te
 	tmpl := s.rec.Template
 	tmpl.Env = maps.Clone(tmpl.Env)
 	initToken := s.rec.InitToken
+	shape := nodeapi.Template{ID: tmpl.ID, BuildID: tmpl.BuildID, Resources: s.rec.Resources}
+	volPaths := volumePaths(s.rec.Volumes)
 	a.mu.Unlock()
 	if !alive {
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q stopped: %w", id, errdefs.ErrConflict)
@@ -95,13 +102,21 @@ func (a *Agent) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Te
 	if err := a.cfg.Layers.Save(ctx, id, layer); err != nil {
 		return fail(fmt.Errorf("save writable layer: %w", err))
 	}
-	meta := snapshotMeta{Version: 1, InitToken: initToken, Layer: layer, TakenAt: a.clock.Now().UTC()}
+	meta := snapshotMeta{Version: 1, InitToken: initToken, Layer: layer, TakenAt: a.clock.Now().UTC(), VolumePaths: volPaths}
+	// Still frozen: the layer's changes are those of the memory image.
+	if travel {
+		if host, err := a.exportSnapshotLayer(ctx, id, shape, dir); err != nil {
+			log.Info("sandbox snapshot stays on this node: its layer could not be written for others", "error", err)
+		} else {
+			meta.Host = host
+		}
+	}
 	b, _ := json.Marshal(meta)
 	if err := os.WriteFile(filepath.Join(dir, snapshotMetaFile), b, 0o600); err != nil {
 		_ = a.cfg.Layers.DeleteSaved(context.WithoutCancel(ctx), layer)
 		return fail(err)
 	}
-	log.Info("sandbox snapshot taken", "layer", layer)
+	log.Info("sandbox snapshot taken", "layer", layer, "portable", meta.Host != nil)
 	tmpl.SnapshotDir = ""
 	return tmpl, nil
 }

@@ -214,7 +214,7 @@ func TestSnapshotSandbox(t *testing.T) {
 	_, _ = e.drv.Exec(ctx, "src", driver.Process{Args: []string{"tick"}})
 	e.layers.WriteFile("src", "f", "1")
 	dir := filepath.Join(t.TempDir(), "snap")
-	tmpl, err := a.SnapshotSandbox(ctx, "src", dir)
+	tmpl, err := a.SnapshotSandboxInto(ctx, "src", dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestSnapshotSandbox(t *testing.T) {
 	if ly, _ := e.layers.Get("copy"); ly.Files["f"] != "1" {
 		t.Errorf("copy layer %+v", ly)
 	}
-	if _, err := a.SnapshotSandbox(ctx, "nope", dir); !errdefs.IsNotFound(err) {
+	if _, err := a.SnapshotSandboxInto(ctx, "nope", dir, false); !errdefs.IsNotFound(err) {
 		t.Errorf("snapshot of unknown: %v", err)
 	}
 	if err := a.DeleteSnapshot(ctx, dir); err != nil {

@@ -68,7 +68,9 @@ type Service interface {
 }
 
 // Template is what a node needs to know of a template build to start
-// sandboxes from it.
+// sandboxes from it. Over a wire only ID and BuildID cross: the node
+// resolves the rest, its paths above all, from its own catalog
+// (docs/security.md, "Nothing that names a host path crosses a wire").
 type Template struct {
 	ID      string
 	BuildID string
@@ -114,6 +116,9 @@ type CreateRequest struct {
 	// EnvdAccessToken, when set, is required by envd on every request.
 	EnvdAccessToken string
 	Metadata        map[string]string
+	// Volumes are mounted into the sandbox (VolumeMount; the node holds
+	// each, of the sandbox's team), at every start and resume.
+	Volumes []VolumeMount
 }
 
 // PauseRequest tunes Pause.
@@ -137,6 +142,12 @@ type ForkRequest struct {
 	IDs          []string // one new ID per copy
 	ExecutionIDs []string
 	EndAt        time.Time
+	// EnvdAccessTokens, when given, holds each copy's own envd access
+	// token ("" for none), one per ID, which its envd gets at /init: a
+	// copy's token must not open its source or its siblings. Empty: the
+	// copies keep the source's token (a control plane of an older
+	// version).
+	EnvdAccessTokens []string
 }
 
 // Sandbox is a node's view of one sandbox.

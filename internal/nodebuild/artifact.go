@@ -9,72 +9,22 @@
 package nodebuild
 
 import (
-	"archive/tar"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 )
 
 // ArtifactName is the file, in a build's directory, that holds its root
 // filesystem's tar.
 const ArtifactName = "rootfs.tar"
-
-// WriteTar writes the tree at root as a tar to w: directories, regular
-// files (hard links as links), symbolic links, with their modes, owners,
-// modification times and the extended attributes an artifact carries
-// (artifactXattr; as PAX records), in lexical order. Device nodes,
-// sockets and pipes are left out: a sandbox gets its /dev from gVisor,
-// and a node that unpacks the tar makes none.
-func WriteTar(ctx context.Context, root string, w io.Writer) error {
-	tw := tar.NewWriter(w)
-	links := layer.Links{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		h, err := layer.TreeHeader(p, filepath.ToSlash(rel), fi, links)
-		if err != nil || h == nil {
-			return err
-		}
-		if h.Typeflag != tar.TypeLink { // a hard link shares its source's
-			if h.PAXRecords, err = xattrs(p); err != nil {
-				return err
-			}
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		return layer.WriteBody(tw, h, p)
-	})
-	if err != nil {
-		return fmt.Errorf("tar %s: %w", root, err)
-	}
-	return tw.Close()
-}
-
-// xattrRecord prefixes an extended attribute's name in a PAX record (as
-// GNU tar and archive/tar write them).
-const xattrRecord = "SCHILY.xattr."
 
 // artifactXattr reports whether an artifact carries the extended
 // attribute name (layer.PortableXattr).
@@ -87,7 +37,10 @@ type Digest struct {
 }
 
 // writeArtifact writes the tar of the tree at root to path, atomically,
-// and returns its digest.
+// and returns its digest: layer.WriteTree with the extended attributes
+// an artifact carries (artifactXattr). Device nodes, sockets and pipes
+// are left out: a sandbox gets its /dev from gVisor, and a node that
+// unpacks the tar makes none.
 func writeArtifact(ctx context.Context, root, path string) (Digest, error) {
 	tmp := path + ".partial"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -97,7 +50,7 @@ func writeArtifact(ctx context.Context, root, path string) (Digest, error) {
 	defer os.Remove(tmp)
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(f, h)}
-	if err := WriteTar(ctx, root, cw); err != nil {
+	if err := layer.WriteTree(ctx, root, cw, artifactXattr); err != nil {
 		f.Close()
 		return Digest{}, err
 	}

@@ -29,7 +29,7 @@ func TestReplicasFollowABuild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := nodebuild.NewRemote(nodebuild.RemoteConfig{Catalog: c, Nodes: st, Token: token, PollInterval: 20 * time.Millisecond})
+		r, err := nodebuild.NewRemote(remoteConfig(nodebuild.RemoteConfig{Catalog: c, Nodes: st, PollInterval: 20 * time.Millisecond}))
 		if err != nil {
 			t.Fatal(err)
 		}

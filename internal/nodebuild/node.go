@@ -2,7 +2,6 @@ package nodebuild
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,15 +10,17 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -30,9 +31,9 @@ const PathPrefix = "/warren.nodebuild.v1/"
 // the template and the waiting build (mirrored into the node's catalog)
 // and what to build.
 type StartRequest struct {
-	Template templates.Template `json:"template"`
-	Build    templates.Build    `json:"build"`
-	Spec     builder.Spec       `json:"spec"`
+	Template WireTemplate `json:"template"`
+	Build    WireBuild    `json:"build"`
+	Spec     WireSpec     `json:"spec"`
 	// RegistryAuth carries Spec.RegistryAuth (which Spec's own encoding
 	// leaves out): the credentials of a private base image's registry,
 	// for this build only.
@@ -44,10 +45,13 @@ type StartRequest struct {
 	From *FromBuild `json:"from,omitempty"`
 }
 
-// FromBuild names the parent build of a build FROM a team's template.
+// FromBuild names the parent build of a build FROM a team's template,
+// with where the node that builds can pull it (the control plane's
+// answer, its grants for that node) should it lack it.
 type FromBuild struct {
-	TemplateID string `json:"templateId"`
-	BuildID    string `json:"buildId"`
+	TemplateID string  `json:"templateId"`
+	BuildID    string  `json:"buildId"`
+	Source     *Source `json:"source,omitempty"`
 }
 
 // RegistryAuth is builder.RegistryAuth on the wire.
@@ -93,20 +97,33 @@ func (w *RegistryAuth) Auth() *builder.RegistryAuth {
 
 // BuildStatus is a build on a node with its log from an offset.
 type BuildStatus struct {
-	Build templates.Build      `json:"build"`
+	Build WireBuild            `json:"build"`
 	Logs  []templates.LogEntry `json:"logs"`
 }
 
 // Source is where a node that lacks a build gets it: the control plane's
-// records of the build and its template, and the RPC addresses of nodes
-// that hold its artifact.
+// view of the build and its template, and the nodes that hold its
+// artifact, each with the leave to pull it from there. The control plane
+// answers so only for a build the asking node needs (a sandbox of it is
+// placed there); for a build the node only holds, it says whether the
+// build is still current (Current, Superseded) and nothing else.
 type Source struct {
-	Template templates.Template `json:"template"`
-	Build    templates.Build    `json:"build"`
-	Holders  []string           `json:"holders"`
+	Template WireTemplate `json:"template"`
+	Build    WireBuild    `json:"build"`
+	Holders  []Holder     `json:"holders"`
 	// Current tells whether a tag of the template points at the build
-	// (what a create can still name).
-	Current bool `json:"current"`
+	// (what a create can still name); Superseded whether it is untagged
+	// while a tag points at a build finished after it.
+	Current    bool `json:"current"`
+	Superseded bool `json:"superseded,omitempty"`
+}
+
+// Holder is a node that holds a build's artifacts: the base URL of its
+// RPC listener and the pull grant (nodeauth.Grant) it takes for this
+// build from the node that asked.
+type Holder struct {
+	Address string `json:"address"`
+	Grant   string `json:"grant,omitempty"`
 }
 
 // NodeConfig configures a Node.
@@ -114,9 +131,13 @@ type NodeConfig struct {
 	// Catalog and Service are the node's own catalog and build service.
 	Catalog *templates.Catalog
 	Service *builder.Service
-	// Token is the node token, asked of every request and presented to
-	// peers.
-	Token string
+	// Credential is what the control plane presents on every route
+	// (nodeauth.Credential(token, PurposeRPC)); PullKey checks the pull
+	// grants other nodes present for the artifact routes
+	// (Credential(token, PurposePull)). Both empty: a loopback node
+	// without a token, which asks nothing.
+	Credential string
+	PullKey    string
 	// Locate tells where a build the node lacks can be had (the control
 	// plane's answer; APIClient.Locate); nil: the node pulls nothing.
 	Locate func(ctx context.Context, buildID string) (*Source, error)
@@ -164,7 +185,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.HTTP == nil {
-		cfg.HTTP = peerClient()
+		cfg.HTTP = nodeauth.Client(nil)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, exports: map[string]*flight{}, pulls: map[string]*flight{}, localSnaps: map[string]bool{},
 		pulled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "node_template_pulls_total",
@@ -208,68 +229,90 @@ func (n *Node) coalesce(ctx context.Context, m map[string]*flight, key string, f
 	return f.err
 }
 
-// Handler serves the routes under PathPrefix, each behind the node token.
+// Handler serves the routes under PathPrefix: every one to the control
+// plane (its credential), the artifact routes also to a peer with a pull
+// grant for that build.
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+PathPrefix+"builds", n.start)
-	mux.HandleFunc("GET "+PathPrefix+"builds/{id}", n.status)
-	mux.HandleFunc("GET "+PathPrefix+"builds/{id}/rootfs", n.rootfs)
-	mux.HandleFunc("GET "+PathPrefix+"builds/{id}/snapshot", n.snapshot)
-	mux.HandleFunc("POST "+PathPrefix+"templates/{id}/files/{hash}", n.filesPresent)
-	mux.HandleFunc("PUT "+PathPrefix+"templates/{id}/files/{hash}", n.putFiles)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !authorized(r, n.cfg.Token) {
+	mux.HandleFunc("POST "+PathPrefix+"builds", n.controlPlane(n.start))
+	mux.HandleFunc("GET "+PathPrefix+"builds/{id}", n.controlPlane(n.status))
+	mux.HandleFunc("GET "+PathPrefix+"builds/{id}/rootfs", n.puller(n.rootfs))
+	mux.HandleFunc("GET "+PathPrefix+"builds/{id}/snapshot", n.puller(n.snapshot))
+	mux.HandleFunc("POST "+PathPrefix+"templates/{id}/files/{hash}", n.controlPlane(n.filesPresent))
+	mux.HandleFunc("PUT "+PathPrefix+"templates/{id}/files/{hash}", n.controlPlane(n.putFiles))
+	return mux
+}
+
+// open reports whether the node asks nothing (no token: loopback only).
+func (n *Node) open() bool { return n.cfg.Credential == "" && n.cfg.PullKey == "" }
+
+// controlPlane serves h to the control plane only.
+func (n *Node) controlPlane(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !n.open() && !nodeauth.Equal(nodeauth.Bearer(r.Header), n.cfg.Credential) {
+			n.log.Warn("nodebuild request refused: not the control plane's credential", "method", r.Method, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
-		mux.ServeHTTP(w, r)
-	})
+		h(w, r)
+	}
 }
 
-func authorized(r *http.Request, token string) bool {
-	if token == "" {
-		return true // loopback-only node (NodeConfig.NodeToken)
+// puller serves h to the control plane and to a peer whose pull grant
+// names the build.
+func (n *Node) puller(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if n.open() || nodeauth.Equal(nodeauth.Bearer(r.Header), n.cfg.Credential) {
+			h(w, r)
+			return
+		}
+		peer, err := nodeauth.CheckGrant(n.cfg.PullKey, r.PathValue("id"), r.Header.Get(nodeauth.HeaderGrant), time.Now())
+		if err != nil {
+			n.log.Warn("artifact pull refused", "build_id", r.PathValue("id"), "remote_addr", r.RemoteAddr, "error", err)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		n.log.Info("artifact pull", "build_id", r.PathValue("id"), "peer_node_id", peer, "path", r.URL.Path)
+		h(w, r)
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 // fail answers err with its class's status and the message a client may
 // see (errdefs.ClientMessage; the control plane passes it on), the rest
 // logged.
 func (n *Node) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status := errdefs.HTTPStatus(err)
+	status := errhttp.Status(err)
 	n.log.Info("nodebuild request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	http.Error(w, errdefs.ClientMessage(err), status)
 }
 
 func (n *Node) start(w http.ResponseWriter, r *http.Request) {
 	var req StartRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(&req); err != nil {
-		n.fail(w, r, fmt.Errorf("start build: %w: %w", errdefs.ErrInvalid, err))
+	if err := decode(http.MaxBytesReader(w, r.Body, 4<<20), 4<<20, &req); err != nil {
+		n.fail(w, r, fmt.Errorf("start build: %w", err))
 		return
 	}
-	b := req.Build
+	b, t := req.Build.Record(), req.Template.Record()
 	if b.Status != templates.BuildWaiting {
 		n.fail(w, r, fmt.Errorf("build %q is %s, not waiting: %w", b.ID, b.Status, errdefs.ErrConflict))
 		return
 	}
-	b.NodeID, b.RootFSDir, b.RootFSTar, b.SnapshotDir, b.RootFSTarFingerprint = "", "", "", "", nil
-	if err := n.cfg.Catalog.Mirror(r.Context(), &req.Template, &b); err != nil {
+	if err := n.cfg.Catalog.Mirror(r.Context(), t, b); err != nil {
 		n.fail(w, r, err)
 		return
 	}
-	req.Spec.RegistryAuth = req.RegistryAuth.Auth()
+	spec := req.Spec.Spec()
+	spec.RegistryAuth = req.RegistryAuth.Auth()
 	if req.From != nil {
-		ref, err := n.parent(r.Context(), req.Template.TeamID, *req.From)
+		ref, err := n.parent(r.Context(), t.TeamID, *req.From)
 		if err != nil {
 			n.fail(w, r, err)
 			return
 		}
-		req.Spec.FromTemplate = ref
+		spec.FromTemplate = ref
 	}
 	if _, err := n.cfg.Service.StartBuild(r.Context(), builder.StartRequest{
-		TeamID: req.Template.TeamID, TemplateID: req.Template.ID, BuildID: b.ID, Spec: req.Spec,
+		TeamID: t.TeamID, TemplateID: t.ID, BuildID: b.ID, Spec: spec,
 	}); err != nil {
 		n.fail(w, r, err)
 		return
@@ -286,16 +329,17 @@ type FilesPresence struct {
 // COPY context hash of it is here (the team's upload quota checked, as
 // builder.Service.Files does).
 func (n *Node) filesPresent(w http.ResponseWriter, r *http.Request) {
-	var t templates.Template
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&t); err != nil {
-		n.fail(w, r, fmt.Errorf("files: %w: %w", errdefs.ErrInvalid, err))
+	var wt WireTemplate
+	if err := decode(http.MaxBytesReader(w, r.Body, 1<<20), 1<<20, &wt); err != nil {
+		n.fail(w, r, fmt.Errorf("files: %w", err))
 		return
 	}
+	t := wt.Record()
 	if t.ID != r.PathValue("id") {
 		n.fail(w, r, fmt.Errorf("files: template %q in the body, %q in the path: %w", t.ID, r.PathValue("id"), errdefs.ErrInvalid))
 		return
 	}
-	if err := n.cfg.Catalog.MirrorTemplate(r.Context(), &t); err != nil {
+	if err := n.cfg.Catalog.MirrorTemplate(r.Context(), t); err != nil {
 		n.fail(w, r, err)
 		return
 	}
@@ -353,7 +397,7 @@ func (n *Node) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(BuildStatus{Build: *b, Logs: logs}) //nolint:errcheck // the peer sees a short body
+	json.NewEncoder(w).Encode(BuildStatus{Build: BuildOnWire(b), Logs: logs}) //nolint:errcheck // the peer sees a short body
 }
 
 func (n *Node) rootfs(w http.ResponseWriter, r *http.Request) {
@@ -399,7 +443,18 @@ func (n *Node) serveArtifact(w http.ResponseWriter, r *http.Request, what string
 // and returns the reference its builder resolves it by: the template's
 // ID and the tag this node gives each build it copied, the build's ID.
 func (n *Node) parent(ctx context.Context, teamID string, from FromBuild) (string, error) {
-	nt, err := n.Resolve(ctx, teamID, nodeapi.Template{ID: from.TemplateID, BuildID: from.BuildID})
+	locate := n.cfg.Locate
+	if from.Source != nil {
+		// Where the parent is, and the leave to pull it, came with the
+		// start.
+		locate = func(ctx context.Context, id string) (*Source, error) {
+			if id != from.BuildID {
+				return nil, fmt.Errorf("build %q: %w", id, errdefs.ErrNotFound)
+			}
+			return from.Source, nil
+		}
+	}
+	nt, err := n.resolve(ctx, teamID, nodeapi.Template{ID: from.TemplateID, BuildID: from.BuildID}, locate)
 	if err != nil {
 		return "", fmt.Errorf("FROM template %s: %w", from.TemplateID, err)
 	}
@@ -507,6 +562,11 @@ func (n *Node) exported(b *templates.Build) bool {
 // node lacks it. The system templates (BuildID equal to their ID, e.g.
 // base) each node prepared itself resolve by ID.
 func (n *Node) Resolve(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error) {
+	return n.resolve(ctx, teamID, t, n.cfg.Locate)
+}
+
+// resolve is Resolve, asking locate where a build it lacks is.
+func (n *Node) resolve(ctx context.Context, teamID string, t nodeapi.Template, locate func(context.Context, string) (*Source, error)) (nodeapi.Template, error) {
 	if t.BuildID == "" || t.BuildID == t.ID {
 		return n.cfg.Catalog.Resolve(ctx, teamID, t.ID)
 	}
@@ -528,11 +588,11 @@ func (n *Node) Resolve(ctx context.Context, teamID string, t nodeapi.Template) (
 	default:
 		return nodeapi.Template{}, err
 	}
-	if n.cfg.Locate == nil {
+	if locate == nil {
 		return nodeapi.Template{}, fmt.Errorf("template %q: this node lacks build %s and cannot pull it: %w", t.ID, t.BuildID, errdefs.ErrUnavailable)
 	}
 	if err := n.coalesce(ctx, n.pulls, t.BuildID, func() error {
-		err := n.pull(context.WithoutCancel(ctx), t.BuildID)
+		err := n.pull(context.WithoutCancel(ctx), t.BuildID, locate)
 		switch {
 		case err == nil:
 			n.pulled.WithLabelValues("pulled").Inc()
@@ -551,17 +611,26 @@ func (n *Node) Resolve(ctx context.Context, teamID string, t nodeapi.Template) (
 // pull gets build buildID from a node that holds it: the artifact
 // received and checked, unpacked, then the build mirrored into this
 // node's catalog, ready.
-func (n *Node) pull(ctx context.Context, buildID string) error {
-	src, err := n.cfg.Locate(ctx, buildID)
+func (n *Node) pull(ctx context.Context, buildID string, locate func(context.Context, string) (*Source, error)) error {
+	src, err := locate(ctx, buildID)
 	if err != nil {
 		return err
 	}
-	b := src.Build
+	b, t := *src.Build.Record(), src.Template.Record()
 	if b.ID != buildID || b.Status != templates.BuildReady {
 		return fmt.Errorf("build %q is not ready: %w", buildID, errdefs.ErrUnavailable)
 	}
 	if len(src.Holders) == 0 {
 		return fmt.Errorf("build %q: no node holds it: %w", buildID, errdefs.ErrUnavailable)
+	}
+	if b.SandboxSnapshot != nil {
+		// Its sandboxes start from the snapshot only: a node that cannot
+		// restore it fetches nothing.
+		if err := n.restorable(b.NodeTemplate(), &b); err != nil {
+			n.snapPulls.WithLabelValues(snapshotPullResult(err)).Inc()
+			n.log.Warn("a sandbox snapshot's build is not pulled: its snapshot cannot be restored here", "build_id", buildID, "error", err)
+			return fmt.Errorf("build %q is a sandbox's snapshot, which this node cannot restore: %w", buildID, err)
+		}
 	}
 	dir := n.cfg.Catalog.BuildDir(buildID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -575,8 +644,8 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 			errs = nil
 			break
 		}
-		n.log.Warn("pull of a build from a peer failed", "build_id", buildID, "peer", h, "error", err)
-		errs = append(errs, fmt.Errorf("from %s: %w", h, err))
+		n.log.Warn("pull of a build from a peer failed", "build_id", buildID, "peer", h.Address, "error", err)
+		errs = append(errs, fmt.Errorf("from %s: %w", h.Address, err))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -589,21 +658,54 @@ func (n *Node) pull(ctx context.Context, buildID string) error {
 		n.log.Warn("a pulled build's artifact was refused", "build_id", buildID, "error", err)
 		return fmt.Errorf("build %q: its artifact does not unpack (%v): %w", buildID, err, errdefs.ErrUnavailable)
 	}
-	// The snapshot, if any, comes next (pullSnapshot), once the build is
-	// recorded here.
-	b.RootFSDir, b.RootFSTar, b.SnapshotDir, b.RootFSTarFingerprint = rootfs, "", "", nil
-	if err := n.cfg.Catalog.Mirror(ctx, &src.Template, &b); err != nil {
+	// A template's snapshot on ready, if any, comes next (pullSnapshot),
+	// once the build is recorded here; a sandbox snapshot's comes first:
+	// without it the build is not pulled (its sandboxes never start cold).
+	b.RootFSDir = rootfs
+	if b.SandboxSnapshot != nil {
+		snap, err := n.pullSnapshot(ctx, b.NodeTemplate(), &b, src.Holders)
+		n.snapPulls.WithLabelValues(snapshotPullResult(err)).Inc()
+		if err != nil {
+			os.RemoveAll(dir)
+			n.log.Warn("a sandbox snapshot's build is not pulled: its snapshot cannot be restored here", "build_id", buildID, "error", err)
+			return fmt.Errorf("build %q is a sandbox's snapshot, which this node cannot restore: %w", buildID, err)
+		}
+		b.SnapshotDir = snap
+		want.Size += b.SnapshotSize
+	}
+	if err := n.cfg.Catalog.Mirror(ctx, t, &b); err != nil {
 		return err
 	}
-	if err := n.tagCopy(ctx, src.Template.ID, &b); err != nil {
+	if b.SandboxSnapshot != nil {
+		// A record of an earlier pull stays as it was: it learns where the
+		// snapshot lies now.
+		if _, err := n.cfg.Catalog.Store().UpdateBuild(ctx, b.ID, func(x *templates.Build) error { x.SnapshotDir = b.SnapshotDir; return nil }); err != nil {
+			return err
+		}
+	}
+	if err := n.tagCopy(ctx, t.ID, &b); err != nil {
 		return err
 	}
 	n.pullBytes.Add(float64(want.Size))
-	n.log.Info("build pulled from a peer", "build_id", buildID, "size", want.Size, "sha256", want.SHA256)
-	if b.StartCmd != "" {
+	n.log.Info("build pulled from a peer", "build_id", buildID, "size", want.Size, "sha256", want.SHA256, "sandbox_snapshot", b.SandboxSnapshot != nil)
+	if b.SandboxSnapshot == nil && (b.StartCmd != "" || b.SnapshotSHA256 != "") {
 		n.restoreHere(ctx, src, &b)
 	}
 	return nil
+}
+
+// snapshotPullResult is the node_template_snapshot_pulls_total result of
+// a snapshot's pull that ended in err.
+func snapshotPullResult(err error) string {
+	switch {
+	case err == nil:
+		return "restorable"
+	case errdefs.IsNotFound(err):
+		return "none"
+	case errdefs.IsUnsupported(err):
+		return "incompatible"
+	}
+	return "refused"
 }
 
 // restoreHere gets the snapshot on ready of build b, just pulled, when
@@ -625,18 +727,12 @@ func (n *Node) restoreHere(ctx context.Context, src *Source, b *templates.Build)
 			return
 		}
 	}
-	result := "refused"
-	switch {
-	case errdefs.IsNotFound(err):
-		result = "none"
-	case errdefs.IsUnsupported(err):
-		result = "incompatible"
-	}
+	result := snapshotPullResult(err)
 	n.snapPulls.WithLabelValues(result).Inc()
 	log.Warn("a pulled build's sandboxes start cold here, without its snapshot on ready", "reason", result, "error", err)
 }
 
-// fetch receives the artifact of buildID from the node at rpcAddr.
-func (n *Node) fetch(ctx context.Context, rpcAddr, buildID string, want Digest) error {
-	return n.fetchPath(ctx, rpcAddr, buildID, "rootfs", want, n.artifactPath(buildID))
+// fetch receives the artifact of buildID from holder h.
+func (n *Node) fetch(ctx context.Context, h Holder, buildID string, want Digest) error {
+	return n.fetchPath(ctx, h, buildID, "rootfs", want, n.artifactPath(buildID))
 }

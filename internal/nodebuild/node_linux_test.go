@@ -41,7 +41,7 @@ func newPeer(t *testing.T, locate func(context.Context, string) (*nodebuild.Sour
 	}
 	t.Cleanup(local.Service.Close)
 	reg := prometheus.NewRegistry()
-	cfg := nodebuild.NodeConfig{Catalog: local.Catalog, Service: local.Service, Token: token, Locate: locate, Registry: reg}
+	cfg := nodebuild.NodeConfig{Catalog: local.Catalog, Service: local.Service, Credential: token, PullKey: pullKey, Locate: locate, Registry: reg}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -117,7 +117,7 @@ func sourceFrom(t *testing.T, holder *peer, addr string) func(context.Context, s
 		if err != nil {
 			return nil, err
 		}
-		return &nodebuild.Source{Template: *t, Build: *b, Holders: []string{addr}}, nil
+		return nodebuild.SourceOf(t, b, grantTo(addr, id)), nil
 	}
 }
 

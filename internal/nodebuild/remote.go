@@ -21,15 +21,19 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
-// Nodes is what Remote reads of the node registry.
+// Nodes is what Remote reads of the node registry, and of the sandboxes
+// placed on a node (what builds it needs).
 type Nodes interface {
 	ListNodes(ctx context.Context) ([]*store.Node, error)
 	GetNode(ctx context.Context, id string) (*store.Node, error)
+	ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error)
 }
 
 // RemoteConfig configures a Remote.
@@ -37,9 +41,23 @@ type RemoteConfig struct {
 	// Catalog is the control plane's catalog (over store.TemplateStore).
 	Catalog *templates.Catalog
 	Nodes   Nodes
-	// Token is the node token, presented to nodes and asked of them.
-	Token string
-	// HTTP carries the calls to nodes (default: a client without proxy).
+	// Credential gives the credential of the calls to node nodeID
+	// (nodereg.Credentials.Credential with nodeauth.PurposeRPC); nil: none
+	// (loopback nodes without tokens).
+	Credential func(ctx context.Context, nodeID string) (string, error)
+	// Grant gives the leave for node requester to pull build buildID from
+	// node holder (nodereg.Credentials.Grant); nil: none.
+	Grant func(ctx context.Context, holder, buildID, requester string) (string, error)
+	// Authenticate tells which node a question (LocatePath) comes from
+	// (nodereg.Credentials.Authenticate): "" is any node (the insecure
+	// loopback mode). Required by LocateHandler.
+	Authenticate func(r *http.Request) (string, error)
+	// UploadKey signs the upload URLs of build contexts, so that any
+	// replica takes them: the same on every replica (derived from the
+	// node credential key). Empty: a key of this process.
+	UploadKey string
+	// HTTP carries the calls to nodes (default: nodeauth.Client(nil): no
+	// proxy, no redirects).
 	HTTP *http.Client
 	// MaxTemplateDiskMB is the largest disk a template may ask for
 	// (default 65536, as builder.ServiceConfig).
@@ -83,7 +101,10 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		return nil, fmt.Errorf("nodebuild: the catalog's store has no conditional log append (store.TemplateStore): %w", errdefs.ErrInvalid)
 	}
 	if cfg.HTTP == nil {
-		cfg.HTTP = peerClient()
+		cfg.HTTP = nodeauth.Client(nil)
+	}
+	if cfg.UploadKey == "" {
+		cfg.UploadKey = nodeauth.NewTokenID() + nodeauth.NewTokenID()
 	}
 	if cfg.MaxTemplateDiskMB <= 0 {
 		cfg.MaxTemplateDiskMB = 64 << 10
@@ -152,7 +173,7 @@ func (r *Remote) Files(ctx context.Context, teamID, templateID, hash string) (bo
 		return false, "", err
 	}
 	var fp FilesPresence
-	if err := r.do(ctx, http.MethodPost, n, PathPrefix+"templates/"+t.ID+"/files/"+hash, jsonBody(t), &fp); err != nil {
+	if err := r.do(ctx, http.MethodPost, n, PathPrefix+"templates/"+t.ID+"/files/"+hash, jsonBody(TemplateOnWire(t)), &fp); err != nil {
 		return false, "", err
 	}
 	if fp.Present {
@@ -178,10 +199,10 @@ func jsonBody(v any) io.Reader {
 	return bytes.NewReader(b)
 }
 
-// uploadToken signs an upload URL with a key every replica derives from
-// the node token, so that the PUT may reach any replica.
+// uploadToken signs an upload URL with a key every replica shares, so
+// that the PUT may reach any replica.
 func (r *Remote) uploadToken(templateID, hash string) string {
-	k := hmac.New(sha256.New, []byte(r.cfg.Token))
+	k := hmac.New(sha256.New, []byte(r.cfg.UploadKey))
 	k.Write([]byte("warren build upload v1"))
 	m := hmac.New(sha256.New, k.Sum(nil))
 	m.Write([]byte(templateID + "/" + hash))
@@ -259,7 +280,7 @@ func (r *Remote) UploadHandler() http.Handler {
 		}()
 		if err != nil {
 			r.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
-			http.Error(w, errdefs.ClientMessage(err), errdefs.HTTPStatus(err))
+			http.Error(w, errdefs.ClientMessage(err), errhttp.Status(err))
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
@@ -278,6 +299,11 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 		return "", err
 	}
 	if err := builder.ValidateSteps(req.Spec.Steps); err != nil {
+		return "", err
+	}
+	// The team's template storage over every node's builds (a node sees
+	// its own only).
+	if err := builder.CheckStorage(ctx, r.cat, req.TeamID, req.Spec.Team.StorageMB, 0); err != nil {
 		return "", err
 	}
 	var nodes []*store.Node
@@ -317,7 +343,11 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 		}); err != nil {
 			return "", err
 		}
-		err := r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: *t, Build: waiting, Spec: req.Spec, RegistryAuth: WireAuth(req.Spec.RegistryAuth), From: from})
+		fromN, err := r.fromFor(ctx, from, n.ID)
+		if err == nil {
+			err = r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: TemplateOnWire(t), Build: BuildOnWire(&waiting), Spec: SpecOnWire(req.Spec),
+				RegistryAuth: WireAuth(req.Spec.RegistryAuth), From: fromN})
+		}
 		if err == nil {
 			r.log.Info("build started on a node", "template_id", t.ID, "build_id", bd.ID, "node_id", n.ID)
 			r.wg.Go(func() { r.follow(bd.ID, n.ID) })
@@ -351,6 +381,21 @@ func (r *Remote) parent(ctx context.Context, teamID string, spec builder.Spec) *
 		return nil
 	}
 	return &FromBuild{TemplateID: t.ID, BuildID: b.ID}
+}
+
+// fromFor is from for node nodeID, with where it can pull the parent and
+// the leave to (a node needs the parent of the build it runs).
+func (r *Remote) fromFor(ctx context.Context, from *FromBuild, nodeID string) (*FromBuild, error) {
+	if from == nil {
+		return nil, nil
+	}
+	src, err := r.source(ctx, from.BuildID, nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("parent build %s: %w", from.BuildID, err)
+	}
+	out := *from
+	out.Source = src
+	return &out, nil
 }
 
 // buildNodes returns the ready nodes a build may run on: those with room
@@ -429,14 +474,14 @@ func (r *Remote) follow(id, nodeID string) {
 		copied = next
 		switch st.Build.Status {
 		case templates.BuildReady:
-			r.finish(log, id, &st.Build, nil)
+			r.finish(log, id, st.Build.Record(), nil)
 			return
 		case templates.BuildError:
 			reason := st.Build.Reason
 			if reason == nil {
 				reason = &templates.Reason{Message: "the build failed"}
 			}
-			r.finish(log, id, &st.Build, reason)
+			r.finish(log, id, st.Build.Record(), reason)
 			return
 		}
 	}
@@ -451,6 +496,7 @@ func (r *Remote) finish(log *slog.Logger, id string, nb *templates.Build, reason
 			b.Env, b.User, b.Workdir, b.StartCmd, b.ReadyCmd = nb.Env, nb.User, nb.Workdir, nb.StartCmd, nb.ReadyCmd
 			b.EnvdVersion, b.RootFSSHA256, b.RootFSSize = nb.EnvdVersion, nb.RootFSSHA256, nb.RootFSSize
 			b.SnapshotSHA256, b.SnapshotSize, b.SnapshotHost = nb.SnapshotSHA256, nb.SnapshotSize, nb.SnapshotHost
+			b.DiskBytes = nb.DiskBytes
 			return nil
 		}); errdefs.IsConflict(err) {
 			return // another follower recorded its end
@@ -493,72 +539,6 @@ func (r *Remote) Resolve(ctx context.Context, teamID, ref string) (nodeapi.Templ
 	return nt, nil
 }
 
-// LocatePath is where the control plane answers nodes asking where a
-// build can be had (behind the node token).
-const LocatePath = PathPrefix + "locate/"
-
-// LocateHandler answers GET LocatePath+"<buildID>" with the build's
-// Source: its records and the RPC addresses of the ready nodes that hold
-// it, the node that built it first.
-func (r *Remote) LocateHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method != http.MethodGet {
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		if !authorized(req, r.cfg.Token) || r.cfg.Token == "" {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		src, err := r.locate(req.Context(), strings.TrimPrefix(req.URL.Path, LocatePath))
-		if err != nil {
-			status := errdefs.HTTPStatus(err)
-			r.log.Info("locate build", "path", req.URL.Path, "status", status, "error", err)
-			http.Error(w, http.StatusText(status), status)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(src) //nolint:errcheck
-	})
-}
-
-func (r *Remote) locate(ctx context.Context, buildID string) (*Source, error) {
-	if err := templates.CheckID("build", buildID); err != nil {
-		return nil, err
-	}
-	b, err := r.cat.Build(ctx, buildID)
-	if err != nil {
-		return nil, err
-	}
-	if b.Status != templates.BuildReady {
-		return nil, fmt.Errorf("build %q is %s: %w", buildID, b.Status, errdefs.ErrConflict)
-	}
-	t, err := r.cat.Store().GetTemplate(ctx, b.TemplateID)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := r.cfg.Nodes.ListNodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	src := &Source{Template: *t, Build: *b, Holders: []string{}}
-	for _, tg := range t.Tags {
-		src.Current = src.Current || tg.BuildID == b.ID
-	}
-	for _, n := range nodes {
-		if n.Liveness != store.NodeReady {
-			continue
-		}
-		switch {
-		case n.ID == b.NodeID:
-			src.Holders = append([]string{n.RPCAddress}, src.Holders...)
-		case n.HoldsTemplate(buildID):
-			src.Holders = append(src.Holders, n.RPCAddress)
-		}
-	}
-	return src, nil
-}
-
 func (r *Remote) post(ctx context.Context, n *store.Node, path string, body any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -572,7 +552,17 @@ func (r *Remote) get(ctx context.Context, n *store.Node, path string, out any) e
 }
 
 func (r *Remote) do(ctx context.Context, method string, n *store.Node, path string, body io.Reader, out any) error {
-	return call(ctx, r.cfg.HTTP, method, n.RPCAddress+path, r.cfg.Token, body, out)
+	if err := nodeauth.CheckRPCURL(n.RPCAddress); err != nil {
+		return fmt.Errorf("node %q: %w: %w", n.ID, errdefs.ErrUnavailable, err)
+	}
+	cred := ""
+	if r.cfg.Credential != nil {
+		var err error
+		if cred, err = r.cfg.Credential(ctx, n.ID); err != nil {
+			return err
+		}
+	}
+	return call(ctx, r.cfg.HTTP, method, n.RPCAddress+path, cred, body, out)
 }
 
 // callTimeout bounds a call to a node or the control plane; a build
@@ -624,40 +614,6 @@ func call(ctx context.Context, c *http.Client, method, url, token string, body i
 		return fmt.Errorf("%s %s: decode: %w", method, url, err)
 	}
 	return nil
-}
-
-// Locator asks the control plane at APIURL where builds can be had (a
-// node's NodeConfig.Locate).
-type Locator struct {
-	APIURL string
-	Token  string
-	HTTP   *http.Client
-}
-
-// Locate implements NodeConfig.Locate.
-func (l *Locator) Locate(ctx context.Context, buildID string) (*Source, error) {
-	if err := templates.CheckID("build", buildID); err != nil {
-		return nil, err
-	}
-	c := l.HTTP
-	if c == nil {
-		c = peerClient()
-	}
-	var src Source
-	if err := call(ctx, c, http.MethodGet, strings.TrimSuffix(l.APIURL, "/")+LocatePath+buildID, l.Token, nil, &src); err != nil {
-		return nil, err
-	}
-	return &src, nil
-}
-
-// peerClient is the HTTP client of calls between the control plane and
-// nodes: no proxy, and no redirects (a peer answers itself; a redirect
-// is its failure, never a fetch elsewhere).
-func peerClient() *http.Client {
-	return &http.Client{
-		Transport:     &http.Transport{Proxy: nil},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
 }
 
 // statusClass is the error class an HTTP status of a peer stands for.

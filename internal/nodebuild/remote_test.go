@@ -1,12 +1,15 @@
 package nodebuild_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder"
@@ -26,7 +29,7 @@ func newRemote(t *testing.T) (*nodebuild.Remote, *templates.Catalog, *store.SQL,
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := nodebuild.NewRemote(nodebuild.RemoteConfig{Catalog: cat, Nodes: st, Token: token})
+	r, err := nodebuild.NewRemote(remoteConfig(nodebuild.RemoteConfig{Catalog: cat, Nodes: st}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +84,7 @@ func TestLocate(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(body, &src) != nil {
 		t.Fatalf("locate = %d %s", code, body)
 	}
-	if src.Template.ID != tm.ID || src.Build.ID != b.ID || len(src.Holders) != 2 || src.Holders[0] != "http://n-2" || src.Holders[1] != "http://n-1" {
+	if src.Template.ID != tm.ID || src.Build.ID != b.ID || len(src.Holders) != 2 || src.Holders[0].Address != "http://n-2" || src.Holders[1].Address != "http://n-1" {
 		t.Fatalf("locate = %+v, want the builder n-2 then n-1", src)
 	}
 	loc := &nodebuild.Locator{APIURL: srv.URL, Token: token}
@@ -145,7 +148,7 @@ func TestRegistryAuthTravels(t *testing.T) {
 		{ECR: &awsauth.ECR{Credentials: awsauth.Credentials{AccessKeyID: "AKIA", SecretAccessKey: "s", SessionToken: "tok"}, Region: "eu-west-1"}},
 	} {
 		spec := builder.Spec{FromImage: "reg.example/x:1", RegistryAuth: a}
-		b, err := json.Marshal(nodebuild.StartRequest{Spec: spec, RegistryAuth: nodebuild.WireAuth(a)})
+		b, err := json.Marshal(nodebuild.StartRequest{Spec: nodebuild.SpecOnWire(spec), RegistryAuth: nodebuild.WireAuth(a)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +156,7 @@ func TestRegistryAuthTravels(t *testing.T) {
 		if err := json.Unmarshal(b, &got); err != nil {
 			t.Fatal(err)
 		}
-		if got.Spec.RegistryAuth != nil {
+		if got.Spec.Spec().RegistryAuth != nil {
 			t.Fatal("the spec carried credentials itself")
 		}
 		back := got.RegistryAuth.Auth()
@@ -166,6 +169,43 @@ func TestRegistryAuthTravels(t *testing.T) {
 		case a.ECR != nil && (back.ECR.Credentials != a.ECR.Credentials || back.ECR.Region != a.ECR.Region):
 			t.Fatalf("ECR %+v came back as %+v", a.ECR, back.ECR)
 		}
+	}
+}
+
+// TestWireCarriesTeamAndOrigin: what the build service and the pullers
+// need of a build crosses the wire's own types (JSON both ways): the
+// build's team limits (the node's build slots and template storage are
+// shared by them), the disk a build took (its team's storage, recorded by
+// the control plane) and a sandbox snapshot's origin (a puller that lost
+// it would start the snapshot's build cold).
+func TestWireCarriesTeamAndOrigin(t *testing.T) {
+	t.Parallel()
+	spec := builder.Spec{FromImage: "reg.example/x:1", Team: builder.TeamLimits{Builds: 2, StorageMB: 300}}
+	origin := &templates.SandboxSnapshotOrigin{SandboxID: "sb1", TeamID: "team-a", CreatedAt: time.Unix(1700000000, 0).UTC()}
+	b := &templates.Build{ID: "7c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f", TemplateID: "tmplaaaaaaaaaaaaaaaa", Status: templates.BuildReady,
+		DiskBytes: 12345, SandboxSnapshot: origin}
+	body, err := json.Marshal(nodebuild.StartRequest{Spec: nodebuild.SpecOnWire(spec), Build: nodebuild.BuildOnWire(b)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields() // as the node decodes it
+	var got nodebuild.StartRequest
+	if err := dec.Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if team := got.Spec.Spec().Team; team != spec.Team {
+		t.Errorf("team limits %+v came back as %+v", spec.Team, team)
+	}
+	rec := got.Build.Record()
+	if rec.DiskBytes != b.DiskBytes {
+		t.Errorf("disk bytes %d came back as %d", b.DiskBytes, rec.DiskBytes)
+	}
+	if rec.SandboxSnapshot == nil || !reflect.DeepEqual(*rec.SandboxSnapshot, *origin) {
+		t.Errorf("sandbox snapshot origin %+v came back as %+v", origin, rec.SandboxSnapshot)
+	}
+	if plain := nodebuild.BuildOnWire(&templates.Build{ID: b.ID}).Record(); plain.SandboxSnapshot != nil {
+		t.Errorf("a template build came back as a sandbox snapshot: %+v", plain.SandboxSnapshot)
 	}
 }
 

@@ -15,9 +15,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
@@ -177,18 +178,8 @@ func (n *Node) snapshot(w http.ResponseWriter, r *http.Request) {
 // template t as this node resolves it) from one of holders and makes it
 // restorable here; it returns the snapshot's directory, or why the
 // build's sandboxes start cold here.
-func (n *Node) pullSnapshot(ctx context.Context, t nodeapi.Template, b *templates.Build, holders []string) (string, error) {
-	if b.SnapshotSHA256 == "" || b.SnapshotHost == nil {
-		return "", fmt.Errorf("its builder recorded no snapshot that travels: %w", errdefs.ErrNotFound)
-	}
-	if n.cfg.Snapshots == nil {
-		return "", fmt.Errorf("this node restores no other node's snapshot: %w", errdefs.ErrUnsupported)
-	}
-	here, err := n.cfg.Snapshots.SnapshotHost(t)
-	if err != nil {
-		return "", err
-	}
-	if err := b.SnapshotHost.RestorableOn(here); err != nil {
+func (n *Node) pullSnapshot(ctx context.Context, t nodeapi.Template, b *templates.Build, holders []Holder) (string, error) {
+	if err := n.restorable(t, b); err != nil {
 		return "", err
 	}
 	want := Digest{SHA256: b.SnapshotSHA256, Size: b.SnapshotSize}
@@ -200,7 +191,7 @@ func (n *Node) pullSnapshot(ctx context.Context, t nodeapi.Template, b *template
 			errs = nil
 			break
 		}
-		errs = append(errs, fmt.Errorf("from %s: %w", h, err))
+		errs = append(errs, fmt.Errorf("from %s: %w", h.Address, err))
 	}
 	if len(errs) > 0 {
 		return "", errors.Join(errs...)
@@ -223,6 +214,23 @@ func (n *Node) pullSnapshot(ctx context.Context, t nodeapi.Template, b *template
 		return "", err
 	}
 	return dir, nil
+}
+
+// restorable tells whether this node can restore the snapshot build b
+// (of template t as it resolves here; only its resources matter)
+// recorded: one that travels, taken on a host this node matches.
+func (n *Node) restorable(t nodeapi.Template, b *templates.Build) error {
+	if b.SnapshotSHA256 == "" || b.SnapshotHost == nil {
+		return fmt.Errorf("its builder recorded no snapshot that travels: %w", errdefs.ErrNotFound)
+	}
+	if n.cfg.Snapshots == nil {
+		return fmt.Errorf("this node restores no other node's snapshot: %w", errdefs.ErrUnsupported)
+	}
+	here, err := n.cfg.Snapshots.SnapshotHost(t)
+	if err != nil {
+		return err
+	}
+	return b.SnapshotHost.RestorableOn(here)
 }
 
 // stageSnapshot unpacks the snapshot artifact at art (its digest checked)
@@ -368,14 +376,17 @@ func layerPath(name string) (string, bool) {
 }
 
 // fetchPath receives artifact what ("rootfs", "snapshot") of buildID
-// from the node at rpcAddr into dst, checked against want.
-func (n *Node) fetchPath(ctx context.Context, rpcAddr, buildID, what string, want Digest, dst string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(rpcAddr, "/")+PathPrefix+"builds/"+buildID+"/"+what, nil)
+// from holder h into dst, checked against want; h's grant is the leave.
+func (n *Node) fetchPath(ctx context.Context, h Holder, buildID, what string, want Digest, dst string) error {
+	if err := nodeauth.CheckRPCURL(h.Address); err != nil {
+		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(h.Address, "/")+PathPrefix+"builds/"+buildID+"/"+what, nil)
 	if err != nil {
 		return err
 	}
-	if n.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+n.cfg.Token)
+	if h.Grant != "" {
+		req.Header.Set(nodeauth.HeaderGrant, h.Grant)
 	}
 	resp, err := n.cfg.HTTP.Do(req)
 	if err != nil {

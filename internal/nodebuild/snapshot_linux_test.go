@@ -313,7 +313,7 @@ func TestPulledSnapshotRefused(t *testing.T) {
 	claimed.CPUFlags = []string{"fpu"}
 	type tamper struct {
 		stream func([]byte) []byte                  // the stream served
-		record func(*templates.Build)               // the control plane's record
+		record func(*nodebuild.WireBuild)           // the control plane's record
 		layer  []byte                               // the builder's layer tar
 		outer  func(files map[string][]byte) []byte // the artifact itself
 		// redirect makes the holder answer the snapshot with a redirect
@@ -334,10 +334,10 @@ func TestPulledSnapshotRefused(t *testing.T) {
 		"flipped stream":   {stream: func(b []byte) []byte { b[len(b)/2] ^= 1; return b }},
 		"longer stream":    {stream: func(b []byte) []byte { return append(b, make([]byte, 4096)...) }},
 		"truncated stream": {stream: func(b []byte) []byte { return b[:len(b)-512] }},
-		"wrong digest": {record: func(b *templates.Build) {
+		"wrong digest": {record: func(b *nodebuild.WireBuild) {
 			b.SnapshotSHA256 = strings.Repeat("0", 64)
 		}},
-		"claimed host not the recorded": {record: func(b *templates.Build) { h := claimed; b.SnapshotHost = &h }},
+		"claimed host not the recorded": {record: func(b *nodebuild.WireBuild) { h := claimed; b.SnapshotHost = &h }},
 		"climbing layer path":           {layer: layer(file("../../etc/cron.d/x", "* * * * * root sh"))},
 		"absolute layer path":           {layer: layer(file("/etc/cron.d/x", "x"))},
 		"layer through a symlink": {layer: layer(entry{tar.Header{Typeflag: tar.TypeSymlink, Name: "a", Linkname: "/etc"}, ""},

@@ -68,10 +68,14 @@ func (n *Node) Sync(ctx context.Context) error {
 }
 
 // superseded reports whether src's build is untagged while a tag points
-// at a build finished after it.
+// at a build finished after it (as the control plane says, or as its
+// records show).
 func superseded(src *Source) bool {
 	if src.Current {
 		return false
+	}
+	if src.Superseded {
+		return true
 	}
 	for _, tg := range src.Template.Tags {
 		if tg.CreatedAt.After(src.Build.FinishedAt) {

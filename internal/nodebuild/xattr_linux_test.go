@@ -173,7 +173,9 @@ func TestPullRefusesForeignXattrs(t *testing.T) {
 			b := build
 			b.RootFSSHA256, b.RootFSSize = hex.EncodeToString(sum[:]), int64(len(art))
 			puller := newPeer(t, func(context.Context, string) (*nodebuild.Source, error) {
-				return &nodebuild.Source{Template: tmpl, Build: b, Holders: []string{holder.URL}, Current: true}, nil
+				src := nodebuild.SourceOf(&tmpl, &b, grantTo(holder.URL, b.ID))
+				src.Current = true
+				return src, nil
 			})
 			_, err := puller.node.Resolve(context.Background(), "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID})
 			if !errdefs.IsUnavailable(err) || errdefs.IsInvalid(err) || !strings.Contains(err.Error(), c.name) {
@@ -195,7 +197,9 @@ func TestPullRefusesForeignXattrs(t *testing.T) {
 	b := build
 	b.RootFSSHA256, b.RootFSSize = hex.EncodeToString(sum[:]), int64(len(art))
 	puller := newPeer(t, func(context.Context, string) (*nodebuild.Source, error) {
-		return &nodebuild.Source{Template: tmpl, Build: b, Holders: []string{holder.URL}, Current: true}, nil
+		src := nodebuild.SourceOf(&tmpl, &b, grantTo(holder.URL, b.ID))
+		src.Current = true
+		return src, nil
 	})
 	got, err := puller.node.Resolve(context.Background(), "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID})
 	if err != nil {

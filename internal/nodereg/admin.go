@@ -1,10 +1,12 @@
 package nodereg
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -36,12 +38,17 @@ type NodeInfo struct {
 //	GET  /admin/nodes
 //	GET  /admin/nodes/{nodeID}
 //	POST /admin/nodes/{nodeID}/drain | cordon | uncordon
+//
+// Their errors are answered through errhttp's table, with the API's body.
 func (r *Registry) AdminRoutes(handle func(pattern string, h http.Handler)) {
-	handle("GET /admin/nodes", http.HandlerFunc(r.listNodes))
-	handle("GET /admin/nodes/{nodeID}", http.HandlerFunc(r.getNode))
+	serve := func(h errhttp.ReturnHandlerFunc) http.Handler {
+		return errhttp.Handler(h, errhttp.Log(r.log, "node admin"))
+	}
+	handle("GET /admin/nodes", serve(r.listNodes))
+	handle("GET /admin/nodes/{nodeID}", serve(r.getNode))
 	for action, status := range map[string]string{"drain": store.NodeDraining, "cordon": store.NodeCordoned, "uncordon": ""} {
-		handle("POST /admin/nodes/{nodeID}/"+action, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			r.setAdminStatus(w, req, status)
+		handle("POST /admin/nodes/{nodeID}/"+action, serve(func(w http.ResponseWriter, req *http.Request) error {
+			return r.setAdminStatus(w, req, status)
 		}))
 	}
 }
@@ -71,49 +78,44 @@ func info(n *store.Node, sandboxes int) NodeInfo {
 	}
 }
 
-func (r *Registry) listNodes(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) listNodes(w http.ResponseWriter, req *http.Request) error {
 	out, err := r.Nodes(req)
 	if err != nil {
-		r.fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (r *Registry) getNode(w http.ResponseWriter, req *http.Request) {
-	n, err := r.nodes.GetNode(req.Context(), req.PathValue("nodeID"))
+func (r *Registry) getNode(w http.ResponseWriter, req *http.Request) error {
+	id := req.PathValue("nodeID")
+	n, err := r.nodes.GetNode(req.Context(), id)
 	if err != nil {
-		r.fail(w, err)
-		return
+		return nodeErr(id, err)
 	}
 	counts, err := r.nodes.CountSandboxesByNode(req.Context())
 	if err != nil {
-		r.fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, info(n, counts[n.ID]))
+	return nil
 }
 
-func (r *Registry) setAdminStatus(w http.ResponseWriter, req *http.Request, status string) {
+func (r *Registry) setAdminStatus(w http.ResponseWriter, req *http.Request, status string) error {
 	id := req.PathValue("nodeID")
 	if err := r.nodes.SetNodeAdminStatus(req.Context(), id, status); err != nil {
-		r.fail(w, err)
-		return
+		return nodeErr(id, err)
 	}
 	r.log.Info("node admin status set", "node_id", id, "admin_status", status)
-	r.getNode(w, req)
+	return r.getNode(w, req)
 }
 
-func (r *Registry) fail(w http.ResponseWriter, err error) {
-	switch {
-	case errdefs.IsNotFound(err):
-		writeError(w, http.StatusNotFound, err.Error())
-	case errdefs.IsInvalid(err):
-		writeError(w, http.StatusBadRequest, err.Error())
-	default:
-		r.log.Error("node admin", "error", err)
-		writeError(w, http.StatusInternalServerError, "internal error")
+// nodeErr is err of an operation on node id, as the admin is told of it.
+func nodeErr(id string, err error) error {
+	if errdefs.IsNotFound(err) {
+		return errdefs.WithMessage(err, fmt.Sprintf("node %q not found", id))
 	}
+	return err
 }
 
 func nonNil[T any](v []T) []T {

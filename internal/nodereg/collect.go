@@ -27,7 +27,9 @@ type templateHolder interface {
 // boot ID, version and capacity are the caller's): the resources of its
 // running sandboxes, their count, its pools when it is a nodeapi.Pooler,
 // and the template builds it holds (base.Templates, plus the builds its
-// sandboxes and pools use when it tells them), which placement prefers. A node's status func for Client.Run is
+// sandboxes and pools use when it tells them), which placement prefers,
+// and the kills it made on its own when it keeps them
+// (nodeapi.KillReporter). A node's status func for Client.Run is
 //
 //	func(ctx context.Context) (nodereg.Status, error) { return nodereg.Collect(ctx, agent, base) }
 func Collect(ctx context.Context, svc nodeapi.Service, base Status) (Status, error) {
@@ -74,6 +76,9 @@ func Collect(ctx context.Context, svc nodeapi.Service, base Status) (Status, err
 		st.Templates = append(st.Templates, b)
 	}
 	sort.Strings(st.Templates)
+	if st.Kills, err = ownKills(ctx, svc); err != nil {
+		return Status{}, fmt.Errorf("node %q kills: %w", base.ID, err)
+	}
 	return st, nil
 }
 

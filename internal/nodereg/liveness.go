@@ -27,6 +27,8 @@ type LivenessConfig struct {
 	PausedLostAfter time.Duration
 	// Interval is the time between two checks.
 	Interval time.Duration
+	// Leading, when set, is asked before every check.
+	Leading func() bool
 }
 
 // WithDefaults returns c with its zero fields set to the defaults.
@@ -57,14 +59,23 @@ func (c *LivenessConfig) setDefaults() {
 }
 
 // RunLiveness checks the nodes' heartbeats every cfg.Interval until ctx
-// ends.
+// ends. It runs for one leader term (leader.Elector.While): the term
+// begins when it is called, and silence from before then is silence this
+// replica could not hear (the control plane was down, partitioned, or
+// another replica led and went away), so every node gets a full window
+// from that moment (CheckLiveness's since).
 func (r *Registry) RunLiveness(ctx context.Context, cfg LivenessConfig) {
 	cfg.setDefaults()
+	since := time.Now()
+	r.log.Info("node liveness: every node has a full window from now", "unreachable_after", cfg.UnreachableAfter.String(),
+		"lost_after", cfg.LostAfter.String(), "paused_lost_after", cfg.PausedLostAfter.String())
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
 	for {
-		if err := r.CheckLiveness(ctx, time.Now(), cfg); err != nil && ctx.Err() == nil {
-			r.log.Warn("node liveness check", "error", err)
+		if cfg.Leading == nil || cfg.Leading() {
+			if err := r.CheckLiveness(ctx, time.Now(), since, cfg); err != nil && ctx.Err() == nil {
+				r.log.Warn("node liveness check", "error", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -74,25 +85,34 @@ func (r *Registry) RunLiveness(ctx context.Context, cfg LivenessConfig) {
 	}
 }
 
-// CheckLiveness applies the liveness rules once, as of now: ready nodes
-// silent for UnreachableAfter become unreachable, those silent for
+// CheckLiveness applies the liveness rules once, as of now, for a term
+// that began at since (the zero time: heard for ever). A node's silence
+// counts from its last heartbeat or since, whichever is later: ready
+// nodes silent for UnreachableAfter become unreachable, those silent for
 // LostAfter lost. The running sandboxes of every lost node are killed with
 // node_lost and its reservations dropped, and its paused sandboxes too
-// once it has been silent for PausedLostAfter. A node's change of state is
-// made by one statement and logged by the replica that made it; the kills
-// are repeated at every check while any remain (a replica that stopped
-// half-way leaves them to the next check), each recorded once since a
-// killed sandbox is not killed again.
-func (r *Registry) CheckLiveness(ctx context.Context, now time.Time, cfg LivenessConfig) error {
+// once it has been silent for PausedLostAfter; each kill is made only
+// while the node is still lost (a heartbeat that lands meanwhile stops
+// them). A node's change of state is made by one statement and logged by
+// the replica that made it; the kills are repeated at every check while
+// any remain (a replica that stopped half-way leaves them to the next
+// check), each recorded once since a killed sandbox is not killed again.
+func (r *Registry) CheckLiveness(ctx context.Context, now, since time.Time, cfg LivenessConfig) error {
 	cfg.setDefaults()
-	ids, err := r.nodes.MarkStaleNodes(ctx, now.Add(-cfg.UnreachableAfter), store.NodeUnreachable, store.NodeReady)
-	if err != nil {
-		return err
+	heard := now.Sub(since) // how long this term has listened
+	if heard >= cfg.UnreachableAfter {
+		ids, err := r.nodes.MarkStaleNodes(ctx, now.Add(-cfg.UnreachableAfter), store.NodeUnreachable, store.NodeReady)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			r.log.Warn("node unreachable: no placements", "node_id", id, "silent_for", cfg.UnreachableAfter.String())
+		}
 	}
-	for _, id := range ids {
-		r.log.Warn("node unreachable: no placements", "node_id", id, "silent_for", cfg.UnreachableAfter.String())
+	if heard < cfg.LostAfter {
+		return nil
 	}
-	ids, err = r.nodes.MarkStaleNodes(ctx, now.Add(-cfg.LostAfter), store.NodeLost, store.NodeUnreachable, store.NodeReady)
+	ids, err := r.nodes.MarkStaleNodes(ctx, now.Add(-cfg.LostAfter), store.NodeLost, store.NodeUnreachable, store.NodeReady)
 	if err != nil {
 		return err
 	}
@@ -108,10 +128,10 @@ func (r *Registry) CheckLiveness(ctx context.Context, now time.Time, cfg Livenes
 			continue
 		}
 		states := store.ActiveStates
-		if !n.LastHeartbeat.After(now.Add(-cfg.PausedLostAfter)) {
+		if !later(n.LastHeartbeat, since).After(now.Add(-cfg.PausedLostAfter)) {
 			states = store.LiveStates // the paused ones too
 		}
-		if err := r.KillLost(ctx, n.ID, states); err != nil {
+		if err := r.killLost(ctx, n.ID, states, true); err != nil {
 			return err
 		}
 		if n.Allocated != (store.NodeResources{}) {
@@ -121,4 +141,11 @@ func (r *Registry) CheckLiveness(ctx context.Context, now time.Time, cfg Livenes
 		}
 	}
 	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -12,12 +12,12 @@ import (
 var descNodes = prometheus.NewDesc("nodes", "Registered nodes, by status (ready, draining, cordoned, unreachable, lost).", []string{"status"}, nil)
 
 // RegisterMetrics registers nodes{status} (read from the store at each
-// scrape) and node_heartbeats_total{result} (accepted, unauthorized,
+// scrape) and node_heartbeats_total{result} (accepted, unauthorized, forbidden,
 // invalid, error) with reg.
 func (r *Registry) RegisterMetrics(reg prometheus.Registerer) error {
 	r.heartbeats = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "node_heartbeats_total",
-		Help: "Node heartbeats received by the API, by result (accepted, unauthorized, invalid, error).",
+		Help: "Node heartbeats received by the API, by result (accepted, unauthorized, forbidden, invalid, error).",
 	}, []string{"result"})
 	if err := reg.Register(r.heartbeats); err != nil {
 		return err

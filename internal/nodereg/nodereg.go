@@ -8,7 +8,9 @@
 //
 //	POST /nodes/heartbeat   Authorization: Bearer <node token>   body: Status
 //
-// (the first heartbeat registers the node). Liveness runs on the API: a
+// (the first heartbeat registers the node). The token is the node's own
+// (Credentials, internal/nodeauth): a heartbeat is accepted only for the
+// node ID the token is bound to. Liveness runs on the API: a
 // node without a heartbeat for UnreachableAfter gets no placements; after
 // LostAfter its running sandboxes are killed with node_lost, after
 // PausedLostAfter its paused ones too. A node that heartbeats with a new
@@ -20,11 +22,11 @@ package nodereg
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -32,6 +34,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -57,6 +61,9 @@ type Status struct {
 	// Templates are the build IDs the node holds.
 	Templates []string         `json:"templates,omitempty"`
 	Pools     []store.NodePool `json:"pools,omitempty"`
+	// Kills are the kills the node made on its own that no reply has
+	// acknowledged yet, oldest first (kills.go).
+	Kills []Kill `json:"kills,omitempty"`
 }
 
 // Reply is the API's answer to a heartbeat.
@@ -65,6 +72,8 @@ type Reply struct {
 	// cordoned): a draining or cordoned node should stop refilling its
 	// pools.
 	Status string `json:"status"`
+	// AckedKills are the reported kills the node may forget (kills.go).
+	AckedKills []KillAck `json:"ackedKills,omitempty"`
 }
 
 // idPattern is what a node ID may be: a host name (warren node's
@@ -74,7 +83,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
 // ValidID checks a node ID.
 func ValidID(id string) error {
 	if !idPattern.MatchString(id) {
-		return fmt.Errorf("node id %q: 1 to 253 letters, digits, '.', '-' and '_', starting with a letter or digit: %w", id, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node id %q: 1 to 253 letters, digits, '.', '-' and '_', starting with a letter or digit", id)
 	}
 	return nil
 }
@@ -85,13 +94,32 @@ func (s *Status) validate() error {
 	}
 	switch {
 	case s.BootID == "" || len(s.BootID) > 128:
-		return fmt.Errorf("node %q: boot id: 1 to 128 characters: %w", s.ID, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: boot id: 1 to 128 characters", s.ID)
 	case len(s.RPCAddress) > 512 || len(s.ProxyAddress) > 512 || len(s.Version) > 128:
-		return fmt.Errorf("node %q: an address or the version is too long: %w", s.ID, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: an address or the version is too long", s.ID)
 	case s.Capacity.VCPUs < 0 || s.Capacity.MemoryMB < 0 || s.Allocated.VCPUs < 0 || s.Allocated.MemoryMB < 0 || s.Sandboxes < 0:
-		return fmt.Errorf("node %q: capacity and allocation must not be negative: %w", s.ID, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: capacity and allocation must not be negative", s.ID)
 	case len(s.Templates) > 10000 || len(s.Pools) > 10000:
-		return fmt.Errorf("node %q: too many templates or pools: %w", s.ID, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: too many templates or pools", s.ID)
+	}
+	return validKills(s.ID, s.Kills)
+}
+
+// validateAddresses checks the addresses of a node that heartbeats over
+// the wire: the control plane calls it over TLS, or over plain HTTP on
+// loopback only (its credentials cross no network in clear), and reaches
+// its sandboxes through its proxy listener only. (warren serve's
+// in-process node has none.)
+func (s *Status) validateAddresses() error {
+	if err := nodeauth.CheckRPCURL(s.RPCAddress); err != nil {
+		return errdefs.Wrapf(err, "node %q", s.ID)
+	}
+	host, port, err := net.SplitHostPort(s.ProxyAddress)
+	switch {
+	case err != nil || host == "" || port == "":
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: proxy address %q: want HOST:PORT", s.ID, s.ProxyAddress)
+	case strings.HasPrefix(s.RPCAddress, "http://") && !nodeauth.Loopback(host):
+		return errdefs.Publicf(errdefs.ErrInvalid, "node %q: proxy address %q: plain http off loopback", s.ID, s.ProxyAddress)
 	}
 	return nil
 }
@@ -179,6 +207,12 @@ func (r *Registry) Record(ctx context.Context, st Status) (string, error) {
 
 // KillLost kills node nodeID's sandboxes in states with node_lost.
 func (r *Registry) KillLost(ctx context.Context, nodeID string, states []sandbox.State) error {
+	return r.killLost(ctx, nodeID, states, false)
+}
+
+// killLost is KillLost; whileLost checks before each kill that the node is
+// still lost, and stops at the first look that finds it heard again.
+func (r *Registry) killLost(ctx context.Context, nodeID string, states []sandbox.State, whileLost bool) error {
 	sbs, err := r.st.ListSandboxes(ctx, store.SandboxFilter{NodeID: nodeID, States: states})
 	if err != nil {
 		return fmt.Errorf("node %q: %w", nodeID, err)
@@ -187,6 +221,16 @@ func (r *Registry) KillLost(ctx context.Context, nodeID string, states []sandbox
 		return fmt.Errorf("node %q: no lifecycle to kill its lost sandboxes: %w", nodeID, errdefs.ErrUnavailable)
 	}
 	for _, sb := range sbs {
+		if whileLost {
+			n, err := r.nodes.GetNode(ctx, nodeID)
+			if err != nil {
+				return fmt.Errorf("node %q: %w", nodeID, err)
+			}
+			if n.Liveness != store.NodeLost {
+				r.log.Info("lost node heard again: its sandboxes are left to it", "node_id", nodeID, "liveness", n.Liveness)
+				return nil
+			}
+		}
 		err := r.killer.Kill(ctx, sb.TeamID, sb.ID, sandbox.KillNodeLost)
 		switch {
 		case err == nil:
@@ -199,17 +243,30 @@ func (r *Registry) KillLost(ctx context.Context, nodeID string, states []sandbox
 	return nil
 }
 
-// Handler serves HeartbeatPath for nodes that present token. An empty
-// token refuses every node (registration is off).
-func (r *Registry) Handler(token string) http.Handler {
+// Authenticator tells which node a request comes from (Credentials):
+// "" is any node (the insecure loopback mode), an error refuses it.
+type Authenticator interface {
+	Authenticate(r *http.Request) (nodeID string, err error)
+}
+
+// Handler serves HeartbeatPath for the nodes auth authenticates; each
+// heartbeats for itself only (403 for another node's ID).
+func (r *Registry) Handler(auth Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "use POST")
 			return
 		}
-		if !authorized(req, token) {
+		nodeID, err := auth.Authenticate(req)
+		if err != nil {
 			r.countHeartbeat("unauthorized")
+			if !errors.Is(err, errdefs.ErrUnauthorized) {
+				r.log.Error("node heartbeat: authentication", "error", err)
+				writeError(w, http.StatusInternalServerError, "internal error")
+				return
+			}
+			r.log.Warn("node heartbeat refused", "remote_addr", req.RemoteAddr, "error", err)
 			writeError(w, http.StatusUnauthorized, "invalid node token")
 			return
 		}
@@ -220,28 +277,35 @@ func (r *Registry) Handler(token string) http.Handler {
 			writeError(w, http.StatusBadRequest, "invalid heartbeat body: "+bodyError(err))
 			return
 		}
-		status, err := r.Record(req.Context(), st)
-		switch {
-		case errdefs.IsInvalid(err):
+		if err := st.validateAddresses(); err != nil {
 			r.countHeartbeat("invalid")
-			writeError(w, http.StatusBadRequest, err.Error())
+			errhttp.Write(w, err)
 			return
-		case err != nil:
-			r.countHeartbeat("error")
-			r.log.Error("node heartbeat", "node_id", st.ID, "error", err)
-			writeError(w, http.StatusInternalServerError, "internal error")
+		}
+		if nodeID != "" && st.ID != nodeID {
+			r.countHeartbeat("forbidden")
+			r.log.Warn("node heartbeat for another node refused", "node_id", nodeID, "claimed_node_id", st.ID, "remote_addr", req.RemoteAddr)
+			writeError(w, http.StatusForbidden, fmt.Sprintf("this node token is node %q's, not %q's", nodeID, st.ID))
+			return
+		}
+		// The status, and the kills it reports (each taken only for a
+		// sandbox placed on this node, in its execution), are the node's
+		// the token names.
+		reply, err := r.Beat(req.Context(), st)
+		if err != nil {
+			outcome := "error"
+			if errdefs.IsInvalid(err) {
+				outcome = "invalid"
+			}
+			r.countHeartbeat(outcome)
+			if he := errhttp.Write(w, err); he.Code >= 500 {
+				r.log.Error("node heartbeat", "node_id", st.ID, "error", err)
+			}
 			return
 		}
 		r.countHeartbeat("accepted")
-		writeJSON(w, http.StatusOK, Reply{Status: status})
+		writeJSON(w, http.StatusOK, reply)
 	})
-}
-
-// authorized compares the request's bearer token with token in constant
-// time.
-func authorized(r *http.Request, token string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 func bodyError(err error) string {
@@ -263,6 +327,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
 }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]any{"code": status, "message": msg})
-}
+// writeError answers with status and msg in the API's error body.
+func writeError(w http.ResponseWriter, status int, msg string) { errhttp.WriteBody(w, status, msg) }

@@ -6,6 +6,9 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	creates  *prometheus.CounterVec // result: placed, no_node
 	refusals prometheus.Counter     // a node refused a create; the next was tried
+	// foreignEvents counts events a node sent of sandboxes (or
+	// executions) not placed on it, dropped.
+	foreignEvents prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -18,9 +21,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "placement_node_refusals_total",
 			Help: "Creates a node refused (or lost its room to another replica's reservation); the next candidate was tried.",
 		}),
+		foreignEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "placement_node_events_refused_total",
+			Help: "Events a node sent of sandboxes not placed on it, or of an execution that is not theirs now: dropped.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.creates, m.refusals} {
+		for _, c := range []prometheus.Collector{m.creates, m.refusals, m.foreignEvents} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -15,6 +15,7 @@ package placement
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -43,9 +45,16 @@ type Store interface {
 type Config struct {
 	Store Store
 	// Dial returns the Service of a node; nil dials its RPC address with
-	// nodeclient and NodeToken.
-	Dial      func(n *store.Node) nodeapi.Service
-	NodeToken string
+	// nodeclient, Credential and TLS.
+	Dial func(n *store.Node) nodeapi.Service
+	// Credential gives the credential of the calls to node nodeID (its own:
+	// nodereg.Credentials with nodeauth.PurposeRPC); nil: none (loopback
+	// nodes without tokens).
+	Credential func(ctx context.Context, nodeID string) (string, error)
+	// TLS verifies the nodes' certificates (nil: the system's roots). A
+	// node is called over https, or over http on loopback only
+	// (nodeauth.CheckRPCURL).
+	TLS *tls.Config
 	// K is how many candidates a create compares (default 3).
 	K int
 	// WatchRefresh is how often Watch looks for nodes to watch (default
@@ -99,9 +108,17 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Dial == nil {
-		token := cfg.NodeToken
+		hc, cred := nodeauth.Client(cfg.TLS), cfg.Credential
 		cfg.Dial = func(n *store.Node) nodeapi.Service {
-			return nodeclient.New(n.RPCAddress, nodeclient.Options{Token: token})
+			if err := nodeauth.CheckRPCURL(n.RPCAddress); err != nil {
+				return unreachable{err: fmt.Errorf("node %q: %w: %w", n.ID, errdefs.ErrUnavailable, err)}
+			}
+			opts := nodeclient.Options{HTTPClient: hc, Logger: cfg.Logger}
+			if cred != nil {
+				id := n.ID
+				opts.Credential = func(ctx context.Context) (string, error) { return cred(ctx, id) }
+			}
+			return nodeclient.New(n.RPCAddress, opts)
 		}
 	}
 	m, err := newMetrics(cfg.Registry)
@@ -122,6 +139,16 @@ func (s *Service) client(n *store.Node) nodeapi.Service {
 	d := dialed{addr: n.RPCAddress, svc: s.cfg.Dial(n)}
 	s.clients[n.ID] = d
 	return d.svc
+}
+
+// ownProxy makes sb name node n's proxy listener as the registry has it,
+// whatever the node said: the edge proxy sends the sandbox's traffic (and
+// n's credential) nowhere else.
+func ownProxy(n *store.Node, sb *nodeapi.Sandbox) *nodeapi.Sandbox {
+	if sb != nil {
+		sb.NodeProxy = n.ProxyAddress
+	}
+	return sb
 }
 
 // holder returns the node that holds sandbox id and its Service, from the
@@ -205,6 +232,9 @@ func free(n *store.Node) float64 {
 // candidate when a node has no room or refuses.
 func (s *Service) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodeapi.Sandbox, error) {
 	want := need(req.Resources)
+	if len(req.Volumes) > 0 {
+		return s.createOnVolumes(ctx, req, want)
+	}
 	cands, err := s.candidates(ctx, want, req.Template.BuildID)
 	if err != nil {
 		return nil, fmt.Errorf("place sandbox %q: %w", req.ID, err)
@@ -224,7 +254,7 @@ func (s *Service) Create(ctx context.Context, req nodeapi.CreateRequest) (*nodea
 		if err == nil {
 			log.Info("sandbox placed")
 			s.m.creates.WithLabelValues("placed").Inc()
-			return sb, nil
+			return ownProxy(n, sb), nil
 		}
 		s.release(context.WithoutCancel(ctx), req.ID)
 		if errdefs.IsInvalid(err) || errdefs.IsAlreadyExists(err) || ctx.Err() != nil {
@@ -250,11 +280,12 @@ func (s *Service) release(ctx context.Context, id string) {
 
 // Get implements nodeapi.Service.
 func (s *Service) Get(ctx context.Context, id string) (*nodeapi.Sandbox, error) {
-	_, svc, err := s.reachable(ctx, id)
+	n, svc, err := s.reachable(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return svc.Get(ctx, id)
+	sb, err := svc.Get(ctx, id)
+	return ownProxy(n, sb), err
 }
 
 // SetEndTime implements nodeapi.Service.
@@ -308,7 +339,7 @@ func (s *Service) Resume(ctx context.Context, id string, req nodeapi.ResumeReque
 	if err != nil {
 		s.release(context.WithoutCancel(ctx), id)
 	}
-	return out, err
+	return ownProxy(n, out), err
 }
 
 // Fork implements nodeapi.Service on the source's node, reserving each
@@ -337,6 +368,9 @@ func (s *Service) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) 
 		if i < len(req.ExecutionIDs) {
 			keep.ExecutionIDs = append(keep.ExecutionIDs, req.ExecutionIDs[i])
 		}
+		if i < len(req.EnvdAccessTokens) {
+			keep.EnvdAccessTokens = append(keep.EnvdAccessTokens, req.EnvdAccessTokens[i])
+		}
 	}
 	if len(keep.IDs) == 0 {
 		return nil, fmt.Errorf("fork sandbox %q: node %q has no room for a copy: %w", id, n.ID, errdefs.ErrExhausted)
@@ -345,6 +379,7 @@ func (s *Service) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) 
 	made := map[string]bool{}
 	for _, sb := range out {
 		made[sb.ID] = true
+		ownProxy(n, sb)
 	}
 	for _, fid := range keep.IDs {
 		if !made[fid] {
@@ -475,7 +510,9 @@ func (s *Service) List(ctx context.Context) ([]*nodeapi.Sandbox, error) {
 			s.log.Warn("list node", "node_id", n.ID, "error", err)
 			continue
 		}
-		out = append(out, sbs...)
+		for _, sb := range sbs {
+			out = append(out, ownProxy(n, sb))
+		}
 	}
 	return out, nil
 }
@@ -505,4 +542,33 @@ func (s *Service) Capabilities(ctx context.Context) (nodeapi.Capabilities, error
 		return nodeapi.Capabilities{Driver: "placement"}, nil
 	}
 	return out, nil
+}
+
+// unreachable is the Service of a node whose RPC address it will not
+// call (plain HTTP off loopback): every call fails with err.
+type unreachable struct{ err error }
+
+func (u unreachable) Create(context.Context, nodeapi.CreateRequest) (*nodeapi.Sandbox, error) {
+	return nil, u.err
+}
+func (u unreachable) Get(context.Context, string) (*nodeapi.Sandbox, error) { return nil, u.err }
+func (u unreachable) List(context.Context) ([]*nodeapi.Sandbox, error)      { return nil, u.err }
+func (u unreachable) SetEndTime(context.Context, string, time.Time) error   { return u.err }
+func (u unreachable) UpdateNetwork(context.Context, string, netslot.Policy) error {
+	return u.err
+}
+func (u unreachable) Pause(context.Context, string, nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {
+	return nil, u.err
+}
+func (u unreachable) Resume(context.Context, string, nodeapi.ResumeRequest) (*nodeapi.Sandbox, error) {
+	return nil, u.err
+}
+func (u unreachable) Fork(context.Context, string, nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
+	return nil, u.err
+}
+func (u unreachable) Kill(context.Context, string, sandbox.KillReason) error { return u.err }
+func (u unreachable) Stats(context.Context, string) (*nodeapi.Stats, error)  { return nil, u.err }
+func (u unreachable) Watch(context.Context) (<-chan nodeapi.Event, error)    { return nil, u.err }
+func (u unreachable) Capabilities(context.Context) (nodeapi.Capabilities, error) {
+	return nodeapi.Capabilities{}, u.err
 }

@@ -3,6 +3,7 @@ package placement_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -313,12 +314,19 @@ func TestForkStaysOnSourceNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	register(t, st, f, "b", 64, 65536) // roomier, but not the source's
-	forks, err := p.Fork(ctx, "src", nodeapi.ForkRequest{IDs: []string{"f1", "f2", "f3"}, EndAt: time.Now().Add(time.Hour)})
+	var asked nodeapi.ForkRequest
+	a.BeforeFork = func(_ string, req nodeapi.ForkRequest) { asked = req }
+	forks, err := p.Fork(ctx, "src", nodeapi.ForkRequest{IDs: []string{"f1", "f2", "f3"}, EndAt: time.Now().Add(time.Hour),
+		ExecutionIDs: []string{"e1", "e2", "e3"}, EnvdAccessTokens: []string{"t1", "t2", "t3"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(forks) != 2 || !onNode(t, a)["f1"] || !onNode(t, a)["f2"] || onNode(t, a)["f3"] {
 		t.Fatalf("forks %d; node a runs %v", len(forks), onNode(t, a))
+	}
+	// Each copy asked for keeps its own execution ID and token.
+	if !slices.Equal(asked.IDs, []string{"f1", "f2"}) || !slices.Equal(asked.ExecutionIDs, []string{"e1", "e2"}) || !slices.Equal(asked.EnvdAccessTokens, []string{"t1", "t2"}) {
+		t.Fatalf("node a was asked for %+v", asked)
 	}
 	if n, _ := st.GetNode(ctx, "a"); n.Allocated.VCPUs != 3 {
 		t.Fatalf("node a allocated %+v, want 3 vCPUs", n.Allocated)
@@ -367,7 +375,9 @@ func TestWatchMergesNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Create(ctx, createReq("s1")); err != nil {
+	req := createReq("s1")
+	record(t, st, req.ID, "", req.ExecutionID)
+	if _, err := p.Create(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	events, err := p.Watch(ctx)
@@ -383,8 +393,9 @@ func TestWatchMergesNodes(t *testing.T) {
 		t.Fatalf("an exited sandbox's node allocated %+v", n.Allocated)
 	}
 	b := add("b")
+	record(t, st, "x", "b", "exec-x")
 	<-b.started
-	b.Emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: "x", At: time.Now()})
+	b.Emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: "x", ExecutionID: "exec-x", At: time.Now()})
 	if ev := <-events; ev.SandboxID != "x" {
 		t.Fatalf("event of the later node %+v", ev)
 	}

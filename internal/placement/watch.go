@@ -5,12 +5,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // Watch implements nodeapi.Service: the events of every node that is not
-// lost, merged, until ctx ends. Nodes that register later are watched from
+// lost, merged, until ctx ends. A node reports on its own sandboxes only:
+// an event passes when the sandbox's store row places it on that node and
+// the event names its current execution (ownEvent); any other is dropped
+// and counted (placement_node_events_refused_total). Nodes that register later are watched from
 // the next refresh; a node whose stream ends is watched again from the one
 // after. A sandbox that exited or was killed by its node gives its
 // reservation back.
@@ -88,6 +92,9 @@ func (s *Service) watchNode(ctx context.Context, n *store.Node, out chan<- nodea
 		return
 	}
 	for ev := range events {
+		if !s.ownEvent(ctx, n, ev) {
+			continue
+		}
 		if ev.Type == nodeapi.EventExited || ev.Type == nodeapi.EventKilled {
 			s.release(context.WithoutCancel(ctx), ev.SandboxID)
 		}
@@ -97,4 +104,29 @@ func (s *Service) watchNode(ctx context.Context, n *store.Node, out chan<- nodea
 			return
 		}
 	}
+}
+
+// ownEvent reports whether node n may report ev: the sandbox is placed on
+// n (its store row names n) and ev names its current execution. A node is
+// not trusted beyond its own sandboxes (docs/security.md).
+func (s *Service) ownEvent(ctx context.Context, n *store.Node, ev nodeapi.Event) bool {
+	sb, err := s.st.GetSandbox(ctx, ev.SandboxID)
+	switch {
+	case errdefs.IsNotFound(err):
+	case err != nil:
+		// Not read now: the reconcile (the store against the nodes' lists)
+		// settles what the event said.
+		s.log.Warn("node event not checked: dropped", "node_id", n.ID, "sandbox_id", ev.SandboxID, "error", err)
+		return false
+	case sb.Spec.NodeID == n.ID && ev.ExecutionID != "" && ev.ExecutionID == sb.Spec.ExecutionID:
+		return true
+	}
+	held := ""
+	if sb != nil {
+		held = sb.Spec.NodeID
+	}
+	s.log.Warn("node event of a sandbox or execution it does not hold: dropped", "node_id", n.ID, "sandbox_id", ev.SandboxID,
+		"execution_id", ev.ExecutionID, "event", string(ev.Type), "held_by", held)
+	s.m.foreignEvents.Inc()
+	return false
 }

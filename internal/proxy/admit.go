@@ -4,7 +4,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -64,7 +63,8 @@ func admit(r *http.Request, port int, a *route.Admission) error {
 }
 
 // envdAuthorized reports whether r carries envd's access token, or is a
-// /files request with a valid, unexpired signature made with it.
+// /files request with a valid, unexpired signature made with it (each
+// signed parameter given once, as envd requires).
 func envdAuthorized(r *http.Request, token string) bool {
 	if equal(r.Header.Get(envdproto.AccessTokenHeader), token) {
 		return true
@@ -72,24 +72,8 @@ func envdAuthorized(r *http.Request, token string) bool {
 	if r.URL.Path != "/files" {
 		return false
 	}
-	q := r.URL.Query()
-	sig := q.Get("signature")
-	if sig == "" {
-		return false
-	}
-	var exp int64
-	if e := q.Get("signature_expiration"); e != "" {
-		v, err := strconv.ParseInt(e, 10, 64)
-		if err != nil || time.Now().Unix() > v {
-			return false
-		}
-		exp = v
-	}
-	op := envdproto.OpRead
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		op = envdproto.OpWrite
-	}
-	return equal(sig, envdproto.Sign(q.Get("path"), op, q.Get("username"), token, exp))
+	s, ok, err := envdproto.ParseSigned(r.URL.Query())
+	return ok && err == nil && !s.Expired(time.Now().Unix()) && s.Valid(envdproto.FilesOp(r.Method), token)
 }
 
 // equal compares secrets in constant time; an empty got never matches.

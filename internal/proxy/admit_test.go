@@ -78,6 +78,9 @@ func TestCredentialsBeforeWake(t *testing.T) {
 		{"envd rpc with a wrong token", "POST", "/process.Process/List", envd, map[string]string{"X-Access-Token": trafficTok}, 401, auth.MsgMissingToken},
 		{"files with a signature of another token", "GET", "/files?path=%2Fa&signature=" + url.QueryEscape(auth.Sign("/a", auth.OpRead, "", "other", 0)), envd, nil, 401, auth.MsgMissingToken},
 		{"files with an expired signature", "GET", "/files?path=%2Fa&signature_expiration=" + expired + "&signature=" + url.QueryEscape(auth.Sign("/a", auth.OpRead, "", envdTok, mustInt(expired))), envd, nil, 401, auth.MsgMissingToken},
+		{"files with a repeated signed path", "GET", "/files?path=%2Fa&path=%2Fetc%2Fshadow&signature=" + url.QueryEscape(auth.Sign("/a", auth.OpRead, "", envdTok, 0)), envd, nil, 401, auth.MsgMissingToken},
+		{"files with a read signature, to write", "POST", "/files?path=%2Fa&signature=" + url.QueryEscape(auth.Sign("/a", auth.OpRead, "", envdTok, 0)), envd, nil, 401, auth.MsgMissingToken},
+		{"files with another user", "GET", "/files?path=%2Fa&username=root&signature=" + url.QueryEscape(auth.Sign("/a", auth.OpRead, "", envdTok, 0)), envd, nil, 401, auth.MsgMissingToken},
 	}
 	for _, tc := range refused {
 		code, body := do(tc.method, tc.path, tc.port, tc.hdr)

@@ -20,7 +20,8 @@ import (
 // The hop from an edge proxy to the proxy listener of the node that runs
 // a sandbox (`warren node --proxy-listen`). The edge proxy has routed and
 // admitted the request; it names the sandbox and port in these headers and
-// carries the node token. The node proxy looks the sandbox up on its own
+// carries that node's own proxy credential (internal/nodeauth), over TLS
+// when the nodes serve it. The node proxy looks the sandbox up on its own
 // agent and forwards to that sandbox's address only: nothing in the
 // request names a host.
 const (
@@ -42,8 +43,8 @@ var nodeHeaders = []string{HeaderNodeToken, HeaderNodeSandboxID, HeaderNodeSandb
 func (p *Proxy) toNode(out *http.Request, t *target) {
 	out.Header.Set(HeaderNodeSandboxID, t.id)
 	out.Header.Set(HeaderNodeSandboxPort, strconv.Itoa(t.port))
-	if p.cfg.NodeToken != "" {
-		out.Header.Set(HeaderNodeToken, p.cfg.NodeToken)
+	if t.hop.Credential != "" {
+		out.Header.Set(HeaderNodeToken, t.hop.Credential)
 	}
 	if t.tls {
 		out.Header.Set(HeaderNodeSandboxTLS, "1")
@@ -64,7 +65,8 @@ type NodeConfig struct {
 	// Node is the agent of this node; only its sandboxes are reached.
 	Node SandboxGetter
 	// Token, when set, must come in HeaderNodeToken with every request
-	// (401 otherwise).
+	// (401 otherwise): the node's proxy credential
+	// (nodeauth.Credential(token, PurposeProxy)).
 	Token  string
 	Logger *slog.Logger
 	// DialTimeout bounds connecting to a sandbox port (default 10 s).

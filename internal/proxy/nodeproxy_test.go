@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,11 @@ import (
 )
 
 const nodeToken = "node-secret-1"
+
+// hop is a NodeHop that presents cred, over plain HTTP.
+func hop(cred string) func(context.Context, string) (proxy.NodeHop, error) {
+	return func(context.Context, string) (proxy.NodeHop, error) { return proxy.NodeHop{Credential: cred}, nil }
+}
 
 // nodeRig is an edge proxy whose sandboxes are on another node: sbx1's
 // ports listen on 127.0.0.2 (its "sandbox address"), sbx2 is another
@@ -82,7 +88,7 @@ func newNodeRig(t *testing.T) *nodeRig {
 		"sbx1":  {SandboxID: "sbx1", Address: closed, Host: "127.0.0.1", NodeProxy: via},
 		"sbx9":  {SandboxID: "sbx9", Address: closed, Host: "127.0.0.1", NodeProxy: via}, // not on that node
 		"sbxws": {SandboxID: "sbx1", Address: closed, Host: "127.0.0.1", NodeProxy: via},
-	}, Domain: "e2b.test", NodeToken: nodeToken})
+	}, Domain: "e2b.test", NodeHop: hop(nodeToken)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +183,7 @@ func TestNodeProxyToken(t *testing.T) {
 		t.Errorf("with the token: %d %q", code, body)
 	}
 	// An edge with another token is refused too.
-	edge, _ := proxy.New(proxy.Config{Router: fakeRouter{"sbx1": {SandboxID: "sbx1", Host: "127.0.0.1", NodeProxy: r.node.Listener.Addr().String()}}, Domain: "e2b.test", NodeToken: "other"})
+	edge, _ := proxy.New(proxy.Config{Router: fakeRouter{"sbx1": {SandboxID: "sbx1", Host: "127.0.0.1", NodeProxy: r.node.Listener.Addr().String()}}, Domain: "e2b.test", NodeHop: hop("other")})
 	es := httptest.NewServer(edge)
 	t.Cleanup(es.Close)
 	if code, _ := get(t, es.URL+"/health", map[string]string{"Host": strconv.Itoa(proxy.EnvdPort) + "-sbx1.e2b.test"}); code != http.StatusUnauthorized {
@@ -295,7 +301,7 @@ func TestNodeHopWake(t *testing.T) {
 	// Two edges: one routes the sandbox as running, one as just woken.
 	edge := func(woken bool) string {
 		p, err := proxy.New(proxy.Config{Router: fakeRouter{"sbxwake": {SandboxID: "sbxwake", Host: "127.0.0.1", NodeProxy: via, Woken: woken}},
-			Domain: "e2b.test", NodeToken: nodeToken})
+			Domain: "e2b.test", NodeHop: hop(nodeToken)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,7 +350,7 @@ func TestNodeHopTLSAndMask(t *testing.T) {
 	ns := httptest.NewServer(np)
 	t.Cleanup(ns.Close)
 	p, err := proxy.New(proxy.Config{Router: fakeRouter{"sbxtls": {SandboxID: "sbxtls", Host: "127.0.0.1", NodeProxy: ns.Listener.Addr().String(),
-		HTTPSPorts: []int{mustAtoi(t, port)}, MaskRequestHost: "app.internal:${PORT}"}}, Domain: "e2b.test", NodeToken: nodeToken})
+		HTTPSPorts: []int{mustAtoi(t, port)}, MaskRequestHost: "app.internal:${PORT}"}}, Domain: "e2b.test", NodeHop: hop(nodeToken)})
 	if err != nil {
 		t.Fatal(err)
 	}

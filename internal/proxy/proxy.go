@@ -21,7 +21,7 @@
 //
 // A sandbox on another node (Route.NodeProxy) is reached through that
 // node's proxy listener (NodeProxy, nodeproxy.go), which takes the sandbox
-// ID and port from headers, checks the node token and forwards to that
+// ID and port from headers, checks the node's proxy credential and forwards to that
 // sandbox's own address only.
 package proxy
 
@@ -38,6 +38,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -48,8 +49,10 @@ import (
 	"github.com/warren-sandbox/warren/internal/cors"
 	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/route"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/throttle"
 )
 
 // sandboxTLS is how the proxy speaks TLS to a sandbox's httpsPorts: the
@@ -82,9 +85,33 @@ type Config struct {
 	// WakeTimeout bounds how long a request that woke a paused sandbox
 	// waits for its port to answer before it is a 502 (default 30 s).
 	WakeTimeout time.Duration
-	// NodeToken is sent to the proxy listeners of other nodes
-	// (Route.NodeProxy) with every request forwarded there.
-	NodeToken string
+	// NodeHop tells how to reach the proxy listener of node nodeID
+	// (Route.NodeProxy, Route.NodeID): the credential it takes in
+	// HeaderNodeToken, that node's own (nodereg.Credentials with
+	// nodeauth.PurposeProxy), so that no node's traffic credential opens
+	// another's, and whether it serves TLS. Nil: plain HTTP, no
+	// credential (loopback nodes without tokens). An error fails the
+	// request (502).
+	NodeHop func(ctx context.Context, nodeID string) (NodeHop, error)
+	// NodeTLS verifies the node proxy listeners' certificates (nil: the
+	// system's roots).
+	NodeTLS *tls.Config
+	// SignedLookupBurst and SignedLookupEvery are each client address's
+	// budget of signed /files requests without a sandbox ID that need a
+	// lookup (signed.go): Burst at once, then one per Every (defaults
+	// DefaultSignedLookupBurst, DefaultSignedLookupEvery).
+	SignedLookupBurst int
+	SignedLookupEvery time.Duration
+	// TrustedProxies are reverse proxies in front of this one: a request
+	// from them is the client's that their X-Forwarded-For names, for the
+	// budget above (package throttle).
+	TrustedProxies []netip.Prefix
+}
+
+// NodeHop is how the edge proxy reaches one node's proxy listener.
+type NodeHop struct {
+	Credential string
+	TLS        bool
 }
 
 // Proxy is the edge proxy. It is an http.Handler.
@@ -98,6 +125,9 @@ type Proxy struct {
 	wake *httputil.ReverseProxy
 	// epochs drops pooled connections to a sandbox seen in a new epoch.
 	epochs *epochWatch
+	// signed and lookups serve signed URLs without a sandbox ID.
+	signed  *signedCache
+	lookups *throttle.Limiter
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -122,6 +152,8 @@ type target struct {
 	// relayed is set on a node proxy: the request came from an edge proxy,
 	// whose X-Forwarded-* headers are kept.
 	relayed bool
+	// hop is how the node proxy at addr is reached (viaNode).
+	hop NodeHop
 }
 
 // New returns a Proxy.
@@ -138,18 +170,26 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.WakeTimeout <= 0 {
 		cfg.WakeTimeout = 30 * time.Second
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger}
+	if cfg.SignedLookupBurst <= 0 {
+		cfg.SignedLookupBurst = DefaultSignedLookupBurst
+	}
+	if cfg.SignedLookupEvery <= 0 {
+		cfg.SignedLookupEvery = DefaultSignedLookupEvery
+	}
+	p := &Proxy{cfg: cfg, log: cfg.Logger, signed: newSignedCache(),
+		lookups: throttle.New(throttle.Config{Burst: cfg.SignedLookupBurst, Every: cfg.SignedLookupEvery})}
 	p.domain = strings.ToLower(cfg.Domain)
 	if h, _, err := net.SplitHostPort(p.domain); err == nil {
 		p.domain = h
 	}
+	dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           dialer.DialContext,
+		DialTLSContext:        p.dialTLS(dialer.DialContext),
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0, // long-running streams
 		ExpectContinueTimeout: time.Second,
-		TLSClientConfig:       sandboxTLS,
 	}
 	p.tr = tr
 	p.epochs = newEpochWatch(tr)
@@ -163,7 +203,7 @@ func (p *Proxy) reverseProxy(tr http.RoundTripper) *httputil.ReverseProxy {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(routeKey{}).(*target)
 			scheme := "http"
-			if t.tls && !t.viaNode {
+			if t.tls && !t.viaNode || t.viaNode && t.hop.TLS {
 				scheme = "https"
 			}
 			pr.SetURL(&url.URL{Scheme: scheme, Host: t.addr})
@@ -195,6 +235,35 @@ func (p *Proxy) reverseProxy(tr http.RoundTripper) *httputil.ReverseProxy {
 	}
 }
 
+// dialTLS is the TLS dial of the proxy's transports: to a node proxy
+// listener (viaNode) with NodeTLS, its certificate verified for its host;
+// to a sandbox's httpsPorts with sandboxTLS.
+func (p *Proxy) dialTLS(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cfg := sandboxTLS
+		if t, _ := ctx.Value(routeKey{}).(*target); t == nil || t.viaNode {
+			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+			if p.cfg.NodeTLS != nil {
+				cfg = p.cfg.NodeTLS.Clone()
+			}
+			if cfg.ServerName == "" {
+				cfg.ServerName, _, _ = net.SplitHostPort(addr)
+			}
+			cfg.NextProtos = []string{"http/1.1"} // upgrades (WebSocket) need HTTP/1.1
+		}
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
+}
+
 // Match reports whether r is sandbox traffic: it carries the routing
 // headers on a shared host, or its Host names a sandbox port. In plain-http
 // mode one listener serves the API and sandbox traffic, dispatching on
@@ -223,11 +292,11 @@ func (p *Proxy) parse(r *http.Request) (id string, port int, ok bool, err error)
 		}
 		ps := r.Header.Get(HeaderSandboxPort)
 		if ps == "" {
-			return id, 0, true, fmt.Errorf("header %s is missing", HeaderSandboxPort)
+			return id, 0, true, errdefs.Publicf(errdefs.ErrInvalid, "header %s is missing", HeaderSandboxPort)
 		}
 		port, err = strconv.Atoi(ps)
 		if err != nil || port < 1 || port > 65535 {
-			return id, 0, true, fmt.Errorf("header %s: %q is not a port", HeaderSandboxPort, ps)
+			return id, 0, true, errdefs.Publicf(errdefs.ErrInvalid, "header %s: %q is not a port", HeaderSandboxPort, ps)
 		}
 		return id, port, true, nil
 	}
@@ -257,25 +326,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeJSONError(w, r, http.StatusBadRequest, errBody{SandboxID: id, Message: err.Error(), Code: 400})
+		writeJSONError(w, r, http.StatusBadRequest, errBody{SandboxID: id, Message: errhttp.Message(err), Code: 400})
 		return
-	}
-	if id == "" {
-		if id, err = p.sandboxBySignature(r); err != nil {
-			p.log.Warn("proxy signed url", "error", err)
-			writeJSONError(w, r, http.StatusBadGateway, errBody{Message: "The sandbox could not be reached", Code: 502})
-			return
-		}
-		if id == "" {
-			writeJSONError(w, r, http.StatusUnauthorized, errBody{Message: "invalid signature", Code: 401})
-			return
-		}
 	}
 	if port == EnvdPort && cors.IsPreflight(r) {
 		// envd's policy, answered here: a preflight carries no token and
-		// must not wake a paused sandbox.
+		// must not wake a paused sandbox (nor cost a signature lookup).
 		cors.Preflight(w, r)
 		return
+	}
+	if id == "" {
+		if id, ok = p.sandboxBySignature(w, r); !ok {
+			return
+		}
 	}
 	if port == EnvdPort {
 		for _, ir := range internalRoutes {
@@ -301,8 +364,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		t.tls = slices.Contains(route.HTTPSPorts, port)
 	}
 	if route.NodeProxy != "" {
-		// The sandbox is on another node: only its proxy reaches it.
+		// The sandbox is on another node: only its proxy reaches it, with
+		// that node's own credential.
 		t.addr, t.viaNode = route.NodeProxy, true
+		if p.cfg.NodeHop != nil {
+			if t.hop, err = p.cfg.NodeHop(r.Context(), route.NodeID); err != nil {
+				p.log.Warn("proxy: no credential for the sandbox's node", "sandbox_id", id, "node_id", route.NodeID, "error", err)
+				writeJSONError(w, r, http.StatusBadGateway, errBody{SandboxID: id, Message: "The sandbox could not be reached", Code: 502})
+				return
+			}
+		}
 	}
 	rp := p.rp
 	if route.Woken {
@@ -329,7 +400,7 @@ func (p *Proxy) routeError(w http.ResponseWriter, r *http.Request, id string, er
 		// (lifecycle.LimitError) or room no node has: it stays paused, as
 		// a resume through the API would (429).
 		w.Header().Set("Retry-After", "5")
-		writeJSONError(w, r, http.StatusTooManyRequests, errBody{SandboxID: id, Message: errdefs.ClientMessage(err), Code: 429})
+		writeJSONError(w, r, http.StatusTooManyRequests, errBody{SandboxID: id, Message: errhttp.Message(err), Code: 429})
 	case errdefs.IsNotFound(err), errdefs.IsUnavailable(err):
 		writeJSONError(w, r, http.StatusBadGateway, errBody{SandboxID: id, Message: "The sandbox was not found", Code: 502})
 	default:

@@ -10,13 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
@@ -33,6 +31,9 @@ func (f fakeRouter) Route(_ context.Context, id string, admit func(*route.Admiss
 	}
 	if id == "atlimit" { // an auto-resume over the team's concurrency limit
 		return nil, fmt.Errorf("resume sandbox %q: %w", id, &lifecycle.LimitError{Limit: 5})
+	}
+	if id == "nodefull" { // an auto-resume no node has room for
+		return nil, fmt.Errorf("resume sandbox %q on node %q: /var/lib/wstr-secret full: %w", id, "node-7", errdefs.ErrExhausted)
 	}
 	r, ok := f[id]
 	if !ok {
@@ -159,7 +160,13 @@ func TestRouting(t *testing.T) {
 			`{"sandboxId":"sbx1","message":"The sandbox is running but port is not open","port":"` + strconv.Itoa(closed) + `","code":502}`, ""},
 		{"paused", "GET", "/health", envd + "-pausedsbx.e2b.test", nil, 502, `{"sandboxId":"pausedsbx","message":"The sandbox is paused","code":502,"canAutoResume":false}`, ""},
 		{"auto-resume over the team's limit", "GET", "/health", envd + "-atlimit.e2b.test", nil, 429,
-			`{"sandboxId":"atlimit","message":"resume sandbox \"atlimit\": you have reached the maximum number of concurrent sandboxes (5); kill a sandbox or ask for a higher limit","code":429}`, ""},
+			`{"sandboxId":"atlimit","message":"you have reached the maximum number of concurrent sandboxes (5); kill a sandbox or ask for a higher limit","code":429}`, ""},
+		// The client is told the class of an error made with no message
+		// for it, not its text (a node, a host path).
+		{"auto-resume no node has room for", "GET", "/health", envd + "-nodefull.e2b.test", nil, 429,
+			`{"sandboxId":"nodefull","message":"resource exhausted: try again later","code":429}`, ""},
+		{"missing port header as its own message", "GET", "/health", "", map[string]string{"E2b-Sandbox-Id": "sbx1"}, 400,
+			`{"sandboxId":"sbx1","message":"header E2b-Sandbox-Port is missing","code":400}`, ""},
 		{"internal route refused", "POST", "/init", envd + "-sbx1.e2b.test", nil, 404, "", `"path":"/init"`},
 		{"missing port header", "GET", "/health", "", map[string]string{"E2b-Sandbox-Id": "sbx1"}, 400, "", "E2b-Sandbox-Port"},
 		{"not sandbox traffic", "GET", "/health", "api.e2b.test", nil, 400, "", "not sandbox traffic"},
@@ -349,58 +356,6 @@ func TestMatch(t *testing.T) {
 			}
 			if got := p.Match(r); got != tc.want {
 				t.Fatalf("Match = %t, want %t", got, tc.want)
-			}
-		})
-	}
-}
-
-type tokenRouter struct {
-	fakeRouter
-	tokens map[string]string
-}
-
-func (t tokenRouter) EnvdTokens(context.Context) (map[string]string, error) { return t.tokens, nil }
-
-// TestSignedURL routes the SDK's signed /files URLs, which carry no
-// sandbox ID in plain-http mode, by the token that makes them valid.
-func TestSignedURL(t *testing.T) {
-	t.Parallel()
-	mux := http.NewServeMux()
-	mux.HandleFunc("/files", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "sbx2 "+r.Method) })
-	be := httptest.NewServer(mux)
-	t.Cleanup(be.Close)
-	r := tokenRouter{
-		fakeRouter: fakeRouter{"sbx2": {SandboxID: "sbx2", Address: be.Listener.Addr().String(), Host: "127.0.0.1"}},
-		tokens:     map[string]string{"sbx1": "token-one", "sbx2": "token-two"},
-	}
-	p, _ := proxy.New(proxy.Config{Router: r, Domain: "e2b.test"})
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
-	if !p.Match(httptest.NewRequest("GET", "http://127.0.0.1/files?path=a&signature=x", nil)) {
-		t.Fatal("signed /files URL not matched as sandbox traffic")
-	}
-	tests := []struct {
-		name, method, sig string
-		want              int
-		body              string
-	}{
-		{"read", "GET", auth.Sign("/home/user/a.txt", auth.OpRead, "user", "token-two", 0), 200, "sbx2 GET"},
-		{"write", "POST", auth.Sign("/home/user/a.txt", auth.OpWrite, "user", "token-two", 0), 200, "sbx2 POST"},
-		{"read signature used to write", "POST", auth.Sign("/home/user/a.txt", auth.OpRead, "user", "token-two", 0), 401, `"message":"invalid signature"`},
-		{"unknown token", "GET", auth.Sign("/home/user/a.txt", auth.OpRead, "user", "nobody", 0), 401, "invalid signature"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			u := srv.URL + "/files?path=%2Fhome%2Fuser%2Fa.txt&username=user&signature=" + url.QueryEscape(tc.sig)
-			req, _ := http.NewRequest(tc.method, u, nil)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != tc.want || !strings.Contains(string(b), tc.body) {
-				t.Fatalf("%d %s, want %d %s", resp.StatusCode, b, tc.want, tc.body)
 			}
 		})
 	}

@@ -21,19 +21,20 @@ type wakeTransport struct{ tr *http.Transport }
 
 func (p *Proxy) newWakeTransport() *wakeTransport {
 	d := &net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	return &wakeTransport{tr: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			t, _ := ctx.Value(routeKey{}).(*target)
-			for wait := time.Duration(0); ; {
-				c, err := d.DialContext(ctx, network, addr)
-				if wait, err = again(ctx, t, wait, err); err != nil || c != nil {
-					return c, err
-				}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		t, _ := ctx.Value(routeKey{}).(*target)
+		for wait := time.Duration(0); ; {
+			c, err := d.DialContext(ctx, network, addr)
+			if wait, err = again(ctx, t, wait, err); err != nil || c != nil {
+				return c, err
 			}
-		},
+		}
+	}
+	return &wakeTransport{tr: &http.Transport{
+		DialContext:           dial,
+		DialTLSContext:        p.dialTLS(dial),
 		DisableKeepAlives:     true,
 		ExpectContinueTimeout: time.Second,
-		TLSClientConfig:       sandboxTLS,
 	}}
 }
 

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -161,27 +160,9 @@ func (m *Manager) Prepare(ctx context.Context, l Layer) (string, error) {
 func imageMB(mb int64) int64 { return mb + mb/8 + 16 }
 
 // makeImage creates a sparse file holding an empty ext4 file system with at
-// least mb MiB free.
+// least mb MiB free (MakeImage).
 func (m *Manager) makeImage(ctx context.Context, img string, mb int64) error {
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
-	if err != nil {
-		return errors.Join(errdefs.ErrUnavailable, err)
-	}
-	err = f.Truncate(imageMB(mb) << 20)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return errors.Join(errdefs.ErrUnavailable, err)
-	}
-	// No reserved blocks (the sandbox owns the whole layer); lazy init so
-	// that mkfs writes only metadata; no discard of the sparse file.
-	cmd := exec.CommandContext(ctx, m.mkfs, "-q", "-F", "-m", "0",
-		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", img)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("mkfs.ext4: %s: %w", strings.TrimSpace(string(out)), errors.Join(errdefs.ErrUnavailable, err))
-	}
-	return nil
+	return MakeImage(ctx, m.mkfs, img, mb)
 }
 
 // mount attaches dir's image to a loop device, mounts it and mounts the

@@ -1,14 +1,15 @@
 // Package rootfs prepares sandbox root filesystems on a node.
 //
-// A template's root filesystem tar is unpacked once (Unpack) into a shared
-// directory that no sandbox writes to. Each sandbox then gets its own
-// writable layer with an enforced size: a sparse ext4 image file of DiskMB,
-// attached to a loop device (with auto-clear, so the device goes away with
-// its last mount) and mounted, holding the overlay's upper and work
-// directories. The overlay of the shared tree and that layer, mounted at
-// MergedDir(dir), is the root filesystem the runtime driver is given. When the
-// layer is full its writer gets ENOSPC; the host's disk is not affected
-// beyond the image's size.
+// A template's root filesystem is a shared directory that no sandbox
+// writes to (the template catalog unpacks it with internal/node/layer).
+// Each sandbox gets its own writable layer with an enforced size: a
+// sparse ext4 image file of DiskMB, attached to a loop device (with
+// auto-clear, so the device goes away with its last mount) and mounted,
+// holding the overlay's upper and work directories. The overlay of the
+// shared tree and that layer, mounted at MergedDir(dir), is the root
+// filesystem the runtime driver is given. When the layer is full its
+// writer gets ENOSPC; the host's disk is not affected beyond the image's
+// size.
 //
 // Layout of one layer directory (chosen by the caller, under Config.DataRoot):
 //

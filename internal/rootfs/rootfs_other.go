@@ -5,7 +5,6 @@ package rootfs
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -19,9 +18,6 @@ type Manager struct{}
 // New fails outside Linux.
 func New(Config, *slog.Logger) (*Manager, error) { return nil, errUnsupported }
 
-// Unpack fails outside Linux.
-func Unpack(context.Context, string, string) error { return errUnsupported }
-
 func (*Manager) Prepare(context.Context, Layer) (string, error)         { return "", errUnsupported }
 func (*Manager) Unmount(context.Context, string) error                  { return errUnsupported }
 func (*Manager) Remount(context.Context, Layer, string) (string, error) { return "", errUnsupported }
@@ -33,9 +29,3 @@ func (*Manager) Leaked(context.Context, map[string]bool) ([]Leak, error) {
 func (*Manager) ReclaimLeaked(context.Context, map[string]bool) (int, error) {
 	return 0, errUnsupported
 }
-
-// Extract fails outside Linux.
-func Extract(context.Context, io.Reader, string) error { return errUnsupported }
-
-// ExtractLayer fails outside Linux.
-func ExtractLayer(context.Context, io.Reader, string) error { return errUnsupported }

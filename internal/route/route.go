@@ -40,8 +40,10 @@ type Route struct {
 	HTTPSPorts      []int
 	// NodeProxy, when set, is the proxy listener of the sandbox's node
 	// (nodeapi.Sandbox.NodeProxy): Address and Host are reachable from
-	// that node only.
+	// that node only. NodeID is that node (whose credential the hop
+	// carries).
 	NodeProxy string
+	NodeID    string
 }
 
 // ErrPaused is returned (wrapped with ErrConflict) by a Router for a paused

@@ -55,7 +55,20 @@ const (
 	KillPidsLimit       KillReason = "pids_limit"       // its host pids limit refused the runtime a task
 	KillNodeLost        KillReason = "node_lost"        // its node disappeared
 	KillExited          KillReason = "exited"           // its init exited by itself
+	KillVolumeDeleted   KillReason = "volume_deleted"   // a volume it mounts was destroyed with force
 )
+
+// Known reports whether r is one of the reasons above, or empty. A reason
+// from a node's report or event that is not is recorded as empty: labels
+// and stored rows only ever hold the fixed set.
+func (r KillReason) Known() bool {
+	switch r {
+	case "", KillRequest, KillTimeout, KillAdmin, KillOrphaned, KillTTLBackstop, KillResumeFailed,
+		KillTemplateMissing, KillOOM, KillPidsLimit, KillNodeLost, KillExited, KillVolumeDeleted:
+		return true
+	}
+	return false
+}
 
 // String returns the reason, or "unknown" for the empty reason.
 func (r KillReason) String() string {

@@ -154,7 +154,95 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		sqlite:   migration6,
 		postgres: migration6,
 	},
+	{
+		// Version 7: team IDs are never reused (team_ids keeps every ID
+		// ever given, deleted teams' included), and what teams deleted
+		// before left behind (sandbox, event, webhook and template rows)
+		// goes, so that a new team cannot inherit it; team limits bound
+		// builds, webhooks and template storage too.
+		version:  7,
+		sqlite:   migration7,
+		postgres: migration7,
+	},
+	{
+		// Version 8: node tokens (internal/nodeauth): each node's own
+		// credential, bound to its ID, issued and revoked by the operator.
+		version:  8,
+		sqlite:   migration8,
+		postgres: migration8,
+	},
+	{
+		// Version 9: volumes, each on one node, named uniquely within its team; team limits bound
+		// their number, each one's size and their sizes' sum.
+		version:  9,
+		sqlite:   migration9,
+		postgres: migration9,
+	},
 }
+
+// migration9 is plain SQL both dialects accept (volumes.go).
+const migration9 = `
+ALTER TABLE teams ADD COLUMN max_volumes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_volume_size_mb BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_volume_storage_mb BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE volumes (
+  id TEXT PRIMARY KEY,
+  team_id TEXT NOT NULL,
+  name TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  size_mb BIGINT NOT NULL,
+  state TEXT NOT NULL,
+  token TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  updated_at BIGINT NOT NULL
+);
+CREATE UNIQUE INDEX volumes_team_name ON volumes(team_id, name);
+CREATE INDEX volumes_node ON volumes(node_id);
+`
+
+// migration7 is plain SQL both dialects accept. A team ID that rows name
+// but no team has is one of a team deleted before this version: it is
+// recorded as deleted (deleted_at 1: the time is not known) and its rows
+// go. System objects (an empty team_id) are not a team's.
+const migration7 = `
+CREATE TABLE team_ids (
+  id TEXT PRIMARY KEY,
+  created_at BIGINT NOT NULL,
+  deleted_at BIGINT NOT NULL DEFAULT 0
+);
+ALTER TABLE teams ADD COLUMN max_builds INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_webhooks INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_template_storage_mb BIGINT NOT NULL DEFAULT 0;
+INSERT INTO team_ids (id, created_at, deleted_at) SELECT id, created_at, 0 FROM teams;
+INSERT INTO team_ids (id, created_at, deleted_at)
+  SELECT team_id, 0, 1 FROM (
+    SELECT team_id FROM sandboxes UNION SELECT team_id FROM events UNION SELECT team_id FROM webhooks
+    UNION SELECT team_id FROM webhook_deliveries UNION SELECT team_id FROM templates UNION SELECT team_id FROM template_aliases
+  ) orphans
+  WHERE team_id <> '' AND team_id NOT IN (SELECT id FROM teams);
+DELETE FROM webhook_deliveries WHERE team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0);
+DELETE FROM webhooks WHERE team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0);
+DELETE FROM events WHERE team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0);
+DELETE FROM sandboxes WHERE team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0);
+DELETE FROM template_build_logs WHERE build_id IN (SELECT b.id FROM template_builds b JOIN templates t ON t.id = b.template_id
+  WHERE t.team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0));
+DELETE FROM template_builds WHERE template_id IN (SELECT id FROM templates WHERE team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0));
+DELETE FROM template_aliases WHERE team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0);
+DELETE FROM templates WHERE team_id IN (SELECT id FROM team_ids WHERE deleted_at <> 0);
+`
+
+// migration8 is plain SQL both dialects accept.
+const migration8 = `
+CREATE TABLE node_tokens (
+  id TEXT PRIMARY KEY,
+  node_id TEXT NOT NULL,
+  name TEXT NOT NULL DEFAULT '',
+  created_at BIGINT NOT NULL,
+  revoked_at BIGINT NOT NULL DEFAULT 0,
+  last_used_at BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX node_tokens_node ON node_tokens(node_id);
+`
 
 // migration6 is plain SQL both dialects accept. An alias row per
 // (team, alias) makes names unique within a team; a log line's seq

@@ -223,7 +223,7 @@ func (s *SQL) SetNodeAdminStatus(ctx context.Context, id, status string) error {
 		return classify(err, fmt.Sprintf("node %q", id))
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("node %q: %w", id, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "node %q", id)
 	}
 	return nil
 }

@@ -147,10 +147,10 @@ func classify(err error, what string) error {
 		return nil
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	if violated(err) == uniqueViolation {
-		return fmt.Errorf("%s: %w", what, errdefs.ErrAlreadyExists)
+		return errdefs.Publicf(errdefs.ErrAlreadyExists, "%s", what)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
@@ -510,7 +510,7 @@ func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
 		return classify(err, what)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM webhook_deliveries WHERE event_id IN (SELECT id FROM events WHERE sandbox_id = ?)`), id); err != nil {
 		return classify(err, what)

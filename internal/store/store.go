@@ -20,7 +20,8 @@ import (
 // Store is the control plane's state. Errors carry the errdefs classes:
 // ErrNotFound for a missing row, ErrAlreadyExists for a duplicate key.
 type Store interface {
-	// CreateTeam adds a team.
+	// CreateTeam adds a team. An ID is given once: that of an existing
+	// or a deleted team is ErrAlreadyExists.
 	CreateTeam(ctx context.Context, t *Team) error
 	// GetTeam returns a team by ID.
 	GetTeam(ctx context.Context, id string) (*Team, error)
@@ -29,8 +30,10 @@ type Store interface {
 	// UpdateTeam reads the team, lets fn change its name and limits and
 	// writes it back in one transaction (the ID and creation time stay).
 	UpdateTeam(ctx context.Context, id string, fn func(*Team) error) (*Team, error)
-	// DeleteTeam removes a team with its API keys and webhooks. It is
-	// ErrConflict while the team has sandboxes that are not killed.
+	// DeleteTeam removes a team with everything of it the store holds:
+	// API keys, webhooks and deliveries, events, the rows of its killed
+	// sandboxes, its templates' records. It is ErrConflict while the team
+	// has sandboxes that are not killed. The ID is never given again.
 	DeleteTeam(ctx context.Context, id string) error
 
 	// CreateAPIKey adds an API key (only its hash is stored).
@@ -100,6 +103,10 @@ type Store interface {
 	// DeleteWebhook manage a team's webhooks. Get, Update and Delete of
 	// another team's webhook are ErrNotFound.
 	CreateWebhook(ctx context.Context, w *Webhook) error
+	// CreateWebhookWithin is CreateWebhook unless the team already has
+	// limit webhooks (ErrExhausted; 0: no limit), counted and inserted in
+	// one transaction serialized per team.
+	CreateWebhookWithin(ctx context.Context, w *Webhook, limit int) error
 	GetWebhook(ctx context.Context, teamID, id string) (*Webhook, error)
 	ListWebhooks(ctx context.Context, teamID string) ([]*Webhook, error)
 	UpdateWebhook(ctx context.Context, w *Webhook) error
@@ -109,6 +116,10 @@ type Store interface {
 	// lease (their next attempt moves to now+lease, so a crashed
 	// dispatcher's claims come due again) and returns them.
 	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Delivery, error)
+	// ClaimFairDeliveries is ClaimDeliveries that takes deliveries in
+	// turn between teams (every team's first due delivery before any
+	// team's second) and no more of one team than c allows.
+	ClaimFairDeliveries(ctx context.Context, now time.Time, lease time.Duration, c DeliveryClaim) ([]*Delivery, error)
 	// RecordAttempt stores the outcome of one attempt of a delivery.
 	RecordAttempt(ctx context.Context, d *Delivery) error
 	// ListDeliveries returns a webhook's deliveries, newest first.
@@ -149,6 +160,22 @@ type Limits struct {
 	MaxPaused int
 	// MaxSnapshots is the number of snapshot templates a team may keep.
 	MaxSnapshots int
+	// MaxBuilds is the number of the team's template builds that run at
+	// once on a node (its share of the node's build slots).
+	MaxBuilds int
+	// MaxWebhooks is the number of webhooks a team may register.
+	MaxWebhooks int
+	// MaxTemplateStorageMB bounds the disk the team's templates take:
+	// their builds' trees and snapshots and the layer cache entries
+	// their builds made.
+	MaxTemplateStorageMB int64
+	// MaxVolumes is the number of volumes a team may keep; MaxVolumeSizeMB
+	// bounds one volume's size (and is the size of a volume created
+	// without one); MaxVolumeStorageMB bounds the sum of the sizes of the
+	// team's volumes.
+	MaxVolumes         int
+	MaxVolumeSizeMB    int64
+	MaxVolumeStorageMB int64
 }
 
 // APIKey authenticates requests of a team. The secret itself is never
@@ -334,6 +361,18 @@ const (
 )
 
 // Delivery is one event to be sent to one webhook (an outbox row).
+// DeliveryClaim bounds what ClaimFairDeliveries takes.
+type DeliveryClaim struct {
+	// Limit bounds the deliveries claimed.
+	Limit int
+	// PerTeam bounds the deliveries of one team claimed.
+	PerTeam int
+	// Room, when it names a team, bounds that team's deliveries instead
+	// of PerTeam (a dispatcher's room beside the team's attempts in
+	// flight); 0 or less claims none of the team.
+	Room map[string]int
+}
+
 type Delivery struct {
 	ID          string
 	WebhookID   string

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
+	"github.com/warren-sandbox/warren/internal/templates"
 )
 
 // backends returns a constructor per available database. Postgres needs
@@ -37,6 +40,8 @@ func TestStore(t *testing.T) {
 			t.Parallel()
 			t.Run("teams and keys", func(t *testing.T) { testTeamsAndKeys(t, open(t)) })
 			t.Run("team update and delete", func(t *testing.T) { testTeamUpdateDelete(t, open(t)) })
+			t.Run("team delete leaves nothing", func(t *testing.T) { testTeamDeleteLeavesNothing(t, open(t)) })
+			t.Run("fair deliveries and webhook limit", func(t *testing.T) { testFairDeliveries(t, open(t)) })
 			t.Run("sandboxes", func(t *testing.T) { testSandboxes(t, open(t)) })
 			t.Run("update is atomic", func(t *testing.T) { testUpdateAtomic(t, open(t)) })
 			t.Run("events", func(t *testing.T) { testEvents(t, open(t)) })
@@ -305,7 +310,8 @@ func testTeamUpdateDelete(t *testing.T, s store.Store) {
 	if err := s.CreateTeam(ctx, &store.Team{ID: "tapi-a", Name: "A"}); err != nil {
 		t.Fatal(err)
 	}
-	want := store.Limits{MaxConcurrent: 2, MaxTimeout: time.Minute, MaxVCPUs: 1, MaxMemoryMB: 256, MaxDiskMB: 1024, MaxPaused: 3, MaxSnapshots: 4}
+	want := store.Limits{MaxConcurrent: 2, MaxTimeout: time.Minute, MaxVCPUs: 1, MaxMemoryMB: 256, MaxDiskMB: 1024, MaxPaused: 3, MaxSnapshots: 4,
+		MaxBuilds: 5, MaxWebhooks: 6, MaxTemplateStorageMB: 7000}
 	got, err := s.UpdateTeam(ctx, "tapi-a", func(tm *store.Team) error { tm.Limits = want; tm.ID = "other"; return nil })
 	if err != nil || got.ID != "tapi-a" || got.Limits != want {
 		t.Fatalf("UpdateTeam = %+v, %v", got, err)
@@ -346,5 +352,138 @@ func testTeamUpdateDelete(t *testing.T, s store.Store) {
 	}
 	if err := s.DeleteTeam(ctx, "tapi-a"); !errdefs.IsNotFound(err) {
 		t.Fatalf("second delete: %v", err)
+	}
+}
+
+// testTeamDeleteLeavesNothing: deleting a team removes every row of it,
+// and its ID is never given to a new team, which therefore cannot inherit
+// the old team's sandboxes, events, webhooks or templates.
+func testTeamDeleteLeavesNothing(t *testing.T, s *store.SQL) {
+	ctx := context.Background()
+	const id = "tapi-gone"
+	if err := s.CreateTeam(ctx, &store.Team{ID: id, Name: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateWebhook(ctx, &store.Webhook{ID: "wh-gone", TeamID: id, URL: "https://example.invalid/", Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	sb := &store.Sandbox{ID: "sb-gone", TeamID: id, TemplateID: "base", State: sandbox.StateRunning, StartedAt: now, EndAt: now.Add(time.Hour)}
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TransitionSandbox(ctx, sb.ID, func(sb *store.Sandbox) (*store.Event, error) {
+		sb.State = sandbox.StateKilled
+		return &store.Event{SandboxID: sb.ID, TeamID: id, Type: store.EventKilled, At: now}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendEvent(ctx, &store.Event{SandboxID: sb.ID, TeamID: id, Type: store.EventUpdated, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	tpl := &templates.Template{ID: "tplgone0000000000001", TeamID: id, Aliases: []string{"app"}, Tags: map[string]templates.Tag{}, CreatedAt: now}
+	if err := s.Templates().CreateTemplate(ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	b := &templates.Build{ID: "00000000-0000-4000-8000-00000000g0ne", TemplateID: tpl.ID, Status: templates.BuildReady, CreatedAt: now}
+	if err := s.Templates().CreateBuild(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Templates().AppendLogs(ctx, b.ID, templates.LogEntry{Timestamp: now, Level: templates.LogInfo, Message: "secret of gone"}); err != nil {
+		t.Fatal(err)
+	}
+	// Before: the rows are there (the checks below would prove nothing
+	// otherwise).
+	if evs, err := s.QueryEvents(ctx, store.EventFilter{TeamID: id}); err != nil || len(evs) != 2 {
+		t.Fatalf("events before the delete: %d, %v", len(evs), err)
+	}
+	if err := s.DeleteTeam(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every row of it is gone...
+	if sbs, err := s.ListSandboxes(ctx, store.SandboxFilter{TeamID: id}); err != nil || len(sbs) != 0 {
+		t.Fatalf("sandboxes of the deleted team: %d, %v", len(sbs), err)
+	}
+	if _, err := s.GetSandbox(ctx, sb.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("sandbox row of the deleted team: %v", err)
+	}
+	if evs, err := s.QueryEvents(ctx, store.EventFilter{TeamID: id}); err != nil || len(evs) != 0 {
+		t.Fatalf("events of the deleted team: %d, %v", len(evs), err)
+	}
+	if evs, err := s.ListEvents(ctx, sb.ID); err != nil || len(evs) != 0 {
+		t.Fatalf("events of the deleted team's sandbox: %d, %v", len(evs), err)
+	}
+	if ws, err := s.ListWebhooks(ctx, id); err != nil || len(ws) != 0 {
+		t.Fatalf("webhooks of the deleted team: %d, %v", len(ws), err)
+	}
+	if ds, err := s.ClaimDeliveries(ctx, now.Add(time.Hour), time.Minute, 100); err != nil || len(ds) != 0 {
+		t.Fatalf("deliveries of the deleted team: %d, %v", len(ds), err)
+	}
+	if _, err := s.Templates().GetTemplate(ctx, tpl.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("template of the deleted team: %v", err)
+	}
+	if _, err := s.Templates().TemplateByAlias(ctx, id, "app"); !errdefs.IsNotFound(err) {
+		t.Fatalf("alias of the deleted team: %v", err)
+	}
+	if _, err := s.Templates().GetBuild(ctx, b.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("build of the deleted team: %v", err)
+	}
+	if logs, err := s.Templates().Logs(ctx, b.ID, 0); err != nil || len(logs) != 0 {
+		t.Fatalf("build log of the deleted team: %v, %v", logs, err)
+	}
+	// ... and a new team with the same ID is refused.
+	err := s.CreateTeam(ctx, &store.Team{ID: id, Name: "new"})
+	if msg, _ := errdefs.Message(err); !errdefs.IsAlreadyExists(err) || !strings.Contains(msg, "not reused") {
+		t.Fatalf("create of a deleted team's ID: %v, want already exists (IDs are not reused)", err)
+	}
+	if _, err := s.GetTeam(ctx, id); !errdefs.IsNotFound(err) {
+		t.Fatalf("team after a refused re-create: %v", err)
+	}
+	// Other IDs still work, and an existing team's ID is a plain duplicate.
+	if err := s.CreateTeam(ctx, &store.Team{ID: "tapi-new", Name: "new"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTeam(ctx, &store.Team{ID: "tapi-new"}); !errdefs.IsAlreadyExists(err) || strings.Contains(err.Error(), "not reused") {
+		t.Fatalf("duplicate of a live team: %v", err)
+	}
+}
+
+// testFairDeliveries: claims go in turn between teams and within each
+// team's room; a team's webhooks are bounded at creation.
+func testFairDeliveries(t *testing.T, s *store.SQL) {
+	ctx := context.Background()
+	for _, team := range []string{"tapi-fa", "tapi-fb"} {
+		if err := s.CreateWebhookWithin(ctx, &store.Webhook{ID: "wh-" + team, TeamID: team, URL: "https://example.invalid/", Enabled: true}, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateWebhookWithin(ctx, &store.Webhook{ID: "wh2-" + team, TeamID: team, URL: "https://example.invalid/", Enabled: true}, 1); !errdefs.IsExhausted(err) {
+			t.Fatalf("a second webhook under a limit of 1: %v, want exhausted", err)
+		}
+	}
+	now := time.Now()
+	for i := range 5 {
+		if err := s.AppendEvent(ctx, &store.Event{SandboxID: "sb", TeamID: "tapi-fa", Type: store.EventUpdated, At: now.Add(time.Duration(i) * time.Millisecond)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AppendEvent(ctx, &store.Event{SandboxID: "sb", TeamID: "tapi-fb", Type: store.EventUpdated, At: now.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	teams := func(ds []*store.Delivery) []string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.TeamID)
+		}
+		return out
+	}
+	at := now.Add(time.Hour)
+	got, err := s.ClaimFairDeliveries(ctx, at, time.Minute, store.DeliveryClaim{Limit: 2, PerTeam: 2, Room: map[string]int{"tapi-fa": 1}})
+	if err != nil || len(got) != 2 || got[0].TeamID == got[1].TeamID {
+		t.Fatalf("claim of 2 with team A's room 1: %v, %v; want one of each team", teams(got), err)
+	}
+	got, err = s.ClaimFairDeliveries(ctx, at, time.Minute, store.DeliveryClaim{Limit: 10, PerTeam: 3, Room: map[string]int{"tapi-fb": 0}})
+	if err != nil || len(got) != 3 || slices.Contains(teams(got), "tapi-fb") {
+		t.Fatalf("claim of team A's next 3: %v, %v", teams(got), err)
 	}
 }

@@ -82,7 +82,7 @@ func (t *TemplateStore) checkAliases(ctx context.Context, tx *sql.Tx, id string,
 			return classify(err, fmt.Sprintf("template alias %q", a))
 		}
 		if n > 0 {
-			return fmt.Errorf("template alias %q: %w", a, errdefs.ErrAlreadyExists)
+			return errdefs.Publicf(errdefs.ErrAlreadyExists, "template alias %q", a)
 		}
 	}
 	return nil
@@ -114,7 +114,7 @@ func scanTemplate(sc interface{ Scan(...any) error }, what string) (*templates.T
 func (t *TemplateStore) UpdateTemplate(ctx context.Context, id string, fn func(*templates.Template) error) (*templates.Template, error) {
 	what := fmt.Sprintf("template %q", id)
 	if templates.CheckID("template", id) != nil {
-		return nil, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	tx, err := t.s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -169,7 +169,7 @@ func (t *TemplateStore) updateTemplateTx(ctx context.Context, tx *sql.Tx, id str
 func (t *TemplateStore) GetTemplate(ctx context.Context, id string) (*templates.Template, error) {
 	what := fmt.Sprintf("template %q", id)
 	if templates.CheckID("template", id) != nil {
-		return nil, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	return scanTemplate(t.s.db.QueryRowContext(ctx, t.s.d.rebind(`SELECT doc FROM templates WHERE id = ?`), id), what)
 }
@@ -202,7 +202,7 @@ func (t *TemplateStore) ListTemplates(ctx context.Context) ([]*templates.Templat
 func (t *TemplateStore) DeleteTemplate(ctx context.Context, id string) error {
 	what := fmt.Sprintf("template %q", id)
 	if templates.CheckID("template", id) != nil {
-		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	tx, err := t.s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -217,7 +217,7 @@ func (t *TemplateStore) DeleteTemplate(ctx context.Context, id string) error {
 		return classify(err, what)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	for _, q := range []string{
 		`DELETE FROM template_aliases WHERE template_id = ?`,
@@ -274,7 +274,7 @@ func (t *TemplateStore) FinishBuild(ctx context.Context, id string, fnBuild func
 func (t *TemplateStore) finishBuild(ctx context.Context, id string, fn func(*templates.Build) error, fnTemplate func(*templates.Template) error) (*templates.Build, error) {
 	what := fmt.Sprintf("build %q", id)
 	if templates.CheckID("build", id) != nil {
-		return nil, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	tx, err := t.s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -316,7 +316,7 @@ func (t *TemplateStore) finishBuild(ctx context.Context, id string, fn func(*tem
 func (t *TemplateStore) GetBuild(ctx context.Context, id string) (*templates.Build, error) {
 	what := fmt.Sprintf("build %q", id)
 	if templates.CheckID("build", id) != nil {
-		return nil, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	return scanBuild(t.s.db.QueryRowContext(ctx, t.s.d.rebind(`SELECT doc FROM template_builds WHERE id = ?`), id), what)
 }
@@ -419,7 +419,7 @@ func (t *TemplateStore) insertLogs(ctx context.Context, tx *sql.Tx, buildID stri
 func (t *TemplateStore) Logs(ctx context.Context, buildID string, offset int) ([]templates.LogEntry, error) {
 	what := fmt.Sprintf("build %q log", buildID)
 	if templates.CheckID("build", buildID) != nil {
-		return nil, fmt.Errorf("build %q: %w", buildID, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "build %q", buildID)
 	}
 	rows, err := t.s.db.QueryContext(ctx, t.s.d.rebind(`SELECT entry FROM template_build_logs WHERE build_id = ? AND seq > ? ORDER BY seq`), buildID, max(offset, 0))
 	if err != nil {

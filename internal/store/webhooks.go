@@ -71,6 +71,41 @@ func (s *SQL) CreateWebhook(ctx context.Context, w *Webhook) error {
 	return classify(err, fmt.Sprintf("webhook %q", w.ID))
 }
 
+// CreateWebhookWithin implements Store.
+func (s *SQL) CreateWebhookWithin(ctx context.Context, w *Webhook, limit int) error {
+	if limit <= 0 {
+		return s.CreateWebhook(ctx, w)
+	}
+	what := fmt.Sprintf("webhook %q", w.ID)
+	now := time.Now().UTC()
+	if w.CreatedAt.IsZero() {
+		w.CreatedAt = now
+	}
+	w.UpdatedAt = now
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err, what)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	if s.d.name == "postgres" {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('warren-webhooks:' || $1))`, w.TeamID); err != nil {
+			return classify(err, what)
+		}
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT COUNT(*) FROM webhooks WHERE team_id = ?`), w.TeamID).Scan(&n); err != nil {
+		return classify(err, what)
+	}
+	if n >= limit {
+		return errdefs.Publicf(errdefs.ErrExhausted, "the team has %d webhooks, the most it may register (%d); delete one or ask for a higher limit", n, limit)
+	}
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO webhooks (`+webhookCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		w.ID, w.TeamID, w.Name, w.URL, encodeEvents(w.Events), w.Secret, boolInt(w.Enabled), toNanos(w.CreatedAt), toNanos(w.UpdatedAt)); err != nil {
+		return classify(err, what)
+	}
+	return classify(tx.Commit(), what)
+}
+
 // GetWebhook implements Store.
 func (s *SQL) GetWebhook(ctx context.Context, teamID, id string) (*Webhook, error) {
 	w, err := scanWebhook(s.db.QueryRowContext(ctx, s.d.rebind(`SELECT `+webhookCols+` FROM webhooks WHERE id = ? AND team_id = ?`), id, teamID))
@@ -92,7 +127,7 @@ func (s *SQL) UpdateWebhook(ctx context.Context, w *Webhook) error {
 		return classify(err, fmt.Sprintf("webhook %q", w.ID))
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("webhook %q: %w", w.ID, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "webhook %q", w.ID)
 	}
 	return nil
 }
@@ -110,7 +145,7 @@ func (s *SQL) DeleteWebhook(ctx context.Context, teamID, id string) error {
 		return classify(err, what)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM webhook_deliveries WHERE webhook_id = ?`), id); err != nil {
 		return classify(err, what)
@@ -171,6 +206,49 @@ func (s *SQL) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Dur
 	return out, nil
 }
 
+// ClaimFairDeliveries implements Store: the due deliveries numbered
+// within their team by due time, taken by that number first, so each
+// team's first due delivery comes before any team's second.
+func (s *SQL) ClaimFairDeliveries(ctx context.Context, now time.Time, lease time.Duration, c DeliveryClaim) ([]*Delivery, error) {
+	if c.Limit <= 0 || c.PerTeam <= 0 {
+		return nil, nil
+	}
+	q := `SELECT ` + deliveryCols + ` FROM (SELECT ` + deliveryCols + `, ROW_NUMBER() OVER (PARTITION BY team_id ORDER BY next_at, created_at) AS turn
+		FROM webhook_deliveries WHERE state = ? AND next_at <= ?`
+	args := []any{DeliveryPending, toNanos(now)}
+	for team, room := range c.Room {
+		if room <= 0 {
+			q += ` AND team_id <> ?`
+			args = append(args, team)
+		}
+	}
+	q += `) due WHERE turn <= ? ORDER BY turn, next_at, created_at LIMIT ?`
+	args = append(args, c.PerTeam, c.Limit)
+	due, err := s.queryDeliveries(ctx, s.db, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	taken := map[string]int{}
+	until := toNanos(now.Add(lease))
+	var out []*Delivery
+	for _, d := range due {
+		if room, ok := c.Room[d.TeamID]; ok && taken[d.TeamID] >= room {
+			continue
+		}
+		res, err := s.db.ExecContext(ctx, s.d.rebind(`UPDATE webhook_deliveries SET next_at = ? WHERE id = ? AND state = ? AND next_at = ?`),
+			until, d.ID, DeliveryPending, toNanos(d.NextAt))
+		if err != nil {
+			return out, classify(err, fmt.Sprintf("delivery %q", d.ID))
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			d.NextAt = fromNanos(until)
+			taken[d.TeamID]++
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
 // RecordAttempt implements Store.
 func (s *SQL) RecordAttempt(ctx context.Context, d *Delivery) error {
 	_, err := s.db.ExecContext(ctx, s.d.rebind(`UPDATE webhook_deliveries SET state = ?, attempts = ?, next_at = ?, last_status = ?, last_error = ?, delivered_at = ? WHERE id = ?`),
@@ -196,7 +274,7 @@ func (s *SQL) Redeliver(ctx context.Context, teamID, webhookID, deliveryID strin
 		return nil, classify(err, what)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return nil, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "%s", what)
 	}
 	d, err := scanDelivery(s.db.QueryRowContext(ctx, s.d.rebind(`SELECT `+deliveryCols+` FROM webhook_deliveries WHERE id = ?`), deliveryID))
 	return d, classify(err, what)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/node/layer"
 )
 
 // BenchmarkEnsureBaseFromTar measures first start with a pre-built base
@@ -19,7 +21,7 @@ func BenchmarkEnsureBaseFromTar(b *testing.B) {
 	}
 	b.SetBytes(fi.Size())
 	for b.Loop() {
-		c, err := New(Config{DataDir: b.TempDir(), BaseRootFSTar: tarPath, Mmdebstrap: "/nonexistent"})
+		c, err := New(Config{DataDir: b.TempDir(), BaseRootFSTar: tarPath, Mmdebstrap: "/nonexistent", UnpackRootFS: layer.UnpackRootFS})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -37,7 +39,7 @@ func BenchmarkEnsureBaseMmdebstrap(b *testing.B) {
 		b.Skip("opt in with WARREN_BENCH_MMDEBSTRAP=1 (as root)")
 	}
 	for b.Loop() {
-		c, err := New(Config{DataDir: b.TempDir()})
+		c, err := New(Config{DataDir: b.TempDir(), UnpackRootFS: layer.UnpackRootFS})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/builder/layer"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -41,6 +40,17 @@ type Config struct {
 	Mmdebstrap string
 	// DebianMirror is the mirror mmdebstrap uses; Debian's by default.
 	DebianMirror string
+
+	// UnpackRootFS unpacks an operator's root filesystem tar (the base
+	// tar, a system template's tar) from r into the existing directory
+	// dir, passing the bytes of file content written so far to progress
+	// when it is set. The node's composition root sets it to the one tar
+	// package's unpack (internal/node/layer, device nodes kept: the tar
+	// is the operator's own); a catalog without it (of records only, as
+	// `warren api` has) refuses to unpack (errdefs.ErrUnsupported). It is
+	// passed in so that the catalog, which the control plane links,
+	// links no node code.
+	UnpackRootFS func(ctx context.Context, r io.Reader, dir string, progress func(written int64)) error
 
 	// Now returns the current time; time.Now by default.
 	Now func() time.Time
@@ -113,7 +123,7 @@ func visible(t *Template, teamID string) bool {
 // Another team's template is never found under a bare name, so a name
 // one team takes cannot capture another team's creates.
 func (c *Catalog) Find(ctx context.Context, teamID, ref string) (*Template, error) {
-	notFound := fmt.Errorf("template %q: %w", ref, errdefs.ErrNotFound)
+	notFound := errdefs.Publicf(errdefs.ErrNotFound, "template %q", ref)
 	t, err := c.store.GetTemplate(ctx, ref)
 	switch {
 	case err == nil && visible(t, teamID):
@@ -163,12 +173,12 @@ func TeamName(teamID, alias string) (string, error) {
 	}
 	if ns, name, scoped := strings.Cut(alias, "/"); scoped {
 		if ns != teamID || teamID == "" || name == "" || strings.Contains(name, "/") {
-			return "", fmt.Errorf("template name %q: a namespace must be your team's ID (%q): %w", alias, teamID, errdefs.ErrInvalid)
+			return "", errdefs.Publicf(errdefs.ErrInvalid, "template name %q: a namespace must be your team's ID (%q)", alias, teamID)
 		}
 		alias = name
 	}
 	if teamID != "" && Reserved(alias) {
-		return "", fmt.Errorf("template name %q is reserved for the operator's templates: %w", alias, errdefs.ErrForbidden)
+		return "", errdefs.Publicf(errdefs.ErrForbidden, "template name %q is reserved for the operator's templates", alias)
 	}
 	return alias, nil
 }
@@ -184,16 +194,16 @@ func (c *Catalog) Lookup(ctx context.Context, teamID, ref string) (*Template, *B
 	tg, ok := t.Tags[tag]
 	if !ok {
 		if tag == DefaultTag {
-			return nil, nil, fmt.Errorf("template %q has no ready build: %w", name, errdefs.ErrNotFound)
+			return nil, nil, errdefs.Publicf(errdefs.ErrNotFound, "template %q has no ready build", name)
 		}
-		return nil, nil, fmt.Errorf("template %q: tag %q: %w", name, tag, errdefs.ErrNotFound)
+		return nil, nil, errdefs.Publicf(errdefs.ErrNotFound, "template %q: tag %q", name, tag)
 	}
 	b, err := c.store.GetBuild(ctx, tg.BuildID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("template %q: %w", ref, err)
 	}
 	if b.Status != BuildReady {
-		return nil, nil, fmt.Errorf("template %q: build %s is %s: %w", ref, b.ID, b.Status, errdefs.ErrConflict)
+		return nil, nil, errdefs.Publicf(errdefs.ErrConflict, "template %q: build %s is %s", ref, b.ID, b.Status)
 	}
 	return t, b, nil
 }
@@ -205,6 +215,9 @@ func (c *Catalog) Resolve(ctx context.Context, teamID, ref string) (nodeapi.Temp
 	t, b, err := c.Lookup(ctx, teamID, ref)
 	if err != nil {
 		return nodeapi.Template{}, err
+	}
+	if err := checkSandboxSnapshot(b); err != nil {
+		return nodeapi.Template{}, fmt.Errorf("template %q: %w", ref, err)
 	}
 	dir, err := c.ensureRootFS(ctx, b)
 	if err != nil {
@@ -238,6 +251,16 @@ func (b *Build) NodeTemplate() nodeapi.Template {
 	}
 }
 
+// checkSandboxSnapshot refuses a sandbox snapshot's build whose snapshot
+// is not on this machine: its sandboxes never start cold (they would lack
+// the sandbox's files).
+func checkSandboxSnapshot(b *Build) error {
+	if b.SandboxSnapshot != nil && (b.SnapshotDir == "" || !dirExists(b.SnapshotDir)) {
+		return fmt.Errorf("build %s is a sandbox's snapshot, which is not on this machine: %w", b.ID, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
 // ensureRootFS returns the build's unpacked root filesystem, unpacking its
 // tar first when the tree is missing on this machine.
 func (c *Catalog) ensureRootFS(ctx context.Context, b *Build) (string, error) {
@@ -268,6 +291,9 @@ func (c *Catalog) ensureRootFS(ctx context.Context, b *Build) (string, error) {
 // differs from it, nothing is renamed into place and the error is
 // ErrUnavailable (the build's tar was replaced since).
 func (c *Catalog) unpackTar(ctx context.Context, tarPath, dir string, want *TarFingerprint, progress func(done, total int64)) (*TarFingerprint, error) {
+	if c.cfg.UnpackRootFS == nil {
+		return nil, fmt.Errorf("root filesystem tar %s: this catalog unpacks no tar: %w", tarPath, errdefs.ErrUnsupported)
+	}
 	f, err := os.Open(tarPath)
 	if err != nil {
 		return nil, fmt.Errorf("root filesystem tar: %w", err)
@@ -293,8 +319,7 @@ func (c *Catalog) unpackTar(ctx context.Context, tarPath, dir string, want *TarF
 	}
 	h := sha256.New()
 	tee := io.TeeReader(f, h)
-	// The operator's own base tar: its device nodes are kept.
-	err = layer.Unpack(ctx, tee, tmp, layer.Options{Devices: true, Progress: cb})
+	err = c.cfg.UnpackRootFS(ctx, tee, tmp, cb)
 	if err == nil {
 		_, err = io.Copy(io.Discard, tee) // the tar's end, for the hash
 	}
@@ -334,6 +359,29 @@ func (c *Catalog) List(ctx context.Context, teamID string) ([]*Template, error) 
 	return out, nil
 }
 
+// TeamDiskBytes is the disk the builds of team's templates recorded
+// (Build.DiskBytes), their team's template storage.
+func (c *Catalog) TeamDiskBytes(ctx context.Context, teamID string) (int64, error) {
+	own, err := c.List(ctx, teamID)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range own {
+		if t.TeamID != teamID {
+			continue
+		}
+		builds, err := c.Builds(ctx, t.ID)
+		if err != nil {
+			return 0, err
+		}
+		for _, b := range builds {
+			n += b.DiskBytes
+		}
+	}
+	return n, nil
+}
+
 // Builds returns a template's builds, oldest first.
 func (c *Catalog) Builds(ctx context.Context, templateID string) ([]*Build, error) {
 	return c.store.ListBuilds(ctx, templateID)
@@ -344,22 +392,31 @@ func (c *Catalog) Build(ctx context.Context, buildID string) (*Build, error) {
 	return c.store.GetBuild(ctx, buildID)
 }
 
-// owned returns the template if team may change it.
-func (c *Catalog) owned(ctx context.Context, teamID, idOrAlias string) (*Template, error) {
-	t, err := c.Find(ctx, teamID, idOrAlias)
+// Owned returns the template with ID or name ref if team owns it (the
+// operator, teamID "", owns the system templates): what may be inspected
+// (its builds, their status and logs, tags, uploads) and changed. A
+// template the team may only use is refused: another team's public one
+// as not found, the same answer as for one that does not exist (public
+// means usable, not inspectable); a system template as forbidden (every
+// team knows the operator's names).
+func (c *Catalog) Owned(ctx context.Context, teamID, ref string) (*Template, error) {
+	t, err := c.Find(ctx, teamID, ref)
 	if err != nil {
 		return nil, err
 	}
-	if t.TeamID != teamID {
-		return nil, fmt.Errorf("template %q belongs to another team: %w", idOrAlias, errdefs.ErrForbidden)
+	switch {
+	case t.TeamID == teamID:
+		return t, nil
+	case t.TeamID == "":
+		return nil, errdefs.Publicf(errdefs.ErrForbidden, "template %q is a system template", ref)
 	}
-	return t, nil
+	return nil, errdefs.Publicf(errdefs.ErrNotFound, "template %q", ref)
 }
 
 // Delete removes a template of team and its builds; their files go later
 // (garbage collection).
 func (c *Catalog) Delete(ctx context.Context, teamID, idOrAlias string) error {
-	t, err := c.owned(ctx, teamID, idOrAlias)
+	t, err := c.Owned(ctx, teamID, idOrAlias)
 	if err != nil {
 		return err
 	}
@@ -420,7 +477,7 @@ func (c *Catalog) PurgeDeleted(ctx context.Context, inUse func(buildID string) b
 
 // SetPublic makes a template of team public or private.
 func (c *Catalog) SetPublic(ctx context.Context, teamID, idOrAlias string, public bool) (*Template, error) {
-	t, err := c.owned(ctx, teamID, idOrAlias)
+	t, err := c.Owned(ctx, teamID, idOrAlias)
 	if err != nil {
 		return nil, err
 	}
@@ -505,7 +562,7 @@ func (c *Catalog) CreateBuild(ctx context.Context, req CreateRequest) (*Template
 func (c *Catalog) UpdateBuild(ctx context.Context, buildID string, fn func(*Build) error) (*Build, error) {
 	return c.store.UpdateBuild(ctx, buildID, func(b *Build) error {
 		if b.Status == BuildReady || b.Status == BuildError {
-			return fmt.Errorf("build %s is already %s: %w", b.ID, b.Status, errdefs.ErrConflict)
+			return errdefs.Publicf(errdefs.ErrConflict, "build %s is already %s", b.ID, b.Status)
 		}
 		if err := fn(b); err != nil {
 			return err
@@ -531,7 +588,7 @@ func (c *Catalog) FinishBuild(ctx context.Context, buildID string, reason *Reaso
 	var tags []string
 	return c.store.FinishBuild(ctx, buildID, func(b *Build) error {
 		if b.Status == BuildReady || b.Status == BuildError {
-			return fmt.Errorf("build %s is already %s: %w", b.ID, b.Status, errdefs.ErrConflict)
+			return errdefs.Publicf(errdefs.ErrConflict, "build %s is already %s", b.ID, b.Status)
 		}
 		b.Status = BuildReady
 		b.FinishedAt, b.UpdatedAt = finished, finished
@@ -556,19 +613,19 @@ func (c *Catalog) FinishBuild(ctx context.Context, buildID string, reason *Reaso
 // "alias", meaning its default tag) and returns that build's ID.
 func (c *Catalog) AssignTags(ctx context.Context, teamID, target string, tags []string) (string, error) {
 	name, tag := ParseRef(target)
-	t, err := c.owned(ctx, teamID, name)
+	t, err := c.Owned(ctx, teamID, name)
 	if err != nil {
 		return "", err
 	}
 	src, ok := t.Tags[tag]
 	if !ok {
-		return "", fmt.Errorf("template %q: tag %q: %w", name, tag, errdefs.ErrNotFound)
+		return "", errdefs.Publicf(errdefs.ErrNotFound, "template %q: tag %q", name, tag)
 	}
 	_, err = c.store.UpdateTemplate(ctx, t.ID, func(t *Template) error {
 		now := c.now()
 		for _, tg := range tags {
 			if tg == "" {
-				return fmt.Errorf("empty tag: %w", errdefs.ErrInvalid)
+				return errdefs.Publicf(errdefs.ErrInvalid, "empty tag")
 			}
 			t.Tags[tg] = Tag{BuildID: src.BuildID, CreatedAt: now}
 		}
@@ -582,13 +639,13 @@ func (c *Catalog) AssignTags(ctx context.Context, teamID, target string, tags []
 // allowed: the bare alias then resolves to nothing until a build is tagged
 // again.
 func (c *Catalog) DeleteTags(ctx context.Context, teamID, name string, tags []string) error {
-	t, err := c.owned(ctx, teamID, name)
+	t, err := c.Owned(ctx, teamID, name)
 	if err != nil {
 		return err
 	}
 	for _, tg := range tags {
 		if _, ok := t.Tags[tg]; !ok {
-			return fmt.Errorf("template %q: tag %q: %w", name, tg, errdefs.ErrNotFound)
+			return errdefs.Publicf(errdefs.ErrNotFound, "template %q: tag %q", name, tg)
 		}
 	}
 	_, err = c.store.UpdateTemplate(ctx, t.ID, func(t *Template) error {
@@ -608,9 +665,9 @@ type TagInfo struct {
 	CreatedAt time.Time
 }
 
-// ListTags returns a template's tags, oldest first.
+// ListTags returns the tags of a template team owns, oldest first.
 func (c *Catalog) ListTags(ctx context.Context, teamID, idOrAlias string) ([]TagInfo, error) {
-	t, err := c.Find(ctx, teamID, idOrAlias)
+	t, err := c.Owned(ctx, teamID, idOrAlias)
 	if err != nil {
 		return nil, err
 	}

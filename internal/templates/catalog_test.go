@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -22,6 +23,9 @@ func newCatalog(t *testing.T, cfg Config) *Catalog {
 	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
+	}
+	if cfg.UnpackRootFS == nil {
+		cfg.UnpackRootFS = layer.UnpackRootFS
 	}
 	c, err := New(cfg)
 	if err != nil {
@@ -97,8 +101,13 @@ func TestCatalogBuildsAndTags(t *testing.T) {
 		if err := c.Delete(ctx, "t2", "app"); !errdefs.IsNotFound(err) {
 			t.Fatalf("delete by another team under the bare name: %v", err)
 		}
-		if err := c.Delete(ctx, "t2", "t1/app"); !errors.Is(err, errdefs.ErrForbidden) {
+		// Public means usable, not inspectable: for another team every
+		// owner's operation answers as for a template that does not exist.
+		if err := c.Delete(ctx, "t2", "t1/app"); !errdefs.IsNotFound(err) {
 			t.Fatalf("delete by another team: %v", err)
+		}
+		if _, err := c.ListTags(ctx, "t2", "t1/app"); !errdefs.IsNotFound(err) {
+			t.Fatalf("tags listed by another team: %v", err)
 		}
 	})
 	t.Run("tags", func(t *testing.T) {
@@ -335,6 +344,18 @@ func TestEnsureBaseWithMmdebstrap(t *testing.T) {
 		c := newCatalog(t, Config{BaseRootFSTar: tarPath, Mmdebstrap: "/nonexistent/mmdebstrap"})
 		if err := c.EnsureBase(ctx, nil); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("a catalog that unpacks no tar", func(t *testing.T) {
+		t.Parallel()
+		tarPath := filepath.Join(t.TempDir(), "base.tar")
+		os.WriteFile(tarPath, smallRootFS(t), 0o644)
+		c, err := New(Config{DataDir: t.TempDir(), BaseRootFSTar: tarPath, Mmdebstrap: "/nonexistent/mmdebstrap"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.EnsureBase(ctx, nil); !errdefs.IsUnsupported(err) {
+			t.Fatalf("EnsureBase without UnpackRootFS: %v, want unsupported", err)
 		}
 	})
 }

@@ -60,7 +60,7 @@ func NewFileStore(dir string) (*FileStore, error) {
 
 func (s *FileStore) path(kind, id string) (string, error) {
 	if err := CheckID(kind, id); err != nil || filepath.Base(id) != id {
-		return "", fmt.Errorf("%s %q: bad ID: %w", kind, id, errdefs.ErrInvalid)
+		return "", errdefs.Publicf(errdefs.ErrInvalid, "%s %q: bad ID", kind, id)
 	}
 	return filepath.Join(s.dir, kind+"s", id+".json"), nil
 }
@@ -76,7 +76,7 @@ func (s *FileStore) logPath(buildID string) (string, error) {
 func readJSON[T any](kind, p, id string) (*T, error) {
 	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s %q: %w", kind, id, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "%s %q", kind, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %q: %w", kind, id, err)
@@ -105,7 +105,7 @@ func (s *FileStore) CreateTemplate(ctx context.Context, t *Template) error {
 		return err
 	}
 	if _, err := os.Stat(p); err == nil {
-		return fmt.Errorf("template %q: %w", t.ID, errdefs.ErrAlreadyExists)
+		return errdefs.Publicf(errdefs.ErrAlreadyExists, "template %q", t.ID)
 	}
 	if err := s.checkAliasesLocked(t.ID, t.TeamID, t.Aliases); err != nil {
 		return err
@@ -127,7 +127,7 @@ func (s *FileStore) checkAliasesLocked(id, teamID string, aliases []string) erro
 		}
 		for _, a := range aliases {
 			if other.ID == a || other.TeamID == teamID && slices.Contains(other.Aliases, a) {
-				return fmt.Errorf("template alias %q: %w", a, errdefs.ErrAlreadyExists)
+				return errdefs.Publicf(errdefs.ErrAlreadyExists, "template alias %q", a)
 			}
 		}
 	}
@@ -163,7 +163,7 @@ func (s *FileStore) UpdateTemplate(ctx context.Context, id string, fn func(*Temp
 func (s *FileStore) GetTemplate(ctx context.Context, id string) (*Template, error) {
 	p, err := s.path("template", id)
 	if err != nil {
-		return nil, fmt.Errorf("template %q: %w", id, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "template %q", id)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -183,7 +183,7 @@ func (s *FileStore) TemplateByAlias(ctx context.Context, teamID, alias string) (
 			return t, nil
 		}
 	}
-	return nil, fmt.Errorf("template alias %q: %w", alias, errdefs.ErrNotFound)
+	return nil, errdefs.Publicf(errdefs.ErrNotFound, "template alias %q", alias)
 }
 
 // ListTemplates implements Store.
@@ -223,7 +223,7 @@ func (s *FileStore) DeleteTemplate(ctx context.Context, id string) error {
 		return err
 	}
 	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("template %q: %w", id, errdefs.ErrNotFound)
+		return errdefs.Publicf(errdefs.ErrNotFound, "template %q", id)
 	}
 	builds, err := s.listBuildsLocked(id)
 	if err != nil {
@@ -256,7 +256,7 @@ func (s *FileStore) CreateBuild(ctx context.Context, b *Build) error {
 		return err
 	}
 	if _, err := os.Stat(p); err == nil {
-		return fmt.Errorf("build %q: %w", b.ID, errdefs.ErrAlreadyExists)
+		return errdefs.Publicf(errdefs.ErrAlreadyExists, "build %q", b.ID)
 	}
 	return writeJSON(p, b)
 }
@@ -287,7 +287,7 @@ func (s *FileStore) UpdateBuild(ctx context.Context, id string, fn func(*Build) 
 func (s *FileStore) GetBuild(ctx context.Context, id string) (*Build, error) {
 	p, err := s.path("build", id)
 	if err != nil {
-		return nil, fmt.Errorf("build %q: %w", id, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "build %q", id)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -358,7 +358,7 @@ func (s *FileStore) AppendLogs(ctx context.Context, buildID string, entries ...L
 func (s *FileStore) Logs(ctx context.Context, buildID string, offset int) ([]LogEntry, error) {
 	p, err := s.logPath(buildID)
 	if err != nil {
-		return nil, fmt.Errorf("build %q: %w", buildID, errdefs.ErrNotFound)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "build %q", buildID)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -74,6 +74,9 @@ func (c *Catalog) ResolveBuild(ctx context.Context, teamID, buildID string) (nod
 	if b.Status != BuildReady {
 		return nodeapi.Template{}, fmt.Errorf("build %q is %s: %w", buildID, b.Status, errdefs.ErrConflict)
 	}
+	if err := checkSandboxSnapshot(b); err != nil {
+		return nodeapi.Template{}, err
+	}
 	dir, err := c.ensureRootFS(ctx, b)
 	if err != nil {
 		return nodeapi.Template{}, err

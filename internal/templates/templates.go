@@ -134,12 +134,34 @@ type Build struct {
 	SnapshotHost   *nodeapi.SnapshotHost `json:"snapshotHost,omitempty"`
 	// EnvdVersion is the envd the template was built with, when known.
 	EnvdVersion string `json:"envdVersion,omitempty"`
+	// DiskBytes is the disk the build takes, recorded when it ended (its
+	// directory when ready, and the layer cache entries it made): what
+	// counts against its team's template storage.
+	DiskBytes int64 `json:"diskBytes,omitempty"`
+	// SandboxSnapshot, when set, makes the build a snapshot of a running
+	// sandbox (E2B's POST /sandboxes/{id}/snapshots), recorded from the
+	// start of the snapshot: its memory image and layer are that
+	// sandbox's, over its template's root filesystem, so its sandboxes
+	// start from the snapshot only, never cold (a node that cannot restore
+	// it refuses them).
+	SandboxSnapshot *SandboxSnapshotOrigin `json:"sandboxSnapshot,omitempty"`
 	// Reason tells why a build failed.
 	Reason *Reason `json:"reason,omitempty"`
 
 	CreatedAt  time.Time `json:"createdAt"`
 	UpdatedAt  time.Time `json:"updatedAt"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
+}
+
+// SandboxSnapshotOrigin is where a sandbox snapshot's build comes from.
+type SandboxSnapshotOrigin struct {
+	SandboxID string    `json:"sandboxID"`
+	TeamID    string    `json:"teamID"`
+	CreatedAt time.Time `json:"createdAt"`
+	// VolumePaths are where the sandbox mounted volumes, sorted: their
+	// content is not in the snapshot, and its sandboxes mount volumes at
+	// exactly these paths (docs/volumes.md).
+	VolumePaths []string `json:"volumePaths,omitempty"`
 }
 
 // Reason is why a build failed: the message and the step it failed at.
@@ -247,13 +269,13 @@ func Reserved(name string) bool { return slices.Contains(ReservedNames, name) }
 // "_" and ".", at most 128 characters, optionally "namespace/name".
 func ValidateAlias(alias string) error {
 	if alias == "" || len(alias) > 128 {
-		return fmt.Errorf("template name %q: must be 1 to 128 characters: %w", alias, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "template name %q: must be 1 to 128 characters", alias)
 	}
 	for _, r := range alias {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_', r == '.', r == '/':
 		default:
-			return fmt.Errorf("template name %q: only lowercase letters, digits, '-', '_', '.' and '/' are allowed: %w", alias, errdefs.ErrInvalid)
+			return errdefs.Publicf(errdefs.ErrInvalid, "template name %q: only lowercase letters, digits, '-', '_', '.' and '/' are allowed", alias)
 		}
 	}
 	return nil
@@ -308,7 +330,7 @@ func ValidateResources(cpu *int, memoryMB *int64, lim Limits) (int, int64, error
 // element) and no other object. kind names the object in the error.
 func CheckID(kind, id string) error {
 	if id == "" || id == "." || id == ".." || len(id) > 128 || strings.ContainsAny(id, "/\\\x00") {
-		return fmt.Errorf("%s %q: bad ID: %w", kind, id, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "%s %q: bad ID", kind, id)
 	}
 	return nil
 }
@@ -341,6 +363,9 @@ type clientError struct{ msg string }
 
 func (e *clientError) Error() string        { return e.msg }
 func (e *clientError) Is(target error) bool { return target == errdefs.ErrInvalid }
+
+// PublicMessage is the message, E2B's wording (errdefs.Public).
+func (e *clientError) PublicMessage() string { return e.msg }
 
 func invalidf(format string, args ...any) error {
 	return &clientError{msg: fmt.Sprintf(format, args...)}

@@ -11,6 +11,12 @@
 // pending deliveries survive restarts. Deliveries go only to the URL of the
 // webhook row that the team registered.
 //
+// Teams share the dispatcher fairly: at most Concurrency attempts run at
+// once, at most TeamConcurrency of one team, and free room is claimed in
+// turn between teams (store.ClaimFairDeliveries). A team whose receivers
+// are slow (or never answer, up to Timeout) holds its own share only; the
+// other teams' deliveries go out beside its attempts.
+//
 //	pending ──2xx──▶ delivered
 //	   │ ▲
 //	   │ └── error, attempts < MaxAttempts (after backoff)
@@ -68,6 +74,9 @@ type Config struct {
 	Lease time.Duration
 	// Concurrency bounds the attempts in flight (default 8).
 	Concurrency int
+	// TeamConcurrency bounds the attempts in flight of one team (default
+	// 2, at most Concurrency).
+	TeamConcurrency int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Registry receives webhook_delivery_attempts_total{outcome} (outcome
@@ -83,6 +92,12 @@ type Dispatcher struct {
 	st     store.Store
 	log    *slog.Logger
 	wake   chan struct{}
+
+	// inFlight counts the attempts running, per team and in all.
+	mu       sync.Mutex
+	inFlight map[string]int
+	total    int
+	running  sync.WaitGroup
 
 	attempts *prometheus.CounterVec
 }
@@ -123,10 +138,14 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
 	}
+	if cfg.TeamConcurrency <= 0 {
+		cfg.TeamConcurrency = 2
+	}
+	cfg.TeamConcurrency = min(cfg.TeamConcurrency, cfg.Concurrency)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	d := &Dispatcher{cfg: cfg, client: client, st: cfg.Store, log: cfg.Logger, wake: make(chan struct{}, 1),
+	d := &Dispatcher{cfg: cfg, client: client, st: cfg.Store, log: cfg.Logger, wake: make(chan struct{}, 1), inFlight: map[string]int{},
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_delivery_attempts_total",
 			Help: "Webhook delivery attempts, by outcome (delivered, retry, failed).",
@@ -157,8 +176,9 @@ func (d *Dispatcher) BackoffAfter(n int) time.Duration {
 	return min(b, d.cfg.MaxBackoff)
 }
 
-// Run delivers until ctx ends.
+// Run delivers until ctx ends, then waits for the attempts in flight.
 func (d *Dispatcher) Run(ctx context.Context) {
+	defer d.running.Wait()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -168,17 +188,8 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		case <-timer.C:
 		case <-d.wake:
 		}
-		for ctx.Err() == nil {
-			n, err := d.RunOnce(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					d.log.Warn("webhook outbox", "error", err)
-				}
-				break
-			}
-			if n == 0 {
-				break
-			}
+		if _, err := d.dispatch(ctx, nil); err != nil && ctx.Err() == nil {
+			d.log.Warn("webhook outbox", "error", err)
 		}
 		wait := d.cfg.Poll
 		if next, err := d.st.NextDeliveryAt(ctx); err == nil && !next.IsZero() {
@@ -194,24 +205,55 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	}
 }
 
-// RunOnce claims the deliveries due now, attempts each once and records
-// the outcomes. It returns how many it attempted.
+// RunOnce claims the deliveries due now that there is room for, attempts
+// each once and records the outcomes. It returns how many it attempted.
 func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
-	due, err := d.st.ClaimDeliveries(ctx, d.cfg.Now(), d.cfg.Lease, 4*d.cfg.Concurrency)
-	if err != nil {
-		return 0, err
-	}
-	sem := make(chan struct{}, d.cfg.Concurrency)
 	var wg sync.WaitGroup
+	n, err := d.dispatch(ctx, &wg)
+	wg.Wait()
+	return n, err
+}
+
+// dispatch claims due deliveries for the room left (Concurrency in all,
+// TeamConcurrency per team) and starts an attempt of each; an attempt
+// that ends makes room and pokes the dispatcher. Each started attempt is
+// added to wg too, when set.
+func (d *Dispatcher) dispatch(ctx context.Context, wg *sync.WaitGroup) (int, error) {
+	d.mu.Lock()
+	c := store.DeliveryClaim{Limit: d.cfg.Concurrency - d.total, PerTeam: d.cfg.TeamConcurrency, Room: map[string]int{}}
+	for team, n := range d.inFlight {
+		c.Room[team] = d.cfg.TeamConcurrency - n
+	}
+	d.mu.Unlock()
+	if c.Limit <= 0 {
+		return 0, nil
+	}
+	due, err := d.st.ClaimFairDeliveries(ctx, d.cfg.Now(), d.cfg.Lease, c)
 	for _, dl := range due {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		d.mu.Lock()
+		d.inFlight[dl.TeamID]++
+		d.total++
+		d.mu.Unlock()
+		if wg != nil {
+			wg.Add(1)
+		}
+		d.running.Go(func() {
+			defer func() {
+				d.mu.Lock()
+				if d.inFlight[dl.TeamID]--; d.inFlight[dl.TeamID] <= 0 {
+					delete(d.inFlight, dl.TeamID)
+				}
+				d.total--
+				d.mu.Unlock()
+				if wg != nil {
+					wg.Done()
+				}
+				d.Poke()
+			}()
 			d.attempt(ctx, dl)
 		})
 	}
-	wg.Wait()
-	return len(due), nil
+	return len(due), err
 }
 
 func (d *Dispatcher) attempt(ctx context.Context, dl *store.Delivery) {
@@ -331,7 +373,7 @@ func (d *Dispatcher) post(ctx context.Context, hook *store.Webhook, dl *store.De
 func ValidateURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		return fmt.Errorf("webhook url %q: must be an absolute http(s) URL without credentials: %w", raw, errdefs.ErrInvalid)
+		return errdefs.Publicf(errdefs.ErrInvalid, "webhook url %q: must be an absolute http(s) URL without credentials", raw)
 	}
 	return nil
 }
@@ -356,7 +398,7 @@ func URLValidator(p *egress.Policy) func(string) error {
 		}
 		n, _ := strconv.Atoi(port)
 		if p.Check(netip.AddrPortFrom(ip, uint16(n))) != nil {
-			return fmt.Errorf("webhook url %q: %s: %w", raw, egress.Describe(egress.ErrRefused), errdefs.ErrInvalid)
+			return errdefs.Publicf(errdefs.ErrInvalid, "webhook url %q: %s", raw, egress.Describe(egress.ErrRefused))
 		}
 		return nil
 	}

@@ -19,7 +19,7 @@ func TestDebugMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(hostHome(t, srv.Handler()))
 	defer hs.Close()
 	ctx := context.Background()
 	// The API URL points at envd: any REST call would fail with a 404.

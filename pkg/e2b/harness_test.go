@@ -96,7 +96,7 @@ func newServer(t *testing.T) (*fakeAPI, Config) {
 	if rec.Code >= 300 {
 		t.Fatalf("envd /init: %d %s", rec.Code, rec.Body)
 	}
-	f := &fakeAPI{t: t, envd: srv.Handler(), sandboxes: map[string]*fakeSandbox{}, timeouts: map[string]int{}}
+	f := &fakeAPI{t: t, envd: hostHome(t, srv.Handler()), sandboxes: map[string]*fakeSandbox{}, timeouts: map[string]int{}}
 	hs := httptest.NewServer(f)
 	t.Cleanup(hs.Close)
 	return f, Config{APIKey: testKey, APIURL: hs.URL, SandboxURL: hs.URL, Domain: "unit.test"}

@@ -90,6 +90,41 @@ const (
 	// NodeServiceDeleteSnapshotProcedure is the fully-qualified name of the NodeService's
 	// DeleteSnapshot RPC.
 	NodeServiceDeleteSnapshotProcedure = "/warren.node.v1.NodeService/DeleteSnapshot"
+	// NodeServiceTakeSandboxSnapshotProcedure is the fully-qualified name of the NodeService's
+	// TakeSandboxSnapshot RPC.
+	NodeServiceTakeSandboxSnapshotProcedure = "/warren.node.v1.NodeService/TakeSandboxSnapshot"
+	// NodeServiceDeleteSandboxSnapshotProcedure is the fully-qualified name of the NodeService's
+	// DeleteSandboxSnapshot RPC.
+	NodeServiceDeleteSandboxSnapshotProcedure = "/warren.node.v1.NodeService/DeleteSandboxSnapshot"
+	// NodeServiceSandboxLogsProcedure is the fully-qualified name of the NodeService's SandboxLogs RPC.
+	NodeServiceSandboxLogsProcedure = "/warren.node.v1.NodeService/SandboxLogs"
+	// NodeServiceCreateVolumeProcedure is the fully-qualified name of the NodeService's CreateVolume
+	// RPC.
+	NodeServiceCreateVolumeProcedure = "/warren.node.v1.NodeService/CreateVolume"
+	// NodeServiceDeleteVolumeProcedure is the fully-qualified name of the NodeService's DeleteVolume
+	// RPC.
+	NodeServiceDeleteVolumeProcedure = "/warren.node.v1.NodeService/DeleteVolume"
+	// NodeServiceStatVolumePathProcedure is the fully-qualified name of the NodeService's
+	// StatVolumePath RPC.
+	NodeServiceStatVolumePathProcedure = "/warren.node.v1.NodeService/StatVolumePath"
+	// NodeServiceListVolumeDirProcedure is the fully-qualified name of the NodeService's ListVolumeDir
+	// RPC.
+	NodeServiceListVolumeDirProcedure = "/warren.node.v1.NodeService/ListVolumeDir"
+	// NodeServiceMakeVolumeDirProcedure is the fully-qualified name of the NodeService's MakeVolumeDir
+	// RPC.
+	NodeServiceMakeVolumeDirProcedure = "/warren.node.v1.NodeService/MakeVolumeDir"
+	// NodeServiceSetVolumeMetadataProcedure is the fully-qualified name of the NodeService's
+	// SetVolumeMetadata RPC.
+	NodeServiceSetVolumeMetadataProcedure = "/warren.node.v1.NodeService/SetVolumeMetadata"
+	// NodeServiceRemoveVolumePathProcedure is the fully-qualified name of the NodeService's
+	// RemoveVolumePath RPC.
+	NodeServiceRemoveVolumePathProcedure = "/warren.node.v1.NodeService/RemoveVolumePath"
+	// NodeServiceReadVolumeFileProcedure is the fully-qualified name of the NodeService's
+	// ReadVolumeFile RPC.
+	NodeServiceReadVolumeFileProcedure = "/warren.node.v1.NodeService/ReadVolumeFile"
+	// NodeServiceWriteVolumeFileProcedure is the fully-qualified name of the NodeService's
+	// WriteVolumeFile RPC.
+	NodeServiceWriteVolumeFileProcedure = "/warren.node.v1.NodeService/WriteVolumeFile"
 )
 
 // NodeServiceClient is a client for the warren.node.v1.NodeService service.
@@ -120,11 +155,40 @@ type NodeServiceClient interface {
 	// TemplatesInUse lists the template builds the node's sandboxes and
 	// pools use (nodeapi.TemplateHolder).
 	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
-	// Snapshots (nodeapi.SandboxSnapshotter, nodeapi.TemplateSnapshotter);
-	// dir is a directory on the node.
+	// Snapshots by directory: refused (invalid_argument). A directory on the
+	// node does not cross the wire; nodeapi.TemplateSnapshotter is an
+	// in-process part of the contract, and sandbox snapshots are
+	// TakeSandboxSnapshot's, which names no path.
 	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
 	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
 	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
+	// TakeSandboxSnapshot snapshots a running sandbox as a new build of the
+	// control plane's catalog, which the node then holds, and answers what
+	// the control plane records of it (nodeapi.SandboxSnapshotter); no path
+	// crosses: the node resolves the build ID itself.
+	TakeSandboxSnapshot(context.Context, *connect.Request[node.TakeSandboxSnapshotRequest]) (*connect.Response[node.TakeSandboxSnapshotResponse], error)
+	// DeleteSandboxSnapshot deletes the sandbox snapshot the node took as a
+	// build (one the control plane failed to record).
+	DeleteSandboxSnapshot(context.Context, *connect.Request[node.DeleteSandboxSnapshotRequest]) (*connect.Response[node.DeleteSandboxSnapshotResponse], error)
+	// SandboxLogs returns the log a running sandbox keeps, read by the node
+	// from the sandbox's envd (nodeapi.LogSource).
+	SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error)
+	// Volumes (nodeapi.VolumeService): each named by its ID, which the node
+	// resolves under its own data directory; every call names the volume's
+	// team, and a volume of another team is not_found.
+	CreateVolume(context.Context, *connect.Request[node.CreateVolumeRequest]) (*connect.Response[node.CreateVolumeResponse], error)
+	DeleteVolume(context.Context, *connect.Request[node.DeleteVolumeRequest]) (*connect.Response[node.DeleteVolumeResponse], error)
+	StatVolumePath(context.Context, *connect.Request[node.VolumePathRequest]) (*connect.Response[node.VolumeEntryResponse], error)
+	ListVolumeDir(context.Context, *connect.Request[node.ListVolumeDirRequest]) (*connect.Response[node.ListVolumeDirResponse], error)
+	MakeVolumeDir(context.Context, *connect.Request[node.VolumeFileRequest]) (*connect.Response[node.VolumeEntryResponse], error)
+	SetVolumeMetadata(context.Context, *connect.Request[node.SetVolumeMetadataRequest]) (*connect.Response[node.VolumeEntryResponse], error)
+	RemoveVolumePath(context.Context, *connect.Request[node.VolumePathRequest]) (*connect.Response[node.RemoveVolumePathResponse], error)
+	// ReadVolumeFile streams a regular file: the first message holds its
+	// entry, the others its bytes in order.
+	ReadVolumeFile(context.Context, *connect.Request[node.VolumePathRequest]) (*connect.ServerStreamForClient[node.VolumeFileChunk], error)
+	// WriteVolumeFile takes a file: the first message holds the request,
+	// the others its bytes in order; the answer comes once it is on disk.
+	WriteVolumeFile(context.Context) *connect.ClientStreamForClient[node.VolumeFileChunk, node.VolumeEntryResponse]
 }
 
 // NewNodeServiceClient constructs a client for the warren.node.v1.NodeService service. By default,
@@ -264,32 +328,116 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("DeleteSnapshot")),
 			connect.WithClientOptions(opts...),
 		),
+		takeSandboxSnapshot: connect.NewClient[node.TakeSandboxSnapshotRequest, node.TakeSandboxSnapshotResponse](
+			httpClient,
+			baseURL+NodeServiceTakeSandboxSnapshotProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("TakeSandboxSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSandboxSnapshot: connect.NewClient[node.DeleteSandboxSnapshotRequest, node.DeleteSandboxSnapshotResponse](
+			httpClient,
+			baseURL+NodeServiceDeleteSandboxSnapshotProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("DeleteSandboxSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		sandboxLogs: connect.NewClient[node.SandboxLogsRequest, node.SandboxLogsResponse](
+			httpClient,
+			baseURL+NodeServiceSandboxLogsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SandboxLogs")),
+			connect.WithClientOptions(opts...),
+		),
+		createVolume: connect.NewClient[node.CreateVolumeRequest, node.CreateVolumeResponse](
+			httpClient,
+			baseURL+NodeServiceCreateVolumeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("CreateVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteVolume: connect.NewClient[node.DeleteVolumeRequest, node.DeleteVolumeResponse](
+			httpClient,
+			baseURL+NodeServiceDeleteVolumeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("DeleteVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		statVolumePath: connect.NewClient[node.VolumePathRequest, node.VolumeEntryResponse](
+			httpClient,
+			baseURL+NodeServiceStatVolumePathProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("StatVolumePath")),
+			connect.WithClientOptions(opts...),
+		),
+		listVolumeDir: connect.NewClient[node.ListVolumeDirRequest, node.ListVolumeDirResponse](
+			httpClient,
+			baseURL+NodeServiceListVolumeDirProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ListVolumeDir")),
+			connect.WithClientOptions(opts...),
+		),
+		makeVolumeDir: connect.NewClient[node.VolumeFileRequest, node.VolumeEntryResponse](
+			httpClient,
+			baseURL+NodeServiceMakeVolumeDirProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("MakeVolumeDir")),
+			connect.WithClientOptions(opts...),
+		),
+		setVolumeMetadata: connect.NewClient[node.SetVolumeMetadataRequest, node.VolumeEntryResponse](
+			httpClient,
+			baseURL+NodeServiceSetVolumeMetadataProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SetVolumeMetadata")),
+			connect.WithClientOptions(opts...),
+		),
+		removeVolumePath: connect.NewClient[node.VolumePathRequest, node.RemoveVolumePathResponse](
+			httpClient,
+			baseURL+NodeServiceRemoveVolumePathProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("RemoveVolumePath")),
+			connect.WithClientOptions(opts...),
+		),
+		readVolumeFile: connect.NewClient[node.VolumePathRequest, node.VolumeFileChunk](
+			httpClient,
+			baseURL+NodeServiceReadVolumeFileProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ReadVolumeFile")),
+			connect.WithClientOptions(opts...),
+		),
+		writeVolumeFile: connect.NewClient[node.VolumeFileChunk, node.VolumeEntryResponse](
+			httpClient,
+			baseURL+NodeServiceWriteVolumeFileProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("WriteVolumeFile")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	create           *connect.Client[node.CreateRequest, node.SandboxResponse]
-	get              *connect.Client[node.GetRequest, node.SandboxResponse]
-	list             *connect.Client[node.ListRequest, node.ListResponse]
-	setEndTime       *connect.Client[node.SetEndTimeRequest, node.SetEndTimeResponse]
-	updateNetwork    *connect.Client[node.UpdateNetworkRequest, node.UpdateNetworkResponse]
-	pause            *connect.Client[node.PauseRequest, node.SandboxResponse]
-	resume           *connect.Client[node.ResumeRequest, node.SandboxResponse]
-	fork             *connect.Client[node.ForkRequest, node.ForkResponse]
-	kill             *connect.Client[node.KillRequest, node.KillResponse]
-	stats            *connect.Client[node.StatsRequest, node.StatsResponse]
-	metrics          *connect.Client[node.MetricsRequest, node.MetricsResponse]
-	watch            *connect.Client[node.WatchRequest, node.Event]
-	capabilities     *connect.Client[node.CapabilitiesRequest, node.CapabilitiesResponse]
-	setPool          *connect.Client[node.SetPoolRequest, node.SetPoolResponse]
-	reserve          *connect.Client[node.ReserveRequest, node.ReserveResponse]
-	unreserve        *connect.Client[node.UnreserveRequest, node.UnreserveResponse]
-	pools            *connect.Client[node.PoolsRequest, node.PoolsResponse]
-	templatesInUse   *connect.Client[node.TemplatesInUseRequest, node.TemplatesInUseResponse]
-	snapshotSandbox  *connect.Client[node.SnapshotSandboxRequest, node.SnapshotSandboxResponse]
-	snapshotTemplate *connect.Client[node.SnapshotTemplateRequest, node.SnapshotTemplateResponse]
-	deleteSnapshot   *connect.Client[node.DeleteSnapshotRequest, node.DeleteSnapshotResponse]
+	create                *connect.Client[node.CreateRequest, node.SandboxResponse]
+	get                   *connect.Client[node.GetRequest, node.SandboxResponse]
+	list                  *connect.Client[node.ListRequest, node.ListResponse]
+	setEndTime            *connect.Client[node.SetEndTimeRequest, node.SetEndTimeResponse]
+	updateNetwork         *connect.Client[node.UpdateNetworkRequest, node.UpdateNetworkResponse]
+	pause                 *connect.Client[node.PauseRequest, node.SandboxResponse]
+	resume                *connect.Client[node.ResumeRequest, node.SandboxResponse]
+	fork                  *connect.Client[node.ForkRequest, node.ForkResponse]
+	kill                  *connect.Client[node.KillRequest, node.KillResponse]
+	stats                 *connect.Client[node.StatsRequest, node.StatsResponse]
+	metrics               *connect.Client[node.MetricsRequest, node.MetricsResponse]
+	watch                 *connect.Client[node.WatchRequest, node.Event]
+	capabilities          *connect.Client[node.CapabilitiesRequest, node.CapabilitiesResponse]
+	setPool               *connect.Client[node.SetPoolRequest, node.SetPoolResponse]
+	reserve               *connect.Client[node.ReserveRequest, node.ReserveResponse]
+	unreserve             *connect.Client[node.UnreserveRequest, node.UnreserveResponse]
+	pools                 *connect.Client[node.PoolsRequest, node.PoolsResponse]
+	templatesInUse        *connect.Client[node.TemplatesInUseRequest, node.TemplatesInUseResponse]
+	snapshotSandbox       *connect.Client[node.SnapshotSandboxRequest, node.SnapshotSandboxResponse]
+	snapshotTemplate      *connect.Client[node.SnapshotTemplateRequest, node.SnapshotTemplateResponse]
+	deleteSnapshot        *connect.Client[node.DeleteSnapshotRequest, node.DeleteSnapshotResponse]
+	takeSandboxSnapshot   *connect.Client[node.TakeSandboxSnapshotRequest, node.TakeSandboxSnapshotResponse]
+	deleteSandboxSnapshot *connect.Client[node.DeleteSandboxSnapshotRequest, node.DeleteSandboxSnapshotResponse]
+	sandboxLogs           *connect.Client[node.SandboxLogsRequest, node.SandboxLogsResponse]
+	createVolume          *connect.Client[node.CreateVolumeRequest, node.CreateVolumeResponse]
+	deleteVolume          *connect.Client[node.DeleteVolumeRequest, node.DeleteVolumeResponse]
+	statVolumePath        *connect.Client[node.VolumePathRequest, node.VolumeEntryResponse]
+	listVolumeDir         *connect.Client[node.ListVolumeDirRequest, node.ListVolumeDirResponse]
+	makeVolumeDir         *connect.Client[node.VolumeFileRequest, node.VolumeEntryResponse]
+	setVolumeMetadata     *connect.Client[node.SetVolumeMetadataRequest, node.VolumeEntryResponse]
+	removeVolumePath      *connect.Client[node.VolumePathRequest, node.RemoveVolumePathResponse]
+	readVolumeFile        *connect.Client[node.VolumePathRequest, node.VolumeFileChunk]
+	writeVolumeFile       *connect.Client[node.VolumeFileChunk, node.VolumeEntryResponse]
 }
 
 // Create calls warren.node.v1.NodeService.Create.
@@ -397,6 +545,66 @@ func (c *nodeServiceClient) DeleteSnapshot(ctx context.Context, req *connect.Req
 	return c.deleteSnapshot.CallUnary(ctx, req)
 }
 
+// TakeSandboxSnapshot calls warren.node.v1.NodeService.TakeSandboxSnapshot.
+func (c *nodeServiceClient) TakeSandboxSnapshot(ctx context.Context, req *connect.Request[node.TakeSandboxSnapshotRequest]) (*connect.Response[node.TakeSandboxSnapshotResponse], error) {
+	return c.takeSandboxSnapshot.CallUnary(ctx, req)
+}
+
+// DeleteSandboxSnapshot calls warren.node.v1.NodeService.DeleteSandboxSnapshot.
+func (c *nodeServiceClient) DeleteSandboxSnapshot(ctx context.Context, req *connect.Request[node.DeleteSandboxSnapshotRequest]) (*connect.Response[node.DeleteSandboxSnapshotResponse], error) {
+	return c.deleteSandboxSnapshot.CallUnary(ctx, req)
+}
+
+// SandboxLogs calls warren.node.v1.NodeService.SandboxLogs.
+func (c *nodeServiceClient) SandboxLogs(ctx context.Context, req *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error) {
+	return c.sandboxLogs.CallUnary(ctx, req)
+}
+
+// CreateVolume calls warren.node.v1.NodeService.CreateVolume.
+func (c *nodeServiceClient) CreateVolume(ctx context.Context, req *connect.Request[node.CreateVolumeRequest]) (*connect.Response[node.CreateVolumeResponse], error) {
+	return c.createVolume.CallUnary(ctx, req)
+}
+
+// DeleteVolume calls warren.node.v1.NodeService.DeleteVolume.
+func (c *nodeServiceClient) DeleteVolume(ctx context.Context, req *connect.Request[node.DeleteVolumeRequest]) (*connect.Response[node.DeleteVolumeResponse], error) {
+	return c.deleteVolume.CallUnary(ctx, req)
+}
+
+// StatVolumePath calls warren.node.v1.NodeService.StatVolumePath.
+func (c *nodeServiceClient) StatVolumePath(ctx context.Context, req *connect.Request[node.VolumePathRequest]) (*connect.Response[node.VolumeEntryResponse], error) {
+	return c.statVolumePath.CallUnary(ctx, req)
+}
+
+// ListVolumeDir calls warren.node.v1.NodeService.ListVolumeDir.
+func (c *nodeServiceClient) ListVolumeDir(ctx context.Context, req *connect.Request[node.ListVolumeDirRequest]) (*connect.Response[node.ListVolumeDirResponse], error) {
+	return c.listVolumeDir.CallUnary(ctx, req)
+}
+
+// MakeVolumeDir calls warren.node.v1.NodeService.MakeVolumeDir.
+func (c *nodeServiceClient) MakeVolumeDir(ctx context.Context, req *connect.Request[node.VolumeFileRequest]) (*connect.Response[node.VolumeEntryResponse], error) {
+	return c.makeVolumeDir.CallUnary(ctx, req)
+}
+
+// SetVolumeMetadata calls warren.node.v1.NodeService.SetVolumeMetadata.
+func (c *nodeServiceClient) SetVolumeMetadata(ctx context.Context, req *connect.Request[node.SetVolumeMetadataRequest]) (*connect.Response[node.VolumeEntryResponse], error) {
+	return c.setVolumeMetadata.CallUnary(ctx, req)
+}
+
+// RemoveVolumePath calls warren.node.v1.NodeService.RemoveVolumePath.
+func (c *nodeServiceClient) RemoveVolumePath(ctx context.Context, req *connect.Request[node.VolumePathRequest]) (*connect.Response[node.RemoveVolumePathResponse], error) {
+	return c.removeVolumePath.CallUnary(ctx, req)
+}
+
+// ReadVolumeFile calls warren.node.v1.NodeService.ReadVolumeFile.
+func (c *nodeServiceClient) ReadVolumeFile(ctx context.Context, req *connect.Request[node.VolumePathRequest]) (*connect.ServerStreamForClient[node.VolumeFileChunk], error) {
+	return c.readVolumeFile.CallServerStream(ctx, req)
+}
+
+// WriteVolumeFile calls warren.node.v1.NodeService.WriteVolumeFile.
+func (c *nodeServiceClient) WriteVolumeFile(ctx context.Context) *connect.ClientStreamForClient[node.VolumeFileChunk, node.VolumeEntryResponse] {
+	return c.writeVolumeFile.CallClientStream(ctx)
+}
+
 // NodeServiceHandler is an implementation of the warren.node.v1.NodeService service.
 type NodeServiceHandler interface {
 	Create(context.Context, *connect.Request[node.CreateRequest]) (*connect.Response[node.SandboxResponse], error)
@@ -425,11 +633,40 @@ type NodeServiceHandler interface {
 	// TemplatesInUse lists the template builds the node's sandboxes and
 	// pools use (nodeapi.TemplateHolder).
 	TemplatesInUse(context.Context, *connect.Request[node.TemplatesInUseRequest]) (*connect.Response[node.TemplatesInUseResponse], error)
-	// Snapshots (nodeapi.SandboxSnapshotter, nodeapi.TemplateSnapshotter);
-	// dir is a directory on the node.
+	// Snapshots by directory: refused (invalid_argument). A directory on the
+	// node does not cross the wire; nodeapi.TemplateSnapshotter is an
+	// in-process part of the contract, and sandbox snapshots are
+	// TakeSandboxSnapshot's, which names no path.
 	SnapshotSandbox(context.Context, *connect.Request[node.SnapshotSandboxRequest]) (*connect.Response[node.SnapshotSandboxResponse], error)
 	SnapshotTemplate(context.Context, *connect.Request[node.SnapshotTemplateRequest]) (*connect.Response[node.SnapshotTemplateResponse], error)
 	DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error)
+	// TakeSandboxSnapshot snapshots a running sandbox as a new build of the
+	// control plane's catalog, which the node then holds, and answers what
+	// the control plane records of it (nodeapi.SandboxSnapshotter); no path
+	// crosses: the node resolves the build ID itself.
+	TakeSandboxSnapshot(context.Context, *connect.Request[node.TakeSandboxSnapshotRequest]) (*connect.Response[node.TakeSandboxSnapshotResponse], error)
+	// DeleteSandboxSnapshot deletes the sandbox snapshot the node took as a
+	// build (one the control plane failed to record).
+	DeleteSandboxSnapshot(context.Context, *connect.Request[node.DeleteSandboxSnapshotRequest]) (*connect.Response[node.DeleteSandboxSnapshotResponse], error)
+	// SandboxLogs returns the log a running sandbox keeps, read by the node
+	// from the sandbox's envd (nodeapi.LogSource).
+	SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error)
+	// Volumes (nodeapi.VolumeService): each named by its ID, which the node
+	// resolves under its own data directory; every call names the volume's
+	// team, and a volume of another team is not_found.
+	CreateVolume(context.Context, *connect.Request[node.CreateVolumeRequest]) (*connect.Response[node.CreateVolumeResponse], error)
+	DeleteVolume(context.Context, *connect.Request[node.DeleteVolumeRequest]) (*connect.Response[node.DeleteVolumeResponse], error)
+	StatVolumePath(context.Context, *connect.Request[node.VolumePathRequest]) (*connect.Response[node.VolumeEntryResponse], error)
+	ListVolumeDir(context.Context, *connect.Request[node.ListVolumeDirRequest]) (*connect.Response[node.ListVolumeDirResponse], error)
+	MakeVolumeDir(context.Context, *connect.Request[node.VolumeFileRequest]) (*connect.Response[node.VolumeEntryResponse], error)
+	SetVolumeMetadata(context.Context, *connect.Request[node.SetVolumeMetadataRequest]) (*connect.Response[node.VolumeEntryResponse], error)
+	RemoveVolumePath(context.Context, *connect.Request[node.VolumePathRequest]) (*connect.Response[node.RemoveVolumePathResponse], error)
+	// ReadVolumeFile streams a regular file: the first message holds its
+	// entry, the others its bytes in order.
+	ReadVolumeFile(context.Context, *connect.Request[node.VolumePathRequest], *connect.ServerStream[node.VolumeFileChunk]) error
+	// WriteVolumeFile takes a file: the first message holds the request,
+	// the others its bytes in order; the answer comes once it is on disk.
+	WriteVolumeFile(context.Context, *connect.ClientStream[node.VolumeFileChunk]) (*connect.Response[node.VolumeEntryResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -565,6 +802,78 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("DeleteSnapshot")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceTakeSandboxSnapshotHandler := connect.NewUnaryHandler(
+		NodeServiceTakeSandboxSnapshotProcedure,
+		svc.TakeSandboxSnapshot,
+		connect.WithSchema(nodeServiceMethods.ByName("TakeSandboxSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceDeleteSandboxSnapshotHandler := connect.NewUnaryHandler(
+		NodeServiceDeleteSandboxSnapshotProcedure,
+		svc.DeleteSandboxSnapshot,
+		connect.WithSchema(nodeServiceMethods.ByName("DeleteSandboxSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceSandboxLogsHandler := connect.NewUnaryHandler(
+		NodeServiceSandboxLogsProcedure,
+		svc.SandboxLogs,
+		connect.WithSchema(nodeServiceMethods.ByName("SandboxLogs")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceCreateVolumeHandler := connect.NewUnaryHandler(
+		NodeServiceCreateVolumeProcedure,
+		svc.CreateVolume,
+		connect.WithSchema(nodeServiceMethods.ByName("CreateVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceDeleteVolumeHandler := connect.NewUnaryHandler(
+		NodeServiceDeleteVolumeProcedure,
+		svc.DeleteVolume,
+		connect.WithSchema(nodeServiceMethods.ByName("DeleteVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceStatVolumePathHandler := connect.NewUnaryHandler(
+		NodeServiceStatVolumePathProcedure,
+		svc.StatVolumePath,
+		connect.WithSchema(nodeServiceMethods.ByName("StatVolumePath")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceListVolumeDirHandler := connect.NewUnaryHandler(
+		NodeServiceListVolumeDirProcedure,
+		svc.ListVolumeDir,
+		connect.WithSchema(nodeServiceMethods.ByName("ListVolumeDir")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceMakeVolumeDirHandler := connect.NewUnaryHandler(
+		NodeServiceMakeVolumeDirProcedure,
+		svc.MakeVolumeDir,
+		connect.WithSchema(nodeServiceMethods.ByName("MakeVolumeDir")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceSetVolumeMetadataHandler := connect.NewUnaryHandler(
+		NodeServiceSetVolumeMetadataProcedure,
+		svc.SetVolumeMetadata,
+		connect.WithSchema(nodeServiceMethods.ByName("SetVolumeMetadata")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceRemoveVolumePathHandler := connect.NewUnaryHandler(
+		NodeServiceRemoveVolumePathProcedure,
+		svc.RemoveVolumePath,
+		connect.WithSchema(nodeServiceMethods.ByName("RemoveVolumePath")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceReadVolumeFileHandler := connect.NewServerStreamHandler(
+		NodeServiceReadVolumeFileProcedure,
+		svc.ReadVolumeFile,
+		connect.WithSchema(nodeServiceMethods.ByName("ReadVolumeFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceWriteVolumeFileHandler := connect.NewClientStreamHandler(
+		NodeServiceWriteVolumeFileProcedure,
+		svc.WriteVolumeFile,
+		connect.WithSchema(nodeServiceMethods.ByName("WriteVolumeFile")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/warren.node.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceCreateProcedure:
@@ -609,6 +918,30 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceSnapshotTemplateHandler.ServeHTTP(w, r)
 		case NodeServiceDeleteSnapshotProcedure:
 			nodeServiceDeleteSnapshotHandler.ServeHTTP(w, r)
+		case NodeServiceTakeSandboxSnapshotProcedure:
+			nodeServiceTakeSandboxSnapshotHandler.ServeHTTP(w, r)
+		case NodeServiceDeleteSandboxSnapshotProcedure:
+			nodeServiceDeleteSandboxSnapshotHandler.ServeHTTP(w, r)
+		case NodeServiceSandboxLogsProcedure:
+			nodeServiceSandboxLogsHandler.ServeHTTP(w, r)
+		case NodeServiceCreateVolumeProcedure:
+			nodeServiceCreateVolumeHandler.ServeHTTP(w, r)
+		case NodeServiceDeleteVolumeProcedure:
+			nodeServiceDeleteVolumeHandler.ServeHTTP(w, r)
+		case NodeServiceStatVolumePathProcedure:
+			nodeServiceStatVolumePathHandler.ServeHTTP(w, r)
+		case NodeServiceListVolumeDirProcedure:
+			nodeServiceListVolumeDirHandler.ServeHTTP(w, r)
+		case NodeServiceMakeVolumeDirProcedure:
+			nodeServiceMakeVolumeDirHandler.ServeHTTP(w, r)
+		case NodeServiceSetVolumeMetadataProcedure:
+			nodeServiceSetVolumeMetadataHandler.ServeHTTP(w, r)
+		case NodeServiceRemoveVolumePathProcedure:
+			nodeServiceRemoveVolumePathHandler.ServeHTTP(w, r)
+		case NodeServiceReadVolumeFileProcedure:
+			nodeServiceReadVolumeFileHandler.ServeHTTP(w, r)
+		case NodeServiceWriteVolumeFileProcedure:
+			nodeServiceWriteVolumeFileHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -700,4 +1033,52 @@ func (UnimplementedNodeServiceHandler) SnapshotTemplate(context.Context, *connec
 
 func (UnimplementedNodeServiceHandler) DeleteSnapshot(context.Context, *connect.Request[node.DeleteSnapshotRequest]) (*connect.Response[node.DeleteSnapshotResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.DeleteSnapshot is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) TakeSandboxSnapshot(context.Context, *connect.Request[node.TakeSandboxSnapshotRequest]) (*connect.Response[node.TakeSandboxSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.TakeSandboxSnapshot is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) DeleteSandboxSnapshot(context.Context, *connect.Request[node.DeleteSandboxSnapshotRequest]) (*connect.Response[node.DeleteSandboxSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.DeleteSandboxSnapshot is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SandboxLogs(context.Context, *connect.Request[node.SandboxLogsRequest]) (*connect.Response[node.SandboxLogsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.SandboxLogs is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) CreateVolume(context.Context, *connect.Request[node.CreateVolumeRequest]) (*connect.Response[node.CreateVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.CreateVolume is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) DeleteVolume(context.Context, *connect.Request[node.DeleteVolumeRequest]) (*connect.Response[node.DeleteVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.DeleteVolume is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) StatVolumePath(context.Context, *connect.Request[node.VolumePathRequest]) (*connect.Response[node.VolumeEntryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.StatVolumePath is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ListVolumeDir(context.Context, *connect.Request[node.ListVolumeDirRequest]) (*connect.Response[node.ListVolumeDirResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.ListVolumeDir is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) MakeVolumeDir(context.Context, *connect.Request[node.VolumeFileRequest]) (*connect.Response[node.VolumeEntryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.MakeVolumeDir is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SetVolumeMetadata(context.Context, *connect.Request[node.SetVolumeMetadataRequest]) (*connect.Response[node.VolumeEntryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.SetVolumeMetadata is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) RemoveVolumePath(context.Context, *connect.Request[node.VolumePathRequest]) (*connect.Response[node.RemoveVolumePathResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.RemoveVolumePath is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ReadVolumeFile(context.Context, *connect.Request[node.VolumePathRequest], *connect.ServerStream[node.VolumeFileChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.ReadVolumeFile is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) WriteVolumeFile(context.Context, *connect.ClientStream[node.VolumeFileChunk]) (*connect.Response[node.VolumeEntryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("warren.node.v1.NodeService.WriteVolumeFile is not implemented"))
 }

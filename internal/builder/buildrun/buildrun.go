@@ -1,7 +1,8 @@
 // Package buildrun is the contract between the template builder and what
 // runs its build steps (a Runner and its BuildSandboxes), apart from both
 // so that the builder links no runtime driver: internal/builder/driverrun
-// implements it over a driver, the builder's runc runner on the host.
+// implements it over a runtime driver (runsc, runc), whose OCI spec is
+// internal/driver/oci's like every sandbox's.
 package buildrun
 
 import (

@@ -20,7 +20,9 @@ import (
 
 // Runner runs build steps in sandboxes of a runtime driver (runsc:
 // gVisor; the driver must write through to the root filesystem, as the
-// runsc driver does with --overlay2=none). The sandbox's init is a static
+// runsc driver does with --overlay2=none). Over the runc driver the
+// steps share the host's kernel: that set-up is for a single trusted
+// operator only; builds that tenants send run in gVisor. The sandbox's init is a static
 // host binary bound into it (envd, as in every sandbox), so any image
 // works; every command is an Exec in that sandbox, the start command a
 // background one. The mount point the binary needs is removed from the

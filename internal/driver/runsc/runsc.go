@@ -250,10 +250,16 @@ func (d *Driver) createCLI(network string) oci.CLI {
 }
 
 // globalFlags are the runsc flags of every invocation: the platform, no
-// overlay, and --allow-suid so that setuid binaries (sudo) work inside:
-// gVisor is the boundary, and host paths are bound nosuid anyway.
+// overlay, --allow-suid so that setuid binaries (sudo) work inside
+// (gVisor is the boundary, and host paths are bound nosuid anyway), and
+// --file-access-mounts=shared (runsc's default, stated): a bind mount is
+// read and written through to the host with its metadata revalidated at
+// every use, never cached in the sentry, so that what another sandbox or
+// the host wrote to a shared volume is what a read sees once that write
+// returned (docs/volumes.md has the measurements; exclusive serves stale
+// files and directories).
 func globalFlags(platform string) []string {
-	return []string{"--platform", platform, "--overlay2=none", "--allow-suid"}
+	return []string{"--platform", platform, "--overlay2=none", "--allow-suid", "--file-access-mounts=shared"}
 }
 
 // Start implements driver.Driver: it writes the bundle and runs

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/envd/state"
 	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 )
 
 // Header names and the messages of the 401 answers (see envdproto, their
@@ -78,34 +78,35 @@ func Sign(path, op, username, token string, expiration int64) string {
 	return envdproto.Sign(path, op, username, token, expiration)
 }
 
-// CheckFiles authorises a /files request for op: the access token or a
-// valid, unexpired signature over the raw path and username query values.
-// It returns the message of the 401 answer, or "" when allowed.
-func (a *Auth) CheckFiles(r *http.Request, op string) string {
+// Grant is what an authorised /files request may do.
+type Grant struct {
+	// Signed is set when a signed URL authorised the request (not the
+	// access token, and a token is set): it may then act only on Path,
+	// the path it was signed for ("" when it names none), as Username.
+	Signed bool
+	Path   string
+}
+
+// Files authorises a /files request for op: the access token, or a
+// valid, unexpired signature over the raw path, username and expiration
+// query values (each given at most once). It returns what the request may
+// do, or the message of the 401 answer.
+func (a *Auth) Files(r *http.Request, op string) (Grant, string) {
 	if a.HasValidToken(r) {
-		return ""
+		return Grant{}, ""
 	}
-	q := r.URL.Query()
-	sig := q.Get("signature")
-	if sig == "" {
-		return MsgMissingToken
+	s, ok, err := envdproto.ParseSigned(r.URL.Query())
+	switch {
+	case !ok:
+		return Grant{}, MsgMissingToken
+	case err != nil:
+		return Grant{}, errhttp.Message(err)
+	case s.Expired(a.now().Unix()):
+		return Grant{}, MsgSignatureExpired
+	case !s.Valid(op, a.state.Token()):
+		return Grant{}, MsgSignatureInvalid
 	}
-	var exp int64
-	if e := q.Get("signature_expiration"); e != "" {
-		v, err := strconv.ParseInt(e, 10, 64)
-		if err != nil {
-			return MsgSignatureInvalid
-		}
-		exp = v
-	}
-	if exp != 0 && a.now().Unix() > exp {
-		return MsgSignatureExpired
-	}
-	want := Sign(q.Get("path"), op, q.Get("username"), a.state.Token(), exp)
-	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
-		return MsgSignatureInvalid
-	}
-	return ""
+	return Grant{Signed: true, Path: s.Path}, ""
 }
 
 // BasicUser returns the user name of a Basic Authorization header ("" when
@@ -127,7 +128,7 @@ func (a *Auth) User(name string) (*identity.User, error) {
 	}
 	u, err := identity.Lookup(name)
 	if err != nil {
-		return nil, fmt.Errorf("invalid username: '%s': %w", name, errdefs.ErrUnauthorized)
+		return nil, errdefs.Classf(errdefs.ErrUnauthorized, "invalid username: '%s'", name)
 	}
 	return u, nil
 }
@@ -169,13 +170,12 @@ func (g *InitGate) Allowed(r *http.Request) bool {
 	return g.st.TokenMatches(r.Header.Get(AccessTokenHeader))
 }
 
-// WriteError writes the JSON error body of envd's HTTP routes:
-// {"code":<status>,"message":"..."}.
+// WriteError writes the JSON error body of envd's HTTP routes,
+// {"code":<status>,"message":"..."} (errhttp.Body, the API's) on a line:
+// status and msg are the caller's, errhttp.Status for an error of a
+// class.
 func WriteError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{status, msg})
+	_ = json.NewEncoder(w).Encode(errhttp.Body{Code: status, Message: msg}) // a line, as envd always wrote it
 }

@@ -67,10 +67,13 @@ func TestCheckFiles(t *testing.T) {
 		{"other op", mk("path=p&signature="+sig(OpRead, 0), ""), OpWrite, MsgSignatureInvalid},
 		{"other path", mk("path=q&signature="+sig(OpRead, 0), ""), OpRead, MsgSignatureInvalid},
 		{"tampered expiry", mk("path=p&signature="+sig(OpRead, 2000)+"&signature_expiration=3000", ""), OpRead, MsgSignatureInvalid},
+		{"path twice", mk("path=p&path=q&signature="+sig(OpRead, 0), ""), OpRead, MsgSignatureInvalid + `: parameter "path" is given 2 times`},
+		{"username twice", mk("path=p&username=&username=root&signature="+sig(OpRead, 0), ""), OpRead, MsgSignatureInvalid + `: parameter "username" is given 2 times`},
+		{"expiry not a time", mk("path=p&signature="+sig(OpRead, 0)+"&signature_expiration=soon", ""), OpRead, MsgSignatureInvalid + `: signature_expiration "soon" is not a Unix time`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := a.CheckFiles(tc.r, tc.op); got != tc.want {
+			if _, got := a.Files(tc.r, tc.op); got != tc.want {
 				t.Fatalf("got %q want %q", got, tc.want)
 			}
 		})

@@ -16,7 +16,7 @@ import (
 )
 
 func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
-	u, ok := h.begin(w, r, auth.OpRead)
+	u, _, ok := h.begin(w, r, auth.OpRead)
 	if !ok {
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/envd/auth"
 	"github.com/warren-sandbox/warren/internal/envd/identity"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,22 +46,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // begin authorises the request for op and resolves its user.
-func (h *Handler) begin(w http.ResponseWriter, r *http.Request, op string) (*identity.User, bool) {
-	if msg := h.auth.CheckFiles(r, op); msg != "" {
+func (h *Handler) begin(w http.ResponseWriter, r *http.Request, op string) (*identity.User, auth.Grant, bool) {
+	g, msg := h.auth.Files(r, op)
+	if msg != "" {
 		auth.WriteError(w, http.StatusUnauthorized, msg)
-		return nil, false
+		return nil, g, false
 	}
 	u, err := h.auth.User(r.URL.Query().Get("username"))
 	if err != nil {
 		auth.WriteError(w, http.StatusUnauthorized, fmt.Sprintf("invalid user: '%s'", r.URL.Query().Get("username")))
-		return nil, false
+		return nil, g, false
 	}
-	return u, true
+	return u, g, true
 }
 
 // httpError answers with the status of err's class.
 func httpError(w http.ResponseWriter, err error, msg string) {
-	status := errdefs.HTTPStatus(err)
+	status := errhttp.Status(err)
 	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 		status = http.StatusInsufficientStorage
 		msg = "not enough disk space: " + msg
@@ -72,9 +74,9 @@ func httpError(w http.ResponseWriter, err error, msg string) {
 func classify(err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+		return errdefs.Classf(errdefs.ErrNotFound, "%w", err)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrForbidden)
+		return errdefs.Classf(errdefs.ErrForbidden, "%w", err)
 	default:
 		return err
 	}

@@ -35,13 +35,17 @@ type uploaded struct {
 }
 
 func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
-	u, ok := h.begin(w, r, auth.OpWrite)
+	u, grant, ok := h.begin(w, r, auth.OpWrite)
 	if !ok {
+		return
+	}
+	if grant.Signed && grant.Path == "" {
+		auth.WriteError(w, http.StatusForbidden, msgSignedNoPath)
 		return
 	}
 	md, err := metadataFromHeaders(r.Header)
 	if err != nil {
-		auth.WriteError(w, http.StatusBadRequest, err.Error())
+		auth.WriteError(w, http.StatusBadRequest, errdefs.MessageOrText(err))
 		return
 	}
 	body := io.Reader(r.Body)
@@ -62,9 +66,12 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	queryPath := r.URL.Query().Get("path")
 	var result []uploaded
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if mt == "multipart/form-data" {
+	switch {
+	case mt == "multipart/form-data" && grant.Signed:
+		result, err = uploadSigned(u, body, params["boundary"], u.ResolvePath(queryPath, ""), md)
+	case mt == "multipart/form-data":
 		result, err = h.uploadMultipart(u, body, params["boundary"], queryPath, md)
-	} else {
+	default:
 		if queryPath == "" {
 			auth.WriteError(w, http.StatusBadRequest, "path is required for a raw upload")
 			return
@@ -75,7 +82,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		h.log.Debug("upload failed", "error", err)
-		httpError(w, err, err.Error())
+		httpError(w, err, errdefs.MessageOrText(err))
 		return
 	}
 	if len(result) == 0 {
@@ -88,7 +95,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) uploadMultipart(u *identity.User, body io.Reader, boundary, queryPath string, md map[string]string) ([]uploaded, error) {
 	if boundary == "" {
-		return nil, fmt.Errorf("multipart body without boundary: %w", errdefs.ErrInvalid)
+		return nil, errdefs.Classf(errdefs.ErrInvalid, "multipart body without boundary")
 	}
 	mr := multipart.NewReader(body, boundary)
 	var out []uploaded
@@ -98,7 +105,7 @@ func (h *Handler) uploadMultipart(u *identity.User, body io.Reader, boundary, qu
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("multipart body: %v: %w", err, errdefs.ErrInvalid)
+			return nil, errdefs.Classf(errdefs.ErrInvalid, "multipart body: %v", err)
 		}
 		name := rawFilename(part.Header.Get("Content-Disposition"))
 		if name == "" && part.FormName() != "file" {
@@ -110,7 +117,7 @@ func (h *Handler) uploadMultipart(u *identity.User, body io.Reader, boundary, qu
 			target = queryPath
 		}
 		if target == "" {
-			return nil, fmt.Errorf("part without a file name and no path given: %w", errdefs.ErrInvalid)
+			return nil, errdefs.Classf(errdefs.ErrInvalid, "part without a file name and no path given")
 		}
 		e, err := writeFile(u, u.ResolvePath(target, ""), part, md)
 		_ = part.Close()

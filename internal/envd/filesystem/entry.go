@@ -33,9 +33,9 @@ func Entry(path string) (*pb.EntryInfo, error) {
 func statErr(path string, err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("file not found: %s: %w", path, errdefs.ErrNotFound)
+		return errdefs.Classf(errdefs.ErrNotFound, "file not found: %s", path)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("path %s: permission denied: %w", path, errdefs.ErrForbidden)
+		return errdefs.Classf(errdefs.ErrForbidden, "path %s: permission denied", path)
 	default:
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
@@ -210,7 +210,7 @@ func WriteMetadata(path string, md map[string]string) error {
 	for k, v := range md {
 		if err := unix.Lsetxattr(path, MetadataPrefix+k, []byte(v), 0); err != nil {
 			if errors.Is(err, unix.ENOTSUP) {
-				return fmt.Errorf("metadata of %s: filesystem has no user extended attributes: %w", path, errdefs.ErrUnsupported)
+				return errdefs.Classf(errdefs.ErrUnsupported, "metadata of %s: filesystem has no user extended attributes", path)
 			}
 			return fmt.Errorf("metadata %q of %s: %w", k, path, err)
 		}

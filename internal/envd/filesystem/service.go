@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
@@ -128,8 +130,11 @@ func (s *Service) Remove(_ context.Context, req *connect.Request[pb.RemoveReques
 	return connect.NewResponse(&pb.RemoveResponse{}), nil
 }
 
-// ListDir lists a directory down to the requested depth (at least 1).
-// Symbolic links are listed, not followed.
+// ListDir lists a directory down to the requested depth (at least 1):
+// a depth-first walk in lexical order of the names in each directory, a
+// directory before what is below it (upstream's filepath.WalkDir order,
+// which the SDK's tests compare entry by entry). Symbolic links are
+// listed, not followed.
 func (s *Service) ListDir(_ context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
 	u, path, err := s.userPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
@@ -138,7 +143,7 @@ func (s *Service) ListDir(_ context.Context, req *connect.Request[pb.ListDirRequ
 	dir, err := u.Open(path, unix.O_RDONLY|unix.O_DIRECTORY, identity.Read|identity.Execute)
 	if err != nil {
 		if errdefs.IsInvalid(err) {
-			return nil, errconnect.From(fmt.Errorf("path is not a directory: %s: %w", path, errdefs.ErrInvalid))
+			return nil, errconnect.From(errdefs.Classf(errdefs.ErrInvalid, "path is not a directory: %s", path))
 		}
 		return nil, errconnect.From(err)
 	}
@@ -154,14 +159,15 @@ func (s *Service) ListDir(_ context.Context, req *connect.Request[pb.ListDirRequ
 	return connect.NewResponse(resp), nil
 }
 
-// list appends the entries of the open directory f, named path, and down
-// to depth those of the directories below that the user may list (each
-// opened and checked as Open does).
+// list appends the entries of the open directory f, named path, sorted
+// by name, each followed (down to depth) by those of the directory it is
+// when the user may list that (opened and checked as Open does).
 func list(u *identity.User, f *os.File, path string, depth int, out *[]*pb.EntryInfo) error {
-	des, err := f.ReadDir(-1)
+	des, err := f.ReadDir(-1) // in the file system's order
 	if err != nil {
 		return fmt.Errorf("list %s: %w", path, classify(err))
 	}
+	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	for _, de := range des {
 		p := filepath.Join(path, de.Name())
 		info, err := de.Info()
@@ -183,11 +189,11 @@ func list(u *identity.User, f *os.File, path string, depth int, out *[]*pb.Entry
 func classify(err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+		return errdefs.Classf(errdefs.ErrNotFound, "%w", err)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrForbidden)
+		return errdefs.Classf(errdefs.ErrForbidden, "%w", err)
 	case errors.Is(err, fs.ErrExist):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrAlreadyExists)
+		return errdefs.Classf(errdefs.ErrAlreadyExists, "%w", err)
 	default:
 		return err
 	}

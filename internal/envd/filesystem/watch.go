@@ -42,7 +42,7 @@ func newWatch(u *identity.User, root string, recursive, includeEntry, allowNetwo
 		return nil, statErr(root, err)
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("path is not a directory: %s: %w", root, errdefs.ErrInvalid)
+		return nil, errdefs.Classf(errdefs.ErrInvalid, "path is not a directory: %s", root)
 	}
 	if err := u.CheckAccess(root, identity.Read|identity.Execute); err != nil {
 		return nil, err
@@ -51,13 +51,13 @@ func newWatch(u *identity.User, root string, recursive, includeEntry, allowNetwo
 		var sfs unix.Statfs_t
 		if err := unix.Statfs(root, &sfs); err == nil {
 			if name, ok := networkFS[int64(sfs.Type)]; ok {
-				return nil, fmt.Errorf("path %s is on a network filesystem (%s); set allowNetworkMounts to watch it: %w", root, name, errdefs.ErrConflict)
+				return nil, errdefs.Classf(errdefs.ErrConflict, "path %s is on a network filesystem (%s); set allowNetworkMounts to watch it", root, name)
 			}
 		}
 	}
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", root, errdefs.ErrExhausted)
+		return nil, errdefs.Classf(errdefs.ErrExhausted, "watch %s", root)
 	}
 	w := &watch{fsw: fsw, root: root, recursive: recursive, includeEntry: includeEntry}
 	if err := w.add(root); err != nil {
@@ -299,7 +299,7 @@ func (s *Service) pollWatcher(id string) (*pollWatcher, error) {
 	defer s.watchers.mu.Unlock()
 	pw, ok := s.watchers.m[id]
 	if !ok {
-		return nil, fmt.Errorf("watcher %q not found: %w", id, errdefs.ErrNotFound)
+		return nil, errdefs.Classf(errdefs.ErrNotFound, "watcher %q not found", id)
 	}
 	return pw, nil
 }
@@ -327,7 +327,7 @@ func (s *Service) RemoveWatcher(_ context.Context, req *connect.Request[pb.Remov
 	delete(s.watchers.m, req.Msg.GetWatcherId())
 	s.watchers.mu.Unlock()
 	if !ok {
-		return nil, errconnect.From(fmt.Errorf("watcher %q not found: %w", req.Msg.GetWatcherId(), errdefs.ErrNotFound))
+		return nil, errconnect.From(errdefs.Classf(errdefs.ErrNotFound, "watcher %q not found", req.Msg.GetWatcherId()))
 	}
 	pw.cancel()
 	return connect.NewResponse(&pb.RemoveWatcherResponse{}), nil

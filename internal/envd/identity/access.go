@@ -1,8 +1,6 @@
 package identity
 
 import (
-	"fmt"
-
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
@@ -18,7 +16,7 @@ const (
 
 // ErrPermission is wrapped by the errors of the access checks; it is of the
 // forbidden class.
-var ErrPermission = fmt.Errorf("permission denied: %w", errdefs.ErrForbidden)
+var ErrPermission = errdefs.Classf(errdefs.ErrForbidden, "permission denied")
 
 // grantsBits applies the owner/group/other permission bits of mode.
 func (u *User) grantsBits(uid, gid, mode uint32, want Access) bool {

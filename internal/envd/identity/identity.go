@@ -20,7 +20,6 @@
 package identity
 
 import (
-	"fmt"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -44,19 +43,19 @@ func (u *User) IsRoot() bool { return u.UID == 0 }
 // Lookup resolves a user by name from the system's user database.
 func Lookup(name string) (*User, error) {
 	if name == "" {
-		return nil, fmt.Errorf("user name: empty: %w", errdefs.ErrInvalid)
+		return nil, errdefs.Classf(errdefs.ErrInvalid, "user name: empty")
 	}
 	uu, err := user.Lookup(name)
 	if err != nil {
-		return nil, fmt.Errorf("user %q: %w", name, errdefs.ErrNotFound)
+		return nil, errdefs.Classf(errdefs.ErrNotFound, "user %q", name)
 	}
 	uid, err := strconv.ParseUint(uu.Uid, 10, 32)
 	if err != nil {
-		return nil, fmt.Errorf("user %q: uid %q: %w", name, uu.Uid, errdefs.ErrInvalid)
+		return nil, errdefs.Classf(errdefs.ErrInvalid, "user %q: uid %q", name, uu.Uid)
 	}
 	gid, err := strconv.ParseUint(uu.Gid, 10, 32)
 	if err != nil {
-		return nil, fmt.Errorf("user %q: gid %q: %w", name, uu.Gid, errdefs.ErrInvalid)
+		return nil, errdefs.Classf(errdefs.ErrInvalid, "user %q: gid %q", name, uu.Gid)
 	}
 	u := &User{Name: uu.Username, UID: uint32(uid), GID: uint32(gid), Home: uu.HomeDir}
 	if u.Home == "" {

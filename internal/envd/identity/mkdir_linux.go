@@ -23,7 +23,7 @@ import (
 // non-directory on the way is an invalid-argument error.
 func (u *User) OpenDirAll(dir string) (f *os.File, created bool, err error) {
 	if !filepath.IsAbs(dir) {
-		return nil, false, fmt.Errorf("path %q is not absolute: %w", dir, errdefs.ErrInvalid)
+		return nil, false, errdefs.Classf(errdefs.ErrInvalid, "path %q is not absolute", dir)
 	}
 	cur, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -46,7 +46,7 @@ func (u *User) openOrMkdir(dir int, name string) (fd int, created bool, err erro
 	fd, err = unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err == nil || !errors.Is(err, unix.ENOENT) {
 		if errors.Is(err, unix.ENOTDIR) {
-			return -1, false, fmt.Errorf("%q is not a directory: %w", name, errdefs.ErrInvalid)
+			return -1, false, errdefs.Classf(errdefs.ErrInvalid, "%q is not a directory", name)
 		}
 		return fd, false, classify(err)
 	}
@@ -94,9 +94,9 @@ func (u *User) Mkdir(path string) error {
 		if errors.Is(err, unix.EEXIST) {
 			var st unix.Stat_t
 			if unix.Fstatat(int(parent.Fd()), name, &st, 0) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				return fmt.Errorf("directory already exists: %s: %w", path, errdefs.ErrAlreadyExists)
+				return errdefs.Classf(errdefs.ErrAlreadyExists, "directory already exists: %s", path)
 			}
-			return fmt.Errorf("path already exists but is not a directory: %s: %w", path, errdefs.ErrInvalid)
+			return errdefs.Classf(errdefs.ErrInvalid, "path already exists but is not a directory: %s", path)
 		}
 		return fmt.Errorf("directory %q: %w", path, classify(err))
 	}
@@ -129,7 +129,7 @@ func (u *User) CreateFile(path string) (*os.File, error) {
 	case errors.Is(err, unix.EEXIST):
 		fd, err = unix.Openat(int(parent.Fd()), name, unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if errors.Is(err, unix.EISDIR) {
-			return nil, fmt.Errorf("path '%s' is a directory: %w", path, errdefs.ErrInvalid)
+			return nil, errdefs.Classf(errdefs.ErrInvalid, "path '%s' is a directory", path)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("open '%s': %w", path, classify(err))

@@ -38,7 +38,7 @@ const maxSymlinks = 40
 // the resolved path.
 func (u *User) Open(path string, flags int, want Access) (*os.File, error) {
 	if !filepath.IsAbs(path) {
-		return nil, fmt.Errorf("path %q is not absolute: %w", path, errdefs.ErrInvalid)
+		return nil, errdefs.Classf(errdefs.ErrInvalid, "path %q is not absolute", path)
 	}
 	cur, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -87,7 +87,7 @@ func (u *User) Open(path string, flags int, want Access) (*os.File, error) {
 		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
 			unix.Close(fd)
 			if links++; links > maxSymlinks {
-				return nil, fmt.Errorf("path %q: too many levels of symbolic links: %w", path, errdefs.ErrInvalid)
+				return nil, errdefs.Classf(errdefs.ErrInvalid, "path %q: too many levels of symbolic links", path)
 			}
 			target, err := readlinkat(cur, name)
 			if err != nil {
@@ -105,7 +105,7 @@ func (u *User) Open(path string, flags int, want Access) (*os.File, error) {
 		case len(comps) > 0:
 			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 				unix.Close(fd)
-				return nil, fmt.Errorf("path %q: %q is not a directory: %w", path, name, errdefs.ErrInvalid)
+				return nil, errdefs.Classf(errdefs.ErrInvalid, "path %q: %q is not a directory", path, name)
 			}
 			unix.Close(cur)
 			cur = fd
@@ -131,7 +131,7 @@ func (u *User) reopen(dir int, name, real string, flags int, want Access) (*os.F
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK { // swapped for a link meanwhile (O_PATH opens it)
 		unix.Close(fd)
-		return nil, fmt.Errorf("path %q changed while it was opened: %w", real, errdefs.ErrConflict)
+		return nil, errdefs.Classf(errdefs.ErrConflict, "path %q changed while it was opened", real)
 	}
 	if !u.IsRoot() && want != 0 && !u.grantsBits(st.Uid, st.Gid, st.Mode, want) {
 		unix.Close(fd)
@@ -183,11 +183,11 @@ func readlinkat(dir int, name string) (string, error) {
 func classify(err error) error {
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+		return errdefs.Classf(errdefs.ErrNotFound, "%w", err)
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 		return fmt.Errorf("%w: %w", err, ErrPermission)
 	case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EISDIR):
-		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalid)
+		return errdefs.Classf(errdefs.ErrInvalid, "%w", err)
 	default:
 		return err
 	}

@@ -3,7 +3,6 @@
 package identity
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -12,7 +11,7 @@ import (
 // envd runs inside Linux sandboxes only; elsewhere (a warren binary built
 // for another platform links this package) file access is unsupported.
 
-var errUnsupported = fmt.Errorf("envd file access: %w", errdefs.ErrUnsupported)
+var errUnsupported = errdefs.Classf(errdefs.ErrUnsupported, "envd file access")
 
 // CheckAccess is unsupported off Linux.
 func (u *User) CheckAccess(string, Access) error { return errUnsupported }

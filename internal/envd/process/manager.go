@@ -217,7 +217,7 @@ func (m *Manager) forgetLater(p *proc) {
 
 func classifyStartErr(err error) error {
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalid)
+		return errdefs.Classf(errdefs.ErrInvalid, "%w", err)
 	}
 	return err
 }
@@ -234,7 +234,7 @@ func credential(u *identity.User) *syscall.Credential {
 // lookPath finds cmd in the PATH of the process's environment.
 func lookPath(cmd string, env []string, dir string) (string, error) {
 	if cmd == "" {
-		return "", fmt.Errorf("empty command: %w", errdefs.ErrInvalid)
+		return "", errdefs.Classf(errdefs.ErrInvalid, "empty command")
 	}
 	if strings.Contains(cmd, "/") {
 		if !filepath.IsAbs(cmd) {
@@ -257,7 +257,7 @@ func lookPath(cmd string, env []string, dir string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("command %q: %w: %w", cmd, fs.ErrNotExist, errdefs.ErrInvalid)
+	return "", errdefs.Classf(errdefs.ErrInvalid, "command %q: %w", cmd, fs.ErrNotExist)
 }
 
 // get returns the process with pid, running or recently ended.
@@ -267,7 +267,7 @@ func (m *Manager) get(pid uint32) (*proc, error) {
 	if p, ok := m.procs[pid]; ok {
 		return p, nil
 	}
-	return nil, fmt.Errorf("process with pid %d not found: %w", pid, errdefs.ErrNotFound)
+	return nil, errdefs.Classf(errdefs.ErrNotFound, "process with pid %d not found", pid)
 }
 
 // byTag returns the newest running process with tag, else the newest ended one.
@@ -284,7 +284,7 @@ func (m *Manager) byTag(tag string) (*proc, error) {
 		}
 	}
 	if found == nil {
-		return nil, fmt.Errorf("process with tag %q not found: %w", tag, errdefs.ErrNotFound)
+		return nil, errdefs.Classf(errdefs.ErrNotFound, "process with tag %q not found", tag)
 	}
 	return found, nil
 }
@@ -297,7 +297,7 @@ func (m *Manager) selectProc(sel *pb.ProcessSelector) (*proc, error) {
 	case *pb.ProcessSelector_Tag:
 		return m.byTag(s.Tag)
 	default:
-		return nil, fmt.Errorf("process selector: pid or tag required: %w", errdefs.ErrInvalid)
+		return nil, errdefs.Classf(errdefs.ErrInvalid, "process selector: pid or tag required")
 	}
 }
 

@@ -160,7 +160,7 @@ func (p *proc) writeInput(in *pb.ProcessInput) error {
 	switch v := in.GetInput().(type) {
 	case *pb.ProcessInput_Pty:
 		if p.pty == nil {
-			return fmt.Errorf("process %d has no pty: %w", p.pid, errdefs.ErrInvalid)
+			return errdefs.Classf(errdefs.ErrInvalid, "process %d has no pty", p.pid)
 		}
 		_, err := p.pty.Write(v.Pty)
 		return inputErr(p.pid, err)
@@ -172,12 +172,12 @@ func (p *proc) writeInput(in *pb.ProcessInput) error {
 				_, err := p.pty.Write(v.Stdin)
 				return inputErr(p.pid, err)
 			}
-			return fmt.Errorf("process %d: stdin is closed or was not requested: %w", p.pid, errdefs.ErrConflict)
+			return errdefs.Classf(errdefs.ErrConflict, "process %d: stdin is closed or was not requested", p.pid)
 		}
 		_, err := p.stdin.Write(v.Stdin)
 		return inputErr(p.pid, err)
 	default:
-		return fmt.Errorf("process %d: empty input: %w", p.pid, errdefs.ErrInvalid)
+		return errdefs.Classf(errdefs.ErrInvalid, "process %d: empty input", p.pid)
 	}
 }
 
@@ -186,7 +186,7 @@ func inputErr(pid uint32, err error) error {
 		return nil
 	}
 	if errors.Is(err, os.ErrClosed) || errors.Is(err, unix.EPIPE) || errors.Is(err, unix.EIO) {
-		return fmt.Errorf("process %d: input closed: %w", pid, errdefs.ErrConflict)
+		return errdefs.Classf(errdefs.ErrConflict, "process %d: input closed", pid)
 	}
 	return fmt.Errorf("process %d: write input: %w", pid, err)
 }
@@ -233,15 +233,15 @@ func (p *proc) groupAlive() bool {
 }
 
 func (p *proc) notFound() error {
-	return fmt.Errorf("process with pid %d not found: %w", p.pid, errdefs.ErrNotFound)
+	return errdefs.Classf(errdefs.ErrNotFound, "process with pid %d not found", p.pid)
 }
 
 func (p *proc) resize(size *pb.PTY_Size) error {
 	if p.pty == nil {
-		return fmt.Errorf("process %d has no pty: %w", p.pid, errdefs.ErrInvalid)
+		return errdefs.Classf(errdefs.ErrInvalid, "process %d has no pty", p.pid)
 	}
 	if size == nil {
-		return fmt.Errorf("process %d: pty size missing: %w", p.pid, errdefs.ErrInvalid)
+		return errdefs.Classf(errdefs.ErrInvalid, "process %d: pty size missing", p.pid)
 	}
 	return pty.Setsize(p.pty, &pty.Winsize{Cols: uint16(size.GetCols()), Rows: uint16(size.GetRows())})
 }

@@ -65,7 +65,7 @@ func (s *Service) resolve(h http.Header, req *pb.StartRequest) (startOptions, er
 	}
 	cfg := req.GetProcess()
 	if cfg == nil || cfg.GetCmd() == "" {
-		return startOptions{}, fmt.Errorf("process.cmd is required: %w", errdefs.ErrInvalid)
+		return startOptions{}, errdefs.Classf(errdefs.ErrInvalid, "process.cmd is required")
 	}
 	dir, err := workdir(u, cfg.Cwd, s.state.DefaultWorkdir())
 	if err != nil {
@@ -95,7 +95,7 @@ func workdir(u *identity.User, cwd *string, def string) (string, error) {
 	if cwd != nil && *cwd != "" {
 		dir := u.ResolvePath(*cwd, "")
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			return "", fmt.Errorf("cwd '%s' does not exist: %w", dir, errdefs.ErrInvalid)
+			return "", errdefs.Classf(errdefs.ErrInvalid, "cwd '%s' does not exist", dir)
 		}
 		if err := u.CheckAccess(dir, identity.Execute); err != nil {
 			return "", fmt.Errorf("cwd '%s': %w", dir, err)
@@ -153,9 +153,9 @@ func (s *Service) live(sel *pb.ProcessSelector) (*proc, error) {
 	}
 	if p.ended() {
 		if t := sel.GetTag(); t != "" {
-			return nil, fmt.Errorf("process with tag %q not found: %w", t, errdefs.ErrNotFound)
+			return nil, errdefs.Classf(errdefs.ErrNotFound, "process with tag %q not found", t)
 		}
-		return nil, fmt.Errorf("process with pid %d not found: %w", p.pid, errdefs.ErrNotFound)
+		return nil, errdefs.Classf(errdefs.ErrNotFound, "process with pid %d not found", p.pid)
 	}
 	return p, nil
 }
@@ -185,7 +185,7 @@ func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[
 			p = q
 		case *pb.StreamInputRequest_Data:
 			if p == nil {
-				return nil, errconnect.From(fmt.Errorf("stream input: start event must come first: %w", errdefs.ErrInvalid))
+				return nil, errconnect.From(errdefs.Classf(errdefs.ErrInvalid, "stream input: start event must come first"))
 			}
 			if err := p.writeInput(ev.Data.GetInput()); err != nil {
 				return nil, errconnect.From(err)
@@ -214,7 +214,7 @@ func (s *Service) SendSignal(_ context.Context, req *connect.Request[pb.SendSign
 	case pb.Signal_SIGNAL_SIGTERM:
 		sig = unix.SIGTERM
 	default:
-		return nil, errconnect.From(fmt.Errorf("signal %v: %w", req.Msg.GetSignal(), errdefs.ErrInvalid))
+		return nil, errconnect.From(errdefs.Classf(errdefs.ErrInvalid, "signal %v", req.Msg.GetSignal()))
 	}
 	if sel, ok := req.Msg.GetProcess().GetSelector().(*pb.ProcessSelector_Pid); ok && sel.Pid == 0 {
 		if err := s.signalUser(req.Header(), sig); err != nil {
@@ -240,7 +240,7 @@ func (s *Service) signalUser(h http.Header, sig unix.Signal) error {
 	}
 	err = signalUser(u.UID, sig)
 	if errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("no process of user %q to signal: %w", u.Name, errdefs.ErrNotFound)
+		return errdefs.Classf(errdefs.ErrNotFound, "no process of user %q to signal", u.Name)
 	}
 	if err != nil {
 		return fmt.Errorf("signal the processes of user %q: %w", u.Name, err)
@@ -255,7 +255,7 @@ func (s *Service) CloseStdin(_ context.Context, req *connect.Request[pb.CloseStd
 		return nil, errconnect.From(err)
 	}
 	if p.pty != nil {
-		return nil, errconnect.From(fmt.Errorf("process %d uses a pty; send Ctrl+D (0x04) instead: %w", p.pid, errdefs.ErrConflict))
+		return nil, errconnect.From(errdefs.Classf(errdefs.ErrConflict, "process %d uses a pty; send Ctrl+D (0x04) instead", p.pid))
 	}
 	p.closeStdin()
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil

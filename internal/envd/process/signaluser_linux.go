@@ -21,7 +21,7 @@ import (
 func signalUser(uid uint32, sig unix.Signal) error {
 	if uid == 0 {
 		if os.Getpid() != 1 {
-			return fmt.Errorf("signal every process: envd is not the sandbox's init: %w", errdefs.ErrUnsupported)
+			return errdefs.Classf(errdefs.ErrUnsupported, "signal every process: envd is not the sandbox's init")
 		}
 		return repeatKill(func() error { return unix.Kill(-1, sig) }, sig)
 	}
@@ -60,4 +60,4 @@ func killAs(uid uint32, sig unix.Signal) error {
 }
 
 // errMainThread: killAs's goroutine ran on the main thread.
-var errMainThread = fmt.Errorf("no thread but the main one to run as the user: %w", errdefs.ErrUnavailable)
+var errMainThread = errdefs.Classf(errdefs.ErrUnavailable, "no thread but the main one to run as the user")

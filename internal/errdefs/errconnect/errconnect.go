@@ -1,6 +1,8 @@
-// Package errconnect maps Warren's error classes (internal/errdefs) to
-// Connect error codes and back, for every Connect boundary: envd's process
-// and filesystem services and the node RPC (internal/node/noderpc).
+// Package errconnect is the one table between Warren's error classes
+// (internal/errdefs) and Connect error codes, both directions, for every
+// Connect boundary: envd's process and filesystem services and the node
+// RPC (internal/node/noderpc). Each class has a code of its own, so a class
+// crosses a Connect wire and comes back as itself.
 package errconnect
 
 import (
@@ -12,7 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
-// codes maps the classes to Connect codes, in the order Code tests them.
+// codes maps the classes to Connect codes, in errdefs.Classes' order.
 var codes = []struct {
 	class error
 	code  connect.Code
@@ -61,11 +63,19 @@ func Class(code connect.Code) error {
 	return nil
 }
 
-// From wraps err as a Connect error with the code of its class and its
-// text without the trailing class words (errdefs.StripClass) as the
-// message. envd uses it: what envd reports is about the tenant's own
-// sandbox (its files, its processes), so the whole text is theirs to see;
-// wrap errors so that they name the object.
+// New returns a Connect error of class's code whose message is msg, for a
+// server's own refusal (an interceptor's, a stream's end).
+func New(class error, msg string) *connect.Error {
+	return connect.NewError(Code(class), errors.New(msg))
+}
+
+// From wraps err as a Connect error with the code of its class (a Connect
+// error stays as it is) and, as the message, the one chosen where err was
+// made, else err's whole text (errdefs.MessageOrText). envd uses it: what envd
+// reports is about the tenant's own sandbox (its files, its processes),
+// so its errors' text is theirs to see; envd makes its errors of a class
+// with errdefs.Classf, whose text carries no class words, so nothing is
+// cut off any text here.
 func From(err error) error {
 	if err == nil {
 		return nil
@@ -74,5 +84,5 @@ func From(err error) error {
 	if errors.As(err, &ce) {
 		return ce
 	}
-	return connect.NewError(Code(err), errors.New(errdefs.StripClass(err)))
+	return connect.NewError(Code(err), errors.New(errdefs.MessageOrText(err)))
 }

@@ -22,8 +22,11 @@ import (
 type Node struct {
 	mu        sync.Mutex
 	sandboxes map[string]*nodeapi.Sandbox
-	calls     []string
-	watchers  []chan nodeapi.Event
+	// kills are the fake's own kills not acknowledged yet
+	// (nodeapi.KillReporter), by sandbox ID.
+	kills    map[string]nodeapi.Event
+	calls    []string
+	watchers []chan nodeapi.Event
 
 	// Address and Host are given to every sandbox (e.g. an httptest
 	// server standing in for envd). Defaults: 127.0.0.1:49983, 127.0.0.1.
@@ -49,14 +52,21 @@ type Node struct {
 	BeforeFork   func(id string, req nodeapi.ForkRequest)
 	BeforeList   func()
 	AfterList    func(listed []*nodeapi.Sandbox)
+	// Logs, when set, is the kept log SandboxLogs answers for a running
+	// sandbox (before start's filter); nil: one line of its start.
+	Logs func(id string) []nodeapi.LogEntry
 }
 
-var _ nodeapi.Service = (*Node)(nil)
+var (
+	_ nodeapi.Service   = (*Node)(nil)
+	_ nodeapi.LogSource = (*Node)(nil)
+)
 
 // New returns an empty fake node.
 func New() *Node {
 	return &Node{
 		sandboxes: map[string]*nodeapi.Sandbox{},
+		kills:     map[string]nodeapi.Event{},
 		Address:   "127.0.0.1:49983",
 		Host:      "127.0.0.1",
 		Caps:      nodeapi.Capabilities{Driver: "fakenode", MemoryCheckpoint: true, Freeze: true, Fork: true},
@@ -112,6 +122,9 @@ func (n *Node) Create(_ context.Context, req nodeapi.CreateRequest) (*nodeapi.Sa
 func (n *Node) get(id string) (*nodeapi.Sandbox, error) {
 	s, ok := n.sandboxes[id]
 	if !ok {
+		if ev, ok := n.kills[id]; ok {
+			return nil, &nodeapi.KilledError{Kill: ev}
+		}
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
 	return s, nil
@@ -289,6 +302,39 @@ func (n *Node) Stats(_ context.Context, id string) (*nodeapi.Stats, error) {
 		DiskUsedBytes: 1 << 20, DiskTotalBytes: 1 << 30}, nil
 }
 
+// SandboxLogs implements nodeapi.LogSource.
+func (n *Node) SandboxLogs(_ context.Context, id string, start time.Time) ([]nodeapi.LogEntry, error) {
+	n.mu.Lock()
+	n.record("logs %s", id)
+	s, err := n.get(id)
+	var state sandbox.State
+	var started time.Time
+	if err == nil {
+		state, started = s.State, s.StartedAt
+	}
+	logs := n.Logs
+	n.mu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case state != sandbox.StateRunning:
+		return nil, fmt.Errorf("sandbox %q is %s: %w", id, state, errdefs.ErrConflict)
+	}
+	var all []nodeapi.LogEntry
+	if logs != nil {
+		all = logs(id)
+	} else {
+		all = []nodeapi.LogEntry{{Timestamp: started, Level: "info", Message: "sandbox started", Fields: map[string]string{"logger": "fakenode"}}}
+	}
+	out := make([]nodeapi.LogEntry, 0, len(all))
+	for _, e := range all {
+		if !e.Timestamp.Before(start) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
 // Watch implements nodeapi.Service.
 func (n *Node) Watch(ctx context.Context) (<-chan nodeapi.Event, error) {
 	n.mu.Lock()
@@ -305,8 +351,8 @@ func (n *Node) Watch(ctx context.Context) (<-chan nodeapi.Event, error) {
 	return ch, nil
 }
 
-// Exit makes a sandbox end by itself (as if its init exited) and tells the
-// watchers.
+// Exit makes a sandbox end by itself (as if its init exited), keeps it as
+// the node's own kill and tells the watchers.
 func (n *Node) Exit(id string, reason sandbox.KillReason) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -316,9 +362,48 @@ func (n *Node) Exit(id string, reason sandbox.KillReason) {
 	}
 	delete(n.sandboxes, id)
 	ev := nodeapi.Event{Type: nodeapi.EventExited, SandboxID: id, ExecutionID: s.ExecutionID, Reason: reason, At: time.Now()}
+	n.kills[id] = ev
 	for _, w := range n.watchers {
 		w <- ev
 	}
+}
+
+// KillOwn makes the node kill a sandbox on its own (its backstop, say)
+// at, keeping the kill, and tells no watcher: as while the control plane
+// is away.
+func (n *Node) KillOwn(id string, reason sandbox.KillReason, at time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s, ok := n.sandboxes[id]
+	if !ok {
+		return
+	}
+	delete(n.sandboxes, id)
+	n.kills[id] = nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: s.ExecutionID, Reason: reason, At: at}
+}
+
+var _ nodeapi.KillReporter = (*Node)(nil)
+
+// OwnKills implements nodeapi.KillReporter.
+func (n *Node) OwnKills(context.Context) ([]nodeapi.Event, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := slices.Collect(maps.Values(n.kills))
+	slices.SortFunc(out, func(a, b nodeapi.Event) int { return a.At.Compare(b.At) })
+	return out, nil
+}
+
+// AckKills implements nodeapi.KillReporter.
+func (n *Node) AckKills(_ context.Context, acks []nodeapi.KillAck) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.record("ackkills %d", len(acks))
+	for _, k := range acks {
+		if ev, ok := n.kills[k.SandboxID]; ok && ev.ExecutionID == k.ExecutionID {
+			delete(n.kills, k.SandboxID)
+		}
+	}
+	return nil
 }
 
 // Put adds a sandbox directly (e.g. one the control plane does not know).

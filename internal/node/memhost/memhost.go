@@ -17,11 +17,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -636,6 +638,38 @@ func (e *Envd) Start(ctx context.Context, addr, accessToken string, p node.EnvdP
 	}
 	e.starts = append(e.starts, EnvdCall{Addr: addr, Process: p})
 	return nil
+}
+
+var _ node.EnvdLogs = (*Envd)(nil)
+
+// Logs implements node.EnvdLogs: the lines an envd at addr would keep of
+// what it was asked (its /init, then each process started), from start
+// on; a token other than the one /init set is refused, as envd refuses
+// it.
+func (e *Envd) Logs(ctx context.Context, addr, accessToken string, start time.Time) ([]nodeapi.LogEntry, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var init *EnvdCall
+	for i := range e.inits {
+		if e.inits[i].Addr == addr {
+			init = &e.inits[i]
+		}
+	}
+	if init == nil {
+		return nil, fmt.Errorf("envd at %s: no answer: %w", addr, errdefs.ErrUnavailable)
+	}
+	if init.Init.AccessToken != "" && accessToken != init.Init.AccessToken {
+		return nil, fmt.Errorf("envd at %s: wrong access token: %w", addr, errdefs.ErrUnauthorized)
+	}
+	at := init.Init.Timestamp
+	out := []nodeapi.LogEntry{{Timestamp: at, Level: "info", Message: "envd initialized", Fields: map[string]string{"addr": addr}}}
+	for _, s := range e.starts {
+		if s.Addr == addr {
+			at = at.Add(time.Millisecond)
+			out = append(out, nodeapi.LogEntry{Timestamp: at, Level: "info", Message: "process started: " + s.Process.Cmd, Fields: map[string]string{}})
+		}
+	}
+	return slices.DeleteFunc(out, func(l nodeapi.LogEntry) bool { return l.Timestamp.Before(start) }), nil
 }
 
 // Inits returns the recorded /init calls.

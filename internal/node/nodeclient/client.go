@@ -6,6 +6,7 @@ package nodeclient
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -19,15 +20,26 @@ import (
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // Options tune the client.
 type Options struct {
-	// HTTPClient carries the calls; nil means http.DefaultClient.
+	// HTTPClient carries the calls; nil means nodeauth.Client(TLS): no
+	// proxy from the environment and no redirects (a node answers for
+	// itself; a redirect would take the call's credential elsewhere).
 	HTTPClient *http.Client
-	// Token is sent as "Authorization: Bearer <token>" when set.
+	// TLS verifies the node's certificate when HTTPClient is nil (nil:
+	// the system's roots).
+	TLS *tls.Config
+	// Token is sent as "Authorization: Bearer <token>" when set: the
+	// node's RPC credential (nodeauth.Credential(token, PurposeRPC)).
 	Token string
+	// Credential, when set, gives the bearer of each call instead of
+	// Token (the control plane's credential of the node, which follows a
+	// rotation of its token).
+	Credential func(ctx context.Context) (string, error)
 	// Logger receives the failures of the calls whose Go signature has no
 	// error (Reserve, Unreserve, Pools of nodeapi.Pooler).
 	Logger *slog.Logger
@@ -36,10 +48,11 @@ type Options struct {
 	CallTimeout time.Duration
 }
 
-// Client is a nodeapi.Service over RPC, with every optional part
-// (nodeapi.Pooler, MetricsSource, ExecutionKiller, TemplateHolder,
-// SandboxSnapshotter, TemplateSnapshotter): a node that lacks one answers
-// ErrUnsupported.
+// Client is a nodeapi.Service over RPC, with every optional part that
+// names no path on the node (nodeapi.Pooler, MetricsSource,
+// ExecutionKiller, TemplateHolder, SandboxSnapshotter, LogSource): a node
+// that lacks one answers ErrUnsupported. A template crosses as its ID and
+// build ID only; the node resolves its files.
 type Client struct {
 	rpc     nodepbconnect.NodeServiceClient
 	log     *slog.Logger
@@ -53,11 +66,15 @@ var _ nodeapi.Service = (*Client)(nil)
 func New(baseURL string, opts Options) *Client {
 	hc := opts.HTTPClient
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = nodeauth.Client(opts.TLS)
 	}
 	var copts []connect.ClientOption
-	if opts.Token != "" {
-		copts = append(copts, connect.WithInterceptors(bearer(opts.Token)))
+	switch {
+	case opts.Credential != nil:
+		copts = append(copts, connect.WithInterceptors(&bearerInterceptor{cred: opts.Credential}))
+	case opts.Token != "":
+		tok := opts.Token
+		copts = append(copts, connect.WithInterceptors(&bearerInterceptor{cred: func(context.Context) (string, error) { return tok, nil }}))
 	}
 	c := &Client{rpc: nodepbconnect.NewNodeServiceClient(hc, baseURL, copts...), log: opts.Logger, timeout: opts.CallTimeout}
 	if c.log == nil {
@@ -142,6 +159,7 @@ func (c *Client) Resume(ctx context.Context, id string, req nodeapi.ResumeReques
 func (c *Client) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
 	resp, err := c.rpc.Fork(ctx, connect.NewRequest(&nodepb.ForkRequest{
 		Id: id, Ids: req.IDs, ExecutionIds: req.ExecutionIDs, EndAt: noderpc.Timestamp(req.EndAt),
+		EnvdAccessTokens: req.EnvdAccessTokens,
 	}))
 	if err != nil {
 		return nil, noderpc.FromConnectError(err)
@@ -260,16 +278,21 @@ func (c *Client) Capabilities(ctx context.Context) (nodeapi.Capabilities, error)
 	return nodeapi.Capabilities{Driver: m.GetDriver(), MemoryCheckpoint: m.GetMemoryCheckpoint(), Freeze: m.GetFreeze(), Fork: m.GetFork()}, nil
 }
 
-// bearer adds the shared token to every call.
-func bearer(token string) connect.Interceptor {
-	return &bearerInterceptor{value: "Bearer " + token}
+// bearerInterceptor adds the node's credential to every call; a call
+// without one (the node has no good token) is not sent.
+type bearerInterceptor struct {
+	cred func(ctx context.Context) (string, error)
 }
-
-type bearerInterceptor struct{ value string }
 
 func (b *bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", b.value)
+		v, err := b.cred(ctx)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeUnavailable, err)
+		}
+		if v != "" {
+			req.Header().Set("Authorization", "Bearer "+v)
+		}
 		return next(ctx, req)
 	}
 }
@@ -277,10 +300,28 @@ func (b *bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 func (b *bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", b.value)
+		v, err := b.cred(ctx)
+		if err != nil {
+			return &failedConn{StreamingClientConn: conn, err: connect.NewError(connect.CodeUnavailable, err)}
+		}
+		if v != "" {
+			conn.RequestHeader().Set("Authorization", "Bearer "+v)
+		}
 		return conn
 	}
 }
+
+// failedConn is a stream that is not opened: its first send or receive
+// fails with err.
+type failedConn struct {
+	connect.StreamingClientConn
+	err error
+}
+
+func (f *failedConn) Send(any) error       { return f.err }
+func (f *failedConn) Receive(any) error    { return f.err }
+func (f *failedConn) CloseRequest() error  { return nil }
+func (f *failedConn) CloseResponse() error { return nil }
 
 func (b *bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next

@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
@@ -27,26 +28,43 @@ type rig struct {
 	agent  *node.Agent
 	client *nodeclient.Client
 	drv    *fake.Driver
+	envd   *nodetest.Envd
 	url    string
 }
 
-func newRig(t *testing.T, fcfg fake.Config, token string) *rig {
+// newRig serves an agent over the fake driver through the noderpc
+// server; opts tune the server's options.
+func newRig(t *testing.T, fcfg fake.Config, token string, opts ...func(*node.Agent, *noderpc.Options)) *rig {
 	t.Helper()
-	drv := fake.New(fcfg)
+	drv, envd := fake.New(fcfg), &nodetest.Envd{}
 	a, err := node.New(context.Background(), node.Config{
 		DataDir: t.TempDir(), Driver: drv, Cgroups: nodetest.NewCgroups(), Net: nodetest.NewNet(),
-		Layers: nodetest.NewLayers(), Envd: &nodetest.Envd{}, ReclaimInterval: -1,
+		Layers: nodetest.NewLayers(), Envd: envd, ReclaimInterval: -1,
 		FreeDisk: func(string) (uint64, error) { return 1 << 40, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
+	o := noderpc.Options{Token: token, ResolveTemplate: resolveOwn}
+	for _, f := range opts {
+		f(a, &o)
+	}
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: token}))
+	mux.Handle(noderpc.NewHandler(a, o))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &rig{agent: a, client: nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token}), drv: drv, url: srv.URL}
+	return &rig{agent: a, client: nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token}), drv: drv, envd: envd, url: srv.URL}
+}
+
+// resolveOwn is the rig node's template resolver: it holds template "t",
+// build "b" (as req names it), its root filesystem at /rootfs.
+func resolveOwn(_ context.Context, _ string, t nodeapi.Template) (nodeapi.Template, error) {
+	own := req("x").Template
+	if t.ID != own.ID || t.BuildID != "" && t.BuildID != own.BuildID {
+		return nodeapi.Template{}, fmt.Errorf("template %q build %q: %w", t.ID, t.BuildID, errdefs.ErrNotFound)
+	}
+	return own, nil
 }
 
 func req(id string) nodeapi.CreateRequest {
@@ -123,9 +141,20 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("capabilities %+v, %v", caps, err)
 	}
 
-	kids, err := c.Fork(ctx, "sb1", nodeapi.ForkRequest{IDs: []string{"k1", "k2"}, ExecutionIDs: []string{"x1", "x2"}})
+	kids, err := c.Fork(ctx, "sb1", nodeapi.ForkRequest{IDs: []string{"k1", "k2"}, ExecutionIDs: []string{"x1", "x2"}, EnvdAccessTokens: []string{"tk1", "tk2"}})
 	if err != nil || len(kids) != 2 || kids[1].ID != "k2" || kids[1].ExecutionID != "x2" || kids[0].State != sandbox.StateRunning {
 		t.Fatalf("fork %+v, %v", kids, err)
+	}
+	for i, k := range kids {
+		got := ""
+		for _, in := range r.envd.Inits() {
+			if in.Addr == k.Address {
+				got = in.Init.AccessToken
+			}
+		}
+		if want := []string{"tk1", "tk2"}[i]; got != want {
+			t.Errorf("fork %s: envd access token %q, want %q (the request's, over the wire)", k.ID, got, want)
+		}
 	}
 	p, err := c.Pause(ctx, "sb1", nodeapi.PauseRequest{Memory: true})
 	if err != nil || p.State != sandbox.StatePaused || !p.PausedWithMemory {
@@ -247,7 +276,7 @@ func TestConnectErrorMapping(t *testing.T) {
 			}
 		})
 	}
-	if err := noderpc.FromConnectError(noderpc.ToConnectError(errors.New("disk on fire"))); err == nil || errdefs.HTTPStatus(err) != 500 {
+	if err := noderpc.FromConnectError(noderpc.ToConnectError(errors.New("disk on fire"))); err == nil || errhttp.Status(err) != 500 {
 		t.Errorf("unclassified error came back as %v", err)
 	}
 }
@@ -266,7 +295,7 @@ func TestWatchReconnects(t *testing.T) {
 	}
 	defer a.Close()
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(a, noderpc.Options{}))
+	mux.Handle(noderpc.NewHandler(a, noderpc.Options{ResolveTemplate: resolveOwn}))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client()})

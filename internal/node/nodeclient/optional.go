@@ -2,6 +2,7 @@ package nodeclient
 
 import (
 	"context"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -11,12 +12,15 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// The optional parts of nodeapi.Service, over the wire.
+// The optional parts of nodeapi.Service, over the wire. The part that
+// names directories on the node (nodeapi.TemplateSnapshotter) does not
+// cross it: a path is the node's own. Sandbox snapshots cross by IDs
+// (TakeSandboxSnapshot), naming no path.
 var (
-	_ nodeapi.Pooler              = (*Client)(nil)
-	_ nodeapi.TemplateHolder      = (*Client)(nil)
-	_ nodeapi.SandboxSnapshotter  = (*Client)(nil)
-	_ nodeapi.TemplateSnapshotter = (*Client)(nil)
+	_ nodeapi.Pooler             = (*Client)(nil)
+	_ nodeapi.TemplateHolder     = (*Client)(nil)
+	_ nodeapi.SandboxSnapshotter = (*Client)(nil)
+	_ nodeapi.LogSource          = (*Client)(nil)
 )
 
 // SetPool implements nodeapi.Pooler.
@@ -82,25 +86,27 @@ func (c *Client) TemplatesInUse(ctx context.Context) ([]nodeapi.TemplateUse, err
 }
 
 // SnapshotSandbox implements nodeapi.SandboxSnapshotter.
-func (c *Client) SnapshotSandbox(ctx context.Context, id, dir string) (nodeapi.Template, error) {
-	resp, err := c.rpc.SnapshotSandbox(ctx, connect.NewRequest(&nodepb.SnapshotSandboxRequest{Id: id, Dir: dir}))
-	if err != nil {
-		return nodeapi.Template{}, noderpc.FromConnectError(err)
-	}
-	return noderpc.TemplateFromProto(resp.Msg.GetTemplate()), nil
-}
-
-// Snapshot implements nodeapi.TemplateSnapshotter.
-func (c *Client) Snapshot(ctx context.Context, t nodeapi.Template, readyCmd, dir string) error {
-	_, err := c.rpc.SnapshotTemplate(ctx, connect.NewRequest(&nodepb.SnapshotTemplateRequest{
-		Template: noderpc.TemplateToProto(t), ReadyCmd: readyCmd, Dir: dir,
+func (c *Client) SnapshotSandbox(ctx context.Context, id string, req nodeapi.SnapshotRequest) (*nodeapi.SandboxSnapshot, error) {
+	resp, err := c.rpc.TakeSandboxSnapshot(ctx, connect.NewRequest(&nodepb.TakeSandboxSnapshotRequest{
+		Id: id, TeamId: req.TeamID, TemplateId: req.TemplateID, BuildId: req.BuildID,
 	}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return noderpc.SandboxSnapshotFromProto(resp.Msg), nil
+}
+
+// DeleteSandboxSnapshot implements nodeapi.SandboxSnapshotter.
+func (c *Client) DeleteSandboxSnapshot(ctx context.Context, buildID string) error {
+	_, err := c.rpc.DeleteSandboxSnapshot(ctx, connect.NewRequest(&nodepb.DeleteSandboxSnapshotRequest{BuildId: buildID}))
 	return noderpc.FromConnectError(err)
 }
 
-// DeleteSnapshot implements nodeapi.SandboxSnapshotter and
-// nodeapi.TemplateSnapshotter.
-func (c *Client) DeleteSnapshot(ctx context.Context, dir string) error {
-	_, err := c.rpc.DeleteSnapshot(ctx, connect.NewRequest(&nodepb.DeleteSnapshotRequest{Dir: dir}))
-	return noderpc.FromConnectError(err)
+// SandboxLogs implements nodeapi.LogSource.
+func (c *Client) SandboxLogs(ctx context.Context, id string, start time.Time) ([]nodeapi.LogEntry, error) {
+	resp, err := c.rpc.SandboxLogs(ctx, connect.NewRequest(&nodepb.SandboxLogsRequest{Id: id, Start: noderpc.Timestamp(start)}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return noderpc.LogEntriesFromProto(resp.Msg.GetEntries()), nil
 }

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 
-	"github.com/warren-sandbox/warren/internal/apiserver"
-	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
@@ -17,14 +14,12 @@ import (
 )
 
 // TestServerOptions: a node with a proxy listener names it in every
-// sandbox it returns, and refuses snapshot directories outside its
-// SnapshotRoot (the control plane cannot make it write or delete there).
+// sandbox it returns.
 func TestServerOptions(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, fake.Config{}, "")
-	root := t.TempDir()
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(r.agent, noderpc.Options{NodeProxy: "10.0.0.5:3101", SnapshotRoot: root}))
+	mux.Handle(noderpc.NewHandler(r.agent, noderpc.Options{NodeProxy: "10.0.0.5:3101", ResolveTemplate: resolveOwn}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client()})
@@ -44,22 +39,19 @@ func TestServerOptions(t *testing.T) {
 	if g, _ := r.client.Get(ctx, "sb1"); g == nil || g.NodeProxy != "" {
 		t.Errorf("Get through a server without a proxy: %+v, want no node proxy", g)
 	}
-	for _, dir := range []string{"/etc", filepath.Join(root, "..", "x"), root, "relative/dir", filepath.Dir(root) + "/other"} {
-		if _, err := c.SnapshotSandbox(ctx, "sb1", dir); !errors.Is(err, errdefs.ErrInvalid) {
-			t.Errorf("SnapshotSandbox into %q: %v, want invalid", dir, err)
-		}
-		if err := c.DeleteSnapshot(ctx, dir); !errors.Is(err, errdefs.ErrInvalid) {
-			t.Errorf("DeleteSnapshot of %q: %v, want invalid", dir, err)
-		}
-	}
-	if _, err := c.SnapshotSandbox(ctx, "sb1", filepath.Join(root, "snap")); err != nil {
-		t.Errorf("SnapshotSandbox under the root: %v", err)
-	}
 }
 
-// The client stands in for the agent wherever the control plane takes a
-// node's snapshots.
-var (
-	_ apiserver.Snapshotter = (*nodeclient.Client)(nil)
-	_ builder.Snapshotter   = (*nodeclient.Client)(nil)
-)
+// A node without a template resolver starts nothing over the wire: the
+// request names no files, and it has none to name.
+func TestCreateWithoutResolver(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, fake.Config{}, "")
+	mux := http.NewServeMux()
+	mux.Handle(noderpc.NewHandler(r.agent, noderpc.Options{}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client()})
+	if _, err := c.Create(context.Background(), req("sb1")); !errors.Is(err, errdefs.ErrUnsupported) {
+		t.Errorf("Create on a node without a resolver: %v, want unsupported", err)
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/netslot/netslottest"
 	"github.com/warren-sandbox/warren/internal/node"
+	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/node/rootfslayers"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/rootfs"
@@ -80,7 +81,7 @@ type host struct {
 
 func newHost(t testing.TB) *host {
 	t.Helper()
-	testenv.Require(t, os.Geteuid() == 0, "needs root")
+	testenv.NeedRoot(t, "node integration tests")
 	h := &host{
 		t:     t,
 		runsc: testenv.Runsc(t),
@@ -95,7 +96,7 @@ func newHost(t testing.TB) *host {
 		tmplBase, tmplErr = os.MkdirTemp("", "warren-nodeinteg-")
 		if tmplErr == nil {
 			tmplDir = filepath.Join(tmplBase, "rootfs")
-			tmplErr = rootfs.Unpack(context.Background(), tar, tmplDir)
+			tmplErr = unpackTemplate(tar, tmplDir)
 		}
 	})
 	if tmplErr != nil {
@@ -107,6 +108,20 @@ func newHost(t testing.TB) *host {
 	h.logs = testenv.Output(t) // shown when the test fails or runs with -v
 	t.Cleanup(h.cleanup)
 	return h
+}
+
+// unpackTemplate unpacks the root filesystem tar at tarPath into the new
+// directory dir, as the template catalog does.
+func unpackTemplate(tarPath, dir string) error {
+	f, err := os.Open(tarPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	return layer.UnpackRootFS(context.Background(), f, dir, nil)
 }
 
 // cleanup removes whatever a test left on the host, even after a failure:
@@ -766,7 +781,7 @@ func TestSnapshotSandbox(t *testing.T) {
 	run(t, sb, tok, "echo disk > /home/user/f; echo mem > /tmp/m")
 	dir := filepath.Join(h.dir, "sandbox-snapshot")
 	start := time.Now()
-	tmpl, err := a.SnapshotSandbox(ctx, id, dir)
+	tmpl, err := a.SnapshotSandboxInto(ctx, id, dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,11 +19,13 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/node/rootfslayers"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/rootfs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -36,6 +38,9 @@ const agentProcessEnv = "WARREN_NODEINTEG_AGENT"
 type agentProcessConfig struct {
 	Dir, CgRoot, Runsc, Envd string
 	Net                      netslot.Config
+	// Template is the host's template, to which the agent's node RPC
+	// resolves the creates that name it (no path crosses the wire).
+	Template nodeapi.Template
 }
 
 func runAgentProcess() {
@@ -82,7 +87,13 @@ func serveAgent(c agentProcessConfig) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: "t0ken", Logger: log}))
+	resolve := func(_ context.Context, _ string, t nodeapi.Template) (nodeapi.Template, error) {
+		if t.ID != c.Template.ID || t.BuildID != c.Template.BuildID {
+			return nodeapi.Template{}, fmt.Errorf("template %q build %q: %w", t.ID, t.BuildID, errdefs.ErrNotFound)
+		}
+		return c.Template, nil
+	}
+	mux.Handle(noderpc.NewHandler(a, noderpc.Options{Token: "t0ken", Logger: log, ResolveTemplate: resolve}))
 	fmt.Println("ADDR", l.Addr().String())
 	return http.Serve(l, mux)
 }
@@ -90,7 +101,8 @@ func serveAgent(c agentProcessConfig) error {
 // startAgentProcess runs a node agent in a child process on the host.
 func (h *host) startAgentProcess(t *testing.T) (*exec.Cmd, *nodeclient.Client) {
 	t.Helper()
-	cfg, _ := json.Marshal(agentProcessConfig{Dir: h.dir, CgRoot: h.cgRoot, Runsc: h.runsc, Envd: h.envd, Net: h.netCfg})
+	cfg, _ := json.Marshal(agentProcessConfig{Dir: h.dir, CgRoot: h.cgRoot, Runsc: h.runsc, Envd: h.envd, Net: h.netCfg,
+		Template: h.createReq("").Template})
 	cmd := exec.Command(os.Args[0], "-test.run", "^$")
 	cmd.Env = append(os.Environ(), agentProcessEnv+"="+string(cfg))
 	cmd.Stderr = h.logs

@@ -3,15 +3,20 @@ package nodeinteg
 import (
 	"context"
 	"io"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
+	"github.com/warren-sandbox/warren/internal/nodeauth"
+	"github.com/warren-sandbox/warren/internal/nodebuild"
+	"github.com/warren-sandbox/warren/internal/nodebuild/nodebuildtest"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -145,5 +150,107 @@ func TestTemplateSnapshotTravels(t *testing.T) {
 	}
 	if left := h.savedLayers(); len(left) != 0 {
 		t.Errorf("saved layers after the snapshot's deletion: %v", left)
+	}
+}
+
+// TestSandboxSnapshotTravels: a snapshot of a running sandbox, kept as a
+// build of its node's catalog with its artifacts (as `warren node` keeps
+// it), restores on another node of the same runtime, which pulls the
+// build over the first node's routes, checked: the sandbox's file and its
+// /tmp (memory), with the source still running on the first. A node of
+// another runtime refuses the build and keeps nothing of it.
+func TestSandboxSnapshotTravels(t *testing.T) {
+	// The first node's own token (as `warren node` has it): the control
+	// plane's credential opens its routes, its pull key checks the grants
+	// the control plane gives the others.
+	const token = "wnt_00000000000000ab_travel"
+	holderPull := nodeauth.Credential(token, nodeauth.PurposePull)
+	ctx := context.Background()
+	h1 := newHost(t)
+	a1, _ := h1.travelAgent("runsc test build")
+	defer a1.Close()
+	ss1 := nodebuildtest.New(t, a1, a1, func(c *nodebuild.NodeConfig) {
+		c.Credential, c.PullKey = nodeauth.Credential(token, nodeauth.PurposeRPC), holderPull
+	})
+	srv := httptest.NewServer(ss1.Node.Handler())
+	defer srv.Close()
+	id := "st" + sandbox.NewID()[:10]
+	cr := h1.createReq(id)
+	cr.TeamID = "team-a"
+	sb, err := a1.Create(ctx, cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := "tok-" + id
+	run(t, sb, tok, "echo disk > /home/user/f; echo mem > /tmp/m")
+	req := nodeapi.SnapshotRequest{TeamID: "team-a", TemplateID: "snaptravel0000000001", BuildID: "3f2e1d0c-9b8a-4765-8432-10fedcba9876"}
+	start := time.Now()
+	snap, err := ss1.SnapshotSandbox(ctx, id, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("snapshot of a running sandbox kept as a build with its artifacts: %s", time.Since(start))
+	if !snap.Travels() {
+		t.Fatalf("the snapshot does not travel: %+v", snap)
+	}
+	if out, _ := run(t, sb, tok, "cat /tmp/m"); strings.TrimSpace(out) != "mem" {
+		t.Errorf("source after the snapshot: %q", out)
+	}
+	// The control plane's answer about the build: its record as the node
+	// keeps it, held by the first node, with a grant to pull it from there.
+	locate := func(ctx context.Context, buildID string) (*nodebuild.Source, error) {
+		b, err := ss1.Node.Export(ctx, buildID)
+		if err != nil {
+			return nil, err
+		}
+		tm, err := ss1.Local.Catalog.Store().GetTemplate(ctx, b.TemplateID)
+		if err != nil {
+			return nil, err
+		}
+		src := nodebuild.SourceOf(tm, b, nodebuild.Holder{Address: srv.URL, Grant: nodeauth.Grant(holderPull, buildID, "travel-peer", time.Now().Add(10*time.Minute))})
+		src.Current = true
+		return src, nil
+	}
+	pulls := func(c *nodebuild.NodeConfig) { c.Locate = locate }
+
+	h2 := newHost(t)
+	a2, drv2 := h2.travelAgent("runsc test build")
+	defer a2.Close()
+	ss2 := nodebuildtest.New(t, a2, a2, pulls)
+	start = time.Now()
+	tmpl, err := ss2.Resolve(ctx, "team-a", nodeapi.Template{ID: req.TemplateID, BuildID: req.BuildID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pull of the snapshot's build (root filesystem and snapshot): %s", time.Since(start))
+	cid := "sc" + sandbox.NewID()[:10]
+	cr = h2.createReq(cid)
+	cr.TeamID, cr.Template, cr.Resources = "team-a", tmpl, sb.Resources
+	c, err := a2.Create(ctx, cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(t, c, "tok-"+cid, "cat /home/user/f /tmp/m"); strings.Join(strings.Fields(out), " ") != "disk mem" {
+		t.Errorf("sandbox from the snapshot on the other node: %q", out)
+	}
+	if err := a2.Kill(ctx, cid, sandbox.KillRequest); err != nil {
+		t.Fatal(err)
+	}
+	if left := h2.leftovers(drv2, cid); len(left) > 0 {
+		t.Errorf("left after kill: %v", left)
+	}
+
+	h3 := newHost(t)
+	a3, _ := h3.travelAgent("runsc another build")
+	defer a3.Close()
+	ss3 := nodebuildtest.New(t, a3, a3, pulls)
+	if _, err := ss3.Resolve(ctx, "team-a", nodeapi.Template{ID: req.TemplateID, BuildID: req.BuildID}); !errdefs.IsUnsupported(err) {
+		t.Errorf("a node of another runtime: %v, want unsupported", err)
+	}
+	if _, err := ss3.Local.Catalog.Build(ctx, req.BuildID); !errdefs.IsNotFound(err) {
+		t.Errorf("a node of another runtime recorded the build: %v", err)
+	}
+	if err := a1.Kill(ctx, id, sandbox.KillRequest); err != nil {
+		t.Fatal(err)
 	}
 }

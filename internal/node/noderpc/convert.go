@@ -81,20 +81,11 @@ func PolicyFromProto(p *nodepb.Policy) (netslot.Policy, error) {
 	return out, nil
 }
 
-// TemplateToProto converts t.
+// TemplateToProto names t on the wire: its ID and build ID. Nothing else
+// of it crosses (its files are the node's, which resolves the build
+// itself: noderpc.Options.ResolveTemplate).
 func TemplateToProto(t nodeapi.Template) *nodepb.Template {
-	return &nodepb.Template{
-		Id: t.ID, BuildId: t.BuildID, Rootfs: t.RootFS, Env: t.Env, User: t.User,
-		Workdir: t.Workdir, StartCmd: t.StartCmd, SnapshotDir: t.SnapshotDir, Resources: ResourcesToProto(t.Resources),
-	}
-}
-
-// TemplateFromProto converts t.
-func TemplateFromProto(t *nodepb.Template) nodeapi.Template {
-	return nodeapi.Template{
-		ID: t.GetId(), BuildID: t.GetBuildId(), RootFS: t.GetRootfs(), Env: t.GetEnv(), User: t.GetUser(),
-		Workdir: t.GetWorkdir(), StartCmd: t.GetStartCmd(), SnapshotDir: t.GetSnapshotDir(), Resources: ResourcesFromProto(t.GetResources()),
-	}
+	return &nodepb.Template{Id: t.ID, BuildId: t.BuildID}
 }
 
 // CreateToProto converts r.
@@ -103,20 +94,24 @@ func CreateToProto(r nodeapi.CreateRequest) *nodepb.CreateRequest {
 		Id: r.ID, ExecutionId: r.ExecutionID, TeamId: r.TeamID, Template: TemplateToProto(r.Template),
 		Resources: ResourcesToProto(r.Resources), EndAt: Timestamp(r.EndAt), Network: PolicyToProto(r.Network),
 		EnvVars: r.EnvVars, EnvdAccessToken: r.EnvdAccessToken, Metadata: r.Metadata, TimeoutMs: r.Timeout.Milliseconds(),
+		Volumes: VolumeMountsToProto(r.Volumes),
 	}
 }
 
-// CreateFromProto converts r.
+// CreateFromProto converts r; its template is named only (the server
+// resolves it).
 func CreateFromProto(r *nodepb.CreateRequest) (nodeapi.CreateRequest, error) {
 	pol, err := PolicyFromProto(r.GetNetwork())
 	if err != nil {
 		return nodeapi.CreateRequest{}, err
 	}
 	return nodeapi.CreateRequest{
-		ID: r.GetId(), ExecutionID: r.GetExecutionId(), TeamID: r.GetTeamId(), Template: TemplateFromProto(r.GetTemplate()),
+		ID: r.GetId(), ExecutionID: r.GetExecutionId(), TeamID: r.GetTeamId(),
+		Template:  nodeapi.Template{ID: r.GetTemplate().GetId(), BuildID: r.GetTemplate().GetBuildId()},
 		Resources: ResourcesFromProto(r.GetResources()), EndAt: Time(r.GetEndAt()), Network: pol,
 		EnvVars: r.GetEnvVars(), EnvdAccessToken: r.GetEnvdAccessToken(), Metadata: r.GetMetadata(),
 		Timeout: time.Duration(max(r.GetTimeoutMs(), 0)) * time.Millisecond,
+		Volumes: VolumeMountsFromProto(r.GetVolumes()),
 	}, nil
 }
 
@@ -166,14 +161,15 @@ func PoolStatusFromProto(p *nodepb.PoolStatus) nodeapi.PoolStatus {
 	return nodeapi.PoolStatus{BuildID: p.GetBuildId(), Size: int(p.GetSize()), Ready: int(p.GetReady()), Making: int(p.GetMaking()), Hits: p.GetHits(), Misses: p.GetMisses()}
 }
 
-// TemplateUseToProto converts u.
+// TemplateUseToProto converts u without its paths on the node.
 func TemplateUseToProto(u nodeapi.TemplateUse) *nodepb.TemplateUse {
-	return &nodepb.TemplateUse{TemplateId: u.TemplateID, BuildId: u.BuildID, Rootfs: u.RootFS, SnapshotDir: u.SnapshotDir, SandboxId: u.SandboxID}
+	return &nodepb.TemplateUse{TemplateId: u.TemplateID, BuildId: u.BuildID, SandboxId: u.SandboxID}
 }
 
-// TemplateUseFromProto converts u.
+// TemplateUseFromProto converts u (no paths: RootFS and SnapshotDir stay
+// empty).
 func TemplateUseFromProto(u *nodepb.TemplateUse) nodeapi.TemplateUse {
-	return nodeapi.TemplateUse{TemplateID: u.GetTemplateId(), BuildID: u.GetBuildId(), RootFS: u.GetRootfs(), SnapshotDir: u.GetSnapshotDir(), SandboxID: u.GetSandboxId()}
+	return nodeapi.TemplateUse{TemplateID: u.GetTemplateId(), BuildID: u.GetBuildId(), SandboxID: u.GetSandboxId()}
 }
 
 // StatsToProto converts s.
@@ -208,7 +204,8 @@ func EventFromProto(e *nodepb.Event) nodeapi.Event {
 }
 
 // ToConnectError maps err's class to a Connect code (package errconnect),
-// keeping its message.
+// keeping its message. A nodeapi.KilledError (the node killed the
+// sandbox on its own) carries its kill as an Event detail.
 func ToConnectError(err error) error {
 	if err == nil {
 		return nil
@@ -217,7 +214,13 @@ func ToConnectError(err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
-	return connect.NewError(errconnect.Code(err), err)
+	ce = connect.NewError(errconnect.Code(err), err)
+	if kill, ok := nodeapi.NodeKill(err); ok {
+		if d, derr := connect.NewErrorDetail(EventToProto(kill)); derr == nil {
+			ce.AddDetail(d)
+		}
+	}
+	return ce
 }
 
 // FromConnectError maps a Connect error back to Warren's error class; the
@@ -233,6 +236,9 @@ func FromConnectError(err error) error {
 		msg = ce.Message()
 	}
 	if class := errconnect.Class(code); class != nil {
+		if kill, ok := killDetail(ce); ok && errors.Is(class, errdefs.ErrNotFound) {
+			return &nodeapi.KilledError{Kill: kill}
+		}
 		return &classError{msg: msg, class: class}
 	}
 	switch code {
@@ -243,6 +249,23 @@ func FromConnectError(err error) error {
 		return &classError{msg: msg, class: errdefs.ErrUnavailable}
 	}
 	return fmt.Errorf("node: %s", msg)
+}
+
+// killDetail returns the node's own kill a not-found error carries.
+func killDetail(ce *connect.Error) (nodeapi.Event, bool) {
+	if ce == nil {
+		return nodeapi.Event{}, false
+	}
+	for _, d := range ce.Details() {
+		v, err := d.Value()
+		if err != nil {
+			continue
+		}
+		if ev, ok := v.(*nodepb.Event); ok && ev.GetSandboxId() != "" {
+			return EventFromProto(ev), true
+		}
+	}
+	return nodeapi.Event{}, false
 }
 
 // classError is an error of a class with the server's message.

@@ -31,12 +31,14 @@ func TestMuxMetrics(t *testing.T) {
 	}
 	t.Cleanup(func() { a.Close() })
 	const token = "node-secret"
-	srv := httptest.NewServer(noderpc.NewMux(a, noderpc.Options{Token: token}, reg))
+	own := nodeapi.Template{ID: "t", RootFS: "/rootfs"}
+	resolve := func(context.Context, string, nodeapi.Template) (nodeapi.Template, error) { return own, nil }
+	srv := httptest.NewServer(noderpc.NewMux(a, noderpc.Options{Token: token, ResolveTemplate: resolve}, reg))
 	t.Cleanup(srv.Close)
 
 	// The RPCs are served beside /metrics, health included.
 	c := nodeclient.New(srv.URL, nodeclient.Options{HTTPClient: srv.Client(), Token: token})
-	sb, err := c.Create(t.Context(), nodeapi.CreateRequest{ID: "sb1", Template: nodeapi.Template{ID: "t", RootFS: "/rootfs"}})
+	sb, err := c.Create(t.Context(), nodeapi.CreateRequest{ID: "sb1", Template: own})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package noderpc
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"connectrpc.com/connect"
 
@@ -30,10 +29,17 @@ func (s *server) SetPool(ctx context.Context, req *connect.Request[nodepb.SetPoo
 	pl, err := s.pooler()
 	if err == nil {
 		m := req.Msg
-		if m.GetSize() < 0 {
+		var tmpl nodeapi.Template
+		switch {
+		case m.GetSize() < 0:
 			err = fmt.Errorf("pool of %q: size %d: %w", m.GetTemplate().GetId(), m.GetSize(), errdefs.ErrInvalid)
-		} else {
-			err = pl.SetPool(ctx, TemplateFromProto(m.GetTemplate()), ResourcesFromProto(m.GetResources()), int(m.GetSize()))
+		case m.GetSize() == 0 && m.GetTemplate().GetRootfs() == "" && m.GetTemplate().GetSnapshotDir() == "":
+			// Removing a pool needs no copy of its template.
+			err = pl.SetPool(ctx, nodeapi.Template{ID: m.GetTemplate().GetId(), BuildID: m.GetTemplate().GetBuildId()}, ResourcesFromProto(m.GetResources()), 0)
+		default:
+			if tmpl, err = s.template(ctx, "", m.GetTemplate()); err == nil {
+				err = pl.SetPool(ctx, tmpl, ResourcesFromProto(m.GetResources()), int(m.GetSize()))
+			}
 		}
 	}
 	if err != nil {
@@ -47,7 +53,11 @@ func (s *server) Reserve(ctx context.Context, req *connect.Request[nodepb.Reserv
 	if err != nil {
 		return nil, s.fail("Reserve", err)
 	}
-	id, found := pl.Reserve(TemplateFromProto(req.Msg.GetTemplate()), ResourcesFromProto(req.Msg.GetResources()))
+	tmpl, err := s.template(ctx, "", req.Msg.GetTemplate())
+	if err != nil {
+		return nil, s.fail("Reserve", err)
+	}
+	id, found := pl.Reserve(tmpl, ResourcesFromProto(req.Msg.GetResources()))
 	return connect.NewResponse(&nodepb.ReserveResponse{Id: id, Found: found}), nil
 }
 
@@ -88,63 +98,24 @@ func (s *server) TemplatesInUse(ctx context.Context, req *connect.Request[nodepb
 	return connect.NewResponse(out), nil
 }
 
+// The snapshot calls of the proto that name directories on the node: none
+// is served (a directory does not cross the wire; the node's own builder
+// takes its template snapshots in process). SnapshotSandbox was the wire's
+// first sandbox snapshot, into a directory the caller named: superseded by
+// TakeSandboxSnapshot, which names none.
+
+func noSnapshotDirs(what string) error {
+	return fmt.Errorf("%s: a snapshot directory does not cross the wire (sandbox snapshots: TakeSandboxSnapshot): %w", what, errdefs.ErrInvalid)
+}
+
 func (s *server) SnapshotSandbox(ctx context.Context, req *connect.Request[nodepb.SnapshotSandboxRequest]) (*connect.Response[nodepb.SnapshotSandboxResponse], error) {
-	sn, ok := s.svc.(nodeapi.SandboxSnapshotter)
-	if !ok {
-		return nil, s.fail("SnapshotSandbox", unsupported("sandbox snapshots"))
-	}
-	if err := s.checkDir(req.Msg.GetDir()); err != nil {
-		return nil, s.fail("SnapshotSandbox", err)
-	}
-	t, err := sn.SnapshotSandbox(ctx, req.Msg.GetId(), req.Msg.GetDir())
-	if err != nil {
-		return nil, s.fail("SnapshotSandbox", err)
-	}
-	return connect.NewResponse(&nodepb.SnapshotSandboxResponse{Template: TemplateToProto(t)}), nil
+	return nil, s.fail("SnapshotSandbox", noSnapshotDirs("sandbox snapshot"))
 }
 
 func (s *server) SnapshotTemplate(ctx context.Context, req *connect.Request[nodepb.SnapshotTemplateRequest]) (*connect.Response[nodepb.SnapshotTemplateResponse], error) {
-	sn, ok := s.svc.(nodeapi.TemplateSnapshotter)
-	if !ok {
-		return nil, s.fail("SnapshotTemplate", unsupported("template snapshots"))
-	}
-	if err := s.checkDir(req.Msg.GetDir()); err != nil {
-		return nil, s.fail("SnapshotTemplate", err)
-	}
-	if err := sn.Snapshot(ctx, TemplateFromProto(req.Msg.GetTemplate()), req.Msg.GetReadyCmd(), req.Msg.GetDir()); err != nil {
-		return nil, s.fail("SnapshotTemplate", err)
-	}
-	return connect.NewResponse(&nodepb.SnapshotTemplateResponse{}), nil
+	return nil, s.fail("SnapshotTemplate", noSnapshotDirs("template snapshot"))
 }
 
 func (s *server) DeleteSnapshot(ctx context.Context, req *connect.Request[nodepb.DeleteSnapshotRequest]) (*connect.Response[nodepb.DeleteSnapshotResponse], error) {
-	var del func(context.Context, string) error
-	if sn, ok := s.svc.(nodeapi.SandboxSnapshotter); ok {
-		del = sn.DeleteSnapshot
-	} else if sn, ok := s.svc.(nodeapi.TemplateSnapshotter); ok {
-		del = sn.DeleteSnapshot
-	} else {
-		return nil, s.fail("DeleteSnapshot", unsupported("snapshots"))
-	}
-	if err := s.checkDir(req.Msg.GetDir()); err != nil {
-		return nil, s.fail("DeleteSnapshot", err)
-	}
-	if err := del(ctx, req.Msg.GetDir()); err != nil {
-		return nil, s.fail("DeleteSnapshot", err)
-	}
-	return connect.NewResponse(&nodepb.DeleteSnapshotResponse{}), nil
-}
-
-// checkDir refuses a snapshot directory that is not a clean absolute path
-// or, with Options.SnapshotRoot, not under it.
-func (s *server) checkDir(dir string) error {
-	if dir == "" || !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" {
-		return fmt.Errorf("snapshot dir %q: want a clean absolute path: %w", dir, errdefs.ErrInvalid)
-	}
-	if s.snapshotRoot != "" {
-		if rel, err := filepath.Rel(s.snapshotRoot, dir); err != nil || rel == "." || !filepath.IsLocal(rel) {
-			return fmt.Errorf("snapshot dir %q: not under the node's data directory: %w", dir, errdefs.ErrInvalid)
-		}
-	}
-	return nil
+	return nil, s.fail("DeleteSnapshot", noSnapshotDirs("snapshot deletion"))
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -21,22 +20,32 @@ import (
 // Options tune the server.
 type Options struct {
 	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every call (the control plane and its nodes share it).
-	Token  string
-	Logger *slog.Logger
+	// every call: the control plane's credential of this node
+	// (nodeauth.Credential(node token, PurposeRPC)), no other node's.
+	Token string
+	// MetricsToken, when set, opens GET /metrics (NewMux) besides Token:
+	// the scrapers' credential (nodeauth.PurposeMetrics).
+	MetricsToken string
+	Logger       *slog.Logger
 	// NodeProxy, when set, is the address (host:port) of this node's proxy
 	// listener as the edge proxy reaches it; every sandbox the server
 	// returns carries it (nodeapi.Sandbox.NodeProxy).
 	NodeProxy string
-	// SnapshotRoot, when set, is the directory every snapshot directory
-	// named by a call must lie under (the node's data directory): the
-	// control plane cannot have the node write or delete elsewhere.
-	SnapshotRoot string
-	// ResolveTemplate, when set, fills the template of a create that names
-	// it only (no root filesystem): the node resolves it from its own
-	// catalog (warren api sends its system templates so, each node having
-	// prepared them itself).
+	// ResolveTemplate resolves the template a create, a pool or a
+	// reservation names (its ID and build ID) to this node's own copy: no
+	// path crosses the wire (a request naming a root filesystem or a
+	// snapshot directory is refused), so a node without it starts
+	// nothing. The node's catalog pulls a build it lacks first.
 	ResolveTemplate func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
+	// SandboxSnapshots, when set, takes the sandbox snapshots
+	// (TakeSandboxSnapshot, DeleteSandboxSnapshot): the agent's are kept
+	// in the node's catalog (internal/nodebuild.SandboxSnapshots). Nil:
+	// the served Service's own, if it has them.
+	SandboxSnapshots nodeapi.SandboxSnapshotter
+	// Volumes, when set, serves the volume calls (the node's
+	// internal/node/volumes.Manager); nil: the served Service's own, if
+	// it has them.
+	Volumes nodeapi.VolumeService
 }
 
 // NewHandler returns the path prefix and the HTTP handler that serve svc
@@ -46,9 +55,13 @@ func NewHandler(svc nodeapi.Service, opts Options) (string, http.Handler) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, snapshotRoot: filepath.Clean(opts.SnapshotRoot), resolve: opts.ResolveTemplate}
-	if opts.SnapshotRoot == "" {
-		s.snapshotRoot = ""
+	s := &server{svc: svc, log: log, nodeProxy: opts.NodeProxy, resolve: opts.ResolveTemplate,
+		snaps: opts.SandboxSnapshots, vols: opts.Volumes}
+	if s.snaps == nil {
+		s.snaps, _ = svc.(nodeapi.SandboxSnapshotter)
+	}
+	if s.vols == nil {
+		s.vols, _ = svc.(nodeapi.VolumeService)
 	}
 	var hopts []connect.HandlerOption
 	if opts.Token != "" {
@@ -58,11 +71,29 @@ func NewHandler(svc nodeapi.Service, opts Options) (string, http.Handler) {
 }
 
 type server struct {
-	svc          nodeapi.Service
-	log          *slog.Logger
-	nodeProxy    string
-	snapshotRoot string
-	resolve      func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
+	svc       nodeapi.Service
+	log       *slog.Logger
+	nodeProxy string
+	resolve   func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
+	snaps     nodeapi.SandboxSnapshotter // nil: none
+	vols      nodeapi.VolumeService      // nil: none
+}
+
+// template resolves the template p names for team to this node's own
+// copy. A request that names files (a root filesystem, a snapshot
+// directory) is ErrInvalid: paths on the node are the node's to know.
+func (s *server) template(ctx context.Context, teamID string, p *nodepb.Template) (nodeapi.Template, error) {
+	if p.GetRootfs() != "" || p.GetSnapshotDir() != "" {
+		return nodeapi.Template{}, fmt.Errorf("template %q: a root filesystem or snapshot directory does not cross the wire (the node resolves the build itself): %w",
+			p.GetId(), errdefs.ErrInvalid)
+	}
+	if p.GetId() == "" {
+		return nodeapi.Template{}, fmt.Errorf("no template named: %w", errdefs.ErrInvalid)
+	}
+	if s.resolve == nil {
+		return nodeapi.Template{}, fmt.Errorf("template %q: this node resolves no templates: %w", p.GetId(), errdefs.ErrUnsupported)
+	}
+	return s.resolve(ctx, teamID, nodeapi.Template{ID: p.GetId(), BuildID: p.GetBuildId()})
 }
 
 // sandbox converts sb for the wire, naming this node's proxy listener.
@@ -91,10 +122,8 @@ func (s *server) Create(ctx context.Context, req *connect.Request[nodepb.CreateR
 	if err != nil {
 		return nil, s.fail("Create", err)
 	}
-	if cr.Template.RootFS == "" && s.resolve != nil {
-		if cr.Template, err = s.resolve(ctx, cr.TeamID, cr.Template); err != nil {
-			return nil, s.fail("Create", err)
-		}
+	if cr.Template, err = s.template(ctx, cr.TeamID, req.Msg.GetTemplate()); err != nil {
+		return nil, s.fail("Create", err)
 	}
 	sb, err := s.svc.Create(ctx, cr)
 	if err != nil {
@@ -160,6 +189,7 @@ func (s *server) Resume(ctx context.Context, req *connect.Request[nodepb.ResumeR
 func (s *server) Fork(ctx context.Context, req *connect.Request[nodepb.ForkRequest]) (*connect.Response[nodepb.ForkResponse], error) {
 	list, err := s.svc.Fork(ctx, req.Msg.GetId(), nodeapi.ForkRequest{
 		IDs: req.Msg.GetIds(), ExecutionIDs: req.Msg.GetExecutionIds(), EndAt: Time(req.Msg.GetEndAt()),
+		EnvdAccessTokens: req.Msg.GetEnvdAccessTokens(),
 	})
 	if err != nil {
 		return nil, s.fail("Fork", err)

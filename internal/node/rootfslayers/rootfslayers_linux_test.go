@@ -17,7 +17,7 @@ import (
 )
 
 func TestLayers(t *testing.T) {
-	testenv.Require(t, os.Geteuid() == 0, "needs root (loop devices, mounts)")
+	testenv.NeedRoot(t, "loop devices and mounts")
 	_, err := exec.LookPath("mkfs.ext4")
 	testenv.Require(t, err == nil, "needs mkfs.ext4 (e2fsprogs)")
 	ctx := context.Background()
@@ -143,7 +143,7 @@ func TestLayers(t *testing.T) {
 // of the lower tree (ImportSaved), a saved layer whose sandboxes see the
 // same tree.
 func TestLayerTravels(t *testing.T) {
-	testenv.Require(t, os.Geteuid() == 0, "needs root (loop devices, mounts)")
+	testenv.NeedRoot(t, "loop devices and mounts")
 	_, err := exec.LookPath("mkfs.ext4")
 	testenv.Require(t, err == nil, "needs mkfs.ext4 (e2fsprogs)")
 	ctx := context.Background()

@@ -39,12 +39,23 @@ type Node struct {
 	// Partial lets the node lack optional parts of the contract (the
 	// control plane's fake); their cases are skipped. Otherwise a missing
 	// part (nodeapi.Pooler, MetricsSource, ExecutionKiller,
-	// TemplateHolder, SandboxSnapshotter, TemplateSnapshotter) fails.
+	// TemplateHolder, SandboxSnapshotter, TemplateSnapshotter, LogSource)
+	// fails.
 	Partial bool
-	// SnapshotRoot, when set, is where the node accepts snapshot
-	// directories (noderpc.Options.SnapshotRoot); default: the case's
-	// temporary directory.
-	SnapshotRoot string
+	// Remote tells that the node is reached over a wire: no path on the
+	// node crosses it, so a TemplateUse names no files, and the part that
+	// names directories on the node (TemplateSnapshotter) must be absent.
+	// The node resolves Template (its ID and build ID) to its own copy.
+	Remote bool
+	// Snapshots, when set, are the node's sandbox snapshots where Service
+	// does not carry them itself: the in-process agent's are kept in its
+	// catalog (nodebuild.SandboxSnapshots).
+	Snapshots nodeapi.SandboxSnapshotter
+	// Resolve, when set, fills a template that names a build only (its
+	// ID and build ID) as the caller of Create does for the in-process
+	// agent, which takes paths; nil: Create takes it as it is (the node
+	// RPC's server resolves builds itself).
+	Resolve func(ctx context.Context, teamID string, t nodeapi.Template) (nodeapi.Template, error)
 }
 
 // Harness makes nodes for the suite.
@@ -80,6 +91,7 @@ func Run(t *testing.T, h Harness) {
 		{"Pools", testPools},
 		{"TemplatesInUse", testTemplatesInUse},
 		{"SnapshotSandbox", testSnapshotSandbox},
+		{"SandboxLogs", testSandboxLogs},
 		{"SnapshotTemplate", testSnapshotTemplate},
 	}
 	for _, c := range cases {
@@ -478,6 +490,32 @@ func testWatchExit(t *testing.T, n Node) {
 	}
 	_, err = n.Service.Get(t.Context(), "sb-w")
 	wantClass(t, "Get after the exit", err, errdefs.ErrNotFound)
+	// Until the control plane acknowledges it, the node answers about the
+	// sandbox with its own kill, as the event told it.
+	for what, err := range map[string]error{"Get": err, "Kill": n.Service.Kill(t.Context(), "sb-w", sandbox.KillTimeout)} {
+		kill, ok := nodeapi.NodeKill(err)
+		if !ok || kill.SandboxID != "sb-w" || kill.ExecutionID != sb.ExecutionID || kill.Reason != ev.Reason || !kill.At.Equal(ev.At) {
+			t.Errorf("%s after the exit: %v (kill %+v), want the node's own kill %+v", what, err, kill, ev)
+		}
+		wantClass(t, what+" after the exit", err, errdefs.ErrNotFound)
+	}
+	if kr, ok := n.Service.(nodeapi.KillReporter); ok {
+		kills, err := kr.OwnKills(t.Context())
+		if err != nil || len(kills) != 1 || kills[0].SandboxID != "sb-w" || kills[0].Reason != ev.Reason || !kills[0].At.Equal(ev.At) {
+			t.Errorf("OwnKills after the exit: %+v %v", kills, err)
+		}
+		if err := kr.AckKills(t.Context(), []nodeapi.KillAck{{SandboxID: "sb-w", ExecutionID: sb.ExecutionID}}); err != nil {
+			t.Fatal(err)
+		}
+		if kills, err := kr.OwnKills(t.Context()); err != nil || len(kills) != 0 {
+			t.Errorf("OwnKills after the ack: %+v %v", kills, err)
+		}
+		_, err = n.Service.Get(t.Context(), "sb-w")
+		if _, ok := nodeapi.NodeKill(err); ok {
+			t.Errorf("Get after the ack still tells the node's kill: %v", err)
+		}
+		wantClass(t, "Get after the ack", err, errdefs.ErrNotFound)
+	}
 	// The stream ends with the caller's context.
 	cancel()
 	for range ch {

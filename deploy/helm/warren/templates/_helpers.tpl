@@ -68,12 +68,13 @@ one the operator is told to create: "<fullname>-database". */}}
 {{/* keptSecretValue: the base64 value of a key of a Secret as given in the
 values, else as the cluster has it (helm install and upgrade can look it up;
 helm template cannot), else a new random one. Call with
-(list $ secretName key givenValue). */}}
+(list $ secretName key givenValue length). */}}
 {{- define "warren.keptSecretValue" -}}
 {{- $ := index . 0 -}}
 {{- $name := index . 1 -}}
 {{- $key := index . 2 -}}
 {{- $given := index . 3 -}}
+{{- $length := index . 4 -}}
 {{- if $given -}}
 {{- $given | b64enc -}}
 {{- else -}}
@@ -81,7 +82,7 @@ helm template cannot), else a new random one. Call with
 {{- if and $existing $existing.data (hasKey $existing.data $key) -}}
 {{- index $existing.data $key -}}
 {{- else -}}
-{{- randAlphaNum 40 | b64enc -}}
+{{- randAlphaNum $length | b64enc -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -94,8 +95,37 @@ helm template cannot), else a new random one. Call with
 {{- if .Values.node.apiURL -}}
 {{- .Values.node.apiURL -}}
 {{- else -}}
-{{- printf "http://%s-api.%s.svc:%v" (include "warren.fullname" .) .Release.Namespace .Values.api.service.port -}}
+{{- printf "%s://%s-api.%s.svc:%v" (ternary "https" "http" .Values.api.tls.enabled) (include "warren.fullname" .) .Release.Namespace .Values.api.service.port -}}
 {{- end -}}
+{{- end -}}
+
+{{/* A node's names: include "warren.nodeName" (list $ node) is its
+DaemonSet's (and the prefix of its Secrets'), "<fullname>-node-<name>". */}}
+{{- define "warren.nodeName" -}}
+{{- $ := index . 0 -}}
+{{- $n := index . 1 -}}
+{{- if not (regexMatch "^[a-z0-9]([a-z0-9.-]{0,40}[a-z0-9])?$" (required "node.nodes[].name is required" $n.name)) -}}
+{{- fail (printf "node.nodes[].name %q: lowercase letters, digits, '.' and '-', at most 42 (it names the node's objects)" $n.name) -}}
+{{- end -}}
+{{- printf "%s-node-%s" (include "warren.fullname" $) $n.name -}}
+{{- end -}}
+
+{{- define "warren.nodeTokenSecret" -}}
+{{- $n := index . 1 -}}
+{{- default (include "warren.nodeName" .) $n.tokenSecret -}}
+{{- end -}}
+
+{{- define "warren.nodeTLSSecret" -}}
+{{- $n := index . 1 -}}
+{{- default (printf "%s-tls" (include "warren.nodeName" .)) $n.tlsSecret -}}
+{{- end -}}
+
+{{- define "warren.caSecret" -}}
+{{- default (printf "%s-ca" (include "warren.fullname" .)) .Values.tls.caSecret -}}
+{{- end -}}
+
+{{- define "warren.apiTLSSecret" -}}
+{{- default (printf "%s-api-tls" (include "warren.fullname" .)) .Values.api.tls.secretName -}}
 {{- end -}}
 
 {{/* Hashes of the credentials each role reads, as given in the values: a
@@ -107,15 +137,21 @@ would roll every pod, sandboxes' nodes included, at the first upgrade. */}}
 {{- list .Values.tokens .Values.database .Values.postgres.enabled .Values.postgres.password | toJson | sha256sum -}}
 {{- end -}}
 
+{{/* A node's pods roll when the names of its Secrets change (a new token
+or certificate in the same Secret is read at the next start; cert-manager's
+renewals are re-read in place). */}}
 {{- define "warren.nodeCredentialsChecksum" -}}
-{{- list .Values.tokens.nodeToken .Values.tokens.existingSecret | toJson | sha256sum -}}
+{{- $ := index . 0 -}}
+{{- list (include "warren.nodeTokenSecret" .) (include "warren.nodeTLSSecret" .) (include "warren.caSecret" $) $.Values.api.tls.enabled | toJson | sha256sum -}}
 {{- end -}}
 
-{{/* The environment both roles read their node token from. */}}
-{{- define "warren.nodeTokenEnv" -}}
-- name: WARREN_NODE_TOKEN
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "warren.tokensSecretName" . }}
-      key: node-token
+{{/* An API probe as the values give it, over HTTPS with api.tls.enabled:
+include "warren.apiProbe" (list $ probe). */}}
+{{- define "warren.apiProbe" -}}
+{{- $ := index . 0 -}}
+{{- $p := deepCopy (index . 1) -}}
+{{- if and $.Values.api.tls.enabled $p.httpGet -}}
+{{- $_ := set $p.httpGet "scheme" "HTTPS" -}}
+{{- end -}}
+{{- toYaml $p -}}
 {{- end -}}
