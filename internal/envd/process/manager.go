@@ -184,10 +184,7 @@ func (m *Manager) start(o startOptions) (*proc, *subscriber, error) {
 			w = m.startLog.Lines("info", map[string]string{"logger": "start-cmd", "stream": out.name})
 		}
 		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			p.read(out.f, out.wrap, w)
-		}()
+		go p.read(out.f, out.wrap, w, sync.OnceFunc(readers.Done))
 	}
 	go func() {
 		ws := <-waitCh
