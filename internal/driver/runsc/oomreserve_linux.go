@@ -98,7 +98,10 @@ func reservePath(cgroupsPath string) string {
 // makeReserve allocates mb MiB of the host's /dev/shm charged to the
 // memory cgroup at cgroupsPath: a shell that moves itself into the cgroup
 // and then runs fallocate (tmpfs pages are charged to the cgroup of the
-// process that allocates them, and stay so after it exits).
+// process that allocates them, and stay so after it exits). /dev/shm is
+// writable by every host user: the driver creates the file itself, never
+// through a link and never one that exists (one left by a crash is
+// removed first), and hands the shell the open file.
 func makeReserve(cgroupsPath string, mb int64) error {
 	rel := filepath.Clean("/" + cgroupsPath)
 	procs := filepath.Join(oci.CgroupRoot, "memory", rel, "cgroup.procs")
@@ -106,8 +109,21 @@ func makeReserve(cgroupsPath string, mb int64) error {
 		procs = filepath.Join(oci.CgroupRoot, rel, "cgroup.procs") // v2
 	}
 	path := reservePath(cgroupsPath)
-	cmd := exec.Command("/bin/sh", "-c", `echo $$ > "$1" && exec fallocate -l "$2" "$3"`,
-		"sh", procs, strconv.FormatInt(mb<<20, 10), path)
+	create := func() (*os.File, error) {
+		return os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	}
+	f, err := create()
+	if errors.Is(err, os.ErrExist) {
+		_ = os.Remove(path) // a link is removed, not followed
+		f, err = create()
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup %q: oom reserve: %w", cgroupsPath, err)
+	}
+	defer f.Close()
+	cmd := exec.Command("/bin/sh", "-c", `echo $$ > "$1" && exec fallocate -l "$2" /proc/self/fd/3`,
+		"sh", procs, strconv.FormatInt(mb<<20, 10))
+	cmd.ExtraFiles = []*os.File{f}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		_ = os.Remove(path)
 		return fmt.Errorf("cgroup %q: oom reserve: %v: %s", cgroupsPath, err, strings.TrimSpace(string(out)))

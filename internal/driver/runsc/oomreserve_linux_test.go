@@ -82,3 +82,41 @@ func TestOOMReserve(t *testing.T) {
 		t.Fatalf("orphans %v, want %s", got, reservePath(cg))
 	}
 }
+
+// TestOOMReserveRefusesLinks: /dev/shm is every host user's: a link
+// planted at a reserve's name is replaced, never followed (the reserve
+// would have grown the file it names).
+func TestOOMReserveRefusesLinks(t *testing.T) {
+	testenv.Require(t, os.Geteuid() == 0, "needs root")
+	_, err := os.Stat(filepath.Join(oci.CgroupRoot, "memory"))
+	testenv.Require(t, err == nil, "needs the cgroup v1 memory controller")
+	root := "/" + testenv.Name("warren-reserve-")
+	cg := root + "/sbx-link"
+	dir := filepath.Join(oci.CgroupRoot, "memory", cg)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = removeReserve(cg)
+		_ = os.Remove(dir)
+		_ = os.Remove(filepath.Dir(dir))
+	})
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, reservePath(cg)); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeReserve(cg, 1); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
+		t.Fatalf("the link's target: %d bytes, %v; want its 4 bytes untouched", len(b), err)
+	}
+	st, err := os.Lstat(reservePath(cg))
+	if err != nil || !st.Mode().IsRegular() || st.Size() != 1<<20 {
+		t.Fatalf("reserve: %v, %v; want a regular file of 1 MiB", st, err)
+	}
+}
+

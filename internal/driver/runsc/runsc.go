@@ -388,12 +388,15 @@ func (d *Driver) started(p *start, op string) error {
 		return fmt.Errorf("sandbox %q: %w", id, err)
 	}
 	if d.lowerOOM {
-		err = protectRuntime(cg)
+		if err := protectRuntime(cg); err != nil {
+			return fmt.Errorf("sandbox %q: %w", id, err)
+		}
 	} else if reserve > 0 {
-		err = makeReserve(cg, reserve)
-	}
-	if err != nil {
-		return fmt.Errorf("sandbox %q: %w", id, err)
+		// The reserve protects the sandbox from itself only: a sandbox
+		// without one runs, as it did before there were reserves.
+		if err := makeReserve(cg, reserve); err != nil {
+			d.log.Warn("sandbox runs without its oom reserve", "sandbox_id", id, "err", err)
+		}
 	}
 	d.log.Debug("sandbox started", "sandbox_id", id, "op", op, "network", p.network, "stub_pool_pid", pool, "stubs_marked", marked)
 	return nil
