@@ -33,11 +33,11 @@ try {
   await waitUntil('the bomb at half the task limit', async () => (await userProcesses(sbx)) >= 256)
   const root = await sbx.commands.run('echo rootok', { ...t, user: 'root' })
   check(root.stdout === 'rootok\n', `root during the bomb: ${JSON.stringify(root.stdout)}`)
-  check(await bomb.kill(t) === true, 'handle.kill() of the bomb returned false')
+  check(await bomb.kill() === true, 'handle.kill() of the bomb returned false')
   await waitUntil('no process of the default user after the kill', async () => (await userProcesses(sbx)) === 0)
   const echo = await sbx.commands.run('echo alive', t)
   check(echo.stdout === 'alive\n', `the default user after the kill: ${JSON.stringify(echo.stdout)}`)
-  check(await bomb.kill(t) === false, 'a second kill of the bomb found something')
+  check(await bomb.kill() === false, 'a second kill of the bomb found something')
 
   await sbx.commands.run('setsid bash -c ":(){ :|:& };:" 2>/dev/null & sleep 600', { background: true, ...t })
   await waitUntil('the second bomb at half the task limit', async () => (await userProcesses(sbx)) >= 256)

@@ -119,4 +119,3 @@ func TestOOMReserveRefusesLinks(t *testing.T) {
 		t.Fatalf("reserve: %v, %v; want a regular file of 1 MiB", st, err)
 	}
 }
-
