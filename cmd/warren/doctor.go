@@ -7,7 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/warren-sandbox/warren/internal/app"
+	"github.com/warren-sandbox/warren/internal/app/noderole"
+	"github.com/warren-sandbox/warren/internal/app/serve"
 	"github.com/warren-sandbox/warren/internal/doctor"
 )
 
@@ -19,16 +20,16 @@ const defaultMemberMiB = 512
 // keeps on this host: base's, and code-interpreter-v1's and mcp-gateway's
 // when they are offered.
 func warmPoolResult() doctor.Result {
-	size, why, err := app.HostPoolSize(defaultMemberMiB)
+	size, why, err := serve.HostPoolSize(defaultMemberMiB)
 	if err != nil {
 		return doctor.Result{Name: "warm pool", Status: doctor.Warn, Detail: fmt.Sprintf("serve --pool-size auto keeps no base pool: %v", err),
 			Fix: "give warren serve --pool-size N"}
 	}
-	ci, _, _ := app.HostPoolSize(app.CodeInterpreterMemoryMB)
-	gw, _, _ := app.HostPoolSize(app.MCPGatewayMemoryMB)
+	ci, _, _ := serve.HostPoolSize(noderole.CodeInterpreterMemoryMB)
+	gw, _, _ := serve.HostPoolSize(noderole.MCPGatewayMemoryMB)
 	return doctor.Result{Name: "warm pool", Status: doctor.OK,
 		Detail: fmt.Sprintf("serve --pool-size auto keeps %d ready base sandboxes (%s), %d of %s and %d of %s when they are offered (--pool-size N sets each, 0 turns them off)",
-			size, why, ci, app.CodeInterpreterID, gw, app.MCPGatewayID)}
+			size, why, ci, noderole.CodeInterpreterID, gw, noderole.MCPGatewayID)}
 }
 
 // errDoctorFailed makes `warren doctor` exit non-zero without printing a

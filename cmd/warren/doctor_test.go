@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/warren-sandbox/warren/internal/app"
+	"github.com/warren-sandbox/warren/internal/app/serve"
 	"github.com/warren-sandbox/warren/internal/doctor"
 )
 
@@ -35,7 +35,7 @@ func TestDoctorReportsMissingRuntime(t *testing.T) {
 	if runsc.Status != doctor.Fail || runsc.Fix == "" {
 		t.Fatalf("runsc check = %+v, want a failure with a fix", *runsc)
 	}
-	want, _, _ := app.HostPoolSize(defaultMemberMiB)
+	want, _, _ := serve.HostPoolSize(defaultMemberMiB)
 	var pool bool
 	for _, r := range results {
 		if r.Name == "warm pool" {

@@ -2,14 +2,12 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"net/netip"
 	"path/filepath"
 
 	"github.com/spf13/pflag"
 
-	"github.com/warren-sandbox/warren/internal/app"
+	"github.com/warren-sandbox/warren/internal/app/noderole"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
@@ -17,8 +15,8 @@ import (
 // hostFlags are the flags of the roles that run a node agent (`warren
 // serve`, `warren node`): the data directory, the runtime and its
 // binaries, the host objects sandboxes are made of (cgroup root, network
-// slots), templates and the agent's tuning, and the log level.
-func hostFlags(f *pflag.FlagSet, cfg *app.Config, rebuildBase *bool, logLevel *string) {
+// slots), templates and the agent's tuning.
+func hostFlags(f *pflag.FlagSet, cfg *noderole.Host, rebuildBase *bool) {
 	f.StringVar(&cfg.DataDir, "data-dir", filepath.Join("var", "data"), "directory for the database, node state and templates")
 	f.StringVar(&cfg.Driver, "driver", "runsc", "runtime driver: runsc, runc or fake")
 	f.StringVar(&cfg.RunscPath, "runsc", defaultPath("runsc"), "runsc binary")
@@ -37,7 +35,9 @@ func hostFlags(f *pflag.FlagSet, cfg *app.Config, rebuildBase *bool, logLevel *s
 	f.StringVar(&cfg.CodeInterpreterRootFSTar, "code-interpreter-rootfs", filepath.Join("var", "code-interpreter-rootfs.tar"), "root filesystem tar of the code-interpreter-v1 template (scripts/build-code-interpreter-rootfs.sh); the template is offered when it exists")
 	f.StringVar(&cfg.MCPGatewayRootFSTar, "mcp-gateway-rootfs", filepath.Join("var", "mcp-gateway-rootfs.tar"), "root filesystem tar of the mcp-gateway template (scripts/build-mcp-gateway-rootfs.sh); the template is offered when it exists")
 	f.BoolVar(rebuildBase, "rebuild-base", false, "make a new build of the base template at this start, even if its tar is unchanged (from --base-rootfs, else a new mmdebstrap run)")
-	f.StringArrayVar(&cfg.EgressAllow, "egress-allow", nil, "let image pulls and webhook deliveries reach this non-public destination: CIDR, IP, IP:PORT or HOST:PORT (repeatable; by default only public addresses are reached)")
+	f.StringArrayVar(&cfg.EgressProxy.Allow, "egress-proxy-allow", nil, "let sandboxes whose network rules name hosts reach this non-public destination through the egress proxy: CIDR or IP (repeatable; by default only public addresses; --egress-allow does not apply to sandboxes)")
+	f.StringVar(&cfg.EgressProxy.DNS, "egress-dns", "", "DNS server (HOST:PORT) the egress proxy asks for sandboxes (default: the host's /etc/resolv.conf)")
+	f.StringVar(&cfg.EgressProxy.CAFile, "egress-proxy-ca-file", "", "PEM certificates trusted, besides the host's roots, for destinations whose requests a network rule transforms")
 	f.DurationVar(&cfg.Node.WatchdogInterval, "watchdog-interval", 0, "mean interval between health probes of a running sandbox, jittered ±25% (default 32s; negative disables)")
 	f.IntVar(&cfg.Node.PoolConcurrency, "pool-concurrency", 0, "warm pool members made at once (default 2)")
 	f.DurationVar(&cfg.Node.MetricsRetention, "metrics-retention", 0, "how long per-sandbox metric samples are kept (default 1h)")
@@ -50,27 +50,18 @@ func hostFlags(f *pflag.FlagSet, cfg *app.Config, rebuildBase *bool, logLevel *s
 	f.IntVar(&cfg.Builds.MaxSteps, "build-max-steps", 0, "steps of one template build at most (default 256)")
 	f.DurationVar(&cfg.Builds.BuildTimeout, "build-timeout", 0, "longest time one template build runs once it has a slot (default 1h)")
 	f.DurationVar(&cfg.BuildStepTimeout, "build-step-timeout", 0, "longest time one RUN step of a template build runs (default 30m)")
-	f.StringVar(logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
 
-// prepareHost applies what hostFlags read: the logger and a requested
-// rebuild of the base template.
-func prepareHost(cfg *app.Config, rebuildBase bool, logLevel string, stdout, stderr io.Writer) error {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-		return err
+// prepareHost applies what hostFlags read beyond the configuration: a
+// requested rebuild of the base template.
+func prepareHost(cfg *noderole.Host, rebuildBase bool) error {
+	if !rebuildBase {
+		return nil
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-	cfg.Out = stdout
-	if rebuildBase {
-		if cfg.Driver == "fake" {
-			return fmt.Errorf("--rebuild-base: the fake driver has no base template: %w", errdefs.ErrInvalid)
-		}
-		// A request on the data directory, honoured (and removed) once the
-		// new base build is ready.
-		if err := builder.RequestBaseRebuild(cfg.DataDir); err != nil {
-			return err
-		}
+	if cfg.Driver == "fake" {
+		return fmt.Errorf("--rebuild-base: the fake driver has no base template: %w", errdefs.ErrInvalid)
 	}
-	return nil
+	// A request on the data directory, honoured (and removed) once the
+	// new base build is ready.
+	return builder.RequestBaseRebuild(cfg.DataDir)
 }

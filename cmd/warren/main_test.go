@@ -26,10 +26,10 @@ import (
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
-// serve runs `warren serve --driver fake` in process on a free port and
+// startServe runs `warren serve --driver fake` in process on a free port and
 // returns its printed exports and a stop function that waits for a clean
 // exit.
-func serve(t *testing.T, dataDir string, extra ...string) (map[string]string, func()) {
+func startServe(t *testing.T, dataDir string, extra ...string) (map[string]string, func()) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -93,7 +93,7 @@ func TestServe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	key := "e2b_" + strings.Repeat("0123456789", 4)
-	env, stop := serve(t, dir, "--api-key", key, "--admin-token", "adm-0123456789abcdef0123456789abcdef")
+	env, stop := startServe(t, dir, "--api-key", key, "--admin-token", "adm-0123456789abcdef0123456789abcdef")
 	if env["E2B_API_KEY"] != key || env["E2B_API_URL"] == "" || env["E2B_SANDBOX_URL"] != env["E2B_API_URL"] {
 		t.Fatalf("exports = %v", env)
 	}
@@ -141,7 +141,7 @@ func TestServe(t *testing.T) {
 	stop()
 
 	// A restart without --api-key keeps accepting the seeded key.
-	env, stop = serve(t, dir)
+	env, stop = startServe(t, dir)
 	defer stop()
 	if _, _, err := client.New(env["E2B_API_URL"], key).List(ctx, client.ListOptions{}); err != nil {
 		t.Fatalf("seeded key after restart: %v", err)
@@ -151,7 +151,7 @@ func TestServe(t *testing.T) {
 func TestServeGeneratesKey(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	env, stop := serve(t, dir)
+	env, stop := startServe(t, dir)
 	first := env["E2B_API_KEY"]
 	stop()
 	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(first) {
@@ -159,7 +159,7 @@ func TestServeGeneratesKey(t *testing.T) {
 	}
 	// Later starts do not print it again (it is kept nowhere in clear),
 	// and it keeps working.
-	env, stop = serve(t, dir)
+	env, stop = startServe(t, dir)
 	defer stop()
 	if env["E2B_API_KEY"] != "" {
 		t.Fatalf("second start printed a key: %q", env["E2B_API_KEY"])
@@ -258,7 +258,7 @@ func TestServeTLS(t *testing.T) {
 	t.Parallel()
 	certFile, keyFile, pool := selfSigned(t)
 	key := "e2b_" + strings.Repeat("ab", 20)
-	env, stop := serve(t, t.TempDir(), "--api-key", key, "--tls-cert", certFile, "--tls-key", keyFile)
+	env, stop := startServe(t, t.TempDir(), "--api-key", key, "--tls-cert", certFile, "--tls-key", keyFile)
 	defer stop()
 	if !strings.HasPrefix(env["E2B_API_URL"], "https://") {
 		t.Fatalf("exports %v", env)
@@ -336,7 +336,7 @@ func TestTeamCommand(t *testing.T) {
 // bound (431) instead of reading them into memory.
 func TestServeBoundsHeaders(t *testing.T) {
 	t.Parallel()
-	env, stop := serve(t, t.TempDir(), "--api-key", "e2b_7461706900000000000000000000000000000002")
+	env, stop := startServe(t, t.TempDir(), "--api-key", "e2b_7461706900000000000000000000000000000002")
 	defer stop()
 	req, _ := http.NewRequest(http.MethodGet, env["E2B_API_URL"]+"/health", nil)
 	req.Header.Set("X-Big", strings.Repeat("a", 256<<10))

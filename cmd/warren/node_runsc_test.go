@@ -79,10 +79,10 @@ func startNodeBinary(t *testing.T, token string) (dataDir string) {
 		c := nodeclient.New("http://"+nodeRPCAddr, nodeclient.Options{Token: nodeauth.Credential(token, nodeauth.PurposeRPC)})
 		if list, err := c.List(context.Background()); err == nil {
 			for _, sb := range list {
-				c.Kill(context.Background(), sb.ID, sandbox.KillRequest) //nolint:errcheck
+				c.Kill(context.Background(), sb.ID, sandbox.KillRequest)
 			}
 		}
-		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+		cmd.Process.Signal(syscall.SIGTERM)
 		if err := cmd.Wait(); err != nil {
 			t.Errorf("warren node: %v", err)
 		}

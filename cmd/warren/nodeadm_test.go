@@ -28,7 +28,7 @@ func runNodeAdmin(t *testing.T, args ...string) (string, error) {
 // node and a wrong admin token are errors.
 func TestNodeAdminCommands(t *testing.T) {
 	t.Parallel()
-	env, stop := serve(t, t.TempDir(), "--admin-token", "adm-0123456789abcdef0123456789abcdef")
+	env, stop := startServe(t, t.TempDir(), "--admin-token", "adm-0123456789abcdef0123456789abcdef")
 	defer stop()
 	api := []string{"--url", env["E2B_API_URL"], "--admin-token", "adm-0123456789abcdef0123456789abcdef"}
 	out, err := runNodeAdmin(t, append([]string{"list"}, api...)...)

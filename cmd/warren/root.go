@@ -11,7 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
-	"github.com/warren-sandbox/warren/internal/app"
+	"github.com/warren-sandbox/warren/internal/app/apirole"
+	"github.com/warren-sandbox/warren/internal/app/serve"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -51,8 +52,9 @@ func defaultPath(name string) string {
 }
 
 func newServe(stdout, stderr io.Writer) *cobra.Command {
-	var cfg app.Config
-	var logLevel string
+	var cfg serve.Config
+	var proc processFlagSet
+	var secretsKeyFile string
 	var rebuildBase bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -63,52 +65,34 @@ One listener serves the API and sandbox traffic (routed by the E2b-Sandbox-Id
 header or by <port>-<sandboxID>.<domain> hosts).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.APIKey == "" {
-				cfg.APIKey = os.Getenv("WARREN_API_KEY")
-			}
-			if cfg.AdminToken == "" {
-				cfg.AdminToken = os.Getenv("WARREN_ADMIN_TOKEN")
-			}
-			if cfg.DatabaseURL == "" {
-				cfg.DatabaseURL = os.Getenv("WARREN_DATABASE_URL")
-			}
-			cfg.MetricsListenBestEffort = !cmd.Flags().Changed("metrics-listen")
-			if err := prepareHost(&cfg, rebuildBase, logLevel, stdout, stderr); err != nil {
+			if err := controlPlaneSettings(cmd, &cfg.Settings, secretsKeyFile); err != nil {
 				return err
 			}
-			return app.Run(cmd.Context(), cfg)
+			opts, err := proc.options(stdout, stderr)
+			if err != nil {
+				return err
+			}
+			if err := prepareHost(&cfg.Host, rebuildBase); err != nil {
+				return err
+			}
+			return serve.Run(cmd.Context(), opts, cfg)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:3000", "address of the API and sandbox traffic listener (HOST:PORT)")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "postgres:// URL of a Postgres database instead of SQLite (env WARREN_DATABASE_URL)")
-	f.StringVar(&cfg.APIKey, "api-key", "", "API key (e2b_ + 40 hex) to accept for the default team (env WARREN_API_KEY)")
-	f.StringVar(&cfg.AdminToken, "admin-token", "", "token for the admin endpoints, sent as X-Admin-Token, at least 32 characters (env WARREN_ADMIN_TOKEN; none: admin API off)")
-	f.StringArrayVar(&cfg.TrustedProxies, "trusted-proxy", nil, "a reverse proxy in front of the listener (CIDR or IP, repeatable): for its requests the client whose failed authentications are throttled is the one its X-Forwarded-For names")
-	f.StringVar(&cfg.MetricsListen, "metrics-listen", app.DefaultMetricsListen, "address serving Prometheus GET /metrics without a token (empty disables; the API's /metrics still needs the admin token)")
-	f.StringVar(&cfg.Domain, "domain", "", "sandbox domain for <port>-<sandboxID>.<domain> hosts (default localhost:<port>)")
-	f.StringVar(&cfg.PublicURL, "public-url", "", "absolute URL clients reach the API at, for the upload URLs of template builds (default: each request's scheme and Host)")
-	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS with HTTP/2)")
-	f.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file")
-	f.DurationVar(&cfg.Events.Retention, "event-retention", 0, "how long lifecycle events, webhook deliveries and records of killed sandboxes are kept (default 720h)")
-	f.IntVar(&cfg.Events.WebhookMaxAttempts, "webhook-max-attempts", 0, "attempts per webhook delivery before it is marked failed (default 10)")
-	f.DurationVar(&cfg.Events.WebhookBackoff, "webhook-backoff", 0, "delay before the first webhook retry, doubling after each (default 5s)")
-	f.IntVar(&cfg.Events.WebhookTeamConcurrency, "webhook-team-concurrency", 0, "webhook delivery attempts of one team in flight at once, of the 8 of the server (default 2)")
 	var denyPrivate bool
 	f.BoolVar(&denyPrivate, "webhook-deny-private", true, "no effect: private webhook destinations are always refused unless allowed with --egress-allow")
-	f.MarkDeprecated("webhook-deny-private", "private destinations are refused by default; allow exceptions with --egress-allow") //nolint:errcheck
-	f.IntVar(&cfg.Limits.MaxConcurrent, "max-concurrent", 0, "default limit of a team's running sandboxes (default 20; a team's own limit wins)")
-	f.DurationVar(&cfg.Limits.MaxTimeout, "max-timeout", 0, "default longest sandbox timeout a team may ask for (default 24h)")
-	f.IntVar(&cfg.Limits.MaxVCPUs, "max-vcpus", 0, "default bound of a team's sandbox vCPUs (default 8)")
-	f.Int64Var(&cfg.Limits.MaxMemoryMB, "max-memory-mb", 0, "default bound of a team's sandbox memory in MiB (default 8192)")
-	fairnessFlags(f, &cfg.Limits)
-	cfg.DefaultPools = app.PoolSizeAuto
+	f.MarkDeprecated("webhook-deny-private", "private destinations are refused by default; allow exceptions with --egress-allow")
+	cfg.DefaultPools = serve.PoolSizeAuto
 	f.Func("pool-size", "ready sandboxes kept in the warm pool of base and of code-interpreter-v1 and mcp-gateway (when offered): auto (each from the host's CPUs and memory, at most 4) or 0 to 100; 0 turns them off (default auto)", func(v string) error {
-		n, err := app.ParsePoolSize(v)
+		n, err := serve.ParsePoolSize(v)
 		cfg.DefaultPools = n
 		return err
 	})
-	hostFlags(f, &cfg, &rebuildBase, &logLevel)
+	controlPlaneFlags(f, &cfg.Settings, &secretsKeyFile)
+	hostFlags(f, &cfg.Host, &rebuildBase)
+	processFlags(f, &proc)
 	return cmd
 }
 
@@ -118,7 +102,7 @@ func newKeys(stdout io.Writer) *cobra.Command {
 		if dbURL == "" {
 			dbURL = os.Getenv("WARREN_DATABASE_URL")
 		}
-		st, err := app.OpenStore(cmd.Context(), dataDir, dbURL, nil)
+		st, err := apirole.OpenStore(cmd.Context(), dataDir, dbURL, nil)
 		if err != nil {
 			return nil, err
 		}

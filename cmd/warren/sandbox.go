@@ -244,9 +244,9 @@ func drain(st *connect.ServerStreamForClient[pb.StartResponse], stdout, stderr i
 	for st.Receive() {
 		ev := st.Msg().GetEvent()
 		if d := ev.GetData(); d != nil {
-			stdout.Write(d.GetStdout()) //nolint:errcheck
-			stdout.Write(d.GetPty())    //nolint:errcheck
-			stderr.Write(d.GetStderr()) //nolint:errcheck
+			stdout.Write(d.GetStdout())
+			stdout.Write(d.GetPty())
+			stderr.Write(d.GetStderr())
 		}
 		if end := ev.GetEnd(); end != nil {
 			if end.GetError() != "" && end.GetExitCode() == 0 && !end.GetExited() {

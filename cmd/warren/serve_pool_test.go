@@ -83,7 +83,7 @@ func TestServeWarmPoolRunsc(t *testing.T) {
 	if ids := runscContainers(t, runtimeRoot); len(ids) > 0 {
 		t.Errorf("runsc containers left after a graceful stop: %v", ids)
 		for _, id := range ids { // leave nothing running on the host
-			exec.Command(os.Getenv("WARREN_RUNSC"), "--root", runtimeRoot, "delete", "-force", id).Run() //nolint:errcheck
+			exec.Command(os.Getenv("WARREN_RUNSC"), "--root", runtimeRoot, "delete", "-force", id).Run()
 		}
 	}
 	if cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", warmIso.CgroupRoot, "sbx-*")); len(cgs) > 0 {

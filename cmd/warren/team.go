@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
-	"github.com/warren-sandbox/warren/internal/app"
+	"github.com/warren-sandbox/warren/internal/app/apirole"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -85,7 +85,7 @@ func newTeam(stdout io.Writer) *cobra.Command {
 		if dbURL == "" {
 			dbURL = os.Getenv("WARREN_DATABASE_URL")
 		}
-		return app.OpenStore(cmd.Context(), dataDir, dbURL, nil)
+		return apirole.OpenStore(cmd.Context(), dataDir, dbURL, nil)
 	}
 	cmd := &cobra.Command{Use: "team", Short: "Manage teams (works on the store directly; the server may be running)"}
 	pf := cmd.PersistentFlags()

@@ -21,9 +21,9 @@ func TestTemplatePoolCommand(t *testing.T) {
 		mu.Unlock()
 		switch {
 		case r.Method == http.MethodPut && r.URL.Path == "/admin/templates/myapp/pool":
-			json.NewEncoder(w).Encode(map[string]any{"templateID": "tid1", "buildID": "b1", "size": 3, "ready": 0}) //nolint:errcheck
+			json.NewEncoder(w).Encode(map[string]any{"templateID": "tid1", "buildID": "b1", "size": 3, "ready": 0})
 		case r.Method == http.MethodGet && r.URL.Path == "/admin/pools":
-			json.NewEncoder(w).Encode([]map[string]any{{"templateID": "tid1", "buildID": "b1", "size": 3, "ready": 2}}) //nolint:errcheck
+			json.NewEncoder(w).Encode([]map[string]any{{"templateID": "tid1", "buildID": "b1", "size": 3, "ready": 2}})
 		default:
 			w.WriteHeader(http.StatusNotFound)
 			io.WriteString(w, `{"code":404,"message":"template \"nope\" not found"}`)

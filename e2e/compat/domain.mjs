@@ -1,4 +1,4 @@
-// SDK calls in E2B's own topology ("domain mode", issue 34): HTTPS with a
+// SDK calls in E2B's own topology ("domain mode"): HTTPS with a
 // throw-away CA trusted through NODE_EXTRA_CA_CERTS, E2B_DOMAIN set to
 // e2b.localhost:<port>, and neither E2B_API_URL nor E2B_SANDBOX_URL: the
 // SDK reaches https://api.<domain> and each sandbox at

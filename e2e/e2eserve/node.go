@@ -146,7 +146,7 @@ func (n *Node) Run(t testing.TB) {
 	t.Cleanup(func() { // before the node stops: kill what is left on it
 		if list, err := n.Client().List(context.Background()); err == nil {
 			for _, sb := range list {
-				n.Client().Kill(context.Background(), sb.ID, "request") //nolint:errcheck
+				n.Client().Kill(context.Background(), sb.ID, "request")
 			}
 		}
 	})
@@ -186,7 +186,7 @@ func (n *Node) KillCount(t testing.TB, reason string) int {
 	var v int
 	for line := range strings.Lines(string(body)) {
 		if rest, ok := strings.CutPrefix(line, `sandbox_killed_total{kill_reason="`+reason+`"} `); ok {
-			fmt.Sscanf(rest, "%d", &v) //nolint:errcheck // absent: 0
+			fmt.Sscanf(rest, "%d", &v) // absent: 0
 		}
 	}
 	return v

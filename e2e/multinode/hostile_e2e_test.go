@@ -32,7 +32,7 @@ var (
 
 const hostileAPIAddr = "127.0.0.1:3895"
 
-// TestHostileNode is issue 33's items 3 and 4 on the real binaries: a
+// TestHostileNode is a compromised node on the real binaries: a
 // `warren api` and two `warren node` (real gVisor, TLS, a token each).
 // Node A, root on its machine, holds its token and everything derived
 // from it. With the control plane's own credential of A, a create over

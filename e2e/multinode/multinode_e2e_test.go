@@ -28,7 +28,7 @@ var (
 )
 
 // TestMain removes the nodes' cgroup roots and nftables tables at the end.
-func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB) }
+func TestMain(m *testing.M) { e2eserve.Main(m, isoA, isoB, isoH, isoI) }
 
 const (
 	apiKey     = "e2b_a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3"

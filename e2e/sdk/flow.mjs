@@ -1,4 +1,4 @@
-// The SDK flow of issue 4, run against `warren serve` through E2B_API_URL
+// The SDK flow a new user follows (create, run, files, kill), run against `warren serve` through E2B_API_URL
 // and E2B_SANDBOX_URL (not debug mode). Exits non-zero on the first
 // failed check.
 import { Sandbox } from 'e2b'

@@ -31,7 +31,7 @@ const up = await a.uploadUrl(target, { useSignatureExpiration: 300 })
 assert.ok(up.startsWith(base + '/files?'), `upload URL ${up} is not on E2B_SANDBOX_URL`)
 assert.ok(!up.includes(a.sandboxId), `upload URL ${up} names the sandbox`)
 
-// The reproduction of issue 25 item 2: a second part naming another path.
+// An upload URL signed for one path, with a second part naming another path.
 let [st, body] = await post(up, form([target, 'A'], [evil, 'EVIL']))
 assert.equal(st, 403, `second part: ${st} ${body}`)
 assert.match(body, /only the path it was signed for/)

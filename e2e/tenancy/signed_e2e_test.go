@@ -46,7 +46,7 @@ func TestSignedURLsThroughServer(t *testing.T) {
 			t.Errorf("team B's sandboxes: %v", err)
 		}
 		for _, sb := range list {
-			b.Kill(context.Background(), sb.SandboxID) //nolint:errcheck
+			b.Kill(context.Background(), sb.SandboxID)
 		}
 	})
 	out := runNode(t, s, []string{"TEAM_B_KEY=" + teamB.APIKey}, "signed.mjs")

@@ -60,7 +60,7 @@ func TestTenancyRunsc(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		if out != nil {
-			json.NewDecoder(resp.Body).Decode(out) //nolint:errcheck
+			json.NewDecoder(resp.Body).Decode(out)
 		}
 		return resp.StatusCode
 	}
@@ -174,7 +174,7 @@ func TestTenancyRunsc(t *testing.T) {
 	if err != nil {
 		t.Fatalf("team B's sandbox of team A's public template: %v", err)
 	}
-	b.Kill(ctx, sbB.SandboxID) //nolint:errcheck
+	b.Kill(ctx, sbB.SandboxID)
 
 	// A deleted team's ID is not given again.
 	if st := req("POST", "/admin/teams", "", `{"id":"tapi-gone"}`, nil); st != http.StatusCreated {

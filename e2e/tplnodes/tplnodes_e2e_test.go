@@ -265,7 +265,7 @@ func TestTemplateAcrossNodes(t *testing.T) {
 	cfgOther.APIKey = team.APIKey
 	for _, ref := range []string{"hi-across", info.TemplateID} {
 		if sb, err := e2b.Create(ctx, e2b.CreateOptions{Config: cfgOther, Template: ref}); err == nil {
-			sb.Kill(ctx) //nolint:errcheck
+			sb.Kill(ctx)
 			t.Errorf("another team started the template as %q", ref)
 		} else if !strings.Contains(fmt.Sprint(err), "404") && !strings.Contains(strings.ToLower(fmt.Sprint(err)), "not found") {
 			t.Errorf("another team's create of %q: %v, want not found", ref, err)

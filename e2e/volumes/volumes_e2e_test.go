@@ -229,7 +229,6 @@ func TestVolumeCrashDuringWrite(t *testing.T) {
 	}
 }
 
-// sortedPaths is ps as the listing orders them (by name).
 // sh runs cmd in sandbox id through the server at cfg and returns its
 // stdout.
 func sh(t *testing.T, cfg e2b.Config, id, cmd string) string {
@@ -249,8 +248,6 @@ func sh(t *testing.T, cfg e2b.Config, id, cmd string) string {
 func cfgOf(env map[string]string) e2b.Config {
 	return e2b.Config{APIKey: apiKey, APIURL: env["E2B_API_URL"], SandboxURL: env["E2B_SANDBOX_URL"], Domain: "localhost"}
 }
-
-func sortedPaths(ps ...string) []string { return ps }
 
 // TestVolumePlacement: under warren api, a volume lives on one node; the
 // sandboxes that mount it are placed there, share it, and its content

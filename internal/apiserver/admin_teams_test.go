@@ -98,7 +98,7 @@ func TestAdminTeams(t *testing.T) {
 		t.Fatalf("PATCH: %d %s", r.status, r.body)
 	}
 	var patched adminTeam
-	json.Unmarshal(r.body, &patched) //nolint:errcheck
+	json.Unmarshal(r.body, &patched)
 	if patched.Limits.MaxConcurrent != 2 || patched.Limits.MaxTimeoutSeconds != 600 || patched.Limits.MaxPaused != 1 || patched.Name != "Team A" {
 		t.Fatalf("after PATCH: %+v", patched)
 	}

@@ -71,14 +71,21 @@ func TestResumeWithoutMemoryRefused(t *testing.T) {
 	}
 }
 
-// TestUnsupportedFieldsRefused: fields Warren cannot honour are a 400
-// naming them, never accepted and ignored; the routing fields the proxy
-// applies are accepted and kept.
+// TestUnsupportedFieldsRefused: fields Warren cannot honour, and bad
+// values of those it does, are a 400 naming them, never accepted and
+// ignored; the routing fields the proxy applies are accepted and kept.
 func TestUnsupportedFieldsRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	for _, tc := range []struct{ name, body, field string }{
-		{"rules", `{"templateID":"base","network":{"rules":{"example.com":[{"transform":{"headers":{"a":"b"}}}]}}}`, "network.rules"},
+		{"rules key a bare wildcard", `{"templateID":"base","network":{"rules":{"*":[{"transform":{"headers":{"a":"b"}}}]}}}`, `invalid value for field 'network.rules' (a host key): \"*\": a wildcard is only a leading`},
+		{"allowOut a bare wildcard", `{"templateID":"base","network":{"allowOut":["*"]}}`, `invalid value for field 'network.allowOut[0]': \"*\": a wildcard is only a leading`},
+		{"allowOut not a name", `{"templateID":"base","network":{"allowOut":["1.2.3.4","a b.example"]}}`, `invalid value for field 'network.allowOut[1]': \"a b.example\" is not a CIDR, an IP address or a domain name`},
+		{"denyOut a domain", `{"templateID":"base","network":{"denyOut":["example.com"]}}`, `invalid value for field 'network.denyOut[0]': \"example.com\" is not a CIDR or IP address`},
+		{"rules header with a line break", `{"templateID":"base","network":{"rules":{"a.example":[{"transform":{"headers":{"a":"b\r\nX: y"}}}]}}}`, "network.rules.a.example[0].transform.headers.a"},
+		{"rules unknown secret", `{"templateID":"base","network":{"rules":{"a.example":[{"transform":{"headers":{"a":"${e2b.secrets.nope}"}}}]}}}`, "not found (placeholder ${e2b.secrets.nope})"},
+		{"egressProxy without port", `{"templateID":"base","network":{"egressProxy":{"address":"proxy.example"}}}`, "network.egressProxy.address"},
+		{"egressProxy password without user", `{"templateID":"base","network":{"egressProxy":{"address":"proxy.example:1080","password":"p"}}}`, "network.egressProxy.password"},
 		{"iam", `{"templateID":"base","iam":{"tokens":{"t":{"audience":"x","tokenType":"oidc"}}}}`, "iam"},
 		{"mcp not an object", `{"templateID":"base","mcp":["memory"]}`, "'mcp'"},
 		{"bad https port", `{"templateID":"base","network":{"httpsPorts":[49983]}}`, "network.httpsPorts[0]"},
@@ -102,7 +109,7 @@ func TestUnsupportedFieldsRefused(t *testing.T) {
 	if err != nil || route.MaskRequestHost != "localhost:${PORT}" || len(route.HTTPSPorts) != 1 || route.HTTPSPorts[0] != 8443 {
 		t.Fatalf("route %+v %v", route, err)
 	}
-	if r := e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", e.key2, `{"rules":{"example.com":[]}}`); r.status != 400 || !strings.Contains(string(r.body), "rules") {
+	if r := e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", e.key2, `{"rules":{"*.":[]}}`); r.status != 400 || !strings.Contains(string(r.body), "rules") {
 		t.Fatalf("network update with rules: %d %s", r.status, r.body)
 	}
 }

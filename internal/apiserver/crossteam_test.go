@@ -249,7 +249,7 @@ func TestCrossTeam(t *testing.T) {
 		var al struct {
 			Public bool `json:"public"`
 		}
-		json.Unmarshal(e.do("GET", "/templates/aliases/"+name, a.APIKey, "").body, &al) //nolint:errcheck
+		json.Unmarshal(e.do("GET", "/templates/aliases/"+name, a.APIKey, "").body, &al)
 		if al.Public != want {
 			t.Fatalf("team B changed whether A's %s is public (now %v)", name, al.Public)
 		}

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/warren-sandbox/warren/internal/envdproto"
-	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/pkg/client"
 )
 
@@ -14,12 +13,8 @@ import (
 const envdPort = envdproto.Port
 
 // checkRouting validates the network fields the edge proxy applies
-// (maskRequestHost, httpsPorts) and refuses rules, which need an egress
-// proxy Warren does not have: nothing is accepted and ignored.
+// (maskRequestHost, httpsPorts).
 func checkRouting(n *client.NetworkConfig) error {
-	if len(n.Rules) > 0 {
-		return errRules("network.rules")
-	}
 	if n.MaskRequestHost != nil {
 		h := *n.MaskRequestHost
 		// It becomes the Host header the proxy sends to the sandbox: no
@@ -34,10 +29,6 @@ func checkRouting(n *client.NetworkConfig) error {
 		}
 	}
 	return nil
-}
-
-func errRules(field string) error {
-	return errdefs.Publicf(errdefs.ErrInvalid, "%s (header transforms of outbound traffic) is not supported by this server", field)
 }
 
 // jsonObject reports whether a raw JSON value is an object.

@@ -287,7 +287,7 @@ func TestSpecRoutes(t *testing.T) {
 	doc := spec(t)
 	e := newTemplateEnv(t, func(c *apiserver.Config) {
 		c.Pools = stubPools{}
-		c.Metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("up 1\n")) }) //nolint:errcheck
+		c.Metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("up 1\n")) })
 	})
 	e.api.MountEvents(apiserver.EventsConfig{})
 	nodereg.NewRegistry(e.st.(nodereg.Store), nil, nil).AdminRoutes(e.api.HandleAdmin)

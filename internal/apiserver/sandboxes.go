@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -120,21 +118,23 @@ func (s *Server) createParams(r *http.Request, c *caller, req *client.NewSandbox
 	}
 	allow := req.AllowInternetAccess
 	internet := allow == nil || *allow
-	var policy netslot.Policy
+	var policy sandbox.NetworkPolicy
 	var netDoc json.RawMessage
 	traffic := false
 	if req.Network != nil {
-		if policy, err = policyOf("network", req.Network.AllowOut, req.Network.DenyOut); err != nil {
+		n := *req.Network
+		var ed egressDoc
+		if policy, ed, err = s.egressPolicy(r.Context(), c.teamID, "network", egressSpec{n.AllowOut, n.DenyOut, n.Rules, n.EgressProxy}); err != nil {
 			return nil, err
-		}
-		if len(req.Network.EgressProxy) > 0 && string(req.Network.EgressProxy) != "null" {
-			return nil, errdefs.Publicf(errdefs.ErrInvalid, "network.egressProxy is not supported by this server")
 		}
 		if err := checkRouting(req.Network); err != nil {
 			return nil, err
 		}
-		traffic = req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic
-		netDoc, _ = json.Marshal(req.Network)
+		traffic = n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic
+		// Kept for display: rules as sent (placeholders, not values), the
+		// proxy without its password.
+		n.Rules, n.EgressProxy = ed.Rules, ed.EgressProxy
+		netDoc, _ = json.Marshal(n)
 	}
 	policy.Internet = internet
 	for k := range req.Metadata {
@@ -203,38 +203,6 @@ func (s *Server) sandboxResources(tmpl nodeapi.Template) sandbox.Resources {
 	return res
 }
 
-// policyOf parses allow/deny lists of CIDRs or bare IPs.
-func policyOf(field string, allow, deny []string) (netslot.Policy, error) {
-	var p netslot.Policy
-	parse := func(name string, in []string) ([]netip.Prefix, error) {
-		var out []netip.Prefix
-		for i, v := range in {
-			if pfx, err := netip.ParsePrefix(v); err == nil {
-				out = append(out, pfx.Masked())
-				continue
-			}
-			if a, err := netip.ParseAddr(v); err == nil {
-				out = append(out, netip.PrefixFrom(a, a.BitLen()))
-				continue
-			}
-			path := fmt.Sprintf("%s[%d]", name, i)
-			if field != "" {
-				path = field + "." + path
-			}
-			return nil, invalid(path, "%q is not a CIDR or IP address (domain names are not supported)", v)
-		}
-		return out, nil
-	}
-	var err error
-	if p.AllowOut, err = parse("allowOut", allow); err != nil {
-		return p, err
-	}
-	if p.DenyOut, err = parse("denyOut", deny); err != nil {
-		return p, err
-	}
-	return p, nil
-}
-
 func (s *Server) sandboxJSON(sb *store.Sandbox) client.Sandbox {
 	out := client.Sandbox{
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, Alias: sb.Spec.Alias, ClientID: "warren",
@@ -263,7 +231,7 @@ func apiState(st sandbox.State) string {
 func listedJSON(sb *store.Sandbox) client.ListedSandbox {
 	var vols []client.VolumeMount
 	if len(sb.Spec.VolumeMounts) > 0 {
-		json.Unmarshal(sb.Spec.VolumeMounts, &vols) //nolint:errcheck
+		json.Unmarshal(sb.Spec.VolumeMounts, &vols)
 	}
 	md := sb.Spec.Metadata
 	if md == nil {
@@ -457,15 +425,9 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	if req.AllowInternetAccess == nil {
 		req.AllowInternetAccess = req.AllowInternetAccessCamel
 	}
-	p, err := policyOf("", req.AllowOut, req.DenyOut)
+	p, ed, err := s.egressPolicy(r.Context(), c.teamID, "", egressSpec{req.AllowOut, req.DenyOut, req.Rules, req.EgressProxy})
 	if err != nil {
 		return err
-	}
-	if len(req.EgressProxy) > 0 && string(req.EgressProxy) != "null" {
-		return errdefs.Publicf(errdefs.ErrInvalid, "egressProxy is not supported by this server")
-	}
-	if len(req.Rules) > 0 {
-		return errRules("rules")
 	}
 	sb, err := s.lc.Get(r.Context(), c.teamID, id)
 	if err != nil {
@@ -473,9 +435,11 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	}
 	var doc client.NetworkConfig
 	if len(sb.Spec.Network) > 0 {
-		json.Unmarshal(sb.Spec.Network, &doc) //nolint:errcheck
+		json.Unmarshal(sb.Spec.Network, &doc)
 	}
-	doc.AllowOut, doc.DenyOut, doc.Rules = req.AllowOut, req.DenyOut, req.Rules
+	// The update replaces the whole egress configuration (E2B's): what it
+	// leaves out is cleared.
+	doc.AllowOut, doc.DenyOut, doc.Rules, doc.EgressProxy = req.AllowOut, req.DenyOut, ed.Rules, ed.EgressProxy
 	raw, _ := json.Marshal(doc)
 	if err := s.lc.UpdateNetwork(r.Context(), c.teamID, id, p, raw, req.AllowInternetAccess); err != nil {
 		if errdefs.IsConflict(err) {

@@ -34,6 +34,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/secrets"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
 	"github.com/warren-sandbox/warren/internal/throttle"
@@ -105,6 +106,10 @@ type Config struct {
 	// their requests the client whose failed authentications are counted
 	// (auththrottle.go) is the one their X-Forwarded-For names.
 	TrustedProxies []netip.Prefix
+	// Secrets serves /secrets and fills the secrets placeholders of
+	// sandboxes' network rules; nil: a service without a key, which
+	// refuses both (secrets.ErrNoKey).
+	Secrets *secrets.Service
 }
 
 // Server serves the API. It is an http.Handler.
@@ -143,6 +148,9 @@ func New(cfg Config) (*Server, error) {
 		d.DiskMB = 10 * 1024
 	}
 	cfg.DefaultLimits = WithDefaults(cfg.DefaultLimits)
+	if cfg.Secrets == nil {
+		cfg.Secrets, _ = secrets.New(nil, nil)
+	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 5 * time.Second
 	}
@@ -195,6 +203,12 @@ func (s *Server) addRoutes() {
 	s.handle("POST /sandboxes/{id}/fork", team(s.fork))
 	s.handle("PUT /sandboxes/{id}/network", team(s.updateNetwork))
 	s.handle("POST /sandboxes/{id}/snapshots", team(s.createSnapshot))
+	s.handle("GET /sandboxes/{id}/egress", team(s.egressLog))
+	s.handle("GET /secrets", team(s.listSecrets))
+	s.handle("POST /secrets", team(s.createSecret))
+	s.handle("GET /secrets/{secretID}", team(s.getSecret))
+	s.handle("POST /secrets/{secretID}", team(s.updateSecret))
+	s.handle("DELETE /secrets/{secretID}", team(s.deleteSecret))
 	s.handle("GET /snapshots", team(s.listSnapshots))
 	s.templateRoutes(team)
 	s.volumeRoutes(team)
@@ -459,7 +473,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(b) //nolint:errcheck
+	w.Write(b)
 }
 
 // onError is the REST API's one error boundary, for every error a handler

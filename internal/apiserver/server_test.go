@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -20,6 +21,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/secrets"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
 	"github.com/warren-sandbox/warren/pkg/client"
@@ -59,6 +61,16 @@ type env struct {
 	key1   string // team t1: limit 3 concurrent, 1 h timeout, 2 vCPU
 	key2   string // team t2
 	keyLow string // team t3: 1 vCPU max (below the default 2)
+	// logs holds every line the API server and the lifecycle logged.
+	logs *syncBuffer
+}
+
+// testSecretsKey is the secrets key of newEnv's server.
+var testSecretsKey = []byte("0123456789abcdef0123456789abcdef")
+
+// logger logs at debug level into e.logs.
+func (e *env) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 const adminToken = "admin-secret"
@@ -70,7 +82,8 @@ func newEnv(t testing.TB, opts ...func(*lifecycle.Config)) *env {
 	ctx := context.Background()
 	st := storetest.SQLite(t)
 	n := fakenode.New()
-	lcfg := lifecycle.Config{Store: st, Node: n}
+	logs := &syncBuffer{}
+	lcfg := lifecycle.Config{Store: st, Node: n, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	for _, o := range opts {
 		o(&lcfg)
 	}
@@ -82,7 +95,7 @@ func newEnv(t testing.TB, opts ...func(*lifecycle.Config)) *env {
 	done := make(chan struct{})
 	go func() { lc.Run(runCtx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	e := &env{t: t, st: st, node: n, lc: lc}
+	e := &env{t: t, st: st, node: n, lc: lc, logs: logs}
 	for _, tm := range []*store.Team{
 		{ID: "t1", Name: "one", Limits: store.Limits{MaxConcurrent: 3, MaxTimeout: time.Hour}},
 		{ID: "t2", Name: "two"},
@@ -99,7 +112,11 @@ func newEnv(t testing.TB, opts ...func(*lifecycle.Config)) *env {
 		}
 		*dst = k
 	}
-	api, err := apiserver.New(apiserver.Config{Store: st, Lifecycle: lc, Templates: staticTemplates{}, AdminToken: adminToken})
+	sec, err := secrets.New(st.Secrets(), testSecretsKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := apiserver.New(apiserver.Config{Store: st, Lifecycle: lc, Templates: staticTemplates{}, AdminToken: adminToken, Secrets: sec, Logger: e.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +217,8 @@ func TestEndpoints(t *testing.T) {
 		{"create metadata not string", "POST", "/v2/sandboxes", `{"templateID":"base","metadata":{"a":1}}`, "", nil, 400, "'metadata"}, // Go 1.27 names the key too ('metadata.a')
 		{"create negative timeout", "POST", "/v2/sandboxes", `{"templateID":"base","timeout":-1}`, "", nil, 400, "'timeout'"},
 		{"create timeout over max", "POST", "/v2/sandboxes", `{"templateID":"base","timeout":3601}`, "", nil, 400, "Timeout cannot be greater than 1 hours"},
-		{"create bad cidr", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":["example.com"]}}`, "", nil, 400, "'network.allowOut[0]'"},
+		{"create bad cidr", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":["exa mple.com"]}}`, "", nil, 400, "'network.allowOut[0]'"},
+		{"create domain in denyOut", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"denyOut":["example.com"]}}`, "", nil, 400, "'network.denyOut[0]'"},
 		{"create autoresume without memory", "POST", "/v2/sandboxes", `{"templateID":"base","autoResume":{"enabled":true},"autoPauseMemory":false}`, "", nil, 400, "'autoResume'"},
 		{"create over cpu bound", "POST", "/v2/sandboxes", `{"templateID":"base"}`, "low", nil, 400, "cpuCount 2 exceeds"},
 		{"create of a 1 vCPU template within the bound", "POST", "/v2/sandboxes", `{"templateID":"small"}`, "low", nil, 201, ""},

@@ -115,7 +115,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *calle
 			}
 			return
 		}
-		cat.FinishBuild(cctx, b.ID, &templates.Reason{Message: errhttp.Message(cause), Step: "snapshot"}) //nolint:errcheck
+		cat.FinishBuild(cctx, b.ID, &templates.Reason{Message: errhttp.Message(cause), Step: "snapshot"})
 	}
 	if err := st.CreateBuild(ctx, b); err != nil {
 		undo(err)

@@ -186,7 +186,7 @@ func (r *Runner) pooled(ctx context.Context) *Run {
 	r.step("burst+pool", func() { r.burst(ctx, MetricBurst, size, "") })
 	if n := r.cfg.Plan.Burst; n > size {
 		// More creates at once than the pool holds: the pool's members,
-		// then cold creates, none failing (issue 19's degradation).
+		// then cold creates, none failing (the pool degrades to cold starts).
 		if err := r.waitPool(ctx, size); err != nil {
 			r.note("pool", err)
 			return p

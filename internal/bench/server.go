@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/apiserver"
-	"github.com/warren-sandbox/warren/internal/app"
+	"github.com/warren-sandbox/warren/internal/app/apirole"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -130,7 +130,7 @@ func isolation(pid, index int, driver string) hostIsolation {
 // seed creates the default team with the concurrency limit and returns
 // a fresh API key for --api-key.
 func seed(ctx context.Context, dataDir string, maxConcurrent int) (string, error) {
-	st, err := app.OpenStore(ctx, dataDir, "", nil)
+	st, err := apirole.OpenStore(ctx, dataDir, "", nil)
 	if err != nil {
 		return "", fmt.Errorf("seed store: %w", err)
 	}

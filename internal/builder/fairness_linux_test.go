@@ -23,7 +23,7 @@ import (
 func diskBytes(t *testing.T, dir string) int64 {
 	t.Helper()
 	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error { //nolint:errcheck
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
 				n += fi.Size()

@@ -251,7 +251,7 @@ func (s *Service) StartBuild(ctx context.Context, req StartRequest) (string, err
 			}
 		}
 		if err := s.queue.wait(s.ctx, tk); err != nil {
-			s.cat.FinishBuild(context.Background(), req.BuildID, &templates.Reason{Message: "Warren is shutting down"}) //nolint:errcheck
+			s.cat.FinishBuild(context.Background(), req.BuildID, &templates.Reason{Message: "Warren is shutting down"})
 			return
 		}
 		defer s.queue.release(req.TeamID)
@@ -409,7 +409,7 @@ func (s *Service) PutFilesSized(ctx context.Context, templateID, hash string, r 
 	if err != nil {
 		return fmt.Errorf("files %s: %w", hash, err)
 	}
-	defer res.release(nil) //nolint:errcheck // nothing to commit
+	defer res.release(nil) // nothing to commit
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}

@@ -198,42 +198,6 @@ type classError struct{ err, class error }
 func (e *classError) Error() string   { return e.err.Error() }
 func (e *classError) Unwrap() []error { return []error{e.err, e.class} }
 
-// ClientMessage is what the hand-written node build wire
-// (internal/nodebuild) tells its peer of err: the message of Message, else
-// for an error of a client-side class its first line without the trailing
-// class words, else the class alone.
-//
-// It derives a client's text from an error's text, which no other
-// boundary does: it remains for internal/nodebuild's wire only, which is
-// being replaced by the node RPC, and goes with it. Every other boundary
-// tells a client errhttp.Message (or, envd, MessageOrText).
-func ClientMessage(err error) string {
-	if err == nil {
-		return ""
-	}
-	if msg, ok := Message(err); ok {
-		return msg
-	}
-	switch {
-	case errors.Is(err, ErrUnavailable):
-		return "service unavailable"
-	case Class(err) == nil:
-		return "internal error"
-	}
-	return firstLine(stripClass(err))
-}
-
-// stripClass is err's text without a trailing ": <class words>".
-func stripClass(err error) string {
-	msg := err.Error()
-	for _, c := range Classes() {
-		if t, ok := strings.CutSuffix(msg, ": "+c.Error()); ok {
-			return t
-		}
-	}
-	return msg
-}
-
 // firstLine is s up to its first line break.
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")

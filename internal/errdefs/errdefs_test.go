@@ -98,26 +98,3 @@ func TestClassf(t *testing.T) {
 		t.Fatalf("Classf's text = %q (no class words wanted)", got)
 	}
 }
-
-// ClientMessage remains for internal/nodebuild's wire only; its old
-// behaviour is kept until that wire goes.
-func TestClientMessage(t *testing.T) {
-	t.Parallel()
-	host := errors.New("runsc: exit status 1: open /var/lib/wstr/secret/config.json: permission denied")
-	cases := []struct {
-		err  error
-		want string
-	}{
-		{nil, ""},
-		{fmt.Errorf("sandbox %q: %w", "x", ErrNotFound), `sandbox "x"`},
-		{fmt.Errorf("field 'a': bad\nsecond line: %w", ErrInvalid), "field 'a': bad"},
-		{fmt.Errorf("create %q: %w: %w", "x", host, ErrUnavailable), "service unavailable"},
-		{fmt.Errorf("sandbox %q: %w", "x", host), "internal error"},
-		{Publicf(ErrUnavailable, "no ready node"), "no ready node"},
-	}
-	for _, c := range cases {
-		if got := ClientMessage(c.err); got != c.want {
-			t.Errorf("ClientMessage(%v) = %q, want %q", c.err, got, c.want)
-		}
-	}
-}

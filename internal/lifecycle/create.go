@@ -175,7 +175,7 @@ func (m *Manager) createTwoWrites(ctx context.Context, p CreateParams, sb *store
 	})
 	if err != nil {
 		// Killed while starting (e.g. by a concurrent DELETE): stop it.
-		m.node.Kill(context.WithoutCancel(ctx), ns.ID, sandbox.KillRequest) //nolint:errcheck
+		m.node.Kill(context.WithoutCancel(ctx), ns.ID, sandbox.KillRequest)
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	return m.created(ctx, sb, req, ns, log), nil

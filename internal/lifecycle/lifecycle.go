@@ -31,7 +31,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -193,7 +192,7 @@ type CreateParams struct {
 	AutoPauseMemory bool
 	AutoResume      bool
 	AllowInternet   *bool
-	Policy          netslot.Policy
+	Policy          sandbox.NetworkPolicy
 	// Network and VolumeMounts are the API's documents, kept for display.
 	Network      json.RawMessage
 	VolumeMounts json.RawMessage
@@ -553,7 +552,7 @@ func (m *Manager) resumeLocked(ctx context.Context, sb *store.Sandbox, d time.Du
 }
 
 // UpdateNetwork replaces a running sandbox's egress policy.
-func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, p netslot.Policy, doc json.RawMessage, allowInternet *bool) error {
+func (m *Manager) UpdateNetwork(ctx context.Context, teamID, id string, p sandbox.NetworkPolicy, doc json.RawMessage, allowInternet *bool) error {
 	defer m.lock(id)()
 	sb, err := m.Get(ctx, teamID, id)
 	if err != nil {
@@ -647,7 +646,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		i := idx[k]
 		f, ok := got[fid]
 		if !ok {
-			m.st.DeleteSandbox(context.WithoutCancel(ctx), fid) //nolint:errcheck
+			m.st.DeleteSandbox(context.WithoutCancel(ctx), fid)
 			results[i].Err = nodeFailure(ferr)
 			if results[i].Err == nil {
 				results[i].Err = errdefs.Publicf(errdefs.ErrUnavailable, "fork %q: the node did not start it", fid)
@@ -668,7 +667,7 @@ func (m *Manager) Fork(ctx context.Context, teamID, id string, count int, d time
 		})
 		if err != nil {
 			// Killed while starting: stop it, as Create does.
-			m.node.Kill(context.WithoutCancel(ctx), fid, sandbox.KillRequest) //nolint:errcheck
+			m.node.Kill(context.WithoutCancel(ctx), fid, sandbox.KillRequest)
 			results[i].Err = err
 			continue
 		}

@@ -200,9 +200,16 @@ func parseAlias(alias string) (table, id, ns string, ok bool) {
 // slotChain is the nftables chain holding a slot's egress rules.
 func slotChain(id, hostVeth string) string { return "slot-" + id + "-" + hostVeth }
 
-// parseSlotChain returns the sandbox ID and host veth of a slot chain name.
+// natChain is the nftables chain holding a slot's redirects.
+func natChain(id, hostVeth string) string { return "nat-" + id + "-" + hostVeth }
+
+// parseSlotChain returns the sandbox ID and host veth of a slot chain
+// name or of a nat chain name.
 func parseSlotChain(name string) (id, hostVeth string, ok bool) {
 	rest, ok := strings.CutPrefix(name, "slot-")
+	if !ok {
+		rest, ok = strings.CutPrefix(name, "nat-")
+	}
 	if !ok {
 		return "", "", false
 	}
@@ -220,6 +227,9 @@ func validPolicy(p Policy) error {
 				return fmt.Errorf("egress prefix %s: only IPv4 prefixes: %w", x, errdefs.ErrInvalid)
 			}
 		}
+	}
+	if r := p.Redirect; r != nil && (p.Egress == nil || r.TCP == 0 || r.DNSUDP == 0 || r.DNSTCP == 0) {
+		return fmt.Errorf("egress redirect %+v: needs egress rules and three ports: %w", *r, errdefs.ErrInvalid)
 	}
 	return nil
 }

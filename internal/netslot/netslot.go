@@ -14,6 +14,8 @@ package netslot
 import (
 	"context"
 	"net/netip"
+
+	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // LegacyNetNSDir is where Warren mounted its namespaces before each pool
@@ -57,13 +59,12 @@ type Slot struct {
 	Policy Policy `json:"policy"`
 }
 
-// Policy is a sandbox's egress policy.
-type Policy struct {
-	// Internet enables outbound NAT to addresses not otherwise blocked.
-	Internet bool `json:"internet"`
-	// AllowOut lists CIDRs that are reachable even when Internet is off.
-	// They never open the always-blocked ranges.
-	AllowOut []netip.Prefix `json:"allowOut,omitempty"`
-	// DenyOut lists CIDRs that are unreachable even when Internet is on.
-	DenyOut []netip.Prefix `json:"denyOut,omitempty"`
-}
+// Policy is a sandbox's egress policy. The type is the shared domain
+// type sandbox.NetworkPolicy, so that the node contract and the control
+// plane speak of it without linking this package (nor nftables, nor
+// netlink).
+type Policy = sandbox.NetworkPolicy
+
+// Redirect are the ports on a slot's host address where its guest's
+// connections are sent (sandbox.EgressRedirect).
+type Redirect = sandbox.EgressRedirect

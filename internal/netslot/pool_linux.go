@@ -158,13 +158,7 @@ func (p *pool) Acquire(ctx context.Context, id string, policy Policy) (*Slot, er
 // useOf recovers the use number of s from its namespace name.
 func useOf(s *Slot) uint64 { return parseBase36(tail(s.NetNS)) }
 
-func clonePolicy(p Policy) Policy {
-	return Policy{
-		Internet: p.Internet,
-		AllowOut: append([]netip.Prefix(nil), p.AllowOut...),
-		DenyOut:  append([]netip.Prefix(nil), p.DenyOut...),
-	}
-}
+func clonePolicy(p Policy) Policy { return p.Clone() }
 
 // create makes the slot's host objects: the veth pair first (carrying the
 // alias that names the namespace, so a crash at any later step leaves

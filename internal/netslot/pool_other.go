@@ -5,6 +5,8 @@ package netslot
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"syscall"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
@@ -17,4 +19,9 @@ func NewPool(cfg Config, log *slog.Logger) (Pool, error) {
 // DeleteTable is only available on Linux.
 func DeleteTable(cfg Config) error {
 	return fmt.Errorf("network slots: %w on this platform", errdefs.ErrUnsupported)
+}
+
+// OriginalDst is only available on Linux.
+func OriginalDst(c syscall.Conn) (netip.AddrPort, error) {
+	return netip.AddrPort{}, fmt.Errorf("original destination: %w on this platform", errdefs.ErrUnsupported)
 }

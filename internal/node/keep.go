@@ -23,9 +23,13 @@ import (
 // moved them into its own stack) and creates a new container for the same
 // sandbox in the kept slot, cgroup and mount
 // (driver.RestorePreparer: `runsc create`); a resume then restores the
-// image into it and makes no host object. The preparation holds the
-// sandbox's s.op, handed over by the pause, so a resume, kill or eviction
-// that arrives meanwhile waits for it.
+// image into it and makes no host object. The preparation runs in a
+// goroutine of its own once the pause has released the sandbox's op: it
+// takes no lock across its work, but the handle's preparing channel, set
+// by the pause under op, stays open until it ends (whether it prepared
+// the container or, failing, released the kept objects), and every
+// operation of the sandbox waits on it once it holds op (awaitPrepare),
+// so a resume, kill or eviction that arrives meanwhile waits for it.
 //
 // Only a bounded set is kept (Config.KeepPaused, KeepPausedFor,
 // KeepPausedMinFreeMemory): the most recently paused, each for a while,
@@ -48,7 +52,8 @@ const (
 )
 
 // keptObjects is what a paused sandbox that keeps its host objects holds
-// besides them (they stay in its record and s.cg).
+// besides them (they stay in its record and handle.cg). Its handle's mu
+// guards prepared.
 type keptObjects struct {
 	since time.Time
 	timer Timer // ends the keep after KeepPausedFor
@@ -144,10 +149,8 @@ func (a *Agent) SetDraining(draining bool) {
 
 // anyKept reports whether some paused sandbox keeps its host objects.
 func (a *Agent) anyKept() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, s := range a.sandboxes {
-		if s.kept != nil {
+	for _, h := range a.handles() {
+		if h.keptNow() != nil {
 			return true
 		}
 	}
@@ -161,89 +164,151 @@ func (a *Agent) memoryLow() bool {
 	return err != nil || a.cfg.KeepPausedMinFreeMemory > 0 && free < uint64(a.cfg.KeepPausedMinFreeMemory)
 }
 
-// beginKeep decides whether s, just checkpointed, keeps its host objects.
-// When it does, s is marked kept, its time bound armed, the preparation's
-// place in a.wg taken (the caller starts prepareResume and hands it s.op),
-// and older kept sandboxes over the count are evicted. Low memory keeps
-// none and evicts every kept sandbox.
-func (a *Agent) beginKeep(s *sbx) bool {
+// keptHandle is a handle with the keep it had when looked at.
+type keptHandle struct {
+	h *handle
+	k *keptObjects
+}
+
+// beginKeep decides whether h, just checkpointed (the caller holds its
+// op), keeps its host objects, and returns the keep when it does: h is
+// marked kept, its time bound armed, and older kept sandboxes over the
+// count are evicted; the caller starts the preparation (startPrepare).
+// Low memory keeps none and evicts every kept sandbox.
+func (a *Agent) beginKeep(h *handle) *keptObjects {
 	if _, ok := a.restorePreparer(); !ok {
-		return false
+		return nil
 	}
 	low := a.memoryLow()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || s.gone || a.draining {
-		return false
+	if a.closed || h.isGone() || a.draining {
+		return nil
 	}
-	var others []*sbx
+	var others []keptHandle
 	for _, o := range a.sandboxes {
-		if o != s && o.kept != nil {
-			others = append(others, o)
+		if k := o.keptNow(); o != h && k != nil {
+			others = append(others, keptHandle{o, k})
 		}
 	}
 	if low {
 		a.evictLocked(others, "memory_low")
-		return false
+		return nil
 	}
-	slices.SortFunc(others, func(x, y *sbx) int { return x.kept.since.Compare(y.kept.since) })
+	slices.SortFunc(others, func(x, y keptHandle) int { return x.k.since.Compare(y.k.since) })
 	if over := len(others) + 1 - a.cfg.KeepPaused; over > 0 {
 		a.evictLocked(others[:over], "count")
 	}
+	return h.keep()
+}
+
+// keep marks h kept from now, for at most KeepPausedFor, with its
+// preparation to come: from here until endPrepare every operation of h
+// waits for it (awaitPrepare).
+func (h *handle) keep() *keptObjects {
+	a := h.a
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	k := &keptObjects{since: a.clock.Now()}
-	s.kept = k
+	h.kept = k
+	h.preparing = make(chan struct{})
 	k.timer = a.clock.AfterFunc(a.cfg.KeepPausedFor, func() {
-		a.mu.Lock()
-		if a.closed {
-			a.mu.Unlock()
-			return
-		}
-		a.wg.Add(1)
-		a.mu.Unlock()
-		defer a.wg.Done()
-		a.evictKept(s, k, "time")
+		a.tracked(func() { h.evictKept(k, "time") })
 	})
-	a.wg.Add(1) // the preparation's
-	return true
+	return k
 }
 
 // evictLocked starts the eviction of every sandbox of victims (a.mu is
 // held, the agent is not closed).
-func (a *Agent) evictLocked(victims []*sbx, reason string) {
+func (a *Agent) evictLocked(victims []keptHandle, reason string) {
 	for _, v := range victims {
-		k := v.kept
-		a.wg.Go(func() { a.evictKept(v, k, reason) })
+		a.wg.Go(func() { v.h.evictKept(v.k, reason) })
 	}
 }
 
-// dropKeptLocked ends s's keep (its objects are the caller's to release
-// or use). a.mu is held.
-func (a *Agent) dropKeptLocked(s *sbx) {
-	if s.kept == nil {
+// keptNow is h's keep, if any.
+func (h *handle) keptNow() *keptObjects {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.kept
+}
+
+// dropKeptLocked ends h's keep (its objects are the caller's to release
+// or use). h.mu is held.
+func (h *handle) dropKeptLocked() {
+	if h.kept == nil {
 		return
 	}
-	if s.kept.timer != nil {
-		s.kept.timer.Stop()
+	if h.kept.timer != nil {
+		h.kept.timer.Stop()
 	}
-	s.kept = nil
+	h.kept = nil
 }
 
-// prepareResume makes the runtime container of kept sandbox s ready for
+// dropKept ends h's keep and returns it (nil: h kept nothing).
+func (h *handle) dropKept() *keptObjects {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := h.kept
+	h.dropKeptLocked()
+	return k
+}
+
+// awaitPrepare waits for the preparation of h's kept objects in flight,
+// if any, whether it keeps them or, failing, releases them; every
+// operation of h calls it once it holds h.op, so that none touches the
+// objects while the preparation does.
+func (h *handle) awaitPrepare() {
+	if c := h.preparation(); c != nil {
+		<-c
+	}
+}
+
+// preparation is the channel closed when h's preparation in flight ends;
+// nil when none is.
+func (h *handle) preparation() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.preparing
+}
+
+// startPrepare starts the preparation of keep k of h, which the pause
+// that kept its objects has just released; once the agent is closed none
+// starts, and the keep stays unprepared for Close to release.
+func (h *handle) startPrepare(k *keptObjects, log *slog.Logger) {
+	if !h.a.goTracked(func() { h.prepareResume(k, log) }) {
+		h.endPrepare(k, false)
+	}
+}
+
+// endPrepare ends the preparation of h's keep k: prepared says whether
+// the runtime container is made. The operations waiting for it go on.
+func (h *handle) endPrepare(k *keptObjects, prepared bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k.prepared = prepared
+	if h.preparing != nil {
+		close(h.preparing)
+		h.preparing = nil
+	}
+}
+
+// prepareResume makes the runtime container of kept sandbox h ready for
 // its resume: the checkpointed container is deleted and a new one created
-// in the kept slot, cgroup and mount. The caller (the pause) took its
-// place in a.wg and handed it s.op, which it releases. A failure releases
-// every kept object; the sandbox then resumes the slow way. Its phases
-// (logged with "paused sandbox prepared for resume"): delete, create.
-func (a *Agent) prepareResume(s *sbx, k *keptObjects, log *slog.Logger) {
-	defer a.wg.Done()
-	defer s.op.Unlock()
+// in the kept slot, cgroup and mount. No operation of h runs meanwhile
+// (they wait in awaitPrepare). A failure releases every kept object; the
+// sandbox then resumes the slow way. Its phases (logged with "paused
+// sandbox prepared for resume"): delete, create.
+func (h *handle) prepareResume(k *keptObjects, log *slog.Logger) {
+	a := h.a
+	prepared := false
+	defer func() { h.endPrepare(k, prepared) }()
 	ctx := context.WithoutCancel(a.ctx)
-	a.mu.Lock()
-	r, current := s.rec, !s.gone && s.kept == k
-	a.mu.Unlock()
-	if !current {
+	st := h.get()
+	if st.gone || h.keptNow() != k {
 		return
 	}
+	r := st.rec
 	prep, _ := a.drv.(driver.RestorePreparer)
 	ph := a.phases("prepare")
 	err := a.drv.Delete(ctx, r.ID)
@@ -257,109 +322,113 @@ func (a *Agent) prepareResume(s *sbx, k *keptObjects, log *slog.Logger) {
 		spec, err = a.sandboxSpec(r, r.RootFS, r.Slot)
 	}
 	if err == nil {
-		rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
-		if serr := a.spawn.do(func() { err = prep.PrepareRestore(rctx, spec) }); serr != nil {
-			err = serr
-		}
-		cancel()
+		err = a.prepareRestore(ctx, prep, spec)
 	}
 	ph.done("create")
 	if err != nil {
 		log.Warn("prepare paused sandbox for its resume; its host objects are released, it resumes the slow way", "error", err)
-		a.releaseKept(ctx, s, log)
+		h.releaseKept(ctx, log)
 		return
 	}
-	a.mu.Lock()
-	k.prepared = true
-	a.mu.Unlock()
+	prepared = true
 	log.Info("paused sandbox prepared for resume", ph.observe(a.phaseDur)...)
 }
 
-// evictKept ends the keep k of paused sandbox s, if it is still current:
+// prepareRestore creates the runtime container of spec for a restore,
+// within the ready timeout, on a spawner thread.
+func (a *Agent) prepareRestore(ctx context.Context, prep driver.RestorePreparer, spec driver.Spec) error {
+	rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
+	defer cancel()
+	var err error
+	if serr := a.spawn.do(func() { err = prep.PrepareRestore(rctx, spec) }); serr != nil {
+		return serr
+	}
+	return err
+}
+
+// evictKept ends the keep k of paused sandbox h, if it is still current:
 // its prepared container goes and its slot, cgroup and mount are released.
-func (a *Agent) evictKept(s *sbx, k *keptObjects, reason string) {
-	s.op.Lock()
-	defer s.op.Unlock()
-	a.mu.Lock()
-	current := !s.gone && s.kept == k
-	id, execID := s.rec.ID, s.rec.ExecutionID
-	a.mu.Unlock()
-	if !current {
+func (h *handle) evictKept(k *keptObjects, reason string) {
+	a := h.a
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.awaitPrepare()
+	st := h.get()
+	if st.gone || h.keptNow() != k {
 		return
 	}
-	log := a.log.With("sandbox_id", id, "execution_id", execID)
-	a.releaseKept(context.WithoutCancel(a.ctx), s, log)
+	log := a.log.With("sandbox_id", h.id, "execution_id", st.rec.ExecutionID)
+	h.releaseKept(context.WithoutCancel(a.ctx), log)
 	log.Info("released the kept host objects of a paused sandbox; it resumes the slow way", "reason", reason, "kept_for", a.clock.Now().Sub(k.since))
 }
 
-// releaseKept ends s's keep and releases its objects as a pause that does
-// not keep them does; the caller holds s.op.
-func (a *Agent) releaseKept(ctx context.Context, s *sbx, log *slog.Logger) {
-	a.mu.Lock()
-	a.dropKeptLocked(s)
-	a.mu.Unlock()
-	if err := a.releaseCheckpointed(ctx, s, log); err != nil {
+// releaseKept ends h's keep and releases its objects as a pause that does
+// not keep them does; the caller holds h.op, or is the preparation.
+func (h *handle) releaseKept(ctx context.Context, log *slog.Logger) {
+	h.dropKept()
+	if err := h.releaseCheckpointed(ctx, log); err != nil {
 		log.Warn("release kept host objects of paused sandbox; the leak reclaim will retry", "error", err)
 	}
-	if err := a.persist(s); err != nil {
+	if err := h.persist(); err != nil {
 		log.Warn("persist paused state", "error", err)
 	}
 }
 
 // releaseAllKept evicts every kept sandbox at once (Close, low memory).
 func (a *Agent) releaseAllKept(reason string) {
-	type victim struct {
-		s *sbx
-		k *keptObjects
-	}
-	var vs []victim
-	a.mu.Lock()
-	for _, s := range a.sandboxes {
-		if s.kept != nil {
-			vs = append(vs, victim{s, s.kept})
+	var vs []keptHandle
+	for _, h := range a.handles() {
+		if k := h.keptNow(); k != nil {
+			vs = append(vs, keptHandle{h, k})
 		}
 	}
-	a.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, v := range vs {
-		wg.Go(func() { a.evictKept(v.s, v.k, reason) })
+		wg.Go(func() { v.h.evictKept(v.k, reason) })
 	}
 	wg.Wait()
 }
 
-// takeKept ends s's keep for its resume (the caller holds s.op) and says
-// whether its prepared container is there to restore into. A keep whose
-// preparation did not finish (none should be left: it holds s.op) is
-// released first.
-func (a *Agent) takeKept(ctx context.Context, s *sbx, log *slog.Logger) bool {
-	a.mu.Lock()
-	k := s.kept
-	a.dropKeptLocked(s)
-	a.mu.Unlock()
+// takeKept ends h's keep for its resume (the caller holds h.op, after
+// awaitPrepare) and says whether its prepared container is there to
+// restore into. A keep that is not prepared is released first.
+func (h *handle) takeKept(ctx context.Context, log *slog.Logger) bool {
+	k := h.dropKept()
 	if k == nil {
 		return false
 	}
-	if !k.prepared {
-		a.releaseKept(ctx, s, log)
+	if !h.isPrepared(k) {
+		h.releaseKept(ctx, log)
 		return false
 	}
 	return true
+}
+
+func (h *handle) isPrepared(k *keptObjects) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return k.prepared
 }
 
 // HostObjectsKept reports whether paused sandbox id keeps its host objects
 // with a runtime container prepared for its resume, once a preparation in
 // flight has ended (for tests and benchmarks).
 func (a *Agent) HostObjectsKept(id string) (bool, error) {
-	s, err := a.lookup(id)
+	h, err := a.lookup(id)
 	if err != nil {
 		return false, err
 	}
-	s.op.Lock()
-	defer s.op.Unlock()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if s.gone {
-		return false, a.goneErr(id)
+	return h.hostObjectsKept()
+}
+
+func (h *handle) hostObjectsKept() (bool, error) {
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.awaitPrepare()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gone {
+		return false, h.a.goneErr(h.id)
 	}
-	return s.rec.State == sandbox.StatePaused && s.kept != nil && s.kept.prepared, nil
+	return h.rec.State == sandbox.StatePaused && h.kept != nil && h.kept.prepared, nil
 }

@@ -32,11 +32,22 @@ type preparingDriver struct {
 	mu       sync.Mutex
 	prepared map[string]driver.Spec
 	restores atomic.Int32 // RestorePrepared calls that restored
+	// hold, when set, runs at the start of every PrepareRestore (a test
+	// can hold a preparation there).
+	hold func()
+	// prepareErr, when set, is what PrepareRestore fails with.
+	prepareErr error
 }
 
 var _ driver.RestorePreparer = (*preparingDriver)(nil)
 
 func (d *preparingDriver) PrepareRestore(ctx context.Context, spec driver.Spec) error {
+	if d.hold != nil {
+		d.hold()
+	}
+	if d.prepareErr != nil {
+		return d.prepareErr
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.prepared[spec.ID]; ok {
@@ -79,6 +90,15 @@ func (d *preparingDriver) isPrepared(id string) bool {
 type rearmNet struct {
 	*nodetest.Net
 	rearms atomic.Int32
+	// holdRelease, when set, runs at the start of every Release.
+	holdRelease func()
+}
+
+func (n *rearmNet) Release(ctx context.Context, s *netslot.Slot) error {
+	if n.holdRelease != nil {
+		n.holdRelease()
+	}
+	return n.Net.Release(ctx, s)
 }
 
 func (n *rearmNet) Rearm(ctx context.Context, s *netslot.Slot) error {

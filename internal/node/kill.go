@@ -27,88 +27,100 @@ var _ nodeapi.ExecutionKiller = (*Agent)(nil)
 // KillExecution implements ExecutionKiller: Kill, only if the sandbox still
 // runs execution executionID ("" matches any).
 func (a *Agent) KillExecution(ctx context.Context, id, executionID string, reason sandbox.KillReason) error {
-	s, err := a.lookup(id)
+	h, err := a.lookup(id)
 	if err != nil {
 		return err
 	}
-	s.op.Lock()
-	defer s.op.Unlock()
-	a.mu.Lock()
-	gone, execID, state := s.gone, s.rec.ExecutionID, s.rec.State
-	a.mu.Unlock()
-	if gone {
+	return h.kill(ctx, executionID, reason)
+}
+
+// kill destroys h for the control plane, if it still runs execution
+// executionID ("" matches any).
+func (h *handle) kill(ctx context.Context, executionID string, reason sandbox.KillReason) error {
+	a, id := h.a, h.id
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.awaitPrepare()
+	st := h.get()
+	if st.gone {
 		return a.goneErr(id)
 	}
+	execID := st.rec.ExecutionID
 	if executionID != "" && executionID != execID {
 		a.log.Info("kill for an older execution ignored", "sandbox_id", id, "execution_id", executionID,
 			"current_execution_id", execID, "kill_reason", reason.String())
 		return fmt.Errorf("sandbox %q: kill for execution %q, which is no longer current: %w", id, executionID, errdefs.ErrConflict)
 	}
 	log := a.log.With("sandbox_id", id, "execution_id", execID, "kill_reason", reason.String())
-	log.Info("killing sandbox", "state", state)
-	a.destroy(ctx, s, log)
+	log.Info("killing sandbox", "state", st.rec.State)
+	h.destroy(ctx, log)
 	log.Info("sandbox killed")
 	a.countKill(reason)
-	a.emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
+	a.events.emit(nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: a.clock.Now()})
 	return nil
 }
 
+// discard destroys h, the agent's own sandbox (a pool member, a template
+// snapshot's), unless it is gone already; log carries the kill reason.
+func (h *handle) discard(ctx context.Context, log *slog.Logger) {
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.awaitPrepare()
+	if h.isGone() {
+		return
+	}
+	h.destroy(ctx, log)
+}
+
 // ownKill carries out a kill the agent decided on its own (kills.go): ev
-// (its type, reason and time) is recorded first, then s is destroyed, and
-// the kill is counted and, unless s is internal, delivered to watchers.
-// The caller holds s.op.
-func (a *Agent) ownKill(ctx context.Context, s *sbx, ev nodeapi.Event, internal bool, log *slog.Logger) {
+// (its type, reason and time) is recorded first, then h is destroyed, and
+// the kill is counted and, unless h is internal, delivered to watchers.
+// The caller holds h.op.
+func (h *handle) ownKill(ctx context.Context, ev nodeapi.Event, internal bool, log *slog.Logger) {
+	a := h.a
 	if !internal {
 		a.journalKill(ev, log)
 	}
-	a.destroy(ctx, s, log)
+	h.destroy(ctx, log)
 	if internal {
 		return
 	}
 	a.countKill(ev.Reason)
-	a.emit(ev)
+	a.events.emit(ev)
 }
 
-// startWatcherLocked starts the goroutine that waits for s's init to exit.
-// a.mu is held.
-func (a *Agent) startWatcherLocked(s *sbx) {
-	if s.stopWatch != nil {
-		s.stopWatch()
-	}
-	ctx, cancel := context.WithCancel(a.ctx)
-	s.stopWatch = cancel
-	id, epoch := s.rec.ID, s.rec.Epoch
-	a.wg.Go(func() {
-		exit, err := a.drv.Wait(ctx, id)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil && !errdefs.IsNotFound(err) {
-			a.log.Warn("wait for sandbox init", "sandbox_id", id, "error", err)
-			return
-		}
-		a.handleExit(s, epoch, exit.Code, exit.OOM)
-	})
-}
-
-// handleExit tears down a sandbox whose init ended by itself, unless the
-// agent stopped it (kill, pause) or it moved to another epoch meanwhile.
-func (a *Agent) handleExit(s *sbx, epoch int64, code int, oom bool) {
-	s.op.Lock()
-	defer s.op.Unlock()
-	a.mu.Lock()
-	if s.gone || s.rec.Epoch != epoch || s.rec.State != sandbox.StateRunning {
-		a.mu.Unlock()
+// awaitExit waits for the init of h's epoch to exit (watchExit) and
+// handles the exit, unless ctx ended first.
+func (h *handle) awaitExit(ctx context.Context, epoch int64) {
+	exit, err := h.a.drv.Wait(ctx, h.id)
+	if ctx.Err() != nil {
 		return
 	}
-	id, execID, cg, internal := s.rec.ID, s.rec.ExecutionID, s.cg, s.internal
-	a.mu.Unlock()
+	if err != nil && !errdefs.IsNotFound(err) {
+		h.a.log.Warn("wait for sandbox init", "sandbox_id", h.id, "error", err)
+		return
+	}
+	h.handleExit(epoch, exit.Code, exit.OOM)
+}
+
+// handleExit tears down h, whose init ended by itself, unless the agent
+// stopped it (kill, pause) or it moved to another epoch meanwhile.
+func (h *handle) handleExit(epoch int64, code int, oom bool) {
+	a := h.a
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.awaitPrepare()
+	st, ok := h.runningIn(epoch)
+	if !ok {
+		return
+	}
+	id, execID := h.id, st.rec.ExecutionID
 	ctx := a.ctx
 	at := a.clock.Now()
-	reason := exitReason(ctx, cg, oom)
+	reason := exitReason(ctx, st.cg, oom)
 	log := a.log.With("sandbox_id", id, "execution_id", execID, "kill_reason", reason.String())
 	log.Info("sandbox init exited by itself", "exit_code", code)
-	a.ownKill(context.WithoutCancel(ctx), s, nodeapi.Event{Type: nodeapi.EventExited, SandboxID: id, ExecutionID: execID, Reason: reason, At: at}, internal, log)
+	h.ownKill(context.WithoutCancel(ctx), nodeapi.Event{Type: nodeapi.EventExited, SandboxID: id, ExecutionID: execID, Reason: reason, At: at}, st.internal, log)
 }
 
 // exitReason says why a sandbox whose init ended by itself stopped: a
@@ -131,75 +143,77 @@ func exitReason(ctx context.Context, cg cgroup.Cgroup, oom bool) sandbox.KillRea
 	return sandbox.KillExited
 }
 
-// armBackstopLocked (re)arms the TTL backstop of running sandbox s at its
+// armBackstopLocked (re)arms the TTL backstop of running sandbox h at its
 // end time plus the grace, or later if a refused pause pushed it forward.
-// a.mu is held.
-func (a *Agent) armBackstopLocked(s *sbx) {
-	if s.backstop != nil {
-		s.backstop.Stop()
-		s.backstop = nil
+// h.mu is held.
+func (h *handle) armBackstopLocked() {
+	a := h.a
+	if h.backstop != nil {
+		h.backstop.Stop()
+		h.backstop = nil
 	}
-	s.backstopAt = time.Time{}
-	if s.rec.EndAt.IsZero() {
+	h.backstopAt = time.Time{}
+	if h.rec.EndAt.IsZero() {
 		return
 	}
-	at := s.rec.EndAt.Add(a.cfg.BackstopGrace)
-	if s.backstopFloor.After(at) {
-		at = s.backstopFloor
+	at := h.rec.EndAt.Add(a.cfg.BackstopGrace)
+	if h.backstopFloor.After(at) {
+		at = h.backstopFloor
 	}
-	s.backstopAt = at
-	epoch := s.rec.Epoch
-	s.backstop = a.clock.AfterFunc(at.Sub(a.clock.Now()), func() {
-		a.mu.Lock()
-		if a.closed {
-			a.mu.Unlock()
-			return
-		}
-		a.wg.Add(1)
-		a.mu.Unlock()
-		defer a.wg.Done()
-		a.fireBackstop(s, epoch)
+	h.backstopAt = at
+	epoch := h.rec.Epoch
+	h.backstop = a.clock.AfterFunc(at.Sub(a.clock.Now()), func() {
+		a.tracked(func() { h.fireBackstop(epoch) })
 	})
 }
 
-// pushBackstopLocked moves s's backstop to at least now plus the grace:
+// pushBackstopLocked moves h's backstop to at least now plus the grace:
 // the control plane is still trying to pause it (docs/lifecycle.md §3).
-func (a *Agent) pushBackstopLocked(s *sbx) {
-	floor := a.clock.Now().Add(a.cfg.BackstopGrace)
-	if floor.After(s.backstopFloor) {
-		s.backstopFloor = floor
+// h.mu is held.
+func (h *handle) pushBackstopLocked() {
+	floor := h.a.clock.Now().Add(h.a.cfg.BackstopGrace)
+	if floor.After(h.backstopFloor) {
+		h.backstopFloor = floor
 	}
-	if s.rec.State == sandbox.StateRunning {
-		a.armBackstopLocked(s)
+	if h.rec.State == sandbox.StateRunning {
+		h.armBackstopLocked()
 	}
 }
 
 // BackstopDeadline reports when sandbox id's TTL backstop fires (zero if
 // it is not armed).
 func (a *Agent) BackstopDeadline(id string) (time.Time, error) {
-	s, err := a.lookup(id)
+	h, err := a.lookup(id)
 	if err != nil {
 		return time.Time{}, err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return s.backstopAt, nil
+	return h.backstopDeadline(), nil
 }
 
-// fireBackstop stops s with reason ttl_backstop: the control plane did not
-// act by its end time plus the grace.
-func (a *Agent) fireBackstop(s *sbx, epoch int64) {
-	s.op.Lock()
-	defer s.op.Unlock()
-	a.mu.Lock()
-	if s.gone || s.rec.Epoch != epoch || s.rec.State != sandbox.StateRunning ||
-		s.backstopAt.IsZero() || a.clock.Now().Before(s.backstopAt) {
+// backstopDue returns h's state when its backstop of epoch is due now.
+func (h *handle) backstopDue(epoch int64) (sbxState, time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gone || h.rec.Epoch != epoch || h.rec.State != sandbox.StateRunning ||
+		h.backstopAt.IsZero() || h.a.clock.Now().Before(h.backstopAt) {
 		// Stale: the sandbox moved on or its end time moved later.
-		a.mu.Unlock()
+		return sbxState{}, time.Time{}, false
+	}
+	return sbxState{rec: h.rec, cg: h.cg, internal: h.internal}, h.backstopAt, true
+}
+
+// fireBackstop stops h with reason ttl_backstop: the control plane did not
+// act by its end time plus the grace.
+func (h *handle) fireBackstop(epoch int64) {
+	a := h.a
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.awaitPrepare()
+	st, at, ok := h.backstopDue(epoch)
+	if !ok {
 		return
 	}
-	id, execID, endAt, at, internal := s.rec.ID, s.rec.ExecutionID, s.rec.EndAt, s.backstopAt, s.internal
-	a.mu.Unlock()
+	id, execID, endAt := h.id, st.rec.ExecutionID, st.rec.EndAt
 	ctx := a.ctx
 	// An exit that is ready at the same moment wins: the exit watcher
 	// records it once this returns.
@@ -218,6 +232,6 @@ func (a *Agent) fireBackstop(s *sbx, epoch int64) {
 	killedAt := a.clock.Now()
 	log.Info("TTL backstop: the control plane did not stop the sandbox by its end time plus grace",
 		"end_at", endAt, "grace", a.cfg.BackstopGrace, "deadline", at)
-	a.ownKill(ctx, s, nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: killedAt}, internal, log)
+	h.ownKill(ctx, nodeapi.Event{Type: nodeapi.EventKilled, SandboxID: id, ExecutionID: execID, Reason: reason, At: killedAt}, st.internal, log)
 	log.Info("sandbox killed")
 }

@@ -99,7 +99,7 @@ func (a *Agent) create(ctx context.Context, req nodeapi.CreateRequest, internal 
 	if execID == "" {
 		execID = sandbox.NewExecutionID()
 	}
-	s := &sbx{rec: record{
+	h := a.newHandle(record{
 		ID:          req.ID,
 		ExecutionID: execID,
 		TeamID:      req.TeamID,
@@ -115,45 +115,36 @@ func (a *Agent) create(ctx context.Context, req nodeapi.CreateRequest, internal 
 		AccessToken: req.EnvdAccessToken,
 		InitToken:   sandbox.RandomToken(32),
 		Internal:    internal,
-	}, internal: internal}
+	}, internal)
 	if snap != nil {
 		// The image's envd was started with the snapshot sandbox's token.
-		s.rec.InitToken = snap.InitToken
+		h.rec.InitToken = snap.InitToken
 	}
-	s.op.Lock()
-	defer s.op.Unlock()
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		return nil, fmt.Errorf("node agent: %w", errdefs.ErrUnavailable)
+	h.op.Lock()
+	defer h.op.Unlock()
+	if err := a.register(h); err != nil {
+		return nil, err
 	}
-	if _, ok := a.sandboxes[req.ID]; ok {
-		a.mu.Unlock()
-		return nil, fmt.Errorf("sandbox %q: %w", req.ID, errdefs.ErrAlreadyExists)
-	}
-	a.sandboxes[req.ID] = s
-	a.mu.Unlock()
 	a.reclaimMu.RLock()
 	defer a.reclaimMu.RUnlock()
 
 	log := a.log.With("sandbox_id", req.ID, "execution_id", execID, "template_id", req.Template.ID, "team_id", req.TeamID)
 	fail := func(err error) (*nodeapi.Sandbox, error) {
-		a.forget(s)
-		if rmErr := removeDir(sandboxDir(a.cfg.DataDir, req.ID)); rmErr != nil {
+		a.forget(h)
+		if rmErr := h.removeDir(); rmErr != nil {
 			log.Warn("remove state dir of failed create", "error", rmErr)
 		}
 		log.Debug("create failed", "error", err)
 		return nil, fmt.Errorf("sandbox %q: create: %w", req.ID, err)
 	}
-	dir := sandboxDir(a.cfg.DataDir, req.ID)
 	// A directory without a sandbox in memory is a leftover: replace it.
-	if err := removeDir(dir); err != nil {
+	if err := h.removeDir(); err != nil {
 		return fail(err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(sandboxDir(a.cfg.DataDir, req.ID), 0o700); err != nil {
 		return fail(err)
 	}
-	if err := a.persist(s); err != nil {
+	if err := h.persist(); err != nil {
 		return fail(err)
 	}
 	m := startMode{runStartCmd: true}
@@ -161,19 +152,12 @@ func (a *Agent) create(ctx context.Context, req nodeapi.CreateRequest, internal 
 		m = startMode{restoreDir: req.Template.SnapshotDir, savedLayer: snap.Layer}
 	}
 	m.background = internal
-	if err := a.bringUp(ctx, s, m, log); err != nil {
+	if err := h.bringUp(ctx, m, log); err != nil {
 		return fail(err)
 	}
-	a.mu.Lock()
-	s.rec.State = sandbox.StateRunning
-	s.rec.Epoch++
-	s.rec.StartedAt = a.clock.Now()
-	s.rec.EndAt = endAt(req, s.rec.StartedAt)
-	a.armBackstopLocked(s)
-	a.startWatcherLocked(s)
-	v := a.viewLocked(s)
-	a.mu.Unlock()
-	if err := a.persist(s); err != nil {
+	v := h.markStarted(req)
+	h.watchExit()
+	if err := h.persist(); err != nil {
 		log.Warn("persist state of new sandbox", "error", err)
 	}
 	log.Info("sandbox created", "address", v.Address)
@@ -187,30 +171,6 @@ func endAt(req nodeapi.CreateRequest, ready time.Time) time.Time {
 		return ready.Add(req.Timeout)
 	}
 	return req.EndAt
-}
-
-// forget removes s from the agent's map and stops its timers.
-func (a *Agent) forget(s *sbx) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s.gone = true
-	a.stopTimersLocked(s)
-	a.dropKeptLocked(s)
-	if a.sandboxes[s.rec.ID] == s {
-		delete(a.sandboxes, s.rec.ID)
-		a.releaseVolumes(s.rec.ID)
-	}
-}
-
-func (a *Agent) stopTimersLocked(s *sbx) {
-	if s.backstop != nil {
-		s.backstop.Stop()
-		s.backstop = nil
-	}
-	if s.stopWatch != nil {
-		s.stopWatch()
-		s.stopWatch = nil
-	}
 }
 
 func (a *Agent) resources(r sandbox.Resources) sandbox.Resources {
@@ -238,16 +198,16 @@ func (a *Agent) checkpointer() (driver.Checkpointer, bool) {
 	return c, true
 }
 
-// bringUp makes the host objects of s (network slot, cgroup, root
+// bringUp makes the host objects of h (network slot, cgroup, root
 // filesystem), starts or restores it in the driver, initialises envd and
-// runs the start command. On success the objects are recorded in s; on
+// runs the start command. On success the objects are recorded in h; on
 // failure everything it made is undone (a resumed layer is unmounted, not
 // destroyed).
-func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logger) (err error) {
-	a.mu.Lock()
-	r, keptCg := s.rec, s.cg
-	a.mu.Unlock()
-	id := r.ID
+func (h *handle) bringUp(ctx context.Context, m startMode, log *slog.Logger) (err error) {
+	a := h.a
+	st := h.get()
+	r, keptCg := st.rec, st.cg
+	id := h.id
 	var undo []func()
 	cctx := context.WithoutCancel(ctx)
 	if m.prepared && (r.Slot == nil || keptCg == nil || r.RootFS == "") {
@@ -430,6 +390,9 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 	if err := a.cfg.Envd.Init(rctx, addr, r.InitToken, init); err != nil {
 		return fmt.Errorf("envd init at %s: %w", addr, err)
 	}
+	if err := h.trustEgressCA(rctx, r.AccessToken, slot, r.Network); err != nil {
+		return err
+	}
 	m.phases.done("init")
 	if m.runStartCmd && r.Template.StartCmd != "" {
 		p := EnvdProcess{
@@ -446,13 +409,7 @@ func (a *Agent) bringUp(ctx context.Context, s *sbx, m startMode, log *slog.Logg
 		m.phases.done("start_cmd")
 	}
 
-	a.mu.Lock()
-	s.rec.Slot = slot
-	s.rec.Cgroup = cgName
-	s.rec.RootFS = root
-	s.cg = cg
-	s.lastCPU, s.lastCPUAt = 0, a.clock.Now()
-	a.mu.Unlock()
+	h.setHostObjects(slot, cgName, root, cg)
 	return nil
 }
 
@@ -508,13 +465,13 @@ func orDefault(s, d string) string {
 	return s
 }
 
-// releaseRuntime stops s's runtime container and releases its cgroup and
+// releaseRuntime stops h's runtime container and releases its cgroup and
 // network slot. It goes on past errors and returns them joined. ph, when
 // set, times its steps: kill, delete, cgroup and slot.
-func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger, ph *phaseTimer) error {
-	a.mu.Lock()
-	id, slot, cg, cgName := s.rec.ID, s.rec.Slot, s.cg, s.rec.Cgroup
-	a.mu.Unlock()
+func (h *handle) releaseRuntime(ctx context.Context, log *slog.Logger, ph *phaseTimer) error {
+	a := h.a
+	st := h.get()
+	id, slot, cg, cgName := h.id, st.rec.Slot, st.cg, st.rec.Cgroup
 	var errs []error
 	if err := a.drv.Kill(ctx, id); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
 		log.Debug("kill runtime container", "error", err)
@@ -541,29 +498,26 @@ func (a *Agent) releaseRuntime(ctx context.Context, s *sbx, log *slog.Logger, ph
 		}
 	}
 	ph.done("slot")
-	a.mu.Lock()
-	s.rec.Slot, s.rec.Cgroup, s.rec.RootFS, s.cg = nil, "", "", nil
-	a.mu.Unlock()
+	h.clearHostObjects()
 	return errors.Join(errs...)
 }
 
-// destroy removes s from the agent and deletes every host object it holds:
-// runtime container, cgroup, network slot, root filesystem and layer,
-// snapshot and state directory. Failures are logged (with log's
-// attributes, kill_reason among them) and left to the leak reclaim.
-func (a *Agent) destroy(ctx context.Context, s *sbx, log *slog.Logger) {
+// destroy takes h out of the agent and deletes every host object it
+// holds: runtime container, cgroup, network slot, root filesystem and
+// layer, snapshot and state directory. Failures are logged (with log's
+// attributes, kill_reason among them) and left to the leak reclaim. The
+// caller holds h.op (or made h and has not let it out).
+func (h *handle) destroy(ctx context.Context, log *slog.Logger) {
+	a := h.a
 	ctx = context.WithoutCancel(ctx)
-	a.forget(s)
-	id := s.rec.ID
-	if err := a.releaseRuntime(ctx, s, log, nil); err != nil {
+	a.forget(h)
+	if err := h.releaseRuntime(ctx, log, nil); err != nil {
 		log.Warn("release sandbox host objects; the leak reclaim will retry", "error", err)
 	}
-	if err := a.cfg.Layers.Destroy(ctx, id); err != nil {
+	if err := a.cfg.Layers.Destroy(ctx, h.id); err != nil {
 		log.Warn("destroy root filesystem; the leak reclaim will retry", "error", err)
 	}
-	s.persistMu.Lock()
-	defer s.persistMu.Unlock()
-	if err := removeDir(sandboxDir(a.cfg.DataDir, id)); err != nil {
+	if err := h.removeDir(); err != nil {
 		log.Warn("remove state dir; the leak reclaim will retry", "error", err)
 	}
 	log.Debug("sandbox host objects released")

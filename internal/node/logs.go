@@ -30,18 +30,17 @@ type EnvdLogs interface {
 // SandboxLogs implements nodeapi.LogSource: the node reads the log from
 // the sandbox's envd, with the access token it keeps for it.
 func (a *Agent) SandboxLogs(ctx context.Context, id string, start time.Time) ([]nodeapi.LogEntry, error) {
-	s, err := a.lookup(id)
+	h, err := a.lookup(id)
 	if err != nil {
 		return nil, err
 	}
-	a.mu.Lock()
-	gone, internal, state := s.gone, s.internal, s.rec.State
+	st := h.get()
+	gone, internal, state := st.gone, st.internal, st.rec.State
 	var addr string
-	if state == sandbox.StateRunning && s.rec.Slot != nil {
-		addr = a.envdAddr(s.rec.Slot)
+	if state == sandbox.StateRunning && st.rec.Slot != nil {
+		addr = a.envdAddr(st.rec.Slot)
 	}
-	token := s.rec.AccessToken
-	a.mu.Unlock()
+	token := st.rec.AccessToken
 	switch {
 	case gone || internal:
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)

@@ -41,7 +41,11 @@ func (a *Agent) observeOp(op string, start time.Time, err error) {
 // Pause implements Service.
 func (a *Agent) Pause(ctx context.Context, id string, req nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {
 	start := a.clock.Now()
-	v, err := a.pause(ctx, id, req)
+	h, err := a.lookup(id)
+	var v *nodeapi.Sandbox
+	if err == nil {
+		v, err = h.pause(ctx, req)
+	}
 	a.observeOp("pause", start, err)
 	return v, err
 }
@@ -49,7 +53,11 @@ func (a *Agent) Pause(ctx context.Context, id string, req nodeapi.PauseRequest) 
 // Resume implements Service.
 func (a *Agent) Resume(ctx context.Context, id string, req nodeapi.ResumeRequest) (*nodeapi.Sandbox, error) {
 	start := a.clock.Now()
-	v, err := a.resume(ctx, id, req)
+	h, err := a.lookup(id)
+	var v *nodeapi.Sandbox
+	if err == nil {
+		v, err = h.resume(ctx, req)
+	}
 	a.observeOp("resume", start, err)
 	return v, err
 }
@@ -57,7 +65,11 @@ func (a *Agent) Resume(ctx context.Context, id string, req nodeapi.ResumeRequest
 // Fork implements Service.
 func (a *Agent) Fork(ctx context.Context, id string, req nodeapi.ForkRequest) ([]*nodeapi.Sandbox, error) {
 	start := a.clock.Now()
-	v, err := a.fork(ctx, id, req)
+	h, err := a.lookup(id)
+	var v []*nodeapi.Sandbox
+	if err == nil {
+		v, err = h.fork(ctx, req)
+	}
 	a.observeOp("fork", start, err)
 	return v, err
 }

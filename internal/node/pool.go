@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -38,7 +37,7 @@ import (
 // template build changes, or whose size drops, destroys its extra members.
 // A create that asks for another build of a pooled template (the template
 // was rebuilt) misses, and switches the pool to that build
-// (followBuildLocked).
+// (followBuild).
 // Pool members belong to the running agent: Close destroys them (the
 // ready ones, the reserved ones not yet claimed, and those being made,
 // which see the agent closed when they are done). After a crash the next
@@ -55,18 +54,6 @@ const DefaultPoolConcurrency = 2
 const poolTick = time.Second
 
 var _ nodeapi.Pooler = (*Agent)(nil)
-
-type pool struct {
-	tmpl   nodeapi.Template
-	res    sandbox.Resources
-	size   int
-	ready  []*sbx
-	making int
-	hits   int64
-	misses int64
-	// following is the build a switch was started to (followBuildLocked).
-	following string
-}
 
 type poolMetrics struct {
 	claims *prometheus.CounterVec
@@ -95,43 +82,14 @@ func (a *Agent) SetPool(ctx context.Context, tmpl nodeapi.Template, res sandbox.
 		return fmt.Errorf("pool of template %q: no root filesystem on this node: %w", tmpl.ID, errdefs.ErrInvalid)
 	}
 	res = a.resources(res)
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		return fmt.Errorf("node agent: %w", errdefs.ErrUnavailable)
-	}
-	p := a.pools[tmpl.ID]
-	var drop []*sbx
-	if p != nil && (p.tmpl.BuildID != tmpl.BuildID || p.res != res) {
-		// The template (or the members' shape) changed: its members go.
-		drop, p.ready = p.ready, nil
-	}
-	if size == 0 {
-		if p != nil {
-			drop = append(drop, p.ready...)
-			delete(a.pools, tmpl.ID)
-			a.pm.ready.DeleteLabelValues(tmpl.ID)
-		}
-	} else {
-		if p == nil {
-			p = &pool{}
-			a.pools[tmpl.ID] = p
-		}
-		p.tmpl, p.res, p.size = tmpl, res, size
-		if len(p.ready) > size {
-			drop = append(drop, p.ready[size:]...)
-			p.ready = p.ready[:size]
-		}
-		a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
-	}
-	a.mu.Unlock()
-	for _, s := range drop {
-		a.dropMember(ctx, s)
-	}
-	a.poolsMu.Lock()
-	err := a.savePools()
-	a.poolsMu.Unlock()
+	drop, err := a.pools.set(tmpl, res, size)
 	if err != nil {
+		return err
+	}
+	for _, h := range drop {
+		a.dropMember(ctx, h)
+	}
+	if err := a.savePools(); err != nil {
 		return err
 	}
 	a.log.Info("warm pool set", "template_id", tmpl.ID, "build_id", tmpl.BuildID, "size", size)
@@ -140,48 +98,27 @@ func (a *Agent) SetPool(ctx context.Context, tmpl nodeapi.Template, res sandbox.
 
 // Reserve implements Pooler.
 func (a *Agent) Reserve(tmpl nodeapi.Template, res sandbox.Resources) (string, bool) {
-	res = a.resources(res)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	p := a.pools[tmpl.ID]
-	if p != nil && p.tmpl.BuildID != tmpl.BuildID {
-		a.followBuildLocked(p, tmpl)
+	h, sw := a.pools.reserve(tmpl, a.resources(res))
+	if sw != nil {
+		a.goTracked(func() { a.followBuild(sw) })
 	}
-	if p == nil || p.tmpl.BuildID != tmpl.BuildID || !p.serves(res) || len(p.ready) == 0 {
-		a.pm.claims.WithLabelValues(templateLabel(tmpl.ID), "miss").Inc()
-		if p != nil {
-			p.misses++
-		}
+	if h == nil {
 		return "", false
 	}
-	p.hits++
-	s := p.ready[len(p.ready)-1]
-	p.ready = p.ready[:len(p.ready)-1]
-	a.reserved[s.rec.ID] = s
-	a.pm.claims.WithLabelValues(tmpl.ID, "hit").Inc()
-	a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
-	return s.rec.ID, true
+	return h.id, true
 }
 
-// followBuildLocked switches pool p to build tmpl, which a create asked
-// for (the template was rebuilt since the pool was set): in the
-// background, as SetPool of tmpl with the pool's resources and size does,
-// so that the old build's members go and the pool refills with the new
-// one, without a restart or an admin call. One switch per build is
-// started. a.mu is held.
-func (a *Agent) followBuildLocked(p *pool, tmpl nodeapi.Template) {
-	if a.closed || p.following == tmpl.BuildID || (tmpl.RootFS == "" && tmpl.SnapshotDir == "") {
+// followBuild switches a pool to the build a create asked for (the
+// template was rebuilt since the pool was set), as SetPool of it with the
+// pool's resources and size does: the old build's members go and the pool
+// refills with the new one, without a restart or an admin call.
+func (a *Agent) followBuild(sw *buildSwitch) {
+	tmpl := sw.tmpl
+	if err := a.SetPool(a.ctx, tmpl, sw.res, sw.size); err != nil {
+		a.log.Warn("warm pool: switch to the template's new build", "template_id", tmpl.ID, "build_id", tmpl.BuildID, "error", err)
 		return
 	}
-	p.following = tmpl.BuildID
-	res, size, from := p.res, p.size, p.tmpl.BuildID
-	a.wg.Go(func() {
-		if err := a.SetPool(a.ctx, tmpl, res, size); err != nil {
-			a.log.Warn("warm pool: switch to the template's new build", "template_id", tmpl.ID, "build_id", tmpl.BuildID, "error", err)
-			return
-		}
-		a.log.Info("warm pool follows the template's new build", "template_id", tmpl.ID, "from_build_id", from, "build_id", tmpl.BuildID)
-	})
+	a.log.Info("warm pool follows the template's new build", "template_id", tmpl.ID, "from_build_id", sw.from, "build_id", tmpl.BuildID)
 }
 
 // memberPolicy is the network policy pool members are made with: the
@@ -189,14 +126,12 @@ func (a *Agent) followBuildLocked(p *pool, tmpl nodeapi.Template) {
 var memberPolicy = netslot.Policy{Internet: true}
 
 // samePolicy reports whether network policies a and b are the same.
-func samePolicy(a, b netslot.Policy) bool {
-	return a.Internet == b.Internet && slices.Equal(a.AllowOut, b.AllowOut) && slices.Equal(a.DenyOut, b.DenyOut)
-}
+func samePolicy(a, b netslot.Policy) bool { return a.Equal(b) }
 
 // serves reports whether the pool's members can become a sandbox of res
 // (defaults applied): one of the same disk size and at least the members'
 // memory, whatever its CPUs and task limit; the claim sets the limits
-// (see claimLocked). The writable layer's size is set when it is made.
+// (see handle.claim). The writable layer's size is set when it is made.
 // The guest reads its memory size at boot and /tmp is sized from it
 // (half), so a claim of more memory keeps the member's /tmp, below half
 // of the create's memory as in a cold start; less memory would let a full
@@ -207,82 +142,33 @@ func (p *pool) serves(res sandbox.Resources) bool {
 
 // Unreserve implements Pooler.
 func (a *Agent) Unreserve(id string) {
-	a.mu.Lock()
-	s, ok := a.reserved[id]
-	delete(a.reserved, id)
-	if !ok {
-		a.mu.Unlock()
-		return
-	}
-	p := a.pools[s.rec.Template.ID]
-	back := p != nil && !s.gone && p.tmpl.BuildID == s.rec.Template.BuildID && p.res == s.rec.Resources && len(p.ready) < p.size
-	if back {
-		p.ready = append(p.ready, s)
-		a.pm.ready.WithLabelValues(p.tmpl.ID).Set(float64(len(p.ready)))
-	}
-	a.mu.Unlock()
-	if !back {
-		a.dropMember(a.ctx, s)
+	if h, back := a.pools.unreserve(id); h != nil && !back {
+		a.dropMember(a.ctx, h)
 	}
 }
 
 // Pools implements Pooler.
 func (a *Agent) Pools() map[string]nodeapi.PoolStatus {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := map[string]nodeapi.PoolStatus{}
-	for id, p := range a.pools {
-		out[id] = nodeapi.PoolStatus{BuildID: p.tmpl.BuildID, Size: p.size, Ready: len(p.ready), Making: p.making, Hits: p.hits, Misses: p.misses}
-	}
-	return out
+	return a.pools.status()
 }
 
-func (a *Agent) dropMember(ctx context.Context, s *sbx) {
-	a.dropMemberFor(ctx, s, "pool_shrink")
-}
-
-// dropMemberFor destroys pool member s, logging reason as its kill reason.
-func (a *Agent) dropMemberFor(ctx context.Context, s *sbx, reason string) {
-	s.op.Lock()
-	defer s.op.Unlock()
-	a.mu.Lock()
-	gone, id := s.gone, s.rec.ID
-	a.mu.Unlock()
-	if gone {
-		return
-	}
-	a.destroy(ctx, s, a.log.With("sandbox_id", id, "kill_reason", reason))
-}
-
-// takeMembersLocked empties the pools and the reserved set and returns
-// their members, for Close to destroy. a.mu is held.
-func (a *Agent) takeMembersLocked() []*sbx {
-	var out []*sbx
-	for id, p := range a.pools {
-		out = append(out, p.ready...)
-		p.ready = nil
-		a.pm.ready.WithLabelValues(id).Set(0)
-	}
-	for id, s := range a.reserved {
-		out = append(out, s)
-		delete(a.reserved, id)
-	}
-	return out
+func (a *Agent) dropMember(ctx context.Context, h *handle) {
+	h.discard(ctx, a.log.With("sandbox_id", h.id, "kill_reason", "pool_shrink"))
 }
 
 // dropMembers destroys pool members, a few at a time.
-func (a *Agent) dropMembers(members []*sbx) {
+func (a *Agent) dropMembers(members []*handle) {
 	if len(members) == 0 {
 		return
 	}
 	ctx := context.WithoutCancel(a.ctx)
 	sem := make(chan struct{}, a.cfg.PoolConcurrency)
 	var wg sync.WaitGroup
-	for _, s := range members {
+	for _, h := range members {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			a.dropMemberFor(ctx, s, "pool_close")
+			h.discard(ctx, a.log.With("sandbox_id", h.id, "kill_reason", "pool_close"))
 		})
 	}
 	wg.Wait()
@@ -300,25 +186,9 @@ func (a *Agent) poolLoop() {
 // are made in the background (startMode.background): a refill yields the
 // CPUs to the sandboxes just claimed.
 func (a *Agent) fillPools() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed || a.claiming > 0 {
-		// Claims first: no refill starts while one is in flight.
-		return
-	}
-	for _, p := range a.pools {
-		live := p.ready[:0]
-		for _, s := range p.ready {
-			if !s.gone {
-				live = append(live, s)
-			}
-		}
-		p.ready = live
-		for len(p.ready)+p.making < p.size && a.poolMaking < a.cfg.PoolConcurrency {
-			p.making++
-			a.poolMaking++
-			tmpl, res := p.tmpl, p.res
-			a.wg.Go(func() { a.makeMember(p, tmpl, res) })
+	for _, j := range a.pools.due(a.cfg.PoolConcurrency) {
+		if !a.goTracked(func() { a.makeMember(j) }) {
+			a.pools.made(j, nil, false)
 		}
 	}
 }
@@ -329,40 +199,33 @@ func (a *Agent) fillPools() {
 // Its network policy is the API's default (internet on), which most
 // creates keep, so that their claims need no network update.
 //
-// p is the pool that counts the member as being made (p.making), which it
-// leaves whatever p became meanwhile (another build, other resources,
-// removed); the member joins p only if p is still the template's pool and
-// still wants a member of tmpl and res.
-func (a *Agent) makeMember(p *pool, tmpl nodeapi.Template, res sandbox.Resources) {
+// j's pool counts the member as being made, which it leaves whatever the
+// pool became meanwhile (another build, other resources, removed); the
+// member joins it only if it is still the template's pool and still wants
+// a member of j's build and resources (warmPools.made).
+func (a *Agent) makeMember(j memberJob) {
+	tmpl, res := j.tmpl, j.res
 	ctx := a.ctx
 	id := sandbox.NewID()
 	log := a.log.With("sandbox_id", id, "template_id", tmpl.ID, "pool", true)
 	_, err := a.create(ctx, nodeapi.CreateRequest{ID: id, Template: tmpl, Resources: res, Network: memberPolicy}, true)
-	var s *sbx
+	var h *handle
 	if err == nil {
-		s, err = a.lookup(id)
+		h, err = a.lookup(id)
 	}
 	var ferr error
 	if err == nil {
-		ferr = a.foreground(s)
+		ferr = h.foreground()
 	}
-	a.mu.Lock()
-	a.poolMaking--
-	p.making--
-	keep := err == nil && ferr == nil && a.pools[tmpl.ID] == p && p.tmpl.BuildID == tmpl.BuildID && p.res == res && len(p.ready) < p.size && !a.closed
-	if keep {
-		p.ready = append(p.ready, s)
-		a.pm.ready.WithLabelValues(tmpl.ID).Set(float64(len(p.ready)))
-	}
-	a.mu.Unlock()
+	keep := a.pools.made(j, h, err == nil && ferr == nil)
 	switch {
 	case err != nil:
 		log.Warn("make pool member", "error", err)
 	case ferr != nil:
 		log.Warn("make pool member", "error", ferr)
-		a.dropMember(context.WithoutCancel(ctx), s)
+		a.dropMember(context.WithoutCancel(ctx), h)
 	case !keep:
-		a.dropMember(context.WithoutCancel(ctx), s)
+		a.dropMember(context.WithoutCancel(ctx), h)
 	default:
 		log.Debug("pool member ready")
 	}
@@ -371,16 +234,13 @@ func (a *Agent) makeMember(p *pool, tmpl nodeapi.Template, res sandbox.Resources
 // foreground gives ready member s the default CPU weight back (it was
 // made in the background), so that a claimed member competes for the CPUs
 // as any sandbox does.
-func (a *Agent) foreground(s *sbx) error {
-	a.mu.Lock()
-	cg := s.cg
-	a.mu.Unlock()
-	w, ok := cg.(cgroup.CPUWeighter)
+func (h *handle) foreground() error {
+	w, ok := h.get().cg.(cgroup.CPUWeighter)
 	if !ok {
 		return nil
 	}
-	if err := w.SetCPUWeight(a.ctx, cgroup.DefaultCPUWeight); err != nil && !errdefs.IsUnsupported(err) {
-		return fmt.Errorf("pool member %q: default CPU weight: %w", s.rec.ID, err)
+	if err := w.SetCPUWeight(h.a.ctx, cgroup.DefaultCPUWeight); err != nil && !errdefs.IsUnsupported(err) {
+		return fmt.Errorf("pool member %q: default CPU weight: %w", h.id, err)
 	}
 	return nil
 }
@@ -391,34 +251,24 @@ func (a *Agent) foreground(s *sbx) error {
 // create).
 func (a *Agent) claim(ctx context.Context, req nodeapi.CreateRequest) (*nodeapi.Sandbox, bool) {
 	ph := a.phases("claim")
-	a.mu.Lock()
-	s, ok := a.reserved[req.ID]
-	delete(a.reserved, req.ID)
-	if ok {
-		a.claiming++
-	}
-	a.mu.Unlock()
-	if !ok {
+	h := a.pools.beginClaim(req.ID)
+	if h == nil {
 		return nil, false
 	}
-	defer func() {
-		a.mu.Lock()
-		a.claiming--
-		a.mu.Unlock()
-	}()
+	defer a.pools.endClaim()
 	ph.done("lookup")
 	log := a.log.With("sandbox_id", req.ID, "execution_id", req.ExecutionID, "template_id", req.Template.ID, "team_id", req.TeamID)
-	v, err := a.claimLocked(ctx, s, req, ph)
+	v, err := h.claim(ctx, req, ph)
 	if err != nil {
 		log.Warn("claim of a warm pool member failed; starting a sandbox instead", "error", err)
-		a.dropMember(context.WithoutCancel(ctx), s)
+		a.dropMember(context.WithoutCancel(ctx), h)
 		return nil, false
 	}
 	log.Info("sandbox created from the warm pool", append([]any{"address", v.Address}, ph.observe(a.phaseDur)...)...)
 	return v, true
 }
 
-// claimLocked does the claim under s.op. Its phases: lock (s.op),
+// claim does the claim of member h under h.op. Its phases: lock (op),
 // network (only when the create's policy is not the member's), resize
 // (only when the create's CPUs or task limit differ from the member's),
 // init (envd's /init with the create's environment, token and task limit)
@@ -426,18 +276,18 @@ func (a *Agent) claim(ctx context.Context, req nodeapi.CreateRequest) (*nodeapi.
 // /init, so record is only what is left of the write once /init answered.
 // The claim's start, from which the end time counts (endAt), is when both
 // begin. A record written for a claim that then fails goes with the
-// member, which the caller destroys.
-func (a *Agent) claimLocked(ctx context.Context, s *sbx, req nodeapi.CreateRequest, ph *phaseTimer) (*nodeapi.Sandbox, error) {
-	s.op.Lock()
-	defer s.op.Unlock()
-	a.mu.Lock()
-	if s.gone || s.rec.State != sandbox.StateRunning || s.rec.Slot == nil {
-		a.mu.Unlock()
+// member, which the caller destroys. The claimed sandbox is in a new
+// epoch, whose exit is watched.
+func (h *handle) claim(ctx context.Context, req nodeapi.CreateRequest, ph *phaseTimer) (*nodeapi.Sandbox, error) {
+	a := h.a
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.awaitPrepare()
+	st := h.get()
+	if st.gone || st.rec.State != sandbox.StateRunning || st.rec.Slot == nil {
 		return nil, fmt.Errorf("pool member is gone: %w", errdefs.ErrNotFound)
 	}
-	r := s.rec
-	cg := s.cg
-	a.mu.Unlock()
+	r, cg := st.rec, st.cg
 	ph.done("lock")
 	if !samePolicy(r.Network, req.Network) {
 		if err := a.cfg.Net.Update(ctx, r.Slot, req.Network); err != nil {
@@ -453,8 +303,10 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req nodeapi.CreateReque
 		ph.done("resize")
 	}
 	claimed := claimedRecord(r, req, res, a.clock.Now())
+	// The record is written beside the /init; this function waits for
+	// the write before it returns, so the write is under h.op too.
 	written := make(chan error, 1)
-	go func() { written <- a.persistRecord(s, claimed) }()
+	go func() { written <- h.persistRecord(claimed) }()
 	addr := a.envdAddr(r.Slot)
 	rctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
 	defer cancel()
@@ -467,23 +319,32 @@ func (a *Agent) claimLocked(ctx context.Context, s *sbx, req nodeapi.CreateReque
 		TasksLimit:     res.TasksPerUser(),
 	}
 	initErr := a.cfg.Envd.Init(rctx, addr, r.InitToken, init)
+	if initErr == nil {
+		initErr = h.trustEgressCA(rctx, req.EnvdAccessToken, r.Slot, req.Network)
+	}
 	if initErr != nil {
 		<-written
 		return nil, fmt.Errorf("envd init at %s: %w", addr, initErr)
 	}
 	ph.done("init")
-	a.mu.Lock()
-	s.rec = claimed
-	s.internal = false
-	s.lastCPU, s.lastCPUAt = 0, a.clock.Now()
-	a.armBackstopLocked(s)
-	v := a.viewLocked(s)
-	a.mu.Unlock()
+	v := h.markClaimed(claimed)
+	h.watchExit()
 	if err := <-written; err != nil {
 		a.log.Warn("persist claimed pool member", "sandbox_id", r.ID, "error", err)
 	}
 	ph.done("record")
 	return v, nil
+}
+
+// markClaimed makes h the sandbox of record claimed and returns its view.
+func (h *handle) markClaimed(claimed record) *nodeapi.Sandbox {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rec = claimed
+	h.internal = false
+	h.lastCPU, h.lastCPUAt = 0, h.a.clock.Now()
+	h.armBackstopLocked()
+	return h.viewLocked()
 }
 
 // claimedRecord is pool member record r once claimed by req with

@@ -35,15 +35,12 @@ type poolConfig struct {
 	Size      int               `json:"size"`
 }
 
-// savePools writes the current pool configuration. Callers serialise it
-// with a.poolsMu so that an older snapshot never overwrites a newer one.
+// savePools writes the current pool configuration, under the pools'
+// saveMu so that an older configuration never overwrites a newer one.
 func (a *Agent) savePools() error {
-	a.mu.Lock()
-	rec := poolsRecord{Version: poolsVersion}
-	for _, p := range a.pools {
-		rec.Pools = append(rec.Pools, poolConfig{Template: p.tmpl, Resources: p.res, Size: p.size})
-	}
-	a.mu.Unlock()
+	a.pools.saveMu.Lock()
+	defer a.pools.saveMu.Unlock()
+	rec := poolsRecord{Version: poolsVersion, Pools: a.pools.config()}
 	sort.Slice(rec.Pools, func(i, j int) bool { return rec.Pools[i].Template.ID < rec.Pools[j].Template.ID })
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {

@@ -80,14 +80,20 @@ func (a *Agent) recover(ctx context.Context) error {
 		switch r.State {
 		case sandbox.StatePaused:
 			known[id] = true
-			s := &sbx{rec: *r}
-			a.sandboxes[id] = s
+			h := a.newHandle(*r, false)
 			if r.Slot != nil || r.Cgroup != "" || r.RootFS != "" {
 				// It kept its host objects (keep.go): not running, so the
 				// reclaim below takes them and the prepared container; its
 				// image and layer stay, and it resumes the slow way.
-				a.clearHostObjects(s)
-				if err := a.persist(s); err != nil {
+				h.clearHostObjects()
+			}
+			// Under the agent's lock: the sandboxes adopted before it may
+			// already be exiting (their watchers and backstops run).
+			if err := a.register(h); err != nil {
+				return err
+			}
+			if r.Slot != nil || r.Cgroup != "" || r.RootFS != "" {
+				if err := h.persist(); err != nil {
 					log.Warn("persist paused sandbox without its kept host objects", "error", err)
 				}
 				log.Info("paused sandbox kept host objects; they are reclaimed", "execution_id", r.ExecutionID)
@@ -140,7 +146,7 @@ func (a *Agent) recover(ctx context.Context) error {
 			a.journalKill(l.ev, a.log.With("sandbox_id", l.ev.SandboxID, "kill_reason", l.ev.Reason.String()))
 		}
 		a.countKill(l.ev.Reason)
-		a.emit(l.ev)
+		a.events.emit(l.ev)
 	}
 	return nil
 }
@@ -177,22 +183,22 @@ func (a *Agent) adopt(ctx context.Context, r *record) error {
 			}
 		}
 	}
-	s := &sbx{rec: *r, cg: cg}
+	h := a.newHandle(*r, false)
+	h.cg = cg
 	if r.State == sandbox.StatePausing {
 		// The pause did not finish; the sandbox still runs.
-		s.rec.State = sandbox.StateRunning
-		s.rec.Epoch++
+		h.rec.State = sandbox.StateRunning
+		h.rec.Epoch++
 	}
-	a.mu.Lock()
-	a.sandboxes[r.ID] = s
-	s.lastCPUAt = a.clock.Now()
-	a.armBackstopLocked(s)
-	a.startWatcherLocked(s)
-	a.mu.Unlock()
-	if err := a.persist(s); err != nil {
+	if err := a.register(h); err != nil {
+		return err
+	}
+	h.markAdopted()
+	h.watchExit()
+	if err := h.persist(); err != nil {
 		a.log.Warn("persist adopted sandbox", "sandbox_id", r.ID, "error", err)
 	}
-	a.log.Info("adopted running sandbox", "sandbox_id", r.ID, "execution_id", r.ExecutionID, "epoch", s.rec.Epoch)
+	a.log.Info("adopted running sandbox", "sandbox_id", r.ID, "execution_id", r.ExecutionID, "epoch", h.get().rec.Epoch)
 	return nil
 }
 

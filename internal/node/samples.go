@@ -38,7 +38,7 @@ const (
 
 var _ nodeapi.MetricsSource = (*Agent)(nil)
 
-// sampleRing is one sandbox's samples. Guarded by Agent.mu.
+// sampleRing is one sandbox's samples. Guarded by its handle's mu.
 type sampleRing struct {
 	buf    []nodeapi.Stats
 	loaded bool // buf holds what was on disk
@@ -79,24 +79,22 @@ func (a *Agent) samplerLoop() {
 
 // sampleAll takes one sample of every running sandbox.
 func (a *Agent) sampleAll(ctx context.Context) {
-	a.mu.Lock()
-	var run []*sbx
-	for _, s := range a.sandboxes {
-		if !s.gone && !s.internal && s.rec.State == sandbox.StateRunning && !s.checkpointing && s.cg != nil {
-			run = append(run, s)
+	var run []*handle
+	for _, h := range a.handles() {
+		if st := h.get(); !st.gone && !st.internal && st.rec.State == sandbox.StateRunning && !st.checkpointing && st.cg != nil {
+			run = append(run, h)
 		}
 	}
-	a.mu.Unlock()
-	for _, s := range run {
-		a.loadSamples(s)
-		a.sampleOne(ctx, s)
+	for _, h := range run {
+		h.loadSamples()
+		h.sampleOne(ctx)
 	}
 }
 
-func (a *Agent) sampleOne(ctx context.Context, s *sbx) {
-	a.mu.Lock()
-	id, cg, res, epoch := s.rec.ID, s.cg, s.rec.Resources, s.rec.Epoch
-	a.mu.Unlock()
+func (h *handle) sampleOne(ctx context.Context) {
+	a := h.a
+	st := h.get()
+	cg, res, epoch := st.cg, st.rec.Resources, st.rec.Epoch
 	if cg == nil {
 		return
 	}
@@ -104,35 +102,41 @@ func (a *Agent) sampleOne(ctx context.Context, s *sbx) {
 	defer cancel()
 	cs, err := cg.Stats(sctx)
 	if err != nil {
-		a.log.Debug("sample sandbox metrics", "sandbox_id", id, "error", err)
+		a.log.Debug("sample sandbox metrics", "sandbox_id", h.id, "error", err)
 		return
 	}
 	now := a.clock.Now()
-	st := nodeapi.Stats{
+	sample := nodeapi.Stats{
 		At: now, CPUCount: res.VCPUs, MemoryUsedBytes: cs.MemoryBytes,
 		MemoryPeakBytes: cs.MemoryPeakBytes, MemoryTotal: memoryTotal(res, cs),
 	}
-	if used, total, err := a.cfg.Layers.Usage(sctx, id); err == nil {
-		st.DiskUsedBytes, st.DiskTotalBytes = used, total
+	if used, total, err := a.cfg.Layers.Usage(sctx, h.id); err == nil {
+		sample.DiskUsedBytes, sample.DiskTotalBytes = used, total
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if s.gone || s.rec.Epoch != epoch || s.rec.State != sandbox.StateRunning {
-		return // paused or killed meanwhile
-	}
-	r := &s.samples
-	if r.epoch == epoch && !r.cpuAt.IsZero() && now.After(r.cpuAt) && cs.CPUUsageNanos >= r.cpu && res.VCPUs > 0 {
-		st.CPUUsedPct = 100 * float64(cs.CPUUsageNanos-r.cpu) / float64(now.Sub(r.cpuAt).Nanoseconds()) / float64(res.VCPUs)
-	}
-	r.cpu, r.cpuAt, r.epoch = cs.CPUUsageNanos, now, epoch
-	r.buf = append(r.buf, st)
-	r.dirty = true
-	a.trimLocked(r, now)
+	h.addSample(sample, cs.CPUUsageNanos, epoch)
 }
 
-// trimLocked drops the samples older than the retention.
-func (a *Agent) trimLocked(r *sampleRing, now time.Time) {
-	cut := now.Add(-a.cfg.MetricsRetention)
+// addSample keeps sample, taken in epoch with the cumulative CPU use cpu,
+// unless h paused or ended meanwhile.
+func (h *handle) addSample(sample nodeapi.Stats, cpu uint64, epoch int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gone || h.rec.Epoch != epoch || h.rec.State != sandbox.StateRunning {
+		return // paused or killed meanwhile
+	}
+	r := &h.samples
+	now, vcpus := sample.At, sample.CPUCount
+	if r.epoch == epoch && !r.cpuAt.IsZero() && now.After(r.cpuAt) && cpu >= r.cpu && vcpus > 0 {
+		sample.CPUUsedPct = 100 * float64(cpu-r.cpu) / float64(now.Sub(r.cpuAt).Nanoseconds()) / float64(vcpus)
+	}
+	r.cpu, r.cpuAt, r.epoch = cpu, now, epoch
+	r.buf = append(r.buf, sample)
+	r.dirty = true
+	r.trim(now.Add(-h.a.cfg.MetricsRetention))
+}
+
+// trim drops the samples of r taken before cut.
+func (r *sampleRing) trim(cut time.Time) {
 	i := 0
 	for i < len(r.buf) && r.buf[i].At.Before(cut) {
 		i++
@@ -142,93 +146,106 @@ func (a *Agent) trimLocked(r *sampleRing, now time.Time) {
 	}
 }
 
-// loadSamples reads s's ring from disk once.
-func (a *Agent) loadSamples(s *sbx) {
-	a.mu.Lock()
-	loaded, id := s.samples.loaded, s.rec.ID
-	a.mu.Unlock()
-	if loaded {
+// loadSamples reads h's ring from disk once.
+func (h *handle) loadSamples() {
+	a := h.a
+	if h.samplesLoaded() {
 		return
 	}
 	var disk []nodeapi.Stats
-	b, err := os.ReadFile(filepath.Join(sandboxDir(a.cfg.DataDir, id), metricsFile))
+	b, err := os.ReadFile(filepath.Join(sandboxDir(a.cfg.DataDir, h.id), metricsFile))
 	if err == nil {
 		if err := json.Unmarshal(b, &disk); err != nil {
-			a.log.Warn("unreadable sandbox metrics file; starting afresh", "sandbox_id", id, "error", err)
+			a.log.Warn("unreadable sandbox metrics file; starting afresh", "sandbox_id", h.id, "error", err)
 			disk = nil
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		a.log.Warn("read sandbox metrics file", "sandbox_id", id, "error", err)
+		a.log.Warn("read sandbox metrics file", "sandbox_id", h.id, "error", err)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if s.samples.loaded {
+	h.mergeSamples(disk)
+}
+
+func (h *handle) samplesLoaded() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.samples.loaded
+}
+
+// mergeSamples puts the samples read from disk before those taken since,
+// unless another reader did first.
+func (h *handle) mergeSamples(disk []nodeapi.Stats) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.samples.loaded {
 		return
 	}
-	s.samples.loaded = true
+	h.samples.loaded = true
 	if len(disk) > 0 {
-		s.samples.buf = append(disk, s.samples.buf...)
-		a.trimLocked(&s.samples, a.clock.Now())
+		h.samples.buf = append(disk, h.samples.buf...)
+		h.samples.trim(h.a.clock.Now().Add(-h.a.cfg.MetricsRetention))
 	}
 }
 
 // flushSamples writes the rings with new samples to their state dirs.
 func (a *Agent) flushSamples() {
-	a.mu.Lock()
-	type job struct {
-		s   *sbx
-		id  string
-		buf []nodeapi.Stats
-	}
-	var jobs []job
-	for id, s := range a.sandboxes {
-		if s.gone || s.internal || !s.samples.dirty {
+	for _, h := range a.handles() {
+		buf, ok := h.takeDirtySamples()
+		if !ok {
 			continue
 		}
-		jobs = append(jobs, job{s, id, slices.Clone(s.samples.buf)})
-		s.samples.dirty = false
-	}
-	a.mu.Unlock()
-	for _, j := range jobs {
-		if err := a.writeSamples(j.s, j.id, j.buf); err != nil {
-			a.log.Warn("write sandbox metrics", "sandbox_id", j.id, "error", err)
+		if err := h.writeSamples(buf); err != nil {
+			a.log.Warn("write sandbox metrics", "sandbox_id", h.id, "error", err)
 		}
 	}
 }
 
-func (a *Agent) writeSamples(s *sbx, id string, buf []nodeapi.Stats) error {
+// takeDirtySamples returns h's ring when it has samples not on disk, and
+// counts them written.
+func (h *handle) takeDirtySamples() ([]nodeapi.Stats, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gone || h.internal || !h.samples.dirty {
+		return nil, false
+	}
+	h.samples.dirty = false
+	return slices.Clone(h.samples.buf), true
+}
+
+func (h *handle) writeSamples(buf []nodeapi.Stats) error {
 	b, err := json.Marshal(buf)
 	if err != nil {
 		return err
 	}
-	// persistMu orders this write with destroy's removal of the directory.
-	s.persistMu.Lock()
-	defer s.persistMu.Unlock()
-	a.mu.Lock()
-	gone := s.gone
-	a.mu.Unlock()
-	if gone {
+	// files orders this write with destroy's removal of the directory.
+	h.files.Lock()
+	defer h.files.Unlock()
+	if h.isGone() {
 		return nil
 	}
-	dir := sandboxDir(a.cfg.DataDir, id)
-	return atomicfile.Write(filepath.Join(dir, metricsFile), b, 0o600)
+	return atomicfile.Write(filepath.Join(sandboxDir(h.a.cfg.DataDir, h.id), metricsFile), b, 0o600)
 }
 
 // Metrics implements MetricsSource.
 func (a *Agent) Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.Stats, error) {
-	s, err := a.lookup(id)
+	h, err := a.lookup(id)
 	if err != nil {
 		return nil, err
 	}
-	a.loadSamples(s)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if s.gone || s.internal {
-		return nil, a.goneErr(id)
+	h.loadSamples()
+	return h.samplesIn(start, end)
+}
+
+// samplesIn returns h's samples between start and end (zero: open).
+func (h *handle) samplesIn(start, end time.Time) ([]nodeapi.Stats, error) {
+	a := h.a
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gone || h.internal {
+		return nil, a.goneErr(h.id)
 	}
 	out := []nodeapi.Stats{}
 	cut := a.clock.Now().Add(-a.cfg.MetricsRetention)
-	for _, st := range s.samples.buf {
+	for _, st := range h.samples.buf {
 		if st.At.Before(cut) || (!start.IsZero() && st.At.Before(start)) || (!end.IsZero() && st.At.After(end)) {
 			continue
 		}

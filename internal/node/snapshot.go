@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -68,31 +69,29 @@ func (a *Agent) Snapshot(ctx context.Context, t nodeapi.Template, readyCmd, dir 
 	if err != nil {
 		return fmt.Errorf("template %q: snapshot sandbox: %w", t.ID, err)
 	}
-	s, err := a.lookup(id)
+	h, err := a.lookup(id)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		s.op.Lock()
-		defer s.op.Unlock()
-		a.destroy(context.WithoutCancel(ctx), s, log.With("kill_reason", "snapshot_taken"))
-	}()
+	defer h.discard(context.WithoutCancel(ctx), log.With("kill_reason", "snapshot_taken"))
 
 	if err := a.waitReady(ctx, sb, t, readyCmd); err != nil {
 		return fmt.Errorf("template %q: snapshot: %w", t.ID, err)
 	}
-	s.op.Lock()
-	defer s.op.Unlock()
-	a.mu.Lock()
-	if s.gone || s.rec.State != sandbox.StateRunning {
-		a.mu.Unlock()
+	return h.snapshotTemplate(ctx, ckpt, t, dir, log)
+}
+
+// snapshotTemplate checkpoints h, the ready sandbox of template t's
+// snapshot, into dir and saves its layer (Snapshot).
+func (h *handle) snapshotTemplate(ctx context.Context, ckpt driver.Checkpointer, t nodeapi.Template, dir string, log *slog.Logger) error {
+	a, id := h.a, h.id
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.awaitPrepare()
+	if _, err := h.markPausing(); err != nil {
 		return fmt.Errorf("template %q: snapshot sandbox stopped before it was ready: %w", t.ID, errdefs.ErrUnavailable)
 	}
-	s.rec.State = sandbox.StatePausing
-	s.rec.Epoch++
-	a.stopTimersLocked(s)
-	initToken := s.rec.InitToken
-	a.mu.Unlock()
+	initToken := h.get().rec.InitToken
 
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("template %q: snapshot dir: %w", t.ID, err)

@@ -30,7 +30,7 @@ import (
 // part (nodeapi.SandboxSnapshotter, which names no directory) is
 // internal/nodebuild.SandboxSnapshots over this.
 func (a *Agent) SnapshotSandboxInto(ctx context.Context, id, dir string, travel bool) (nodeapi.Template, error) {
-	s, err := a.lookup(id)
+	h, err := a.lookup(id)
 	if err != nil {
 		return nodeapi.Template{}, err
 	}
@@ -38,37 +38,26 @@ func (a *Agent) SnapshotSandboxInto(ctx context.Context, id, dir string, travel 
 	if !ok {
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q: snapshot: driver %s cannot checkpoint memory: %w", id, a.drv.Name(), errdefs.ErrUnsupported)
 	}
-	a.mu.Lock()
-	switch {
-	case s.gone:
-		a.mu.Unlock()
-		return nodeapi.Template{}, a.goneErr(id)
-	case s.checkpointing:
-		a.mu.Unlock()
-		return nodeapi.Template{}, fmt.Errorf("sandbox %q: a checkpoint is already in flight, try again later: %w", id, errdefs.ErrExhausted)
-	case s.rec.State != sandbox.StateRunning:
-		state := s.rec.State
-		a.mu.Unlock()
-		return nodeapi.Template{}, fmt.Errorf("sandbox %q is %s, not running: %w", id, state, errdefs.ErrConflict)
+	if _, err := h.admitCheckpoint(); err != nil {
+		return nodeapi.Template{}, err
 	}
-	s.checkpointing = true
-	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		s.checkpointing = false
-		a.mu.Unlock()
-	}()
+	defer h.setCheckpointing(false)
+	return h.snapshotInto(ctx, ckpt, dir, travel)
+}
 
-	s.op.Lock()
-	defer s.op.Unlock()
-	a.mu.Lock()
-	alive := !s.gone && s.rec.State == sandbox.StateRunning
-	tmpl := s.rec.Template
+// snapshotInto takes the snapshot of SnapshotSandboxInto under h.op.
+func (h *handle) snapshotInto(ctx context.Context, ckpt driver.Checkpointer, dir string, travel bool) (nodeapi.Template, error) {
+	a, id := h.a, h.id
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.awaitPrepare()
+	st := h.get()
+	alive := !st.gone && st.rec.State == sandbox.StateRunning
+	tmpl := st.rec.Template
 	tmpl.Env = maps.Clone(tmpl.Env)
-	initToken := s.rec.InitToken
-	shape := nodeapi.Template{ID: tmpl.ID, BuildID: tmpl.BuildID, Resources: s.rec.Resources}
-	volPaths := volumePaths(s.rec.Volumes)
-	a.mu.Unlock()
+	initToken := st.rec.InitToken
+	shape := nodeapi.Template{ID: tmpl.ID, BuildID: tmpl.BuildID, Resources: st.rec.Resources}
+	volPaths := volumePaths(st.rec.Volumes)
 	if !alive {
 		return nodeapi.Template{}, fmt.Errorf("sandbox %q stopped: %w", id, errdefs.ErrConflict)
 	}

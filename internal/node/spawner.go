@@ -61,11 +61,17 @@ func (s *spawner) do(f func()) error {
 
 // close waits for the calls in flight and stops the spawner's goroutines.
 func (s *spawner) close() {
+	s.stop()
+	s.wg.Wait()
+}
+
+// stop refuses further calls, once the calls in flight are done, and ends
+// the work channel.
+func (s *spawner) stop() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
 		close(s.work)
 	}
-	s.mu.Unlock()
-	s.wg.Wait()
 }

@@ -13,14 +13,15 @@ import (
 // It is a snapshot: see HoldTemplates to act on it before a new sandbox
 // can appear. It implements nodeapi.TemplateHolder and never fails.
 func (a *Agent) TemplatesInUse(context.Context) ([]nodeapi.TemplateUse, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.templatesInUseLocked(), nil
+	var out []nodeapi.TemplateUse
+	a.HoldTemplates(func(inUse []nodeapi.TemplateUse) { out = inUse })
+	return out, nil
 }
 
 // HoldTemplates calls fn with TemplatesInUse while holding the agent's
-// lock, under which every sandbox is registered (before its root
-// filesystem is mounted or its snapshot read) and every warm pool is set.
+// lock and the pools', under which every sandbox is registered (before
+// its root filesystem is mounted or its snapshot read) and every warm pool
+// is set.
 // No sandbox can start using a template file while fn runs, so a file fn
 // finds unused and moves out of its place (a rename) is never picked up
 // half-removed: a create that registers later finds it missing and fails
@@ -28,9 +29,13 @@ func (a *Agent) TemplatesInUse(context.Context) ([]nodeapi.TemplateUse, error) {
 func (a *Agent) HoldTemplates(fn func(inUse []nodeapi.TemplateUse)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.pools.mu.Lock()
+	defer a.pools.mu.Unlock()
 	fn(a.templatesInUseLocked())
 }
 
+// templatesInUseLocked lists the templates in use; a.mu and a.pools.mu
+// are held.
 func (a *Agent) templatesInUseLocked() []nodeapi.TemplateUse {
 	var out []nodeapi.TemplateUse
 	add := func(sandboxID string, t nodeapi.Template) {
@@ -39,17 +44,17 @@ func (a *Agent) templatesInUseLocked() []nodeapi.TemplateUse {
 		}
 		out = append(out, nodeapi.TemplateUse{TemplateID: t.ID, BuildID: t.BuildID, RootFS: t.RootFS, SnapshotDir: t.SnapshotDir, SandboxID: sandboxID})
 	}
-	for id, s := range a.sandboxes {
-		add(id, s.rec.Template)
+	for id, h := range a.sandboxes {
+		add(id, h.template())
 	}
 	// Reserved pool members are out of the map until claimed or put back.
-	for id, s := range a.reserved {
-		add(id, s.rec.Template)
+	for id, h := range a.pools.reserved {
+		add(id, h.template())
 	}
-	for _, p := range a.pools {
+	for _, p := range a.pools.byTmpl {
 		add("", p.tmpl)
-		for _, s := range p.ready {
-			add(s.rec.ID, s.rec.Template)
+		for _, h := range p.ready {
+			add(h.id, h.template())
 		}
 	}
 	slices.SortFunc(out, func(x, y nodeapi.TemplateUse) int {

@@ -59,15 +59,11 @@ func (a *Agent) reacquireVolumes() {
 	if a.cfg.Volumes == nil {
 		return
 	}
-	a.mu.Lock()
-	var recs []record
-	for _, s := range a.sandboxes {
-		if len(s.rec.Volumes) > 0 {
-			recs = append(recs, s.rec)
+	for _, h := range a.handles() {
+		r := h.get().rec
+		if len(r.Volumes) == 0 {
+			continue
 		}
-	}
-	a.mu.Unlock()
-	for _, r := range recs {
 		if _, err := a.cfg.Volumes.Acquire(r.ID, r.TeamID, r.Volumes); err != nil {
 			a.log.Warn("a volume of a recovered sandbox is gone", "sandbox_id", r.ID, "error", err)
 		}
@@ -101,17 +97,24 @@ func checkSnapshotVolumes(m *snapshotMeta, templateID string, mounts []nodeapi.V
 		templateID, strings.Join(want, ", "))
 }
 
-// volumeResumeFallback is the start mode of a resume of s, paused with
+// volumeResumeFallback is the start mode of a resume of h, paused with
 // memory and mounting volumes, whose restore failed with err: it boots
 // again on its writable layer, as a resume of a sandbox paused without
 // memory does. The restore reopens, by path, what the sandbox held open
 // on its volumes (gVisor's gofer), and another sandbox or the content API
 // may have removed one of those files while it was paused; its disk and
-// its volumes are kept, its processes are not (docs/volumes.md).
-func (a *Agent) volumeResumeFallback(s *sbx, ph *phaseTimer, log *slog.Logger, err error) startMode {
+// its volumes are kept, its processes are not (docs/volumes.md). The
+// caller holds h.op.
+func (h *handle) volumeResumeFallback(ph *phaseTimer, log *slog.Logger, err error) startMode {
 	log.Warn("memory restore of a sandbox with volumes failed (a file it held open on a volume may be gone); booting it again on its disk", "error", err)
-	a.mu.Lock()
-	s.rec.GuestMemoryMB = 0 // a fresh boot: nothing of the first boot's mounts to match
-	a.mu.Unlock()
+	h.setGuestMemory(0) // a fresh boot: nothing of the first boot's mounts to match
 	return startMode{layerExists: true, runStartCmd: true, phases: ph}
+}
+
+// setGuestMemory sets the memory size h's guest boots with (0: its
+// resources').
+func (h *handle) setGuestMemory(mb int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rec.GuestMemoryMB = mb
 }

@@ -82,7 +82,8 @@ func (e *HTTPEnvd) Probe(ctx context.Context, addr string) (EnvdHealth, error) {
 	return h, nil
 }
 
-// watchState is the watchdog's view of one sandbox. Guarded by Agent.mu.
+// watchState is the watchdog's view of one sandbox. Guarded by its
+// handle's mu.
 type watchState struct {
 	// next is when the sandbox is probed next, in epoch nextEpoch.
 	next      time.Time
@@ -93,12 +94,12 @@ type watchState struct {
 	healthEpoch int64
 }
 
-// healthLocked is s's health in its current epoch. a.mu is held.
-func (s *sbx) healthLocked() nodeapi.Health {
-	if s.rec.State != sandbox.StateRunning || s.watch.health == "" || s.watch.healthEpoch != s.rec.Epoch {
+// healthLocked is h's health in its current epoch. h.mu is held.
+func (h *handle) healthLocked() nodeapi.Health {
+	if h.rec.State != sandbox.StateRunning || h.watch.health == "" || h.watch.healthEpoch != h.rec.Epoch {
 		return nodeapi.HealthUnknown
 	}
-	return s.watch.health
+	return h.watch.health
 }
 
 func (c *Config) watchdogDefaults() error {
@@ -185,40 +186,47 @@ func (a *Agent) jitter() time.Duration {
 
 // probeJob is one probe to make.
 type probeJob struct {
-	s        *sbx
-	id, addr string
-	epoch    int64
+	h     *handle
+	addr  string
+	epoch int64
 }
 
 func (a *Agent) watchdogLoop(p EnvdProber) {
 	for a.sleep(watchdogTick) {
 		now := a.clock.Now()
 		var due []probeJob
-		a.mu.Lock()
-		for id, s := range a.sandboxes {
-			w := &s.watch
-			if s.gone || s.internal || s.rec.State != sandbox.StateRunning || s.checkpointing || s.rec.Slot == nil {
-				// Not probed; a later start is probed after a full
-				// interval.
-				w.next = time.Time{}
-				continue
+		for _, h := range a.handles() {
+			if j, ok := h.probeDue(now); ok {
+				due = append(due, j)
 			}
-			if w.next.IsZero() || w.nextEpoch != s.rec.Epoch {
-				w.next, w.nextEpoch = now.Add(a.jitter()), s.rec.Epoch
-				continue
-			}
-			if w.probing || now.Before(w.next) {
-				continue
-			}
-			w.probing = true
-			w.next = now.Add(a.jitter())
-			due = append(due, probeJob{s: s, id: id, addr: a.envdAddr(s.rec.Slot), epoch: s.rec.Epoch})
 		}
-		a.mu.Unlock()
 		for _, j := range due {
 			a.wg.Go(func() { a.probe(p, j) })
 		}
 	}
+}
+
+// probeDue says whether h is due for a probe at now, and marks it probing
+// when it is.
+func (h *handle) probeDue(now time.Time) (probeJob, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := &h.watch
+	if h.gone || h.internal || h.rec.State != sandbox.StateRunning || h.checkpointing || h.rec.Slot == nil {
+		// Not probed; a later start is probed after a full interval.
+		w.next = time.Time{}
+		return probeJob{}, false
+	}
+	if w.next.IsZero() || w.nextEpoch != h.rec.Epoch {
+		w.next, w.nextEpoch = now.Add(h.a.jitter()), h.rec.Epoch
+		return probeJob{}, false
+	}
+	if w.probing || now.Before(w.next) {
+		return probeJob{}, false
+	}
+	w.probing = true
+	w.next = now.Add(h.a.jitter())
+	return probeJob{h: h, addr: h.a.envdAddr(h.rec.Slot), epoch: h.rec.Epoch}, true
 }
 
 // MaxInitOutput bounds the file that keeps a sandbox's init output on the
@@ -228,43 +236,49 @@ const MaxInitOutput = 1 << 20
 // probe probes one sandbox and applies the result if the sandbox is still
 // in the probe's epoch.
 func (a *Agent) probe(p EnvdProber, j probeJob) {
+	id := j.h.id
 	ctx, cancel := context.WithTimeout(a.ctx, a.cfg.ProbeTimeout)
-	h, err := p.Probe(ctx, j.addr)
+	hl, err := p.Probe(ctx, j.addr)
 	cancel()
 	// What the sandbox's init writes is kept on the host: bound it.
-	if cut, cerr := oci.CapLog(filepath.Join(sandboxDir(a.cfg.DataDir, j.id), "bundle"), MaxInitOutput); cerr != nil {
-		a.log.Warn("watchdog: cap init output", "sandbox_id", j.id, "error", cerr)
+	if cut, cerr := oci.CapLog(filepath.Join(sandboxDir(a.cfg.DataDir, id), "bundle"), MaxInitOutput); cerr != nil {
+		a.log.Warn("watchdog: cap init output", "sandbox_id", id, "error", cerr)
 	} else if cut {
-		a.log.Info("watchdog: init output over its cap, older output dropped", "sandbox_id", j.id, "cap_bytes", MaxInitOutput)
+		a.log.Info("watchdog: init output over its cap, older output dropped", "sandbox_id", id, "cap_bytes", MaxInitOutput)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s := j.s
-	s.watch.probing = false
-	if a.closed {
+	j.h.probed(j.epoch, hl, err, a.isClosed())
+}
+
+// probed records the result of h's probe of epoch: its health, unless
+// the agent closed or h moved on meanwhile (a stale result).
+func (h *handle) probed(epoch int64, hl EnvdHealth, err error, closed bool) {
+	a := h.a
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.watch.probing = false
+	if closed {
 		return
 	}
-	if cur := a.sandboxes[j.id]; cur != s || s.gone || s.rec.Epoch != j.epoch ||
-		s.rec.State != sandbox.StateRunning || s.checkpointing {
+	if h.gone || h.rec.Epoch != epoch || h.rec.State != sandbox.StateRunning || h.checkpointing {
 		a.wd.probes.WithLabelValues("stale").Inc()
-		a.log.Debug("watchdog: probe result of an old epoch dropped", "sandbox_id", j.id, "probe_epoch", j.epoch)
+		a.log.Debug("watchdog: probe result of an old epoch dropped", "sandbox_id", h.id, "probe_epoch", epoch)
 		return
 	}
-	prev := s.healthLocked()
+	prev := h.healthLocked()
 	next := nodeapi.HealthHealthy
 	if err != nil {
 		next = nodeapi.HealthUnhealthy
 	}
-	s.watch.health, s.watch.healthEpoch = next, j.epoch
+	h.watch.health, h.watch.healthEpoch = next, epoch
 	a.wd.probes.WithLabelValues(string(next)).Inc()
-	if err == nil && h.MemKnown {
-		a.wd.guestMem.WithLabelValues(templateLabel(s.rec.Template.ID)).Observe(float64(h.MemUsedBytes))
+	if err == nil && hl.MemKnown {
+		a.wd.guestMem.WithLabelValues(templateLabel(h.rec.Template.ID)).Observe(float64(hl.MemUsedBytes))
 	}
 	switch {
 	case next == nodeapi.HealthUnhealthy && prev != nodeapi.HealthUnhealthy:
-		a.log.Warn("watchdog: sandbox unhealthy", "sandbox_id", j.id, "execution_id", s.rec.ExecutionID, "error", err)
+		a.log.Warn("watchdog: sandbox unhealthy", "sandbox_id", h.id, "execution_id", h.rec.ExecutionID, "error", err)
 	case next == nodeapi.HealthHealthy && prev == nodeapi.HealthUnhealthy:
-		a.log.Info("watchdog: sandbox healthy again", "sandbox_id", j.id, "execution_id", s.rec.ExecutionID)
+		a.log.Info("watchdog: sandbox healthy again", "sandbox_id", h.id, "execution_id", h.rec.ExecutionID)
 	}
 }
 
@@ -301,23 +315,22 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	states := map[sandbox.State]int{sandbox.StateStarting: 0, sandbox.StateRunning: 0, sandbox.StatePausing: 0, sandbox.StatePaused: 0}
 	health := map[nodeapi.Health]int{nodeapi.HealthHealthy: 0, nodeapi.HealthUnhealthy: 0, nodeapi.HealthUnknown: 0}
 	var vcpus, mem, disk, kept float64
-	c.a.mu.Lock()
-	for _, s := range c.a.sandboxes {
-		if s.internal || s.gone {
+	for _, h := range c.a.handles() {
+		g, ok := h.census()
+		if !ok {
 			continue
 		}
-		if s.kept != nil {
+		if g.kept {
 			kept++
 		}
-		states[s.rec.State]++
-		disk += float64(s.rec.Resources.DiskMB) * (1 << 20)
-		if s.rec.State == sandbox.StateRunning {
-			health[s.healthLocked()]++
-			vcpus += float64(s.rec.Resources.VCPUs)
-			mem += float64(s.rec.Resources.MemoryMB) * (1 << 20)
+		states[g.rec.State]++
+		disk += float64(g.rec.Resources.DiskMB) * (1 << 20)
+		if g.rec.State == sandbox.StateRunning {
+			health[g.health]++
+			vcpus += float64(g.rec.Resources.VCPUs)
+			mem += float64(g.rec.Resources.MemoryMB) * (1 << 20)
 		}
 	}
-	c.a.mu.Unlock()
 	for st, n := range states {
 		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(n), string(st))
 	}
@@ -328,4 +341,22 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descMem, prometheus.GaugeValue, mem)
 	ch <- prometheus.MustNewConstMetric(descDisk, prometheus.GaugeValue, disk)
 	ch <- prometheus.MustNewConstMetric(descKept, prometheus.GaugeValue, kept)
+}
+
+// censusEntry is what agentCollector counts of one sandbox.
+type censusEntry struct {
+	rec    record
+	health nodeapi.Health
+	kept   bool
+}
+
+// census is h's entry in the node's gauges; false for the agent's own
+// sandboxes and gone ones.
+func (h *handle) census() (censusEntry, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.internal || h.gone {
+		return censusEntry{}, false
+	}
+	return censusEntry{rec: h.rec, health: h.healthLocked(), kept: h.kept != nil}, true
 }

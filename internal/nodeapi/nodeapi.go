@@ -5,9 +5,13 @@
 // All three pass the one conformance suite in nodeapi/nodeapitest (the
 // agent over the fake driver and, in internal/node/nodeinteg, over runsc).
 //
-// The package holds no implementation and imports no agent, driver, cgroup
-// or envd code, so the control plane (lifecycle, apiserver, proxy) links
-// none of them (see deps_test.go).
+// The package implements no Service: it holds the interfaces, the types
+// that cross them and a few rules on those types (snapshot hosts, volume
+// mounts, node kills). It imports only the standard library and the other
+// contracts (internal/errdefs, internal/sandbox), so that the control
+// plane (lifecycle, placement, apiserver, proxy) links no agent, driver,
+// cgroup, network slot or envd code through it; deps_test.go checks both
+// over the whole closure, third-party packages included.
 //
 // Errors carry the internal/errdefs classes (ErrNotFound, ErrConflict,
 // ErrExhausted, ErrUnsupported, ErrInvalid); each wire maps them once.
@@ -17,7 +21,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -45,7 +48,7 @@ type Service interface {
 	// SetEndTime re-arms the node's TTL backstop for the sandbox.
 	SetEndTime(ctx context.Context, id string, endAt time.Time) error
 	// UpdateNetwork replaces the sandbox's egress policy.
-	UpdateNetwork(ctx context.Context, id string, policy netslot.Policy) error
+	UpdateNetwork(ctx context.Context, id string, policy sandbox.NetworkPolicy) error
 	// Pause stops the sandbox, keeping its writable layer and, when
 	// req.Memory is set, its memory. Every host object but the snapshot on
 	// disk is released.
@@ -110,7 +113,7 @@ type CreateRequest struct {
 	// create needs no SetEndTime after it. A node that does not know the
 	// field keeps EndAt and answers it.
 	Timeout time.Duration
-	Network netslot.Policy
+	Network sandbox.NetworkPolicy
 	// EnvVars are the create-time environment; they override the template's.
 	EnvVars map[string]string
 	// EnvdAccessToken, when set, is required by envd on every request.
@@ -163,7 +166,7 @@ type Sandbox struct {
 	StartedAt time.Time
 	EndAt     time.Time
 	Resources sandbox.Resources
-	Network   netslot.Policy
+	Network   sandbox.NetworkPolicy
 	// Address is the host:port of the sandbox's envd as reachable from this
 	// node; the sandbox's other ports are on the same host.
 	Address string

@@ -184,3 +184,29 @@ type Drainer interface {
 	// every heartbeat's reply and must not block.
 	SetDraining(draining bool)
 }
+
+// EgressLogger is the optional part of Service that serves what a
+// sandbox tried to reach through the node's egress proxy (sandboxes
+// whose network rules name hosts). Agent implements it.
+type EgressLogger interface {
+	// EgressLog returns sandbox id's egress log, oldest first, its open
+	// connections last (empty for a sandbox never behind the proxy). An
+	// unknown sandbox is ErrNotFound.
+	EgressLog(ctx context.Context, id string) ([]EgressEntry, error)
+}
+
+// EgressEntry is one connection or DNS question of a sandbox's egress
+// log.
+type EgressEntry struct {
+	Time     time.Time
+	Proto    string // "tcp" or "dns"
+	Host     string // the name it carried, if any
+	Addr     string // the address dialled ("" for DNS)
+	Port     int
+	Allowed  bool
+	Reason   string
+	BytesOut int64
+	BytesIn  int64
+	Duration time.Duration
+	Open     bool
+}

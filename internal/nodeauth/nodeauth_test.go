@@ -142,7 +142,7 @@ func serveTLS(t *testing.T, cfg *tls.Config, h http.Handler) string {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: h, TLSConfig: cfg, ErrorLog: log.New(io.Discard, "", 0)}
-	go srv.ServeTLS(ln, "", "") //nolint:errcheck
+	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
 }
@@ -171,7 +171,7 @@ func TestServerTLSRotates(t *testing.T) {
 	}
 	later := time.Now().Add(2 * time.Second)
 	writeCert(t, dir, "renewed")
-	os.Chtimes(cf, later, later) //nolint:errcheck
+	os.Chtimes(cf, later, later)
 	deadline := time.Now().Add(time.Minute)
 	for served() != "renewed" {
 		if time.Now().After(deadline) {

@@ -4,8 +4,11 @@
 // into the shared catalog (Remote); the built root filesystem stays on
 // that node as an artifact, a tar recorded with its size and sha256,
 // which another node pulls by build ID when it is to start a sandbox of
-// the build (Node.Resolve): from a node that holds it, over the node RPC
-// listener behind the node token, checked against the sha256 before use.
+// the build (Node.Resolve): from a node that holds it, checked against
+// the sha256 before use. It speaks the node wire's BuildService (served
+// by Node on the node's RPC listener, behind the node's credential and
+// pull grants) and ControlPlaneService (served by Remote beside the API,
+// behind each node's token), both of api/node/node.proto.
 package nodebuild
 
 import (
@@ -32,8 +35,8 @@ func artifactXattr(name string) bool { return layer.PortableXattr(name) }
 
 // Digest is an artifact's identity: its sha256 (hex) and size in bytes.
 type Digest struct {
-	SHA256 string `json:"sha256"`
-	Size   int64  `json:"size"`
+	SHA256 string
+	Size   int64
 }
 
 // writeArtifact writes the tar of the tree at root to path, atomically,

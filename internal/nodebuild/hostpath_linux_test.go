@@ -3,34 +3,82 @@ package nodebuild_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
-func post(t *testing.T, url, tok, body string) (int, string) {
+// pathKeys are the storage records' fields that name files on a machine
+// (as protojson and JSON name them).
+var pathKeys = []string{`"rootfsDir"`, `"rootfsTar"`, `"snapshotDir"`, `"rootfsTarFingerprint"`, `"nodeId"`}
+
+// namesNoPath fails if m, in binary or JSON, names any of words.
+func namesNoPath(t *testing.T, what string, m proto.Message, words ...string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	bin, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	b.ReadFrom(resp.Body)
-	return resp.StatusCode, b.String()
+	js, err := protojson.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range append(pathKeys, words...) {
+		if bytes.Contains(bin, []byte(w)) || bytes.Contains(js, []byte(w)) {
+			t.Errorf("%s names %s: %s", what, w, js)
+		}
+	}
 }
 
-// pathKeys are the storage records' fields that name files on a machine.
-var pathKeys = []string{`"rootfsDir"`, `"rootfsTar"`, `"snapshotDir"`, `"rootfsTarFingerprint"`, `"nodeId"`}
+// TestBuildWireHasNoPathField: no message the build wire carries, at any
+// depth, has a field that names a path or the control plane's
+// bookkeeping: a path cannot cross it by construction.
+func TestBuildWireHasNoPathField(t *testing.T) {
+	t.Parallel()
+	seen := map[protoreflect.FullName]bool{}
+	var walk func(md protoreflect.MessageDescriptor)
+	walk = func(md protoreflect.MessageDescriptor) {
+		if seen[md.FullName()] {
+			return
+		}
+		seen[md.FullName()] = true
+		for i := range md.Fields().Len() {
+			f := md.Fields().Get(i)
+			name := string(f.Name())
+			for _, bad := range []string{"dir", "path", "_tar", "_file", "node_id", "fingerprint"} {
+				// workdir is a path inside the sandbox, not on a host.
+				if strings.HasSuffix(name, bad) && name != "workdir" {
+					t.Errorf("%s.%s names a path or the control plane's bookkeeping", md.FullName(), name)
+				}
+			}
+			if m := f.Message(); m != nil {
+				walk(m)
+			}
+		}
+	}
+	for _, svc := range []protoreflect.Name{"BuildService", "ControlPlaneService"} {
+		sd := nodepb.File_node_proto.Services().ByName(svc)
+		for i := range sd.Methods().Len() {
+			walk(sd.Methods().Get(i).Input())
+			walk(sd.Methods().Get(i).Output())
+		}
+	}
+	if len(seen) < 10 {
+		t.Fatalf("walked %d messages: the services were not found", len(seen))
+	}
+}
 
 // TestBuildStatusNamesNoHostPath: a node's answer about a build names no
 // file of the node (its build directories were in it).
@@ -38,24 +86,49 @@ func TestBuildStatusNamesNoHostPath(t *testing.T) {
 	t.Parallel()
 	p := newPeer(t, nil)
 	p.holdBuild(t)
-	code, body := get(t, p.srv.URL+nodebuild.PathPrefix+"builds/"+build.ID, token)
-	if code != http.StatusOK {
-		t.Fatalf("status = %d %s", code, body)
+	st, err := status(p.srv.URL, token, build.ID)
+	if err != nil {
+		t.Fatal(err)
 	}
-	dataDir := filepath.Dir(p.local.Catalog.BuildsDir())
-	for _, k := range append(pathKeys, dataDir) {
-		if bytes.Contains(body, []byte(k)) {
-			t.Errorf("the build's status names %s: %s", k, body)
-		}
+	if st.GetBuild().GetRootfs().GetSha256() == "" {
+		t.Fatalf("status %+v: no artifact", st)
 	}
+	namesNoPath(t, "the build's status", st, filepath.Dir(p.local.Catalog.BuildsDir()))
 }
 
 // TestStartBuildTakesNoHostPath: a start naming paths (the build's root
-// filesystem, tar or snapshot as the host's) is refused, not mirrored.
+// filesystem, tar or snapshot as the host's, in fields the wire does not
+// know, as an older peer's JSON had them) is refused, not mirrored,
+// whether it comes in binary or in JSON.
 func TestStartBuildTakesNoHostPath(t *testing.T) {
 	t.Parallel()
 	p := newPeer(t, nil)
 	id := "5d6c3b8e-1f6a-4c2e-9d7b-2a1e5f4c3b2a"
+	req := func() *nodepb.StartBuildRequest {
+		return &nodepb.StartBuildRequest{Template: &nodepb.CatalogTemplate{Id: tmpl.ID, TeamId: "team-a"},
+			Build: &nodepb.CatalogBuild{Id: id, TemplateId: tmpl.ID, Status: "waiting"}, Spec: &nodepb.BuildSpec{FromImage: "reg.example/x:1"}}
+	}
+	c := buildClient(p.srv.URL, bearer(token))
+	// Unknown fields of the binary form: a build's (the rootfs dir of an
+	// older peer), the template's, the spec's step's.
+	withPath := func(m proto.Message) {
+		b := protowire.AppendTag(nil, 99, protowire.BytesType)
+		m.ProtoReflect().SetUnknown(protowire.AppendString(b, "/etc/shadow"))
+	}
+	for name, set := range map[string]func(*nodepb.StartBuildRequest){
+		"build":    func(r *nodepb.StartBuildRequest) { withPath(r.Build) },
+		"template": func(r *nodepb.StartBuildRequest) { withPath(r.Template) },
+		"step": func(r *nodepb.StartBuildRequest) {
+			r.Spec.Steps = []*nodepb.BuildStep{{Type: "RUN", Args: []string{"true"}}}
+			withPath(r.Spec.Steps[0])
+		},
+		"request": func(r *nodepb.StartBuildRequest) { withPath(r) },
+	} {
+		r := req()
+		set(r)
+		_, err := c.StartBuild(context.Background(), connect.NewRequest(r))
+		wantCode(t, "a start with an unknown field in its "+name, err, connect.CodeInvalidArgument)
+	}
 	for name, field := range map[string]string{
 		"rootfs dir":   `"rootfsDir": "/"`,
 		"rootfs tar":   `"rootfsTar": "/etc/shadow"`,
@@ -63,10 +136,18 @@ func TestStartBuildTakesNoHostPath(t *testing.T) {
 	} {
 		body := `{"template": {"id": "tmplaaaaaaaaaaaaaaaa", "teamId": "team-a"},
 			"build": {"id": "` + id + `", "templateId": "tmplaaaaaaaaaaaaaaaa", "status": "waiting", ` + field + `},
-			"spec": {"fromImage": "reg.example/x:1", "steps": []}}`
-		code, msg := post(t, p.srv.URL+nodebuild.PathPrefix+"builds", token, body)
-		if code != http.StatusBadRequest {
-			t.Errorf("start naming %s = %d %s, want 400", name, code, msg)
+			"spec": {"fromImage": "reg.example/x:1"}}`
+		hr, _ := http.NewRequest(http.MethodPost, p.srv.URL+"/warren.node.v1.BuildService/StartBuild", strings.NewReader(body))
+		hr.Header.Set("Content-Type", "application/json")
+		hr.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("a JSON start naming %s = %d %s, want 400", name, resp.StatusCode, msg)
 		}
 	}
 	if _, err := p.local.Catalog.Build(context.Background(), id); err == nil {
@@ -95,13 +176,13 @@ func TestLocateNamesNoHostPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	heartbeat(t, st, "n-1", "http://n-1")
-	code, body := get(t, srv.URL+nodebuild.LocatePath+b.ID, token)
-	if code != http.StatusOK {
-		t.Fatalf("locate = %d %s", code, body)
+	src, err := locateAt(srv.URL, token, b.ID)
+	if err != nil || src.GetBuild().GetId() != b.ID {
+		t.Fatalf("locate = %+v, %v", src, err)
 	}
-	for _, k := range append(pathKeys, "/srv/secret") {
-		if bytes.Contains(body, []byte(k)) {
-			t.Errorf("the locate answer names %s: %s", k, body)
-		}
+	namesNoPath(t, "the locate answer", src, "/srv/secret")
+	// The records made of the answer hold no path either.
+	if rec := nodebuild.BuildRecord(src.GetBuild()); rec.RootFSDir != "" || rec.RootFSTar != "" || rec.SnapshotDir != "" || rec.NodeID != "" {
+		t.Errorf("the record made of the answer: %+v", rec)
 	}
 }

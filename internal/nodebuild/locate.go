@@ -1,70 +1,81 @@
 package nodebuild
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 
+	"connectrpc.com/connect"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
+	"github.com/warren-sandbox/warren/api/node/nodepbconnect"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
+	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
 	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
 // Where a node gets a build it lacks: the control plane's answer
-// (LocateHandler, for the node a request authenticates as) and the node's
-// side of the question (Locator).
+// (LocateHandler, the ControlPlaneService, for the node a call
+// authenticates as) and the node's side of the question (Locator).
 
-// LocatePath is where the control plane answers nodes asking where a
-// build can be had (behind the node's token).
-const LocatePath = PathPrefix + "locate/"
-
-// LocateHandler answers GET LocatePath+"<buildID>" for the node the
-// request authenticates as (RemoteConfig.Authenticate). For a build the
+// LocateHandler returns the path prefix and the handler of the control
+// plane's ControlPlaneService, whose LocateBuild answers the node the
+// call authenticates as (RemoteConfig.Authenticate). For a build the
 // node needs (a sandbox of it is placed there), the answer is the
-// build's Source: its records and the ready nodes that hold it, the node
+// build's source: its records and the ready nodes that hold it, the node
 // that built it first, each with a pull grant for the asking node. For a
 // build the node only holds (it built it, or says it holds it), the
 // answer says whether the build is still current and nothing else. Any
-// other build is 403: a node is not trusted beyond its own sandboxes.
-func (r *Remote) LocateHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method != http.MethodGet {
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
+// other build is permission_denied: a node is not trusted beyond its own
+// sandboxes.
+func (r *Remote) LocateHandler() (string, http.Handler) {
+	path, h := nodepbconnect.NewControlPlaneServiceHandler(&locateServer{r: r}, handlerOptions(nil)...)
+	return path, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// The node is told who it is before Connect reads the call: the
+		// check needs the request itself (its peer, in the insecure mode).
+		id, err := "", fmt.Errorf("no node authentication: %w", errdefs.ErrUnauthorized)
+		if r.cfg.Authenticate != nil {
+			id, err = r.cfg.Authenticate(req)
 		}
-		if r.cfg.Authenticate == nil {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		nodeID, err := r.cfg.Authenticate(req)
-		if err != nil {
-			status := http.StatusUnauthorized
-			if !errors.Is(err, errdefs.ErrUnauthorized) {
-				status = errhttp.Status(err)
-			}
-			r.log.Warn("locate build: node refused", "remote_addr", req.RemoteAddr, "error", err)
-			http.Error(w, http.StatusText(status), status)
-			return
-		}
-		src, err := r.locate(req.Context(), nodeID, strings.TrimPrefix(req.URL.Path, LocatePath))
-		if err != nil {
-			status := errhttp.Status(err)
-			r.log.Info("locate build", "node_id", nodeID, "path", req.URL.Path, "status", status, "error", err)
-			http.Error(w, http.StatusText(status), status)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(src) //nolint:errcheck
+		h.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), callerKey{}, caller{id: id, err: err})))
 	})
 }
 
+type callerKey struct{}
+
+// caller is the node a call to the control plane authenticated as, or
+// why it did not.
+type caller struct {
+	id  string
+	err error
+}
+
+// locateServer is the control plane's ControlPlaneService.
+type locateServer struct{ r *Remote }
+
+var _ nodepbconnect.ControlPlaneServiceHandler = (*locateServer)(nil)
+
+func (s *locateServer) LocateBuild(ctx context.Context, req *connect.Request[nodepb.LocateBuildRequest]) (*connect.Response[nodepb.LocateBuildResponse], error) {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	if c.err != nil {
+		// Its class only: a caller not authenticated is told nothing else.
+		s.r.log.Warn("locate build: node refused", "remote_addr", req.Peer().Addr, "error", c.err)
+		return nil, errconnect.New(cmp.Or(errdefs.Class(c.err), errdefs.ErrUnavailable), "the node was not authenticated")
+	}
+	src, err := s.r.locate(ctx, c.id, req.Msg.GetBuildId())
+	if err != nil {
+		s.r.log.Info("locate build", "node_id", c.id, "build_id", req.Msg.GetBuildId(), "error", err)
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&nodepb.LocateBuildResponse{Source: src}), nil
+}
+
 // locate answers node nodeID ("" for any node) about build buildID.
-func (r *Remote) locate(ctx context.Context, nodeID, buildID string) (*Source, error) {
+func (r *Remote) locate(ctx context.Context, nodeID, buildID string) (*nodepb.BuildSource, error) {
 	if err := templates.CheckID("build", buildID); err != nil {
 		return nil, err
 	}
@@ -96,7 +107,7 @@ func (r *Remote) locate(ctx context.Context, nodeID, buildID string) (*Source, e
 	if err != nil {
 		return nil, err
 	}
-	return &Source{Holders: []Holder{}, Current: full.Current, Superseded: superseded(full)}, nil
+	return &nodepb.BuildSource{Current: full.GetCurrent(), Superseded: superseded(full)}, nil
 }
 
 // needs reports whether node nodeID needs build buildID: a sandbox of it
@@ -117,7 +128,7 @@ func (r *Remote) needs(ctx context.Context, nodeID, buildID string) (bool, error
 // source is the whole answer about ready build buildID: its records and
 // the ready nodes that hold it (the node that built it first), each with
 // a grant for node requester ("": none).
-func (r *Remote) source(ctx context.Context, buildID, requester string) (*Source, error) {
+func (r *Remote) source(ctx context.Context, buildID, requester string) (*nodepb.BuildSource, error) {
 	b, err := r.cat.Build(ctx, buildID)
 	if err != nil {
 		return nil, err
@@ -138,7 +149,7 @@ func (r *Remote) source(ctx context.Context, buildID, requester string) (*Source
 		if n.Liveness != store.NodeReady || n.ID == requester || n.ID != b.NodeID && !n.HoldsTemplate(buildID) {
 			continue
 		}
-		h := Holder{Address: n.RPCAddress}
+		h := &nodepb.BuildHolder{Address: n.RPCAddress}
 		if requester != "" && r.cfg.Grant != nil {
 			if h.Grant, err = r.cfg.Grant(ctx, n.ID, buildID, requester); err != nil {
 				r.log.Warn("no pull grant for a holder", "node_id", n.ID, "build_id", buildID, "error", err)
@@ -146,7 +157,7 @@ func (r *Remote) source(ctx context.Context, buildID, requester string) (*Source
 			}
 		}
 		if n.ID == b.NodeID {
-			src.Holders = append([]Holder{h}, src.Holders...)
+			src.Holders = append([]*nodepb.BuildHolder{h}, src.Holders...)
 		} else {
 			src.Holders = append(src.Holders, h)
 		}
@@ -164,7 +175,7 @@ type Locator struct {
 }
 
 // Locate implements NodeConfig.Locate.
-func (l *Locator) Locate(ctx context.Context, buildID string) (*Source, error) {
+func (l *Locator) Locate(ctx context.Context, buildID string) (*nodepb.BuildSource, error) {
 	if err := templates.CheckID("build", buildID); err != nil {
 		return nil, err
 	}
@@ -172,9 +183,15 @@ func (l *Locator) Locate(ctx context.Context, buildID string) (*Source, error) {
 	if c == nil {
 		c = nodeauth.Client(nil)
 	}
-	var src Source
-	if err := call(ctx, c, http.MethodGet, strings.TrimSuffix(l.APIURL, "/")+LocatePath+buildID, l.Token, nil, &src); err != nil {
-		return nil, err
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	rpc := nodepbconnect.NewControlPlaneServiceClient(c, strings.TrimSuffix(l.APIURL, "/"), clientOptions(bearer{token: l.Token})...)
+	resp, err := rpc.LocateBuild(ctx, connect.NewRequest(&nodepb.LocateBuildRequest{BuildId: buildID}))
+	if err != nil {
+		return nil, fmt.Errorf("locate build %s: %w", buildID, fromRPC(err))
 	}
-	return &src, nil
+	if resp.Msg.GetSource() == nil {
+		return nil, fmt.Errorf("locate build %s: an empty answer: %w", buildID, errdefs.ErrUnavailable)
+	}
+	return resp.Msg.GetSource(), nil
 }

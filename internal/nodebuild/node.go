@@ -2,146 +2,41 @@ package nodebuild
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/warren-sandbox/warren/internal/awsauth"
+	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodeauth"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
-
-// PathPrefix is where a node serves Node's routes, on its RPC listener.
-const PathPrefix = "/warren.nodebuild.v1/"
-
-// StartRequest asks a node to run a build of the control plane's catalog:
-// the template and the waiting build (mirrored into the node's catalog)
-// and what to build.
-type StartRequest struct {
-	Template WireTemplate `json:"template"`
-	Build    WireBuild    `json:"build"`
-	Spec     WireSpec     `json:"spec"`
-	// RegistryAuth carries Spec.RegistryAuth (which Spec's own encoding
-	// leaves out): the credentials of a private base image's registry,
-	// for this build only.
-	RegistryAuth *RegistryAuth `json:"registryAuth,omitempty"`
-	// From, when set, is the build of the catalog Spec.FromTemplate names
-	// (resolved by the control plane, for the build's team): the node
-	// gets it first (pulled as for a create when it lacks it) and builds
-	// from it.
-	From *FromBuild `json:"from,omitempty"`
-}
-
-// FromBuild names the parent build of a build FROM a team's template,
-// with where the node that builds can pull it (the control plane's
-// answer, its grants for that node) should it lack it.
-type FromBuild struct {
-	TemplateID string  `json:"templateId"`
-	BuildID    string  `json:"buildId"`
-	Source     *Source `json:"source,omitempty"`
-}
-
-// RegistryAuth is builder.RegistryAuth on the wire.
-type RegistryAuth struct {
-	Username string `json:"username,omitempty"`
-	Password string `json:"password,omitempty"`
-	// ECR, when set, is exchanged for a token at the region's ECR.
-	ECR *ECRAuth `json:"ecr,omitempty"`
-}
-
-// ECRAuth is an AWS key for ECR's token exchange.
-type ECRAuth struct {
-	AccessKeyID     string `json:"accessKeyId"`
-	SecretAccessKey string `json:"secretAccessKey"`
-	SessionToken    string `json:"sessionToken,omitempty"`
-	Region          string `json:"region"`
-}
-
-// WireAuth returns a on the wire (nil for none).
-func WireAuth(a *builder.RegistryAuth) *RegistryAuth {
-	if a == nil {
-		return nil
-	}
-	w := &RegistryAuth{Username: a.Username, Password: a.Password}
-	if a.ECR != nil {
-		c := a.ECR.Credentials
-		w.ECR = &ECRAuth{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken, Region: a.ECR.Region}
-	}
-	return w
-}
-
-// Auth returns w as the builder takes it (nil for none).
-func (w *RegistryAuth) Auth() *builder.RegistryAuth {
-	if w == nil {
-		return nil
-	}
-	a := &builder.RegistryAuth{Username: w.Username, Password: w.Password}
-	if w.ECR != nil {
-		a.ECR = &awsauth.ECR{Credentials: awsauth.Credentials{AccessKeyID: w.ECR.AccessKeyID, SecretAccessKey: w.ECR.SecretAccessKey, SessionToken: w.ECR.SessionToken}, Region: w.ECR.Region}
-	}
-	return a
-}
-
-// BuildStatus is a build on a node with its log from an offset.
-type BuildStatus struct {
-	Build WireBuild            `json:"build"`
-	Logs  []templates.LogEntry `json:"logs"`
-}
-
-// Source is where a node that lacks a build gets it: the control plane's
-// view of the build and its template, and the nodes that hold its
-// artifact, each with the leave to pull it from there. The control plane
-// answers so only for a build the asking node needs (a sandbox of it is
-// placed there); for a build the node only holds, it says whether the
-// build is still current (Current, Superseded) and nothing else.
-type Source struct {
-	Template WireTemplate `json:"template"`
-	Build    WireBuild    `json:"build"`
-	Holders  []Holder     `json:"holders"`
-	// Current tells whether a tag of the template points at the build
-	// (what a create can still name); Superseded whether it is untagged
-	// while a tag points at a build finished after it.
-	Current    bool `json:"current"`
-	Superseded bool `json:"superseded,omitempty"`
-}
-
-// Holder is a node that holds a build's artifacts: the base URL of its
-// RPC listener and the pull grant (nodeauth.Grant) it takes for this
-// build from the node that asked.
-type Holder struct {
-	Address string `json:"address"`
-	Grant   string `json:"grant,omitempty"`
-}
 
 // NodeConfig configures a Node.
 type NodeConfig struct {
 	// Catalog and Service are the node's own catalog and build service.
 	Catalog *templates.Catalog
 	Service *builder.Service
-	// Credential is what the control plane presents on every route
-	// (nodeauth.Credential(token, PurposeRPC)); PullKey checks the pull
-	// grants other nodes present for the artifact routes
+	// Credential is what the control plane presents on every call of
+	// the BuildService (nodeauth.Credential(token, PurposeRPC)); PullKey
+	// checks the pull grants other nodes present to PullArtifact
 	// (Credential(token, PurposePull)). Both empty: a loopback node
 	// without a token, which asks nothing.
 	Credential string
 	PullKey    string
 	// Locate tells where a build the node lacks can be had (the control
-	// plane's answer; APIClient.Locate); nil: the node pulls nothing.
-	Locate func(ctx context.Context, buildID string) (*Source, error)
-	// HTTP carries pulls from peers (default: a client without proxy).
+	// plane's answer: Locator.Locate); nil: the node pulls nothing.
+	Locate Locate
+	// HTTP carries pulls from peers (default: nodeauth.Client(nil): no
+	// proxy, no redirects).
 	HTTP   *http.Client
 	Logger *slog.Logger
 	// Registry, when set, receives node_template_pulls_total,
@@ -153,8 +48,13 @@ type NodeConfig struct {
 	Snapshots Snapshots
 }
 
+// Locate is the control plane's answer to a node about a build: where it
+// can be had, or whether it is current (ControlPlaneService.LocateBuild).
+type Locate func(ctx context.Context, buildID string) (*nodepb.BuildSource, error)
+
 // Node serves a node's builds and artifacts to the control plane and to
-// its peers, and gets the builds it lacks (Resolve).
+// its peers (Handler: the BuildService), and gets the builds it lacks
+// (Resolve).
 type Node struct {
 	cfg NodeConfig
 	log *slog.Logger
@@ -229,236 +129,27 @@ func (n *Node) coalesce(ctx context.Context, m map[string]*flight, key string, f
 	return f.err
 }
 
-// Handler serves the routes under PathPrefix: every one to the control
-// plane (its credential), the artifact routes also to a peer with a pull
-// grant for that build.
-func (n *Node) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+PathPrefix+"builds", n.controlPlane(n.start))
-	mux.HandleFunc("GET "+PathPrefix+"builds/{id}", n.controlPlane(n.status))
-	mux.HandleFunc("GET "+PathPrefix+"builds/{id}/rootfs", n.puller(n.rootfs))
-	mux.HandleFunc("GET "+PathPrefix+"builds/{id}/snapshot", n.puller(n.snapshot))
-	mux.HandleFunc("POST "+PathPrefix+"templates/{id}/files/{hash}", n.controlPlane(n.filesPresent))
-	mux.HandleFunc("PUT "+PathPrefix+"templates/{id}/files/{hash}", n.controlPlane(n.putFiles))
-	return mux
-}
-
-// open reports whether the node asks nothing (no token: loopback only).
-func (n *Node) open() bool { return n.cfg.Credential == "" && n.cfg.PullKey == "" }
-
-// controlPlane serves h to the control plane only.
-func (n *Node) controlPlane(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !n.open() && !nodeauth.Equal(nodeauth.Bearer(r.Header), n.cfg.Credential) {
-			n.log.Warn("nodebuild request refused: not the control plane's credential", "method", r.Method, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		h(w, r)
-	}
-}
-
-// puller serves h to the control plane and to a peer whose pull grant
-// names the build.
-func (n *Node) puller(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if n.open() || nodeauth.Equal(nodeauth.Bearer(r.Header), n.cfg.Credential) {
-			h(w, r)
-			return
-		}
-		peer, err := nodeauth.CheckGrant(n.cfg.PullKey, r.PathValue("id"), r.Header.Get(nodeauth.HeaderGrant), time.Now())
-		if err != nil {
-			n.log.Warn("artifact pull refused", "build_id", r.PathValue("id"), "remote_addr", r.RemoteAddr, "error", err)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		n.log.Info("artifact pull", "build_id", r.PathValue("id"), "peer_node_id", peer, "path", r.URL.Path)
-		h(w, r)
-	}
-}
-
-// fail answers err with its class's status and the message a client may
-// see (errdefs.ClientMessage; the control plane passes it on), the rest
-// logged.
-func (n *Node) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status := errhttp.Status(err)
-	n.log.Info("nodebuild request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
-	http.Error(w, errdefs.ClientMessage(err), status)
-}
-
-func (n *Node) start(w http.ResponseWriter, r *http.Request) {
-	var req StartRequest
-	if err := decode(http.MaxBytesReader(w, r.Body, 4<<20), 4<<20, &req); err != nil {
-		n.fail(w, r, fmt.Errorf("start build: %w", err))
-		return
-	}
-	b, t := req.Build.Record(), req.Template.Record()
-	if b.Status != templates.BuildWaiting {
-		n.fail(w, r, fmt.Errorf("build %q is %s, not waiting: %w", b.ID, b.Status, errdefs.ErrConflict))
-		return
-	}
-	if err := n.cfg.Catalog.Mirror(r.Context(), t, b); err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	spec := req.Spec.Spec()
-	spec.RegistryAuth = req.RegistryAuth.Auth()
-	if req.From != nil {
-		ref, err := n.parent(r.Context(), t.TeamID, *req.From)
-		if err != nil {
-			n.fail(w, r, err)
-			return
-		}
-		spec.FromTemplate = ref
-	}
-	if _, err := n.cfg.Service.StartBuild(r.Context(), builder.StartRequest{
-		TeamID: t.TeamID, TemplateID: t.ID, BuildID: b.ID, Spec: spec,
-	}); err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusAccepted)
-}
-
-// FilesPresence answers whether a node has a build context.
-type FilesPresence struct {
-	Present bool `json:"present"`
-}
-
-// filesPresent mirrors the template in the body and answers whether the
-// COPY context hash of it is here (the team's upload quota checked, as
-// builder.Service.Files does).
-func (n *Node) filesPresent(w http.ResponseWriter, r *http.Request) {
-	var wt WireTemplate
-	if err := decode(http.MaxBytesReader(w, r.Body, 1<<20), 1<<20, &wt); err != nil {
-		n.fail(w, r, fmt.Errorf("files: %w", err))
-		return
-	}
-	t := wt.Record()
-	if t.ID != r.PathValue("id") {
-		n.fail(w, r, fmt.Errorf("files: template %q in the body, %q in the path: %w", t.ID, r.PathValue("id"), errdefs.ErrInvalid))
-		return
-	}
-	if err := n.cfg.Catalog.MirrorTemplate(r.Context(), t); err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	present, _, err := n.cfg.Service.Files(r.Context(), t.TeamID, t.ID, r.PathValue("hash"))
-	if err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(FilesPresence{Present: present}) //nolint:errcheck
-}
-
-// MaxUploadBytes bounds one build context a node takes (as
-// builder.ServiceConfig's default).
-const MaxUploadBytes = 4 << 30
-
-// putFiles stores a build context of a template mirrored by filesPresent.
-func (n *Node) putFiles(w http.ResponseWriter, r *http.Request) {
-	id, hash := r.PathValue("id"), r.PathValue("hash")
-	if err := n.cfg.Service.PutFiles(r.Context(), id, hash, http.MaxBytesReader(w, r.Body, MaxUploadBytes)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			err = errdefs.Publicf(errdefs.ErrInvalid, "upload larger than %d bytes", int64(MaxUploadBytes))
-		}
-		n.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusCreated)
-}
-
-func (n *Node) status(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	offset, err := strconv.Atoi(r.URL.Query().Get("logsOffset"))
-	if err != nil || offset < 0 {
-		offset = 0
-	}
-	if err := templates.CheckID("build", id); err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	b, err := n.cfg.Catalog.Build(r.Context(), id)
-	if err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	if b.Status == templates.BuildReady {
-		if b, err = n.Export(r.Context(), id); err != nil {
-			n.fail(w, r, err)
-			return
-		}
-	}
-	logs, err := n.cfg.Catalog.Store().Logs(r.Context(), id, offset)
-	if err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(BuildStatus{Build: BuildOnWire(b), Logs: logs}) //nolint:errcheck // the peer sees a short body
-}
-
-func (n *Node) rootfs(w http.ResponseWriter, r *http.Request) {
-	n.serveArtifact(w, r, "artifact", func(b *templates.Build) (string, int64, string, error) {
-		return n.artifactPath(b.ID), b.RootFSSize, b.RootFSSHA256, nil
-	})
-}
-
-// serveArtifact streams one artifact of the build the request names, its
-// path, size and sha256 given by which from the build this node exports.
-func (n *Node) serveArtifact(w http.ResponseWriter, r *http.Request, what string, which func(*templates.Build) (path string, size int64, sha string, err error)) {
-	id := r.PathValue("id")
-	if err := templates.CheckID("build", id); err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	b, err := n.Export(r.Context(), id)
-	if err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	path, size, sha, err := which(b)
-	if err != nil {
-		n.fail(w, r, err)
-		return
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		n.fail(w, r, fmt.Errorf("build %q %s: %w: %w", id, what, errdefs.ErrUnavailable, err))
-		return
-	}
-	defer f.Close()
-	w.Header().Set("Content-Type", "application/x-tar")
-	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-	w.Header().Set(HeaderSHA256, sha)
-	if _, err := f.WriteTo(w); err != nil {
-		n.log.Info("artifact stream ended early", "artifact", what, "build_id", id, "error", err)
-	}
-}
-
 // parent makes sure this node holds the build from (pulled first when it
 // lacks it, as for a create; the team's right to the template checked)
 // and returns the reference its builder resolves it by: the template's
 // ID and the tag this node gives each build it copied, the build's ID.
-func (n *Node) parent(ctx context.Context, teamID string, from FromBuild) (string, error) {
+func (n *Node) parent(ctx context.Context, teamID string, from *nodepb.ParentBuild) (string, error) {
 	locate := n.cfg.Locate
-	if from.Source != nil {
+	if src := from.GetSource(); src != nil {
 		// Where the parent is, and the leave to pull it, came with the
 		// start.
-		locate = func(ctx context.Context, id string) (*Source, error) {
-			if id != from.BuildID {
+		locate = func(ctx context.Context, id string) (*nodepb.BuildSource, error) {
+			if id != from.GetBuildId() {
 				return nil, fmt.Errorf("build %q: %w", id, errdefs.ErrNotFound)
 			}
-			return from.Source, nil
+			return src, nil
 		}
 	}
-	nt, err := n.resolve(ctx, teamID, nodeapi.Template{ID: from.TemplateID, BuildID: from.BuildID}, locate)
+	nt, err := n.resolve(ctx, teamID, nodeapi.Template{ID: from.GetTemplateId(), BuildID: from.GetBuildId()}, locate)
 	if err != nil {
-		return "", fmt.Errorf("FROM template %s: %w", from.TemplateID, err)
+		return "", fmt.Errorf("FROM template %s: %w", from.GetTemplateId(), err)
 	}
-	b, err := n.cfg.Catalog.Build(ctx, from.BuildID)
+	b, err := n.cfg.Catalog.Build(ctx, from.GetBuildId())
 	if err != nil {
 		return "", err
 	}
@@ -484,9 +175,6 @@ func (n *Node) tagCopy(ctx context.Context, templateID string, b *templates.Buil
 	})
 	return err
 }
-
-// HeaderSHA256 carries an artifact's sha256 with its stream.
-const HeaderSHA256 = "X-Warren-Artifact-Sha256"
 
 func (n *Node) artifactPath(buildID string) string {
 	return filepath.Join(n.cfg.Catalog.BuildDir(buildID), ArtifactName)
@@ -566,7 +254,7 @@ func (n *Node) Resolve(ctx context.Context, teamID string, t nodeapi.Template) (
 }
 
 // resolve is Resolve, asking locate where a build it lacks is.
-func (n *Node) resolve(ctx context.Context, teamID string, t nodeapi.Template, locate func(context.Context, string) (*Source, error)) (nodeapi.Template, error) {
+func (n *Node) resolve(ctx context.Context, teamID string, t nodeapi.Template, locate Locate) (nodeapi.Template, error) {
 	if t.BuildID == "" || t.BuildID == t.ID {
 		return n.cfg.Catalog.Resolve(ctx, teamID, t.ID)
 	}
@@ -611,16 +299,16 @@ func (n *Node) resolve(ctx context.Context, teamID string, t nodeapi.Template, l
 // pull gets build buildID from a node that holds it: the artifact
 // received and checked, unpacked, then the build mirrored into this
 // node's catalog, ready.
-func (n *Node) pull(ctx context.Context, buildID string, locate func(context.Context, string) (*Source, error)) error {
+func (n *Node) pull(ctx context.Context, buildID string, locate Locate) error {
 	src, err := locate(ctx, buildID)
 	if err != nil {
 		return err
 	}
-	b, t := *src.Build.Record(), src.Template.Record()
+	b, t := *BuildRecord(src.GetBuild()), TemplateRecord(src.GetTemplate())
 	if b.ID != buildID || b.Status != templates.BuildReady {
 		return fmt.Errorf("build %q is not ready: %w", buildID, errdefs.ErrUnavailable)
 	}
-	if len(src.Holders) == 0 {
+	if len(src.GetHolders()) == 0 {
 		return fmt.Errorf("build %q: no node holds it: %w", buildID, errdefs.ErrUnavailable)
 	}
 	if b.SandboxSnapshot != nil {
@@ -638,14 +326,14 @@ func (n *Node) pull(ctx context.Context, buildID string, locate func(context.Con
 	}
 	want := Digest{SHA256: b.RootFSSHA256, Size: b.RootFSSize}
 	var errs []error
-	for _, h := range src.Holders {
+	for _, h := range src.GetHolders() {
 		err := n.fetch(ctx, h, buildID, want)
 		if err == nil {
 			errs = nil
 			break
 		}
-		n.log.Warn("pull of a build from a peer failed", "build_id", buildID, "peer", h.Address, "error", err)
-		errs = append(errs, fmt.Errorf("from %s: %w", h.Address, err))
+		n.log.Warn("pull of a build from a peer failed", "build_id", buildID, "peer", h.GetAddress(), "error", err)
+		errs = append(errs, fmt.Errorf("from %s: %w", h.GetAddress(), err))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -663,7 +351,7 @@ func (n *Node) pull(ctx context.Context, buildID string, locate func(context.Con
 	// without it the build is not pulled (its sandboxes never start cold).
 	b.RootFSDir = rootfs
 	if b.SandboxSnapshot != nil {
-		snap, err := n.pullSnapshot(ctx, b.NodeTemplate(), &b, src.Holders)
+		snap, err := n.pullSnapshot(ctx, b.NodeTemplate(), &b, src.GetHolders())
 		n.snapPulls.WithLabelValues(snapshotPullResult(err)).Inc()
 		if err != nil {
 			os.RemoveAll(dir)
@@ -711,12 +399,12 @@ func snapshotPullResult(err error) string {
 // restoreHere gets the snapshot on ready of build b, just pulled, when
 // it can be restored here; otherwise it says why the build's sandboxes
 // start cold here.
-func (n *Node) restoreHere(ctx context.Context, src *Source, b *templates.Build) {
+func (n *Node) restoreHere(ctx context.Context, src *nodepb.BuildSource, b *templates.Build) {
 	log := n.log.With("build_id", b.ID)
-	t, err := n.cfg.Catalog.ResolveBuild(ctx, src.Template.TeamID, b.ID)
+	t, err := n.cfg.Catalog.ResolveBuild(ctx, src.GetTemplate().GetTeamId(), b.ID)
 	var dir string
 	if err == nil {
-		dir, err = n.pullSnapshot(ctx, t, b, src.Holders)
+		dir, err = n.pullSnapshot(ctx, t, b, src.GetHolders())
 	}
 	if err == nil {
 		_, err = n.cfg.Catalog.Store().UpdateBuild(ctx, b.ID, func(x *templates.Build) error { x.SnapshotDir = dir; return nil })
@@ -733,6 +421,6 @@ func (n *Node) restoreHere(ctx context.Context, src *Source, b *templates.Build)
 }
 
 // fetch receives the artifact of buildID from holder h.
-func (n *Node) fetch(ctx context.Context, h Holder, buildID string, want Digest) error {
-	return n.fetchPath(ctx, h, buildID, "rootfs", want, n.artifactPath(buildID))
+func (n *Node) fetch(ctx context.Context, h *nodepb.BuildHolder, buildID string, want Digest) error {
+	return n.fetchPath(ctx, h, buildID, nodepb.ArtifactKind_ARTIFACT_KIND_ROOTFS, want, n.artifactPath(buildID))
 }

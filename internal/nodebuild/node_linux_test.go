@@ -3,7 +3,6 @@ package nodebuild_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -23,7 +24,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
-// peer is one node's catalog and build routes, served over real HTTP.
+// peer is one node's catalog and BuildService, served over real HTTP.
 type peer struct {
 	local *builder.Local
 	node  *nodebuild.Node
@@ -33,7 +34,7 @@ type peer struct {
 	rootfsHits, snapshotHits atomic.Int64
 }
 
-func newPeer(t *testing.T, locate func(context.Context, string) (*nodebuild.Source, error), opts ...func(*nodebuild.NodeConfig)) *peer {
+func newPeer(t *testing.T, locate nodebuild.Locate, opts ...func(*nodebuild.NodeConfig)) *peer {
 	t.Helper()
 	local, err := builder.OpenLocal(builder.LocalConfig{DataDir: t.TempDir()})
 	if err != nil {
@@ -50,15 +51,16 @@ func newPeer(t *testing.T, locate func(context.Context, string) (*nodebuild.Sour
 		t.Fatal(err)
 	}
 	p := &peer{local: local, node: n, reg: reg}
-	h := n.Handler()
+	mux := http.NewServeMux()
+	mux.Handle(n.Handler())
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/rootfs") {
+		switch artifactKind(r) {
+		case nodepb.ArtifactKind_ARTIFACT_KIND_ROOTFS:
 			p.rootfsHits.Add(1)
-		}
-		if strings.HasSuffix(r.URL.Path, "/snapshot") {
+		case nodepb.ArtifactKind_ARTIFACT_KIND_SNAPSHOT:
 			p.snapshotHits.Add(1)
 		}
-		h.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r)
 	}))
 	t.Cleanup(p.srv.Close)
 	return p
@@ -107,8 +109,8 @@ func (p *peer) counter(t *testing.T, name, result string) float64 {
 
 // sourceFrom is the control plane's answer naming holder as the node
 // that holds the build, with the digest holder's export recorded.
-func sourceFrom(t *testing.T, holder *peer, addr string) func(context.Context, string) (*nodebuild.Source, error) {
-	return func(ctx context.Context, id string) (*nodebuild.Source, error) {
+func sourceFrom(t *testing.T, holder *peer, addr string) nodebuild.Locate {
+	return func(ctx context.Context, id string) (*nodepb.BuildSource, error) {
 		b, err := holder.node.Export(ctx, id)
 		if err != nil {
 			return nil, err
@@ -121,21 +123,29 @@ func sourceFrom(t *testing.T, holder *peer, addr string) func(context.Context, s
 	}
 }
 
-// TestRoutesNeedTheNodeToken: without the node token nothing of a build
-// is served (a tenant reaching a node's RPC port reads no template).
-func TestRoutesNeedTheNodeToken(t *testing.T) {
+// TestCallsNeedTheNodeToken: without the node token nothing of a build
+// is served (a tenant reaching a node's RPC port reads no template), by
+// any call of the BuildService.
+func TestCallsNeedTheNodeToken(t *testing.T) {
 	t.Parallel()
 	p := newPeer(t, nil)
 	p.holdBuild(t)
-	for _, path := range []string{"builds/" + build.ID, "builds/" + build.ID + "/rootfs"} {
-		for _, tok := range []string{"", "wrong-token-0123456789"} {
-			if code, body := get(t, p.srv.URL+nodebuild.PathPrefix+path, tok); code != http.StatusUnauthorized {
-				t.Errorf("GET %s with token %q = %d %q, want 401", path, tok, code, body)
+	for _, tok := range []string{"", "wrong-token-0123456789"} {
+		for _, proc := range procedures() {
+			if got := callRaw(t, p.srv.URL, proc, bearer(tok)); got != connect.CodeUnauthenticated {
+				t.Errorf("%s with token %q: %v, want unauthenticated", proc, tok, got)
 			}
 		}
+		_, err := status(p.srv.URL, tok, build.ID)
+		wantCode(t, "status with token "+tok, err, connect.CodeUnauthenticated)
+		_, data, err := pull(p.srv.URL, bearer(tok), build.ID, nodepb.ArtifactKind_ARTIFACT_KIND_ROOTFS)
+		wantCode(t, "rootfs with token "+tok, err, connect.CodeUnauthenticated)
+		if len(data) != 0 {
+			t.Errorf("rootfs with token %q: %d bytes served", tok, len(data))
+		}
 	}
-	if code, _ := get(t, p.srv.URL+nodebuild.PathPrefix+"builds/"+build.ID+"/rootfs", token); code != http.StatusOK {
-		t.Fatalf("GET rootfs with the token = %d, want 200", code)
+	if d, data, err := pull(p.srv.URL, bearer(token), build.ID, nodepb.ArtifactKind_ARTIFACT_KIND_ROOTFS); err != nil || int64(len(data)) != d.GetSize() {
+		t.Fatalf("rootfs with the token: %d bytes of %d, %v", len(data), d.GetSize(), err)
 	}
 }
 
@@ -149,17 +159,16 @@ func TestBuildIDTraversal(t *testing.T) {
 	outside := filepath.Join(filepath.Dir(p.local.Catalog.BuildsDir()), "x")
 	must(t, os.MkdirAll(outside, 0o755))
 	must(t, os.WriteFile(filepath.Join(outside, nodebuild.ArtifactName), []byte("secret"), 0o600))
-	for _, id := range []string{"..%2Fx", "..", "%2E%2E", "a%5C..%5Cx", "x%00"} {
-		code, body := get(t, p.srv.URL+nodebuild.PathPrefix+"builds/"+id+"/rootfs", token)
-		if code == http.StatusOK || bytes.Contains(body, []byte("secret")) {
-			t.Errorf("GET builds/%s/rootfs = %d %q, want a refusal", id, code, body)
+	for _, id := range []string{"../x", "..", "a\\..\\x", "x\x00", "", "/etc"} {
+		_, data, err := pull(p.srv.URL, bearer(token), id, nodepb.ArtifactKind_ARTIFACT_KIND_ROOTFS)
+		if err == nil || bytes.Contains(data, []byte("secret")) {
+			t.Errorf("rootfs of build %q: %v, %q; want a refusal", id, err, data)
 		}
-		code, body = get(t, p.srv.URL+nodebuild.PathPrefix+"builds/"+id, token)
-		if code == http.StatusOK {
-			t.Errorf("GET builds/%s = %d %q, want a refusal", id, code, body)
-		}
+		wantCode(t, "rootfs of build "+id, err, connect.CodeInvalidArgument)
+		_, err = status(p.srv.URL, token, id)
+		wantCode(t, "status of build "+id, err, connect.CodeInvalidArgument)
 	}
-	puller := newPeer(t, func(context.Context, string) (*nodebuild.Source, error) {
+	puller := newPeer(t, func(context.Context, string) (*nodepb.BuildSource, error) {
 		t.Error("a bad build ID reached the control plane")
 		return nil, errdefs.ErrNotFound
 	})
@@ -184,12 +193,7 @@ func TestPullChecksTheArtifact(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				rec := httptest.NewRecorder()
-				holder.node.Handler().ServeHTTP(rec, r)
-				w.Write(corrupt(rec.Body.Bytes()))
-			}))
-			t.Cleanup(bad.Close)
+			bad := tampering(t, holder.srv.URL, nodepb.ArtifactKind_ARTIFACT_KIND_ROOTFS, corrupt)
 			puller := newPeer(t, sourceFrom(t, holder, bad.URL))
 			_, err := puller.node.Resolve(context.Background(), "team-a", nodeapi.Template{ID: tmpl.ID, BuildID: build.ID})
 			if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "sha256") {
@@ -218,7 +222,7 @@ func TestPullResolvesAndCoalesces(t *testing.T) {
 	holder.holdBuild(t)
 	var locates atomic.Int64
 	src := sourceFrom(t, holder, holder.srv.URL)
-	puller := newPeer(t, func(ctx context.Context, id string) (*nodebuild.Source, error) {
+	puller := newPeer(t, func(ctx context.Context, id string) (*nodepb.BuildSource, error) {
 		locates.Add(1)
 		return src(ctx, id)
 	})
@@ -289,13 +293,16 @@ func TestPullResolvesAndCoalesces(t *testing.T) {
 		t.Errorf("%d artifact streams after the copy was collected, want 2", h)
 	}
 	// The puller serves the same artifact on.
-	code, body := get(t, puller.srv.URL+nodebuild.PathPrefix+"builds/"+build.ID, token)
-	var st nodebuild.BuildStatus
-	if code != http.StatusOK || json.Unmarshal(body, &st) != nil {
-		t.Fatalf("status on the puller = %d %s", code, body)
+	st, err := status(puller.srv.URL, token, build.ID)
+	if err != nil {
+		t.Fatalf("status on the puller: %v", err)
 	}
-	if st.Build.RootFSSHA256 == "" || st.Build.RootFSSHA256 != hb.RootFSSHA256 || st.Build.RootFSSize != hb.RootFSSize {
-		t.Fatalf("puller's artifact %s/%d, holder's %s/%d", st.Build.RootFSSHA256, st.Build.RootFSSize, hb.RootFSSHA256, hb.RootFSSize)
+	if a := st.GetBuild().GetRootfs(); a.GetSha256() == "" || a.GetSha256() != hb.RootFSSHA256 || a.GetSize() != hb.RootFSSize {
+		t.Fatalf("puller's artifact %s/%d, holder's %s/%d", a.GetSha256(), a.GetSize(), hb.RootFSSHA256, hb.RootFSSize)
+	}
+	d, data, err := pull(puller.srv.URL, bearer(token), build.ID, nodepb.ArtifactKind_ARTIFACT_KIND_ROOTFS)
+	if err != nil || d.GetSha256() != hb.RootFSSHA256 || int64(len(data)) != hb.RootFSSize {
+		t.Fatalf("the puller's artifact stream: %+v, %d bytes, %v", d, len(data), err)
 	}
 }
 

@@ -1,24 +1,25 @@
 package nodebuild
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
+	"github.com/warren-sandbox/warren/api/node/nodepbconnect"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
@@ -48,9 +49,10 @@ type RemoteConfig struct {
 	// Grant gives the leave for node requester to pull build buildID from
 	// node holder (nodereg.Credentials.Grant); nil: none.
 	Grant func(ctx context.Context, holder, buildID, requester string) (string, error)
-	// Authenticate tells which node a question (LocatePath) comes from
-	// (nodereg.Credentials.Authenticate): "" is any node (the insecure
-	// loopback mode). Required by LocateHandler.
+	// Authenticate tells which node a call of the ControlPlaneService
+	// (LocateHandler) comes from (nodereg.Credentials.Authenticate): ""
+	// is any node (the insecure loopback mode). Without it every call is
+	// refused.
 	Authenticate func(r *http.Request) (string, error)
 	// UploadKey signs the upload URLs of build contexts, so that any
 	// replica takes them: the same on every replica (derived from the
@@ -172,11 +174,17 @@ func (r *Remote) Files(ctx context.Context, teamID, templateID, hash string) (bo
 	if err != nil {
 		return false, "", err
 	}
-	var fp FilesPresence
-	if err := r.do(ctx, http.MethodPost, n, PathPrefix+"templates/"+t.ID+"/files/"+hash, jsonBody(TemplateOnWire(t)), &fp); err != nil {
+	rpc, err := r.rpc(ctx, n)
+	if err != nil {
 		return false, "", err
 	}
-	if fp.Present {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := rpc.CheckFiles(ctx, connect.NewRequest(&nodepb.CheckFilesRequest{Template: TemplateToProto(t), Hash: hash}))
+	if err != nil {
+		return false, "", nodeError(n, err)
+	}
+	if resp.Msg.GetPresent() {
 		return true, "", nil
 	}
 	return false, builder.UploadPathPrefix + t.ID + "/" + hash + "?token=" + r.uploadToken(t.ID, hash), nil
@@ -192,11 +200,6 @@ func validHash(s string) bool {
 		}
 	}
 	return true
-}
-
-func jsonBody(v any) io.Reader {
-	b, _ := json.Marshal(v)
-	return bytes.NewReader(b)
 }
 
 // uploadToken signs an upload URL with a key every replica shares, so
@@ -253,38 +256,95 @@ func (r *Remote) uploadNode(ctx context.Context, t *templates.Template) (*store.
 // UploadHandler takes the PUTs of build contexts at the paths Files hands
 // out (mount it at builder.UploadPathPrefix, outside the API's key
 // checks: the signed token is their authentication) and streams each to
-// the node the template's waiting build is pinned to.
+// the node the template's waiting build is pinned to. Its errors are
+// answered as builder.Service.UploadHandler answers them: a line of text,
+// the status of errhttp's table, the message chosen where the error was
+// made (the node's, the team's quota) else "upload failed".
 func (r *Remote) UploadHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method != http.MethodPut {
-			w.Header().Set("Allow", http.MethodPut)
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		err := r.upload(req)
+		if err == nil {
+			w.WriteHeader(http.StatusCreated)
 			return
 		}
-		templateID, hash, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, builder.UploadPathPrefix), "/")
-		if !ok || !validHash(hash) || templates.CheckID("template", templateID) != nil ||
-			!hmac.Equal([]byte(req.URL.Query().Get("token")), []byte(r.uploadToken(templateID, hash))) {
-			http.Error(w, "invalid upload URL", http.StatusForbidden)
-			return
+		he := errhttp.From(err)
+		for k, v := range he.Header {
+			w.Header()[k] = v
 		}
-		err := func() error {
-			t, err := r.cat.Store().GetTemplate(req.Context(), templateID)
-			if err != nil {
-				return err
-			}
-			n, err := r.uploadNode(req.Context(), t)
-			if err != nil {
-				return err
-			}
-			return r.do(req.Context(), http.MethodPut, n, PathPrefix+"templates/"+templateID+"/files/"+hash, req.Body, nil)
-		}()
-		if err != nil {
-			r.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
-			http.Error(w, errdefs.ClientMessage(err), errhttp.Status(err))
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
+		http.Error(w, he.Msg, he.Code)
 	})
+}
+
+// upload streams the body of an upload request to its node, or returns
+// what its client is told.
+func (r *Remote) upload(req *http.Request) error {
+	if req.Method != http.MethodPut {
+		return &errhttp.HTTPError{Code: http.StatusMethodNotAllowed, Msg: "method not allowed", Header: http.Header{"Allow": {http.MethodPut}}}
+	}
+	templateID, hash, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, builder.UploadPathPrefix), "/")
+	if !ok || !validHash(hash) || templates.CheckID("template", templateID) != nil ||
+		!hmac.Equal([]byte(req.URL.Query().Get("token")), []byte(r.uploadToken(templateID, hash))) {
+		return errhttp.Errorf(http.StatusForbidden, "invalid upload URL")
+	}
+	err := func() error {
+		t, err := r.cat.Store().GetTemplate(req.Context(), templateID)
+		if err != nil {
+			return err
+		}
+		n, err := r.uploadNode(req.Context(), t)
+		if err != nil {
+			return err
+		}
+		return r.putFiles(req.Context(), n, templateID, hash, req.Body)
+	}()
+	if err == nil {
+		return nil
+	}
+	r.log.Warn("file upload", "template_id", templateID, "hash", hash, "error", err)
+	if _, public := errdefs.Message(err); !public {
+		return errdefs.WithMessage(err, "upload failed")
+	}
+	return err
+}
+
+// putFiles streams build context hash of template templateID from body
+// to node n (PutFiles): a body that fails before its end cuts the
+// stream, and the node keeps nothing of it.
+func (r *Remote) putFiles(ctx context.Context, n *store.Node, templateID, hash string, body io.Reader) error {
+	rpc, err := r.rpc(ctx, n)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream := rpc.PutFiles(ctx)
+	if err := stream.Send(&nodepb.PutFilesChunk{TemplateId: templateID, Hash: hash}); err != nil {
+		_, err := stream.CloseAndReceive()
+		return nodeError(n, err)
+	}
+	buf := make([]byte, chunkSize)
+	for {
+		k, rerr := body.Read(buf)
+		if k > 0 {
+			if err := stream.Send(&nodepb.PutFilesChunk{Data: buf[:k]}); err != nil {
+				// The node answered already (it refused): its answer says why.
+				_, err := stream.CloseAndReceive()
+				return nodeError(n, err)
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			// A refused end mark is the node's answer: CloseAndReceive reads it.
+			stream.Send(&nodepb.PutFilesChunk{End: true})
+			_, err := stream.CloseAndReceive()
+			return nodeError(n, err)
+		}
+		if rerr != nil {
+			// Cut the stream: the node sees a broken upload, not an end.
+			cancel()
+			stream.CloseAndReceive() // cancelled
+			return fmt.Errorf("upload of files %s: %w", hash, rerr)
+		}
+	}
 }
 
 func (r *Remote) owned(ctx context.Context, teamID, templateID string) (*templates.Template, error) {
@@ -322,7 +382,7 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 	if bd.NodeID == "" {
 		parent := ""
 		if from != nil {
-			parent = from.BuildID
+			parent = from.GetBuildId()
 		}
 		if nodes, err = r.buildNodes(ctx, bd, parent); err != nil {
 			return "", err
@@ -345,8 +405,8 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 		}
 		fromN, err := r.fromFor(ctx, from, n.ID)
 		if err == nil {
-			err = r.post(ctx, n, PathPrefix+"builds", StartRequest{Template: TemplateOnWire(t), Build: BuildOnWire(&waiting), Spec: SpecOnWire(req.Spec),
-				RegistryAuth: WireAuth(req.Spec.RegistryAuth), From: fromN})
+			err = r.startOn(ctx, n, &nodepb.StartBuildRequest{Template: TemplateToProto(t), Build: BuildToProto(&waiting), Spec: SpecToProto(req.Spec),
+				RegistryAuth: AuthToProto(req.Spec.RegistryAuth), From: fromN})
 		}
 		if err == nil {
 			r.log.Info("build started on a node", "template_id", t.ID, "build_id", bd.ID, "node_id", n.ID)
@@ -362,17 +422,33 @@ func (r *Remote) StartBuild(ctx context.Context, req builder.StartRequest) (stri
 			return "", uerr
 		}
 		if !errdefs.IsUnavailable(err) {
-			return "", err // the build's own fault (a bad step, files not uploaded): no other node does better
+			// The build's own fault (a bad step, files not uploaded) or its
+			// team's (a quota the node keeps): no other node does better.
+			return "", err
 		}
 	}
 	return "", fmt.Errorf("build %q: every node refused it: %w: %w", bd.ID, errdefs.ErrUnavailable, errors.Join(refusals...))
+}
+
+// startOn asks node n to run the build of req.
+func (r *Remote) startOn(ctx context.Context, n *store.Node, req *nodepb.StartBuildRequest) error {
+	rpc, err := r.rpc(ctx, n)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := rpc.StartBuild(ctx, connect.NewRequest(req)); err != nil {
+		return nodeError(n, err)
+	}
+	return nil
 }
 
 // parent is the build of the catalog that spec's FromTemplate names for
 // team, which the node is to get before it builds; nil for none, for
 // base (each node's own) and for a name that does not resolve (the
 // node's builder fails the build saying so, as in serve).
-func (r *Remote) parent(ctx context.Context, teamID string, spec builder.Spec) *FromBuild {
+func (r *Remote) parent(ctx context.Context, teamID string, spec builder.Spec) *nodepb.ParentBuild {
 	if spec.FromTemplate == "" || spec.FromImage != "" {
 		return nil
 	}
@@ -380,22 +456,20 @@ func (r *Remote) parent(ctx context.Context, teamID string, spec builder.Spec) *
 	if err != nil || b.ID == t.ID {
 		return nil
 	}
-	return &FromBuild{TemplateID: t.ID, BuildID: b.ID}
+	return &nodepb.ParentBuild{TemplateId: t.ID, BuildId: b.ID}
 }
 
 // fromFor is from for node nodeID, with where it can pull the parent and
 // the leave to (a node needs the parent of the build it runs).
-func (r *Remote) fromFor(ctx context.Context, from *FromBuild, nodeID string) (*FromBuild, error) {
+func (r *Remote) fromFor(ctx context.Context, from *nodepb.ParentBuild, nodeID string) (*nodepb.ParentBuild, error) {
 	if from == nil {
 		return nil, nil
 	}
-	src, err := r.source(ctx, from.BuildID, nodeID)
+	src, err := r.source(ctx, from.GetBuildId(), nodeID)
 	if err != nil {
-		return nil, fmt.Errorf("parent build %s: %w", from.BuildID, err)
+		return nil, fmt.Errorf("parent build %s: %w", from.GetBuildId(), err)
 	}
-	out := *from
-	out.Source = src
-	return &out, nil
+	return &nodepb.ParentBuild{TemplateId: from.GetTemplateId(), BuildId: from.GetBuildId(), Source: src}, nil
 }
 
 // buildNodes returns the ready nodes a build may run on: those with room
@@ -457,31 +531,31 @@ func (r *Remote) follow(id, nodeID string) {
 			r.finish(log, id, nil, &templates.Reason{Message: "the node running the build was lost"})
 			return
 		}
-		var st BuildStatus
-		if err := r.get(r.ctx, n, PathPrefix+"builds/"+id+"?logsOffset="+strconv.Itoa(copied), &st); err != nil {
+		nb, logs, err := r.status(r.ctx, n, id, copied)
+		if err != nil {
 			log.Info("build progress not read from its node", "error", err)
 			continue
 		}
-		next, err := r.cat.Store().(LogAppender).AppendLogsAt(r.ctx, id, copied, st.Logs...)
+		next, err := r.cat.Store().(LogAppender).AppendLogsAt(r.ctx, id, copied, logs...)
 		if err != nil {
 			log.Warn("build log not copied", "error", err)
 			continue
 		}
-		if next != copied+len(st.Logs) {
+		if next != copied+len(logs) {
 			copied = next // another follower was first: read on from its end
 			continue
 		}
 		copied = next
-		switch st.Build.Status {
+		switch nb.Status {
 		case templates.BuildReady:
-			r.finish(log, id, st.Build.Record(), nil)
+			r.finish(log, id, nb, nil)
 			return
 		case templates.BuildError:
-			reason := st.Build.Reason
+			reason := nb.Reason
 			if reason == nil {
 				reason = &templates.Reason{Message: "the build failed"}
 			}
-			r.finish(log, id, st.Build.Record(), reason)
+			r.finish(log, id, nb, reason)
 			return
 		}
 	}
@@ -539,97 +613,53 @@ func (r *Remote) Resolve(ctx context.Context, teamID, ref string) (nodeapi.Templ
 	return nt, nil
 }
 
-func (r *Remote) post(ctx context.Context, n *store.Node, path string, body any) error {
-	b, err := json.Marshal(body)
+// status reads build id of node n, with its log from offset.
+func (r *Remote) status(ctx context.Context, n *store.Node, id string, offset int) (*templates.Build, []templates.LogEntry, error) {
+	rpc, err := r.rpc(ctx, n)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	return r.do(ctx, http.MethodPost, n, path, bytes.NewReader(b), nil)
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := rpc.BuildStatus(ctx, connect.NewRequest(&nodepb.BuildStatusRequest{BuildId: id, LogsOffset: int64(offset)}))
+	if err != nil {
+		return nil, nil, nodeError(n, err)
+	}
+	return BuildRecord(resp.Msg.GetBuild()), logsOf(resp.Msg.GetLogs()), nil
 }
 
-func (r *Remote) get(ctx context.Context, n *store.Node, path string, out any) error {
-	return r.do(ctx, http.MethodGet, n, path, nil, out)
-}
-
-func (r *Remote) do(ctx context.Context, method string, n *store.Node, path string, body io.Reader, out any) error {
+// rpc returns a client of node n's BuildService, whose calls carry the
+// control plane's credential of n.
+func (r *Remote) rpc(ctx context.Context, n *store.Node) (nodepbconnect.BuildServiceClient, error) {
 	if err := nodeauth.CheckRPCURL(n.RPCAddress); err != nil {
-		return fmt.Errorf("node %q: %w: %w", n.ID, errdefs.ErrUnavailable, err)
+		return nil, fmt.Errorf("node %q: %w: %w", n.ID, errdefs.ErrUnavailable, err)
 	}
 	cred := ""
 	if r.cfg.Credential != nil {
 		var err error
 		if cred, err = r.cfg.Credential(ctx, n.ID); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return call(ctx, r.cfg.HTTP, method, n.RPCAddress+path, cred, body, out)
+	return nodepbconnect.NewBuildServiceClient(r.cfg.HTTP, n.RPCAddress, clientOptions(bearer{token: cred})...), nil
+}
+
+// nodeError is node n's answer err in Warren's classes (fromRPC), its
+// class kept: a quota the node keeps is ErrExhausted here too, which
+// StartBuild tries on no other node. A node that refuses the control
+// plane's credential is unavailable to it: that is no refusal of the
+// tenant's request.
+func nodeError(n *store.Node, err error) error {
+	if err == nil {
+		return nil
+	}
+	out := fromRPC(err)
+	if errdefs.IsUnauthorized(out) {
+		return fmt.Errorf("node %q refused the control plane's credential (%v): %w", n.ID, out, errdefs.ErrUnavailable)
+	}
+	return fmt.Errorf("node %q: %w", n.ID, out)
 }
 
 // callTimeout bounds a call to a node or the control plane; a build
 // context's upload is bounded by its client's request instead.
 const callTimeout = 5 * time.Minute
-
-// call makes one request of a node or of the control plane and decodes
-// a JSON answer into out (when set); an error status is the class it
-// stands for, with the peer's message. A PUT streams a tar (no timeout:
-// its request bounds it); another body is JSON.
-func call(ctx context.Context, c *http.Client, method, url, token string, body io.Reader, out any) error {
-	if method != http.MethodPut {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, callTimeout)
-		defer cancel()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	switch {
-	case method == http.MethodPut:
-		req.Header.Set("Content-Type", "application/x-tar")
-	case body != nil:
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w: %w", method, url, errdefs.ErrUnavailable, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		class := statusClass(resp.StatusCode)
-		if resp.StatusCode >= 500 {
-			return fmt.Errorf("%s %s: %s: %w", method, url, strings.TrimSpace(string(msg)), class)
-		}
-		// The peer's answer to a client error is a client message
-		// (Node.fail); the peer's address stays in the log.
-		return fmt.Errorf("%s %s: %w", method, url, errdefs.Publicf(class, "%s", strings.TrimSpace(string(msg))))
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode: %w", method, url, err)
-	}
-	return nil
-}
-
-// statusClass is the error class an HTTP status of a peer stands for.
-func statusClass(code int) error {
-	switch code {
-	case http.StatusBadRequest:
-		return errdefs.ErrInvalid
-	case http.StatusNotFound:
-		return errdefs.ErrNotFound
-	case http.StatusConflict:
-		return errdefs.ErrConflict
-	case http.StatusNotImplemented:
-		return errdefs.ErrUnsupported
-	case http.StatusForbidden:
-		return errdefs.ErrForbidden
-	default:
-		return errdefs.ErrUnavailable
-	}
-}

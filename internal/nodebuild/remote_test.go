@@ -1,9 +1,7 @@
 package nodebuild_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -11,9 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
+	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodebuild"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/store/storetest"
@@ -34,7 +38,9 @@ func newRemote(t *testing.T) (*nodebuild.Remote, *templates.Catalog, *store.SQL,
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	srv := httptest.NewServer(r.LocateHandler())
+	mux := http.NewServeMux()
+	mux.Handle(r.LocateHandler())
+	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return r, cat, st, srv
 }
@@ -57,9 +63,8 @@ func TestLocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := get(t, srv.URL+nodebuild.LocatePath+b.ID, token); code != http.StatusConflict {
-		t.Errorf("locate of a waiting build = %d, want 409", code)
-	}
+	_, err = locateAt(srv.URL, token, b.ID)
+	wantCode(t, "locate of a waiting build", err, connect.CodeFailedPrecondition)
 	if _, err := cat.UpdateBuild(ctx, b.ID, func(b *templates.Build) error { b.NodeID = "n-2"; return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -70,26 +75,30 @@ func TestLocate(t *testing.T) {
 	heartbeat(t, st, "n-2", "http://n-2")
 	heartbeat(t, st, "n-3", "http://n-3")
 	for _, tok := range []string{"", "wrong-token-0123456789", "Bearer"} {
-		if code, body := get(t, srv.URL+nodebuild.LocatePath+b.ID, tok); code != http.StatusUnauthorized {
-			t.Errorf("locate with token %q = %d %s, want 401", tok, code, body)
+		src, err := locateAt(srv.URL, tok, b.ID)
+		wantCode(t, "locate with token "+tok, err, connect.CodeUnauthenticated)
+		if src != nil {
+			t.Errorf("locate with token %q answered %+v", tok, src)
 		}
 	}
-	for _, id := range []string{"..%2Fx", "nope"} {
-		if code, body := get(t, srv.URL+nodebuild.LocatePath+id, token); code != http.StatusBadRequest && code != http.StatusNotFound {
-			t.Errorf("locate %q = %d %s, want 400 or 404", id, code, body)
+	for _, id := range []string{"../x", "nope"} {
+		if _, err := locateAt(srv.URL, token, id); !isCode(err, connect.CodeInvalidArgument) && !isCode(err, connect.CodeNotFound) {
+			t.Errorf("locate %q: %v, want invalid argument or not found", id, err)
 		}
 	}
-	code, body := get(t, srv.URL+nodebuild.LocatePath+b.ID, token)
-	var src nodebuild.Source
-	if code != http.StatusOK || json.Unmarshal(body, &src) != nil {
-		t.Fatalf("locate = %d %s", code, body)
+	src, err := locateAt(srv.URL, token, b.ID)
+	if err != nil {
+		t.Fatalf("locate: %v", err)
 	}
-	if src.Template.ID != tm.ID || src.Build.ID != b.ID || len(src.Holders) != 2 || src.Holders[0].Address != "http://n-2" || src.Holders[1].Address != "http://n-1" {
+	if h := src.GetHolders(); src.GetTemplate().GetId() != tm.ID || src.GetBuild().GetId() != b.ID || len(h) != 2 || h[0].GetAddress() != "http://n-2" || h[1].GetAddress() != "http://n-1" {
 		t.Fatalf("locate = %+v, want the builder n-2 then n-1", src)
 	}
 	loc := &nodebuild.Locator{APIURL: srv.URL, Token: token}
-	if got, err := loc.Locate(ctx, b.ID); err != nil || got.Build.ID != b.ID {
+	if got, err := loc.Locate(ctx, b.ID); err != nil || got.GetBuild().GetId() != b.ID {
 		t.Fatalf("Locator.Locate = %+v, %v", got, err)
+	}
+	if _, err := (&nodebuild.Locator{APIURL: srv.URL, Token: "wrong-token-0123456789"}).Locate(ctx, b.ID); !errdefs.IsUnauthorized(err) {
+		t.Fatalf("Locator.Locate with a wrong token: %v, want unauthorized", err)
 	}
 	if _, err := loc.Locate(ctx, "../x"); !errdefs.IsInvalid(err) {
 		t.Fatalf("Locator.Locate of a bad ID: %v", err)
@@ -111,8 +120,8 @@ func TestStartBuildRefusals(t *testing.T) {
 		return err
 	}
 	run := builder.Spec{Steps: []builder.Step{{Type: builder.StepRun, Args: []string{"true"}}}}
-	if err := start("team-a", run); !errdefs.IsUnavailable(err) || errdefs.ClientMessage(err) != "no ready node to run the build on" {
-		t.Errorf("with no node: %v (client sees %q)", err, errdefs.ClientMessage(err))
+	if err := start("team-a", run); !errdefs.IsUnavailable(err) || errhttp.Message(err) != "no ready node to run the build on" {
+		t.Errorf("with no node: %v (client sees %q)", err, errhttp.Message(err))
 	}
 	if err := start("team-b", run); !errdefs.IsNotFound(err) && !errors.Is(err, errdefs.ErrForbidden) {
 		t.Errorf("another team's start: %v", err)
@@ -138,8 +147,22 @@ func TestStartBuildRefusals(t *testing.T) {
 	}
 }
 
+// roundTrip is m through its binary form.
+func roundTrip[M proto.Message](t *testing.T, m, into M) M {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.Unmarshal(b, into); err != nil {
+		t.Fatal(err)
+	}
+	return into
+}
+
 // TestRegistryAuthTravels: the credentials of a private base image reach
-// the node with the build (builder.Spec's own encoding leaves them out).
+// the node with the build, apart from the spec (builder.Spec's own
+// encoding leaves them out).
 func TestRegistryAuthTravels(t *testing.T) {
 	t.Parallel()
 	for _, a := range []*builder.RegistryAuth{
@@ -148,18 +171,11 @@ func TestRegistryAuthTravels(t *testing.T) {
 		{ECR: &awsauth.ECR{Credentials: awsauth.Credentials{AccessKeyID: "AKIA", SecretAccessKey: "s", SessionToken: "tok"}, Region: "eu-west-1"}},
 	} {
 		spec := builder.Spec{FromImage: "reg.example/x:1", RegistryAuth: a}
-		b, err := json.Marshal(nodebuild.StartRequest{Spec: nodebuild.SpecOnWire(spec), RegistryAuth: nodebuild.WireAuth(a)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got nodebuild.StartRequest
-		if err := json.Unmarshal(b, &got); err != nil {
-			t.Fatal(err)
-		}
-		if got.Spec.Spec().RegistryAuth != nil {
+		got := roundTrip(t, &nodepb.StartBuildRequest{Spec: nodebuild.SpecToProto(spec), RegistryAuth: nodebuild.AuthToProto(a)}, &nodepb.StartBuildRequest{})
+		if nodebuild.SpecOf(got.GetSpec()).RegistryAuth != nil {
 			t.Fatal("the spec carried credentials itself")
 		}
-		back := got.RegistryAuth.Auth()
+		back := nodebuild.AuthOf(got.GetRegistryAuth())
 		switch {
 		case a == nil && back != nil, a != nil && back == nil:
 			t.Fatalf("auth %+v came back as %+v", a, back)
@@ -173,39 +189,36 @@ func TestRegistryAuthTravels(t *testing.T) {
 }
 
 // TestWireCarriesTeamAndOrigin: what the build service and the pullers
-// need of a build crosses the wire's own types (JSON both ways): the
-// build's team limits (the node's build slots and template storage are
-// shared by them), the disk a build took (its team's storage, recorded by
-// the control plane) and a sandbox snapshot's origin (a puller that lost
-// it would start the snapshot's build cold).
+// need of a build crosses the wire's messages both ways: the build's team
+// limits (the node's build slots and template storage are shared by
+// them), the disk a build took (its team's storage, recorded by the
+// control plane), a sandbox snapshot's origin (a puller that lost it
+// would start the snapshot's build cold), the artifacts' digests and the
+// snapshot's host.
 func TestWireCarriesTeamAndOrigin(t *testing.T) {
 	t.Parallel()
-	spec := builder.Spec{FromImage: "reg.example/x:1", Team: builder.TeamLimits{Builds: 2, StorageMB: 300}}
-	origin := &templates.SandboxSnapshotOrigin{SandboxID: "sb1", TeamID: "team-a", CreatedAt: time.Unix(1700000000, 0).UTC()}
+	spec := builder.Spec{FromImage: "reg.example/x:1", Team: builder.TeamLimits{Builds: 2, StorageMB: 300},
+		Steps: []builder.Step{{Type: builder.StepCopy, Args: []string{"a", "/a"}, FilesHash: "h1", Force: true, Expand: true}}, StartCmd: "s", ReadyCmd: "r"}
+	origin := &templates.SandboxSnapshotOrigin{SandboxID: "sb1", TeamID: "team-a", CreatedAt: time.Unix(1700000000, 0).UTC(), VolumePaths: []string{"/data"}}
+	host := &nodeapi.SnapshotHost{Runtime: "runsc x", Envd: "e", CPUFlags: []string{"fpu"}, VCPUs: 2, MemoryMB: 512, TmpMB: 256, DiskMB: 1024}
 	b := &templates.Build{ID: "7c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f", TemplateID: "tmplaaaaaaaaaaaaaaaa", Status: templates.BuildReady,
-		DiskBytes: 12345, SandboxSnapshot: origin}
-	body, err := json.Marshal(nodebuild.StartRequest{Spec: nodebuild.SpecOnWire(spec), Build: nodebuild.BuildOnWire(b)})
-	if err != nil {
-		t.Fatal(err)
+		DiskBytes: 12345, SandboxSnapshot: origin, RootFSSHA256: "aa", RootFSSize: 1, SnapshotSHA256: "bb", SnapshotSize: 2, SnapshotHost: host,
+		Env: map[string]string{"K": "v"}, User: "u", Workdir: "/w", Tags: []string{"default"}, Reason: &templates.Reason{Message: "m", Step: "1"},
+		CreatedAt: time.Unix(1700000001, 0).UTC(), FinishedAt: time.Unix(1700000002, 0).UTC()}
+	got := roundTrip(t, &nodepb.StartBuildRequest{Spec: nodebuild.SpecToProto(spec), Build: nodebuild.BuildToProto(b)}, &nodepb.StartBuildRequest{})
+	if back := nodebuild.SpecOf(got.GetSpec()); !reflect.DeepEqual(back, spec) {
+		t.Errorf("spec %+v came back as %+v", spec, back)
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields() // as the node decodes it
-	var got nodebuild.StartRequest
-	if err := dec.Decode(&got); err != nil {
-		t.Fatal(err)
+	if rec := nodebuild.BuildRecord(got.GetBuild()); !reflect.DeepEqual(rec, b) {
+		t.Errorf("build %+v came back as %+v", b, rec)
 	}
-	if team := got.Spec.Spec().Team; team != spec.Team {
-		t.Errorf("team limits %+v came back as %+v", spec.Team, team)
+	if plain := nodebuild.BuildRecord(nodebuild.BuildToProto(&templates.Build{ID: b.ID})); plain.SandboxSnapshot != nil || plain.SnapshotHost != nil || plain.Reason != nil {
+		t.Errorf("a template build came back as a sandbox snapshot: %+v", plain)
 	}
-	rec := got.Build.Record()
-	if rec.DiskBytes != b.DiskBytes {
-		t.Errorf("disk bytes %d came back as %d", b.DiskBytes, rec.DiskBytes)
-	}
-	if rec.SandboxSnapshot == nil || !reflect.DeepEqual(*rec.SandboxSnapshot, *origin) {
-		t.Errorf("sandbox snapshot origin %+v came back as %+v", origin, rec.SandboxSnapshot)
-	}
-	if plain := nodebuild.BuildOnWire(&templates.Build{ID: b.ID}).Record(); plain.SandboxSnapshot != nil {
-		t.Errorf("a template build came back as a sandbox snapshot: %+v", plain.SandboxSnapshot)
+	tm := &templates.Template{ID: b.TemplateID, TeamID: "team-a", Public: true, Tags: map[string]templates.Tag{"default": {BuildID: b.ID, CreatedAt: b.FinishedAt}},
+		CPUCount: 2, MemoryMB: 512, DiskMB: 1024}
+	if back := nodebuild.TemplateRecord(roundTrip(t, nodebuild.TemplateToProto(tm), &nodepb.CatalogTemplate{})); !reflect.DeepEqual(back, tm) {
+		t.Errorf("template %+v came back as %+v", tm, back)
 	}
 }
 

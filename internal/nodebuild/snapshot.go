@@ -9,12 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 
+	"connectrpc.com/connect"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
+	"github.com/warren-sandbox/warren/api/node/nodepbconnect"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node/layer"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -165,20 +168,11 @@ func addFile(tw *tar.Writer, p, name string) error {
 	return err
 }
 
-func (n *Node) snapshot(w http.ResponseWriter, r *http.Request) {
-	n.serveArtifact(w, r, "snapshot artifact", func(b *templates.Build) (string, int64, string, error) {
-		if b.SnapshotSHA256 == "" {
-			return "", 0, "", fmt.Errorf("build %q has no snapshot that travels: %w", b.ID, errdefs.ErrNotFound)
-		}
-		return n.snapshotArtifactPath(b.ID), b.SnapshotSize, b.SnapshotSHA256, nil
-	})
-}
-
 // pullSnapshot gets the snapshot on ready of build b (just pulled, its
 // template t as this node resolves it) from one of holders and makes it
 // restorable here; it returns the snapshot's directory, or why the
 // build's sandboxes start cold here.
-func (n *Node) pullSnapshot(ctx context.Context, t nodeapi.Template, b *templates.Build, holders []Holder) (string, error) {
+func (n *Node) pullSnapshot(ctx context.Context, t nodeapi.Template, b *templates.Build, holders []*nodepb.BuildHolder) (string, error) {
 	if err := n.restorable(t, b); err != nil {
 		return "", err
 	}
@@ -186,12 +180,12 @@ func (n *Node) pullSnapshot(ctx context.Context, t nodeapi.Template, b *template
 	art := n.snapshotArtifactPath(b.ID)
 	var errs []error
 	for _, h := range holders {
-		err := n.fetchPath(ctx, h, b.ID, "snapshot", want, art)
+		err := n.fetchPath(ctx, h, b.ID, nodepb.ArtifactKind_ARTIFACT_KIND_SNAPSHOT, want, art)
 		if err == nil {
 			errs = nil
 			break
 		}
-		errs = append(errs, fmt.Errorf("from %s: %w", h.Address, err))
+		errs = append(errs, fmt.Errorf("from %s: %w", h.GetAddress(), err))
 	}
 	if len(errs) > 0 {
 		return "", errors.Join(errs...)
@@ -375,26 +369,58 @@ func layerPath(name string) (string, bool) {
 	return c, true
 }
 
-// fetchPath receives artifact what ("rootfs", "snapshot") of buildID
-// from holder h into dst, checked against want; h's grant is the leave.
-func (n *Node) fetchPath(ctx context.Context, h Holder, buildID, what string, want Digest, dst string) error {
-	if err := nodeauth.CheckRPCURL(h.Address); err != nil {
+// fetchPath receives artifact kind of buildID from holder h into dst,
+// checked against want; h's grant is the leave. Whatever the holder
+// answers, its failure is ErrUnavailable (the artifact could not be had
+// from there), not the holder's own class.
+func (n *Node) fetchPath(ctx context.Context, h *nodepb.BuildHolder, buildID string, kind nodepb.ArtifactKind, want Digest, dst string) error {
+	if err := nodeauth.CheckRPCURL(h.GetAddress()); err != nil {
 		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(h.Address, "/")+PathPrefix+"builds/"+buildID+"/"+what, nil)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := nodepbconnect.NewBuildServiceClient(n.cfg.HTTP, h.GetAddress(), clientOptions(bearer{grantHeader: nodeauth.HeaderGrant, grant: h.GetGrant()})...)
+	stream, err := c.PullArtifact(ctx, connect.NewRequest(&nodepb.PullArtifactRequest{BuildId: buildID, Kind: kind}))
 	if err != nil {
-		return err
+		return peerFailed(err)
 	}
-	if h.Grant != "" {
-		req.Header.Set(nodeauth.HeaderGrant, h.Grant)
+	defer stream.Close()
+	if !stream.Receive() {
+		if err := stream.Err(); err != nil {
+			return peerFailed(err)
+		}
+		return fmt.Errorf("the peer ended the stream before the artifact's digest: %w", errdefs.ErrUnavailable)
 	}
-	resp, err := n.cfg.HTTP.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+	if got := stream.Msg().GetArtifact(); got.GetSha256() != want.SHA256 || got.GetSize() != want.Size {
+		return fmt.Errorf("the peer serves %d bytes (sha256 %s), want %d (sha256 %s): %w: %w",
+			got.GetSize(), got.GetSha256(), want.Size, want.SHA256, ErrDigestMismatch, errdefs.ErrUnavailable)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("peer answered %s: %w", resp.Status, errdefs.ErrUnavailable)
+	return Receive(&artifactReader{stream: stream}, want, dst)
+}
+
+// peerFailed is a holder's failure to serve an artifact: ErrUnavailable,
+// with the holder's answer for the log only.
+func peerFailed(err error) error {
+	return fmt.Errorf("the peer answered %v: %w", fromRPC(err), errdefs.ErrUnavailable)
+}
+
+// artifactReader reads the data of a PullArtifact stream.
+type artifactReader struct {
+	stream *connect.ServerStreamForClient[nodepb.ArtifactChunk]
+	data   []byte
+}
+
+func (r *artifactReader) Read(b []byte) (int, error) {
+	for len(r.data) == 0 {
+		if !r.stream.Receive() {
+			if err := r.stream.Err(); err != nil {
+				return 0, peerFailed(err)
+			}
+			return 0, io.EOF
+		}
+		r.data = r.stream.Msg().GetData()
 	}
-	return Receive(resp.Body, want, dst)
+	n := copy(b, r.data)
+	r.data = r.data[n:]
+	return n, nil
 }

@@ -17,6 +17,9 @@ import (
 	"sync"
 	"testing"
 
+	"connectrpc.com/connect"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodebuild"
@@ -226,16 +229,15 @@ func TestPulledSnapshotRestores(t *testing.T) {
 	}
 	// The puller serves the builder's artifact on, behind the token.
 	hb, _ := holder.local.Catalog.Build(ctx, build.ID)
-	code, body := get(t, puller.srv.URL+nodebuild.PathPrefix+"builds/"+build.ID+"/snapshot", token)
+	d, body, err := pull(puller.srv.URL, bearer(token), build.ID, nodepb.ArtifactKind_ARTIFACT_KIND_SNAPSHOT)
 	sum := sha256.Sum256(body)
-	if code != http.StatusOK || hex.EncodeToString(sum[:]) != hb.SnapshotSHA256 || int64(len(body)) != hb.SnapshotSize {
-		t.Fatalf("snapshot from the puller = %d, %d bytes; want the builder's %d bytes", code, len(body), hb.SnapshotSize)
+	if err != nil || hex.EncodeToString(sum[:]) != hb.SnapshotSHA256 || int64(len(body)) != hb.SnapshotSize || d.GetSha256() != hb.SnapshotSHA256 {
+		t.Fatalf("snapshot from the puller: %v, %d bytes; want the builder's %d bytes", err, len(body), hb.SnapshotSize)
 	}
 	for _, p := range []*peer{holder, puller} {
 		for _, tok := range []string{"", "wrong-token-0123456789"} {
-			if code, _ := get(t, p.srv.URL+nodebuild.PathPrefix+"builds/"+build.ID+"/snapshot", tok); code != http.StatusUnauthorized {
-				t.Errorf("GET snapshot with token %q = %d, want 401", tok, code)
-			}
+			_, _, err := pull(p.srv.URL, bearer(tok), build.ID, nodepb.ArtifactKind_ARTIFACT_KIND_SNAPSHOT)
+			wantCode(t, "snapshot with token "+tok, err, connect.CodeUnauthenticated)
 		}
 	}
 }
@@ -313,7 +315,7 @@ func TestPulledSnapshotRefused(t *testing.T) {
 	claimed.CPUFlags = []string{"fpu"}
 	type tamper struct {
 		stream func([]byte) []byte                  // the stream served
-		record func(*nodebuild.WireBuild)           // the control plane's record
+		record func(*nodepb.CatalogBuild)           // the control plane's record
 		layer  []byte                               // the builder's layer tar
 		outer  func(files map[string][]byte) []byte // the artifact itself
 		// redirect makes the holder answer the snapshot with a redirect
@@ -334,12 +336,15 @@ func TestPulledSnapshotRefused(t *testing.T) {
 		"flipped stream":   {stream: func(b []byte) []byte { b[len(b)/2] ^= 1; return b }},
 		"longer stream":    {stream: func(b []byte) []byte { return append(b, make([]byte, 4096)...) }},
 		"truncated stream": {stream: func(b []byte) []byte { return b[:len(b)-512] }},
-		"wrong digest": {record: func(b *nodebuild.WireBuild) {
-			b.SnapshotSHA256 = strings.Repeat("0", 64)
+		"wrong digest": {record: func(b *nodepb.CatalogBuild) {
+			b.Snapshot.Sha256 = strings.Repeat("0", 64)
 		}},
-		"claimed host not the recorded": {record: func(b *nodebuild.WireBuild) { h := claimed; b.SnapshotHost = &h }},
-		"climbing layer path":           {layer: layer(file("../../etc/cron.d/x", "* * * * * root sh"))},
-		"absolute layer path":           {layer: layer(file("/etc/cron.d/x", "x"))},
+		"claimed host not the recorded": {record: func(b *nodepb.CatalogBuild) {
+			b.SnapshotHost = &nodepb.SnapshotHost{Runtime: claimed.Runtime, Envd: claimed.Envd, CpuFlags: claimed.CPUFlags,
+				Vcpus: int32(claimed.VCPUs), MemoryMb: claimed.MemoryMB, TmpMb: claimed.TmpMB, DiskMb: claimed.DiskMB}
+		}},
+		"climbing layer path": {layer: layer(file("../../etc/cron.d/x", "* * * * * root sh"))},
+		"absolute layer path": {layer: layer(file("/etc/cron.d/x", "x"))},
 		"layer through a symlink": {layer: layer(entry{tar.Header{Typeflag: tar.TypeSymlink, Name: "a", Linkname: "/etc"}, ""},
 			file("a/passwd", "root::0:0::/:/bin/sh\n"))},
 		"layer hard link outside":  {layer: layer(entry{tar.Header{Typeflag: tar.TypeLink, Name: "shadow", Linkname: "../../../etc/shadow"}, ""})},
@@ -387,34 +392,24 @@ func TestPulledSnapshotRefused(t *testing.T) {
 			addr := holder.srv.URL
 			if c.redirect {
 				redir := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if strings.HasSuffix(r.URL.Path, "/snapshot") {
+					if artifactKind(r) == nodepb.ArtifactKind_ARTIFACT_KIND_SNAPSHOT {
 						http.Redirect(w, r, holder.srv.URL+r.URL.Path, http.StatusFound)
 						return
 					}
-					holder.node.Handler().ServeHTTP(w, r)
+					holder.srv.Config.Handler.ServeHTTP(w, r)
 				}))
 				t.Cleanup(redir.Close)
 				addr = redir.URL
 			}
 			if c.stream != nil {
-				bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if !strings.HasSuffix(r.URL.Path, "/snapshot") {
-						holder.node.Handler().ServeHTTP(w, r)
-						return
-					}
-					rec := httptest.NewRecorder()
-					holder.node.Handler().ServeHTTP(rec, r)
-					w.Write(c.stream(rec.Body.Bytes()))
-				}))
-				t.Cleanup(bad.Close)
-				addr = bad.URL
+				addr = tampering(t, holder.srv.URL, nodepb.ArtifactKind_ARTIFACT_KIND_SNAPSHOT, c.stream).URL
 			}
 			src := sourceFrom(t, holder, addr)
 			snaps := &agentSnaps{host: builderHost}
-			puller := newPeer(t, func(ctx context.Context, id string) (*nodebuild.Source, error) {
+			puller := newPeer(t, func(ctx context.Context, id string) (*nodepb.BuildSource, error) {
 				s, err := src(ctx, id)
 				if err == nil && c.record != nil {
-					c.record(&s.Build)
+					c.record(s.Build)
 				}
 				return s, err
 			}, withSnapshots(snaps))
@@ -445,19 +440,24 @@ func TestSnapshotDigestInEveryStatus(t *testing.T) {
 	holder.holdSnapshot(t, &builderHost, goodLayer(t))
 	const n = 8
 	var wg sync.WaitGroup
-	sts := make([]nodebuild.BuildStatus, n)
+	sts := make([]*templates.Build, n)
 	for i := range n {
 		wg.Go(func() {
-			code, body := get(t, holder.srv.URL+nodebuild.PathPrefix+"builds/"+build.ID, token)
-			if code != http.StatusOK || json.Unmarshal(body, &sts[i]) != nil {
-				t.Errorf("status %d = %d %s", i, code, body)
+			st, err := status(holder.srv.URL, token, build.ID)
+			if err != nil {
+				t.Errorf("status %d: %v", i, err)
+				return
 			}
+			sts[i] = nodebuild.BuildRecord(st.GetBuild())
 		})
 	}
 	wg.Wait()
-	for i, st := range sts {
-		if st.Build.SnapshotSHA256 == "" || st.Build.SnapshotSize == 0 || st.Build.SnapshotHost == nil || !st.Build.SnapshotHost.Equal(builderHost) {
-			t.Errorf("status %d: snapshot %q, %d, %+v; want its artifact and host", i, st.Build.SnapshotSHA256, st.Build.SnapshotSize, st.Build.SnapshotHost)
+	for i, b := range sts {
+		if b == nil {
+			continue
+		}
+		if b.SnapshotSHA256 == "" || b.SnapshotSize == 0 || b.SnapshotHost == nil || !b.SnapshotHost.Equal(builderHost) {
+			t.Errorf("status %d: snapshot %q, %d, %+v; want its artifact and host", i, b.SnapshotSHA256, b.SnapshotSize, b.SnapshotHost)
 		}
 	}
 }

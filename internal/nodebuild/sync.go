@@ -5,6 +5,7 @@ import (
 	"maps"
 	"time"
 
+	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -70,15 +71,16 @@ func (n *Node) Sync(ctx context.Context) error {
 // superseded reports whether src's build is untagged while a tag points
 // at a build finished after it (as the control plane says, or as its
 // records show).
-func superseded(src *Source) bool {
-	if src.Current {
+func superseded(src *nodepb.BuildSource) bool {
+	if src.GetCurrent() {
 		return false
 	}
-	if src.Superseded {
+	if src.GetSuperseded() {
 		return true
 	}
-	for _, tg := range src.Template.Tags {
-		if tg.CreatedAt.After(src.Build.FinishedAt) {
+	finished := timeOf(src.GetBuild().GetFinishedAt())
+	for _, tg := range src.GetTemplate().GetTags() {
+		if timeOf(tg.GetCreatedAt()).After(finished) {
 			return true
 		}
 	}

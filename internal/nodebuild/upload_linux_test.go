@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/builder"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
@@ -100,8 +101,8 @@ func TestUploadsGoToTheBuildNode(t *testing.T) {
 	must(t, st.SetNodeAdminStatus(ctx, "n-1", store.NodeCordoned))
 	_, err = r.StartBuild(ctx, builder.StartRequest{TeamID: "team-a", TemplateID: tm.ID, BuildID: b.ID,
 		Spec: builder.Spec{Steps: []builder.Step{{Type: builder.StepCopy, Args: []string{"a.txt", "/a.txt"}, FilesHash: "h1"}}}})
-	if !errdefs.IsUnavailable(err) || !strings.Contains(errdefs.ClientMessage(err), "n-1") {
-		t.Fatalf("start with the files' node cordoned: %v (client sees %q)", err, errdefs.ClientMessage(err))
+	if !errdefs.IsUnavailable(err) || !strings.Contains(errhttp.Message(err), "n-1") {
+		t.Fatalf("start with the files' node cordoned: %v (client sees %q)", err, errhttp.Message(err))
 	}
 	if got, _ := cat.Build(ctx, b.ID); got.Status != templates.BuildWaiting || got.NodeID != "n-1" {
 		t.Fatalf("build after the refused start = %+v", got)
@@ -111,7 +112,7 @@ func TestUploadsGoToTheBuildNode(t *testing.T) {
 	must(t, st.SetNodeAdminStatus(ctx, "n-1", ""))
 	_, err = r.StartBuild(ctx, builder.StartRequest{TeamID: "team-a", TemplateID: tm.ID, BuildID: b.ID,
 		Spec: builder.Spec{Steps: []builder.Step{{Type: builder.StepCopy, Args: []string{"b.txt", "/b.txt"}, FilesHash: "h9"}}}})
-	if msg := errdefs.ClientMessage(err); !errdefs.IsInvalid(err) || !strings.Contains(msg, "h9 were not uploaded") || strings.Contains(msg, "http") {
+	if msg := errhttp.Message(err); !errdefs.IsInvalid(err) || !strings.Contains(msg, "h9 were not uploaded") || strings.Contains(msg, "http") {
 		t.Fatalf("start with files never uploaded: %v (client sees %q)", err, msg)
 	}
 	if got, _ := cat.Build(ctx, b.ID); got.Status != templates.BuildWaiting || got.NodeID != "n-1" {

@@ -1,176 +1,201 @@
 package nodebuild
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	nodepb "github.com/warren-sandbox/warren/api/node"
+	"github.com/warren-sandbox/warren/internal/awsauth"
 	"github.com/warren-sandbox/warren/internal/builder"
-	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/templates"
 )
 
-// The wire's own types: what crosses between the control plane and its
-// nodes of a template, a build and what to build. They are not the
-// storage records (templates.Template, templates.Build, builder.Spec):
-// no field names a path on either side (a build's root filesystem, its
-// tar, its snapshot directory), nor the control plane's bookkeeping (the
-// node a build runs on, aliases). Each side makes its own record from
-// them, its paths its own (docs/security.md, "Nothing that names a host
-// path crosses a wire"). A body with a field the wire does not know is
-// refused (decode), so an old peer's path is an error, not ignored.
+// What crosses between the control plane and its nodes of a template, a
+// build and what to build: the build wire's messages (api/node/node.proto:
+// CatalogTemplate, CatalogBuild, BuildSpec), made from the storage
+// records (templates.Template, templates.Build, builder.Spec) and back.
+// No message has a field that names a path on either side (a build's
+// root filesystem, its tar, its snapshot directory), nor the control
+// plane's bookkeeping (the node a build runs on, aliases): each side
+// makes its own record from them, its paths its own (docs/security.md,
+// "Nothing that names a host path crosses a wire").
 
-// WireTemplate is a template on the wire.
-type WireTemplate struct {
-	ID     string `json:"id"`
-	TeamID string `json:"teamId"`
-	Public bool   `json:"public,omitempty"`
-	// Tags point names to builds (a node's Sync tells from them whether
-	// its copy is superseded).
-	Tags     map[string]templates.Tag `json:"tags,omitempty"`
-	CPUCount int                      `json:"cpuCount"`
-	MemoryMB int64                    `json:"memoryMB"`
-	DiskMB   int64                    `json:"diskMB"`
-}
-
-// WireBuild is a build on the wire: its state, what a sandbox of it is
-// started with, and its artifacts' digests.
-type WireBuild struct {
-	ID         string                `json:"id"`
-	TemplateID string                `json:"templateId"`
-	Status     templates.BuildStatus `json:"status"`
-	Tags       []string              `json:"tags,omitempty"`
-	Env        map[string]string     `json:"env,omitempty"`
-	User       string                `json:"user"`
-	Workdir    string                `json:"workdir"`
-	StartCmd   string                `json:"startCmd,omitempty"`
-	ReadyCmd   string                `json:"readyCmd,omitempty"`
-	CPUCount   int                   `json:"cpuCount"`
-	MemoryMB   int64                 `json:"memoryMB"`
-	DiskMB     int64                 `json:"diskMB"`
-	// RootFSSHA256 and RootFSSize identify the root filesystem's
-	// artifact; SnapshotSHA256, SnapshotSize and SnapshotHost the
-	// snapshot on ready's.
-	RootFSSHA256   string                `json:"rootfsSha256,omitempty"`
-	RootFSSize     int64                 `json:"rootfsSize,omitempty"`
-	SnapshotSHA256 string                `json:"snapshotSha256,omitempty"`
-	SnapshotSize   int64                 `json:"snapshotSize,omitempty"`
-	SnapshotHost   *nodeapi.SnapshotHost `json:"snapshotHost,omitempty"`
-	EnvdVersion    string                `json:"envdVersion,omitempty"`
-	// DiskBytes is the disk the build took on its node (its team's
-	// template storage: builder.CheckStorage).
-	DiskBytes int64 `json:"diskBytes,omitempty"`
-	// SandboxSnapshot marks a sandbox snapshot's build: a node that pulls
-	// it restores it, never starts it cold.
-	SandboxSnapshot *templates.SandboxSnapshotOrigin `json:"sandboxSnapshot,omitempty"`
-	Reason          *templates.Reason                `json:"reason,omitempty"`
-	CreatedAt       time.Time                        `json:"createdAt"`
-	FinishedAt      time.Time                        `json:"finishedAt,omitzero"`
-}
-
-// WireStep is a build step on the wire (builder.Step).
-type WireStep struct {
-	Type      string   `json:"type"`
-	Args      []string `json:"args"`
-	Force     bool     `json:"force,omitempty"`
-	FilesHash string   `json:"filesHash,omitempty"`
-	Expand    bool     `json:"expand,omitempty"`
-}
-
-// WireSpec is what to build, on the wire (builder.Spec without what is
-// the control plane's: the registry credentials travel apart, in
-// StartRequest.RegistryAuth; a build context's files are uploaded by
-// hash, never named by directory).
-type WireSpec struct {
-	FromImage    string     `json:"fromImage,omitempty"`
-	FromTemplate string     `json:"fromTemplate,omitempty"`
-	Steps        []WireStep `json:"steps"`
-	StartCmd     string     `json:"startCmd,omitempty"`
-	ReadyCmd     string     `json:"readyCmd,omitempty"`
-	Force        bool       `json:"force,omitempty"`
-	// Team is the build's team's share of the node's build service (its
-	// build slots, its template storage), set by the control plane.
-	Team builder.TeamLimits `json:"team"`
-}
-
-// TemplateOnWire is t on the wire.
-func TemplateOnWire(t *templates.Template) WireTemplate {
-	return WireTemplate{ID: t.ID, TeamID: t.TeamID, Public: t.Public, Tags: maps.Clone(t.Tags), CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, DiskMB: t.DiskMB}
-}
-
-// Record is w as a catalog's record (no aliases: a node resolves builds
-// by ID).
-func (w WireTemplate) Record() *templates.Template {
-	return &templates.Template{ID: w.ID, TeamID: w.TeamID, Public: w.Public, Tags: maps.Clone(w.Tags), CPUCount: w.CPUCount, MemoryMB: w.MemoryMB, DiskMB: w.DiskMB}
-}
-
-// BuildOnWire is b on the wire.
-func BuildOnWire(b *templates.Build) WireBuild {
-	return WireBuild{
-		ID: b.ID, TemplateID: b.TemplateID, Status: b.Status, Tags: b.Tags, Env: b.Env, User: b.User, Workdir: b.Workdir,
-		StartCmd: b.StartCmd, ReadyCmd: b.ReadyCmd, CPUCount: b.CPUCount, MemoryMB: b.MemoryMB, DiskMB: b.DiskMB,
-		RootFSSHA256: b.RootFSSHA256, RootFSSize: b.RootFSSize, SnapshotSHA256: b.SnapshotSHA256, SnapshotSize: b.SnapshotSize,
-		SnapshotHost: b.SnapshotHost, EnvdVersion: b.EnvdVersion, DiskBytes: b.DiskBytes, SandboxSnapshot: cloneOrigin(b.SandboxSnapshot),
-		Reason: b.Reason, CreatedAt: b.CreatedAt, FinishedAt: b.FinishedAt,
+// TemplateToProto is t on the wire.
+func TemplateToProto(t *templates.Template) *nodepb.CatalogTemplate {
+	p := &nodepb.CatalogTemplate{Id: t.ID, TeamId: t.TeamID, Public: t.Public, CpuCount: int32(t.CPUCount), MemoryMb: t.MemoryMB, DiskMb: t.DiskMB}
+	if len(t.Tags) > 0 {
+		p.Tags = map[string]*nodepb.CatalogTag{}
+		for name, tg := range t.Tags {
+			p.Tags[name] = &nodepb.CatalogTag{BuildId: tg.BuildID, CreatedAt: timestamp(tg.CreatedAt)}
+		}
 	}
+	return p
 }
 
-func cloneOrigin(o *templates.SandboxSnapshotOrigin) *templates.SandboxSnapshotOrigin {
-	if o == nil {
+// TemplateRecord is p as a catalog's record (no aliases: a node resolves
+// builds by ID).
+func TemplateRecord(p *nodepb.CatalogTemplate) *templates.Template {
+	t := &templates.Template{ID: p.GetId(), TeamID: p.GetTeamId(), Public: p.GetPublic(), CPUCount: int(p.GetCpuCount()),
+		MemoryMB: p.GetMemoryMb(), DiskMB: p.GetDiskMb()}
+	if len(p.GetTags()) > 0 {
+		t.Tags = map[string]templates.Tag{}
+		for name, tg := range p.GetTags() {
+			t.Tags[name] = templates.Tag{BuildID: tg.GetBuildId(), CreatedAt: timeOf(tg.GetCreatedAt())}
+		}
+	}
+	return t
+}
+
+// BuildToProto is b on the wire.
+func BuildToProto(b *templates.Build) *nodepb.CatalogBuild {
+	p := &nodepb.CatalogBuild{
+		Id: b.ID, TemplateId: b.TemplateID, Status: string(b.Status), Tags: slices.Clone(b.Tags), Env: maps.Clone(b.Env),
+		User: b.User, Workdir: b.Workdir, StartCmd: b.StartCmd, ReadyCmd: b.ReadyCmd,
+		CpuCount: int32(b.CPUCount), MemoryMb: b.MemoryMB, DiskMb: b.DiskMB,
+		SnapshotHost: snapshotHostToProto(b.SnapshotHost), EnvdVersion: b.EnvdVersion, DiskBytes: b.DiskBytes,
+		CreatedAt: timestamp(b.CreatedAt), FinishedAt: timestamp(b.FinishedAt),
+	}
+	if b.RootFSSHA256 != "" || b.RootFSSize != 0 {
+		p.Rootfs = &nodepb.Artifact{Sha256: b.RootFSSHA256, Size: b.RootFSSize}
+	}
+	if b.SnapshotSHA256 != "" || b.SnapshotSize != 0 {
+		p.Snapshot = &nodepb.Artifact{Sha256: b.SnapshotSHA256, Size: b.SnapshotSize}
+	}
+	if o := b.SandboxSnapshot; o != nil {
+		p.SandboxSnapshot = &nodepb.SandboxSnapshotOrigin{SandboxId: o.SandboxID, TeamId: o.TeamID, CreatedAt: timestamp(o.CreatedAt),
+			VolumePaths: slices.Clone(o.VolumePaths)}
+	}
+	if r := b.Reason; r != nil {
+		p.Reason = &nodepb.BuildReason{Message: r.Message, Step: r.Step}
+	}
+	return p
+}
+
+// BuildRecord is p as a catalog's record, with no path: the side that
+// keeps it sets its own.
+func BuildRecord(p *nodepb.CatalogBuild) *templates.Build {
+	b := &templates.Build{
+		ID: p.GetId(), TemplateID: p.GetTemplateId(), Status: templates.BuildStatus(p.GetStatus()), Tags: slices.Clone(p.GetTags()),
+		Env: maps.Clone(p.GetEnv()), User: p.GetUser(), Workdir: p.GetWorkdir(), StartCmd: p.GetStartCmd(), ReadyCmd: p.GetReadyCmd(),
+		CPUCount: int(p.GetCpuCount()), MemoryMB: p.GetMemoryMb(), DiskMB: p.GetDiskMb(),
+		RootFSSHA256: p.GetRootfs().GetSha256(), RootFSSize: p.GetRootfs().GetSize(),
+		SnapshotSHA256: p.GetSnapshot().GetSha256(), SnapshotSize: p.GetSnapshot().GetSize(),
+		SnapshotHost: snapshotHostOf(p.GetSnapshotHost()), EnvdVersion: p.GetEnvdVersion(), DiskBytes: p.GetDiskBytes(),
+		CreatedAt: timeOf(p.GetCreatedAt()), FinishedAt: timeOf(p.GetFinishedAt()),
+	}
+	if o := p.GetSandboxSnapshot(); o != nil {
+		b.SandboxSnapshot = &templates.SandboxSnapshotOrigin{SandboxID: o.GetSandboxId(), TeamID: o.GetTeamId(), CreatedAt: timeOf(o.GetCreatedAt()),
+			VolumePaths: slices.Clone(o.GetVolumePaths())}
+	}
+	if r := p.GetReason(); r != nil {
+		b.Reason = &templates.Reason{Message: r.GetMessage(), Step: r.GetStep()}
+	}
+	return b
+}
+
+func snapshotHostToProto(h *nodeapi.SnapshotHost) *nodepb.SnapshotHost {
+	if h == nil {
 		return nil
 	}
-	c := *o
-	c.VolumePaths = slices.Clone(o.VolumePaths)
-	return &c
+	return &nodepb.SnapshotHost{Runtime: h.Runtime, Envd: h.Envd, CpuFlags: slices.Clone(h.CPUFlags), Vcpus: int32(h.VCPUs),
+		MemoryMb: h.MemoryMB, TmpMb: h.TmpMB, DiskMb: h.DiskMB}
 }
 
-// Record is w as a catalog's record, with no path: the side that keeps
-// it sets its own.
-func (w WireBuild) Record() *templates.Build {
-	return &templates.Build{
-		ID: w.ID, TemplateID: w.TemplateID, Status: w.Status, Tags: w.Tags, Env: w.Env, User: w.User, Workdir: w.Workdir,
-		StartCmd: w.StartCmd, ReadyCmd: w.ReadyCmd, CPUCount: w.CPUCount, MemoryMB: w.MemoryMB, DiskMB: w.DiskMB,
-		RootFSSHA256: w.RootFSSHA256, RootFSSize: w.RootFSSize, SnapshotSHA256: w.SnapshotSHA256, SnapshotSize: w.SnapshotSize,
-		SnapshotHost: w.SnapshotHost, EnvdVersion: w.EnvdVersion, DiskBytes: w.DiskBytes, SandboxSnapshot: cloneOrigin(w.SandboxSnapshot),
-		Reason: w.Reason, CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt,
+func snapshotHostOf(p *nodepb.SnapshotHost) *nodeapi.SnapshotHost {
+	if p == nil {
+		return nil
 	}
+	return &nodeapi.SnapshotHost{Runtime: p.GetRuntime(), Envd: p.GetEnvd(), CPUFlags: slices.Clone(p.GetCpuFlags()), VCPUs: int(p.GetVcpus()),
+		MemoryMB: p.GetMemoryMb(), TmpMB: p.GetTmpMb(), DiskMB: p.GetDiskMb()}
 }
 
-// SpecOnWire is s on the wire.
-func SpecOnWire(s builder.Spec) WireSpec {
-	w := WireSpec{FromImage: s.FromImage, FromTemplate: s.FromTemplate, StartCmd: s.StartCmd, ReadyCmd: s.ReadyCmd, Force: s.Force, Team: s.Team, Steps: []WireStep{}}
+// SpecToProto is s on the wire, without its registry credentials
+// (AuthToProto: they travel apart).
+func SpecToProto(s builder.Spec) *nodepb.BuildSpec {
+	p := &nodepb.BuildSpec{FromImage: s.FromImage, FromTemplate: s.FromTemplate, StartCmd: s.StartCmd, ReadyCmd: s.ReadyCmd, Force: s.Force,
+		Team: &nodepb.TeamBuildLimits{Builds: int32(s.Team.Builds), StorageMb: s.Team.StorageMB}}
 	for _, st := range s.Steps {
-		w.Steps = append(w.Steps, WireStep{Type: st.Type, Args: st.Args, Force: st.Force, FilesHash: st.FilesHash, Expand: st.Expand})
+		p.Steps = append(p.Steps, &nodepb.BuildStep{Type: st.Type, Args: slices.Clone(st.Args), Force: st.Force, FilesHash: st.FilesHash, Expand: st.Expand})
 	}
-	return w
+	return p
 }
 
-// Spec is w as the builder takes it.
-func (w WireSpec) Spec() builder.Spec {
-	s := builder.Spec{FromImage: w.FromImage, FromTemplate: w.FromTemplate, StartCmd: w.StartCmd, ReadyCmd: w.ReadyCmd, Force: w.Force, Team: w.Team}
-	for _, st := range w.Steps {
-		s.Steps = append(s.Steps, builder.Step{Type: st.Type, Args: st.Args, Force: st.Force, FilesHash: st.FilesHash, Expand: st.Expand})
+// SpecOf is p as the builder takes it (no registry credentials:
+// AuthOf).
+func SpecOf(p *nodepb.BuildSpec) builder.Spec {
+	s := builder.Spec{FromImage: p.GetFromImage(), FromTemplate: p.GetFromTemplate(), StartCmd: p.GetStartCmd(), ReadyCmd: p.GetReadyCmd(),
+		Force: p.GetForce(), Team: builder.TeamLimits{Builds: int(p.GetTeam().GetBuilds()), StorageMB: p.GetTeam().GetStorageMb()}}
+	for _, st := range p.GetSteps() {
+		s.Steps = append(s.Steps, builder.Step{Type: st.GetType(), Args: slices.Clone(st.GetArgs()), Force: st.GetForce(), FilesHash: st.GetFilesHash(),
+			Expand: st.GetExpand()})
 	}
 	return s
 }
 
-// SourceOf is the control plane's answer for build b of template t,
-// held by holders.
-func SourceOf(t *templates.Template, b *templates.Build, holders ...Holder) *Source {
-	return &Source{Template: TemplateOnWire(t), Build: BuildOnWire(b), Holders: append([]Holder{}, holders...)}
+// AuthToProto is a on the wire (nil for none).
+func AuthToProto(a *builder.RegistryAuth) *nodepb.RegistryAuth {
+	if a == nil {
+		return nil
+	}
+	p := &nodepb.RegistryAuth{Username: a.Username, Password: a.Password}
+	if a.ECR != nil {
+		c := a.ECR.Credentials
+		p.Ecr = &nodepb.ECRAuth{AccessKeyId: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken, Region: a.ECR.Region}
+	}
+	return p
 }
 
-// decode reads one JSON body of at most limit bytes into v, refusing a
-// field the wire does not know (ErrInvalid).
-func decode(r io.Reader, limit int64, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r, limit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
+// AuthOf is p as the builder takes it (nil for none).
+func AuthOf(p *nodepb.RegistryAuth) *builder.RegistryAuth {
+	if p == nil {
+		return nil
 	}
-	return nil
+	a := &builder.RegistryAuth{Username: p.GetUsername(), Password: p.GetPassword()}
+	if e := p.GetEcr(); e != nil {
+		a.ECR = &awsauth.ECR{Credentials: awsauth.Credentials{AccessKeyID: e.GetAccessKeyId(), SecretAccessKey: e.GetSecretAccessKey(),
+			SessionToken: e.GetSessionToken()}, Region: e.GetRegion()}
+	}
+	return a
+}
+
+// SourceOf is the control plane's answer for build b of template t, held
+// by holders (a node's NodeConfig.Locate gets it).
+func SourceOf(t *templates.Template, b *templates.Build, holders ...*nodepb.BuildHolder) *nodepb.BuildSource {
+	return &nodepb.BuildSource{Template: TemplateToProto(t), Build: BuildToProto(b), Holders: slices.Clone(holders)}
+}
+
+func logsToProto(logs []templates.LogEntry) []*nodepb.BuildLogEntry {
+	out := make([]*nodepb.BuildLogEntry, 0, len(logs))
+	for _, e := range logs {
+		out = append(out, &nodepb.BuildLogEntry{Timestamp: timestamp(e.Timestamp), Level: string(e.Level), Message: e.Message, Step: e.Step})
+	}
+	return out
+}
+
+func logsOf(p []*nodepb.BuildLogEntry) []templates.LogEntry {
+	out := make([]templates.LogEntry, 0, len(p))
+	for _, e := range p {
+		out = append(out, templates.LogEntry{Timestamp: timeOf(e.GetTimestamp()), Level: templates.LogLevel(e.GetLevel()), Message: e.GetMessage(), Step: e.GetStep()})
+	}
+	return out
+}
+
+// timestamp converts t; the zero time is nil.
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// timeOf converts ts; nil is the zero time.
+func timeOf(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
 }

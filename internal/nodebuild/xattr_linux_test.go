@@ -7,8 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodebuild"
@@ -166,13 +165,10 @@ func TestPullRefusesForeignXattrs(t *testing.T) {
 			t.Parallel()
 			art := forged(t, c.onDir, c.name)
 			sum := sha256.Sum256(art)
-			holder := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Write(art)
-			}))
-			t.Cleanup(holder.Close)
+			holder := servesBytes(t, art)
 			b := build
 			b.RootFSSHA256, b.RootFSSize = hex.EncodeToString(sum[:]), int64(len(art))
-			puller := newPeer(t, func(context.Context, string) (*nodebuild.Source, error) {
+			puller := newPeer(t, func(context.Context, string) (*nodepb.BuildSource, error) {
 				src := nodebuild.SourceOf(&tmpl, &b, grantTo(holder.URL, b.ID))
 				src.Current = true
 				return src, nil
@@ -192,11 +188,10 @@ func TestPullRefusesForeignXattrs(t *testing.T) {
 	// The same tar with an attribute an artifact carries is taken.
 	art := forged(t, false, "user.e2b.owner")
 	sum := sha256.Sum256(art)
-	holder := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(art) }))
-	t.Cleanup(holder.Close)
+	holder := servesBytes(t, art)
 	b := build
 	b.RootFSSHA256, b.RootFSSize = hex.EncodeToString(sum[:]), int64(len(art))
-	puller := newPeer(t, func(context.Context, string) (*nodebuild.Source, error) {
+	puller := newPeer(t, func(context.Context, string) (*nodepb.BuildSource, error) {
 		src := nodebuild.SourceOf(&tmpl, &b, grantTo(holder.URL, b.ID))
 		src.Current = true
 		return src, nil

@@ -39,7 +39,7 @@ func issue(t *testing.T, c *nodereg.Credentials, nodeID string) (string, *store.
 	return tok, rec
 }
 
-// TestHeartbeatAsAnotherNode is issue 33 item 4's first attack: a node
+// TestHeartbeatAsAnotherNode is a compromised node's first attack: a node
 // that holds its own token heartbeats as another node, rewriting its
 // addresses or killing its sandboxes with a new boot ID. It is refused
 // (403) and changes nothing of the other node.

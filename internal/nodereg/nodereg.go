@@ -1,4 +1,4 @@
-// Package nodereg is node registration and liveness (SCALE-OUT.md): a
+// Package nodereg is node registration and liveness (docs/node.md): a
 // node calls the API with its node token (it never gets database
 // credentials) and heartbeats every few seconds with its addresses, boot
 // ID, version, capacity, what it runs, the templates it holds and its
@@ -324,7 +324,7 @@ func bodyError(err error) string {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
+	json.NewEncoder(w).Encode(v) // the client went away
 }
 
 // writeError answers with status and msg in the API's error body.

@@ -297,7 +297,7 @@ func TestAdminNodes(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		var body json.RawMessage
-		json.NewDecoder(resp.Body).Decode(&body) //nolint:errcheck
+		json.NewDecoder(resp.Body).Decode(&body)
 		if resp.StatusCode != want {
 			t.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, body, want)
 		}

@@ -22,7 +22,7 @@ func record(t *testing.T, st *store.SQL, id, nodeID, exec string) {
 	}
 }
 
-// TestWatchTakesOnlyTheNodesOwnEvents is issue 33 item 4's second attack:
+// TestWatchTakesOnlyTheNodesOwnEvents is a compromised node's second attack:
 // node A sends Watch events for node B's sandboxes (which would kill them,
 // and give back B's reservations). Only events of sandboxes placed on the
 // reporting node, naming their current execution, pass.

@@ -77,3 +77,16 @@ func (s *Service) SandboxLogs(ctx context.Context, id string, start time.Time) (
 	}
 	return ls.SandboxLogs(ctx, id, start)
 }
+
+// EgressLog implements nodeapi.EgressLogger on the sandbox's node.
+func (s *Service) EgressLog(ctx context.Context, id string) ([]nodeapi.EgressEntry, error) {
+	n, svc, err := s.reachable(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	el, ok := svc.(nodeapi.EgressLogger)
+	if !ok {
+		return nil, fmt.Errorf("sandbox %q egress log: node %q keeps none: %w", id, n.ID, errdefs.ErrUnsupported)
+	}
+	return el.EgressLog(ctx, id)
+}

@@ -1,4 +1,4 @@
-// Package placement is a nodeapi.Service over many nodes (SCALE-OUT.md):
+// Package placement is a nodeapi.Service over many nodes (docs/node.md):
 // the `warren api` role's lifecycle holds it as it holds the one local
 // agent under `warren serve`.
 //
@@ -27,7 +27,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodeauth"
@@ -298,7 +297,7 @@ func (s *Service) SetEndTime(ctx context.Context, id string, endAt time.Time) er
 }
 
 // UpdateNetwork implements nodeapi.Service.
-func (s *Service) UpdateNetwork(ctx context.Context, id string, policy netslot.Policy) error {
+func (s *Service) UpdateNetwork(ctx context.Context, id string, policy sandbox.NetworkPolicy) error {
 	_, svc, err := s.reachable(ctx, id)
 	if err != nil {
 		return err
@@ -554,7 +553,7 @@ func (u unreachable) Create(context.Context, nodeapi.CreateRequest) (*nodeapi.Sa
 func (u unreachable) Get(context.Context, string) (*nodeapi.Sandbox, error) { return nil, u.err }
 func (u unreachable) List(context.Context) ([]*nodeapi.Sandbox, error)      { return nil, u.err }
 func (u unreachable) SetEndTime(context.Context, string, time.Time) error   { return u.err }
-func (u unreachable) UpdateNetwork(context.Context, string, netslot.Policy) error {
+func (u unreachable) UpdateNetwork(context.Context, string, sandbox.NetworkPolicy) error {
 	return u.err
 }
 func (u unreachable) Pause(context.Context, string, nodeapi.PauseRequest) (*nodeapi.Sandbox, error) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -49,19 +50,19 @@ func TestPlacementByVolume(t *testing.T) {
 			// ...but the volume's node is full now.
 			req.ID = "sb2"
 			_, err := p.Create(ctx, req)
-			if !errdefs.IsExhausted(err) || !strings.Contains(errdefs.ClientMessage(err), `the node that holds volume "on-small" has no room`) {
-				t.Fatalf("create on a full volume node: %v (%q)", err, errdefs.ClientMessage(err))
+			if !errdefs.IsExhausted(err) || !strings.Contains(errhttp.Message(err), `the node that holds volume "on-small" has no room`) {
+				t.Fatalf("create on a full volume node: %v (%q)", err, errhttp.Message(err))
 			}
 			req.ID, req.Volumes = "sb3", []nodeapi.VolumeMount{{ID: "vs", Path: "/a"}, {ID: "vo", Path: "/b"}}
-			if _, err := p.Create(ctx, req); !errdefs.IsInvalid(err) || !strings.Contains(errdefs.ClientMessage(err), "different nodes") {
+			if _, err := p.Create(ctx, req); !errdefs.IsInvalid(err) || !strings.Contains(errhttp.Message(err), "different nodes") {
 				t.Fatalf("volumes of two nodes: %v", err)
 			}
 			if err := st.SetNodeAdminStatus(ctx, "other", store.NodeDraining); err != nil {
 				t.Fatal(err)
 			}
 			req.ID, req.Volumes = "sb4", []nodeapi.VolumeMount{{ID: "vo", Path: "/b"}}
-			if _, err := p.Create(ctx, req); !errdefs.IsExhausted(err) || !strings.Contains(errdefs.ClientMessage(err), "takes no new sandboxes") {
-				t.Fatalf("create on a draining volume node: %v (%q)", err, errdefs.ClientMessage(err))
+			if _, err := p.Create(ctx, req); !errdefs.IsExhausted(err) || !strings.Contains(errhttp.Message(err), "takes no new sandboxes") {
+				t.Fatalf("create on a draining volume node: %v (%q)", err, errhttp.Message(err))
 			}
 			// New volumes go to the nodes that hold the fewest, among those
 			// taking placements.

@@ -46,7 +46,7 @@ func TestNodeHopTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: np, TLSConfig: srvTLS, ErrorLog: log.New(io.Discard, "", 0)}
-	go srv.ServeTLS(ln, "", "") //nolint:errcheck
+	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
 	via := ln.Addr().String()
 

@@ -449,7 +449,7 @@ func writeJSONError(w http.ResponseWriter, r *http.Request, status int, b errBod
 	if wantsHTML(r) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(status)
-		page.Execute(w, struct { //nolint:errcheck
+		page.Execute(w, struct {
 			Title string
 			errBody
 		}{http.StatusText(status), b})
@@ -459,7 +459,7 @@ func writeJSONError(w http.ResponseWriter, r *http.Request, status int, b errBod
 	cors.Allow(w.Header(), r) // browsers read the SDK's 502s too
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(data) //nolint:errcheck
+	w.Write(data)
 }
 
 // declaredBody is the outbound copy of an inbound body with a declared

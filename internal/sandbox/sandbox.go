@@ -1,8 +1,11 @@
 // Package sandbox holds the small domain types that every Warren component
-// shares: sandbox states, kill reasons and resource specifications.
+// shares: sandbox states, kill reasons, resource specifications and the
+// network (egress) policy.
 //
-// It has no dependencies inside Warren, so the control plane, the node agent,
-// the runtime drivers and the store can all speak of a sandbox the same way.
+// It depends on nothing inside Warren but internal/egressrules (the
+// name-based part of a network policy, standard library only), so the
+// control plane, the node agent, the runtime drivers and the store can all
+// speak of a sandbox the same way.
 package sandbox
 
 import (

@@ -54,7 +54,7 @@ func (s *SQL) AppendEvent(ctx context.Context, e *Event) error {
 	if err != nil {
 		return classify(err, fmt.Sprintf("sandbox %q event", e.SandboxID))
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	if err := s.appendEventTx(ctx, tx, e); err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func (s *SQL) PruneEvents(ctx context.Context, before time.Time) (int, error) {
 	if err != nil {
 		return 0, classify(err, "prune events")
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	cut := toNanos(before)
 	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM webhook_deliveries WHERE event_id IN (SELECT id FROM events WHERE at < ?)`), cut); err != nil {
 		return 0, classify(err, "prune deliveries")

@@ -178,6 +178,13 @@ CREATE INDEX events_sandbox ON events(sandbox_id, id);
 		sqlite:   migration9,
 		postgres: migration9,
 	},
+	{
+		// Version 10: teams' secrets (internal/secrets), each value
+		// sealed under the operator's key.
+		version:  10,
+		sqlite:   migration10,
+		postgres: migration10,
+	},
 }
 
 // migration9 is plain SQL both dialects accept (volumes.go).
@@ -198,6 +205,23 @@ CREATE TABLE volumes (
 );
 CREATE UNIQUE INDEX volumes_team_name ON volumes(team_id, name);
 CREATE INDEX volumes_node ON volumes(node_id);
+`
+
+// migration10 is plain SQL both dialects accept. sealed is the value's
+// nonce and ciphertext in base64; key_id names the key that sealed it.
+const migration10 = `
+CREATE TABLE secrets (
+  id TEXT PRIMARY KEY,
+  team_id TEXT NOT NULL,
+  name TEXT NOT NULL,
+  version BIGINT NOT NULL,
+  metadata TEXT NOT NULL,
+  sealed TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  updated_at BIGINT NOT NULL,
+  UNIQUE (team_id, name)
+);
 `
 
 // migration7 is plain SQL both dialects accept. A team ID that rows name
@@ -381,7 +405,7 @@ func migrate(ctx context.Context, db *sql.DB, d dialect) error {
 		if _, err := db.ExecContext(ctx, `SELECT pg_advisory_lock(7461737)`); err != nil {
 			return fmt.Errorf("migration lock: %w", err)
 		}
-		defer db.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(7461737)`) //nolint:errcheck
+		defer db.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(7461737)`)
 	}
 	var current int
 	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
@@ -400,11 +424,11 @@ func migrate(ctx context.Context, db *sql.DB, d dialect) error {
 			return fmt.Errorf("migration %d: %w", m.version, err)
 		}
 		if _, err := tx.ExecContext(ctx, body); err != nil {
-			tx.Rollback() //nolint:errcheck
+			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", m.version, err)
 		}
 		if _, err := tx.ExecContext(ctx, d.rebind(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), m.version, nowNanos()); err != nil {
-			tx.Rollback() //nolint:errcheck
+			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", m.version, err)
 		}
 		if err := tx.Commit(); err != nil {

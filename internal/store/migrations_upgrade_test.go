@@ -9,6 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/secrets"
 )
 
 // TestUpgradeFromVersion1 opens a database left at schema version 1 with
@@ -187,8 +188,8 @@ func TestUpgradeFromVersion7(t *testing.T) {
 	}
 	defer s.Close()
 	var v int
-	if err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&v); err != nil || v != SchemaVersion() || v != 9 {
-		t.Fatalf("version %d, %v; want 9", v, err)
+	if err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&v); err != nil || v != SchemaVersion() || v != 10 {
+		t.Fatalf("version %d, %v; want 10", v, err)
 	}
 	if _, err := s.GetTeam(ctx, "live"); err != nil {
 		t.Errorf("team after the upgrade: %v", err)
@@ -198,5 +199,53 @@ func TestUpgradeFromVersion7(t *testing.T) {
 	}
 	if toks, err := s.ListNodeTokens(ctx, "node-a"); err != nil || len(toks) != 1 {
 		t.Errorf("node tokens after the upgrade: %v, %v", toks, err)
+	}
+}
+
+// TestUpgradeFromVersion9 opens a database left at schema version 9
+// (volumes, before secrets) with a team in it: migration 10 adds the
+// secrets' table, which takes a secret of that team, and the team and its
+// name stay unique per team.
+func TestUpgradeFromVersion9(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v9.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`}
+	for _, m := range migrations[:9] {
+		qs = append(qs, m.sqlite)
+	}
+	qs = append(qs, `INSERT INTO schema_migrations (version, applied_at) VALUES (1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1), (9, 1)`,
+		`INSERT INTO teams (id, name, created_at) VALUES ('live', 'live', 1)`,
+		`INSERT INTO team_ids (id, created_at, deleted_at) VALUES ('live', 1, 0)`)
+	for _, q := range qs {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%.60s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err := OpenSQLite(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var v int
+	if err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&v); err != nil || v != SchemaVersion() || v != 10 {
+		t.Fatalf("version %d, %v; want 10", v, err)
+	}
+	if _, err := s.GetTeam(ctx, "live"); err != nil {
+		t.Errorf("team after the upgrade: %v", err)
+	}
+	sec := &secrets.Secret{ID: "sec_1", TeamID: "live", Name: "tok", Version: 1, Sealed: "x", KeyID: "k", CreatedAt: time.Unix(1, 0), UpdatedAt: time.Unix(1, 0)}
+	if err := s.Secrets().CreateSecret(ctx, sec, 0); err != nil {
+		t.Fatalf("secret after the upgrade: %v", err)
+	}
+	dup := *sec
+	dup.ID = "sec_2"
+	if err := s.Secrets().CreateSecret(ctx, &dup, 0); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("a second secret of the same name: %v, want already exists", err)
 	}
 }

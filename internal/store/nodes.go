@@ -10,7 +10,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
-// The node registry (SCALE-OUT.md): the nodes that registered with the API,
+// The node registry (docs/node.md): the nodes that registered with the API,
 // what they report at every heartbeat, and the capacity the control plane
 // reserved on each for the sandboxes it placed there.
 
@@ -156,7 +156,7 @@ func (s *SQL) HeartbeatNode(ctx context.Context, n *Node) (*Node, error) {
 	if err != nil {
 		return nil, classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	prev, err := scanNode(tx.QueryRowContext(ctx, s.d.rebind(`SELECT `+nodeCols+` FROM nodes WHERE id = ?`+s.d.forUpdate), n.ID))
 	if err := classify(err, what); err != nil && !errdefs.IsNotFound(err) {
 		return nil, err
@@ -268,7 +268,7 @@ func (s *SQL) ReserveOnNode(ctx context.Context, nodeID, sandboxID string, need 
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	var held string
 	err = tx.QueryRowContext(ctx, s.d.rebind(`SELECT node_id FROM node_reservations WHERE sandbox_id = ?`), sandboxID).Scan(&held)
 	switch e := classify(err, what); {
@@ -306,7 +306,7 @@ func (s *SQL) ReleaseReservation(ctx context.Context, sandboxID string) (bool, e
 	if err != nil {
 		return false, classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	var nodeID string
 	var r NodeResources
 	err = tx.QueryRowContext(ctx, s.d.rebind(`DELETE FROM node_reservations WHERE sandbox_id = ? RETURNING node_id, vcpus, memory_mb`), sandboxID).
@@ -331,7 +331,7 @@ func (s *SQL) ClearNodeReservations(ctx context.Context, nodeID string) error {
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM node_reservations WHERE node_id = ?`), nodeID); err != nil {
 		return classify(err, what)
 	}

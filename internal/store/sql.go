@@ -331,7 +331,7 @@ func (s *SQL) TransitionSandbox(ctx context.Context, id string, fn func(*Sandbox
 	if err != nil {
 		return nil, classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	sb, err := scanSandbox(tx.QueryRowContext(ctx, s.d.rebind(`SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`+s.d.forUpdate), id))
 	if err != nil {
 		return nil, classify(err, what)
@@ -458,7 +458,7 @@ func (s *SQL) insertWithin(ctx context.Context, sb *Sandbox, ev *Event, limit in
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	// Creates of one team are serialized across every process sharing the
 	// database: on Postgres by a transaction-scoped advisory lock on the
 	// team; SQLite's transactions take its write lock at BEGIN.
@@ -504,7 +504,7 @@ func (s *SQL) DeleteSandbox(ctx context.Context, id string) error {
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM sandboxes WHERE id = ?`), id)
 	if err != nil {
 		return classify(err, what)

@@ -24,7 +24,7 @@ func (s *SQL) CreateTeam(ctx context.Context, t *Team) error {
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	var deleted int64
 	switch err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT deleted_at FROM team_ids WHERE id = ?`), t.ID).Scan(&deleted); {
 	case err == nil && deleted != 0:
@@ -93,7 +93,7 @@ func (s *SQL) UpdateTeam(ctx context.Context, id string, fn func(*Team) error) (
 	if err != nil {
 		return nil, classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	q := `SELECT ` + teamCols + ` FROM teams WHERE id = ?`
 	if s.d.name == "postgres" {
 		q += ` FOR UPDATE`
@@ -126,7 +126,7 @@ func (s *SQL) DeleteTeam(ctx context.Context, id string) error {
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	if s.d.name == "postgres" {
 		// The same lock creates take (CreateSandboxWithin): no sandbox
 		// of the team starts while it goes; and the catalog's, whose
@@ -172,6 +172,7 @@ func (s *SQL) DeleteTeam(ctx context.Context, id string) error {
 // teamRows delete every row of team ? (but its team_ids row), children
 // first.
 var teamRows = []string{
+	`DELETE FROM secrets WHERE team_id = ?`,
 	`DELETE FROM webhook_deliveries WHERE team_id = ?`,
 	`DELETE FROM webhooks WHERE team_id = ?`,
 	`DELETE FROM api_keys WHERE team_id = ?`,

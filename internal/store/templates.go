@@ -53,7 +53,7 @@ func (t *TemplateStore) CreateTemplate(ctx context.Context, tm *templates.Templa
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	if err := t.lockCatalog(ctx, tx); err != nil {
 		return classify(err, what)
 	}
@@ -120,7 +120,7 @@ func (t *TemplateStore) UpdateTemplate(ctx context.Context, id string, fn func(*
 	if err != nil {
 		return nil, classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	if err := t.lockCatalog(ctx, tx); err != nil {
 		return nil, classify(err, what)
 	}
@@ -208,7 +208,7 @@ func (t *TemplateStore) DeleteTemplate(ctx context.Context, id string) error {
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	if err := t.lockCatalog(ctx, tx); err != nil {
 		return classify(err, what)
 	}
@@ -280,7 +280,7 @@ func (t *TemplateStore) finishBuild(ctx context.Context, id string, fn func(*tem
 	if err != nil {
 		return nil, classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	if fnTemplate != nil {
 		if err := t.lockCatalog(ctx, tx); err != nil {
 			return nil, classify(err, what)
@@ -356,7 +356,7 @@ func (t *TemplateStore) AppendLogs(ctx context.Context, buildID string, entries 
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	if err := t.lock(ctx, tx, "warren-build-log:"+buildID); err != nil {
 		return classify(err, what)
 	}
@@ -383,7 +383,7 @@ func (t *TemplateStore) AppendLogsAt(ctx context.Context, buildID string, offset
 	if err != nil {
 		return 0, classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	if err := t.lock(ctx, tx, "warren-build-log:"+buildID); err != nil {
 		return 0, classify(err, what)
 	}

@@ -112,7 +112,7 @@ func (s *SQL) CreateVolume(ctx context.Context, v *Volume, q VolumeQuota) error 
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	if s.d.name == "postgres" {
 		// The team's lock (CreateSandboxWithin's, DeleteTeam's): a team
 		// being deleted gets no volume, and two creates count in turn.
@@ -214,7 +214,7 @@ func (s *SQL) UpdateVolume(ctx context.Context, id string, fn func(*Volume) erro
 	if err != nil {
 		return nil, classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	q := `SELECT ` + volumeCols + ` FROM volumes WHERE id = ?` + s.d.forUpdate
 	v, err := scanVolume(tx.QueryRowContext(ctx, s.d.rebind(q), id))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -44,8 +45,8 @@ func testVolumeNamesAndQuotas(t *testing.T, s *store.SQL) {
 	}
 	// Names are unique within a team, not across teams.
 	err := s.CreateVolume(ctx, &store.Volume{ID: "v2", TeamID: "team-a", Name: "data", SizeMB: 1, Token: "t"}, q)
-	if !errdefs.IsAlreadyExists(err) || errdefs.ClientMessage(err) != `a volume named "data" already exists` {
-		t.Fatalf("same name in the same team: %v (%q)", err, errdefs.ClientMessage(err))
+	if !errdefs.IsAlreadyExists(err) || errhttp.Message(err) != `a volume named "data" already exists` {
+		t.Fatalf("same name in the same team: %v (%q)", err, errhttp.Message(err))
 	}
 	if err := s.CreateVolume(ctx, &store.Volume{ID: "v3", TeamID: "team-b", Name: "data", SizeMB: 60, Token: "t"}, q); err != nil {
 		t.Fatalf("same name in another team: %v", err)

@@ -86,7 +86,7 @@ func (s *SQL) CreateWebhookWithin(ctx context.Context, w *Webhook, limit int) er
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback() // after Commit it is a no-op
 	if s.d.name == "postgres" {
 		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('warren-webhooks:' || $1))`, w.TeamID); err != nil {
 			return classify(err, what)
@@ -139,7 +139,7 @@ func (s *SQL) DeleteWebhook(ctx context.Context, teamID, id string) error {
 	if err != nil {
 		return classify(err, what)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()
 	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM webhooks WHERE id = ? AND team_id = ?`), id, teamID)
 	if err != nil {
 		return classify(err, what)

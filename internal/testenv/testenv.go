@@ -88,7 +88,7 @@ func RootFSTar(t testing.TB) string {
 // bytes).
 func Name(prefix string) string {
 	var b [4]byte
-	rand.Read(b[:]) //nolint:errcheck // never fails
+	rand.Read(b[:]) // never fails
 	return prefix + hex.EncodeToString(b[:])
 }
 

@@ -262,7 +262,7 @@ func (s *Service) Resolve(ctx context.Context, teamID string, req []RequestedMou
 func MountsOf(sb *store.Sandbox) []Mount {
 	var ms []Mount
 	if len(sb.Spec.VolumeMounts) > 0 {
-		json.Unmarshal(sb.Spec.VolumeMounts, &ms) //nolint:errcheck // an unreadable document mounts nothing
+		json.Unmarshal(sb.Spec.VolumeMounts, &ms) // an unreadable document mounts nothing
 	}
 	return ms
 }

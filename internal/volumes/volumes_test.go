@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/lifecycle"
 	"github.com/warren-sandbox/warren/internal/lifecycle/fakenode"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
@@ -93,8 +94,8 @@ func TestCreateTriesTheNextNode(t *testing.T) {
 	}
 	ok.create = fmt.Errorf("disk: %w", errdefs.ErrExhausted)
 	_, err = s.Create(context.Background(), "t1", "more", 0, lim)
-	if !errdefs.IsExhausted(err) || errdefs.ClientMessage(err) != "no node can hold a volume of 100 MiB now" {
-		t.Fatalf("no node takes it: %v (%q)", err, errdefs.ClientMessage(err))
+	if !errdefs.IsExhausted(err) || errhttp.Message(err) != "no node can hold a volume of 100 MiB now" {
+		t.Fatalf("no node takes it: %v (%q)", err, errhttp.Message(err))
 	}
 	if _, err := st.GetVolumeByName(context.Background(), "t1", "more"); !errdefs.IsNotFound(err) {
 		t.Fatalf("a refused volume keeps its row: %v", err)
@@ -167,8 +168,8 @@ func TestDestroyOnAnUnreachableNode(t *testing.T) {
 	}
 	ns.down["n1"] = true
 	err = s.Destroy(ctx, "t1", v.ID, false)
-	if !errdefs.IsUnavailable(err) || errdefs.ClientMessage(err) != `the node that holds volume "data" cannot be reached; try again, or destroy it with force=true to forget it` {
-		t.Fatalf("destroy on an unreachable node: %v (%q)", err, errdefs.ClientMessage(err))
+	if !errdefs.IsUnavailable(err) || errhttp.Message(err) != `the node that holds volume "data" cannot be reached; try again, or destroy it with force=true to forget it` {
+		t.Fatalf("destroy on an unreachable node: %v (%q)", err, errhttp.Message(err))
 	}
 	if _, err := s.Get(ctx, "t1", v.ID); !errdefs.IsNotFound(err) {
 		t.Fatalf("a volume being destroyed is shown: %v", err)

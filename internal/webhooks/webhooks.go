@@ -361,7 +361,7 @@ func (d *Dispatcher) post(ctx context.Context, hook *store.Webhook, dl *store.De
 		return 0, err
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return resp.StatusCode, &statusError{status: resp.Status}
 	}

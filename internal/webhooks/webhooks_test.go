@@ -236,7 +236,7 @@ func TestGivesUpAfterMaxAttempts(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	d, _ := webhooks.New(webhooks.Config{Store: st, Now: clk.Now, Backoff: time.Second, MaxBackoff: 4 * time.Second, MaxAttempts: 6, Egress: rcv.allow()})
 	for range 20 {
-		d.RunOnce(ctx) //nolint:errcheck
+		d.RunOnce(ctx)
 		clk.Add(4 * time.Second)
 	}
 	ds, _ := st.ListDeliveries(ctx, "team", hook.ID, 0)

@@ -206,3 +206,11 @@ func (c *Client) Connect(ctx context.Context, id string, seconds int) (sb *Sandb
 	}
 	return &out, status == http.StatusCreated, nil
 }
+
+// EgressLog returns what sandbox id tried to reach through its node's
+// egress proxy (sandboxes whose network rules name hosts).
+func (c *Client) EgressLog(ctx context.Context, id string) ([]EgressEntry, error) {
+	var out []EgressEntry
+	_, _, err := c.Do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id)+"/egress", nil, &out)
+	return out, err
+}

@@ -56,7 +56,7 @@ func TestWaitTemplateBuild(t *testing.T) {
 				if n >= 2 {
 					info.Status, info.Reason = tc.final, tc.reason
 				}
-				json.NewEncoder(w).Encode(info) //nolint:errcheck
+				json.NewEncoder(w).Encode(info)
 			}))
 			t.Cleanup(srv.Close)
 			var got []string

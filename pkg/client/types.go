@@ -193,3 +193,44 @@ type SandboxLogs struct {
 type SandboxLogsV2 struct {
 	Logs []LogEntry `json:"logs"`
 }
+
+// Secret is a team's secret as the API shows it: never its value.
+type Secret struct {
+	SecretID       string            `json:"secretID"`
+	Name           string            `json:"name"`
+	CurrentVersion int64             `json:"currentVersion"`
+	Metadata       map[string]string `json:"metadata"`
+	CreatedAt      time.Time         `json:"createdAt"`
+	UpdatedAt      time.Time         `json:"updatedAt"`
+}
+
+// NewSecret is the body of POST /secrets.
+type NewSecret struct {
+	Name     string            `json:"name"`
+	Value    string            `json:"value"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// SecretUpdate is the body of POST /secrets/{secretID}: a new value and,
+// when given, new metadata.
+type SecretUpdate struct {
+	Value    string            `json:"value"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// EgressEntry is one line of a sandbox's egress log (GET
+// /sandboxes/{id}/egress): a connection through the egress proxy or a DNS
+// question.
+type EgressEntry struct {
+	Timestamp  time.Time `json:"timestamp"`
+	Proto      string    `json:"proto"`
+	Host       string    `json:"host,omitempty"`
+	Addr       string    `json:"addr,omitempty"`
+	Port       int       `json:"port,omitempty"`
+	Decision   string    `json:"decision"`
+	Reason     string    `json:"reason"`
+	BytesOut   int64     `json:"bytesOut"`
+	BytesIn    int64     `json:"bytesIn"`
+	DurationMs int64     `json:"durationMs"`
+	Open       bool      `json:"open,omitempty"`
+}

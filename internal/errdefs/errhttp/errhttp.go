@@ -232,7 +232,7 @@ func WriteBody(w http.ResponseWriter, status int, msg string) {
 	b, _ := json.Marshal(Body{Code: status, Message: msg})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(b) //nolint:errcheck // the client went away
+	w.Write(b) // the client went away
 }
 
 // ResponseError is an error answer read back by FromResponse. Its class

@@ -13,7 +13,6 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -172,7 +171,7 @@ func (n *Node) SetEndTime(_ context.Context, id string, endAt time.Time) error {
 }
 
 // UpdateNetwork implements nodeapi.Service.
-func (n *Node) UpdateNetwork(_ context.Context, id string, p netslot.Policy) error {
+func (n *Node) UpdateNetwork(_ context.Context, id string, p sandbox.NetworkPolicy) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.record("network %s", id)

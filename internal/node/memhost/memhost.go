@@ -552,14 +552,18 @@ var _ node.EnvdProber = (*Envd)(nil)
 
 // Probe implements node.EnvdProber.
 func (e *Envd) Probe(ctx context.Context, addr string) (node.EnvdHealth, error) {
-	e.mu.Lock()
-	e.probes = append(e.probes, addr)
-	f := e.ProbeFunc
-	e.mu.Unlock()
-	if f != nil {
+	if f := e.recordProbe(addr); f != nil {
 		return f(ctx, addr)
 	}
 	return node.EnvdHealth{}, nil
+}
+
+// recordProbe records a probe of addr and returns ProbeFunc.
+func (e *Envd) recordProbe(addr string) func(ctx context.Context, addr string) (node.EnvdHealth, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.probes = append(e.probes, addr)
+	return e.ProbeFunc
 }
 
 // SetProbe replaces ProbeFunc.
@@ -578,14 +582,18 @@ func (e *Envd) Probes() []string {
 
 // Run implements node.Envd.
 func (e *Envd) Run(ctx context.Context, addr, accessToken string, p node.EnvdProcess) (int, error) {
-	e.mu.Lock()
-	e.runs = append(e.runs, EnvdCall{Addr: addr, Process: p})
-	f := e.RunFunc
-	e.mu.Unlock()
-	if f != nil {
+	if f := e.recordRun(addr, p); f != nil {
 		return f(addr, p)
 	}
 	return 0, nil
+}
+
+// recordRun records a Run of p at addr and returns RunFunc.
+func (e *Envd) recordRun(addr string, p node.EnvdProcess) func(addr string, p node.EnvdProcess) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.runs = append(e.runs, EnvdCall{Addr: addr, Process: p})
+	return e.RunFunc
 }
 
 // Runs returns the recorded Run calls.
@@ -614,10 +622,7 @@ func (e *Envd) WaitHealthy(ctx context.Context, addr string) error {
 
 // Init implements node.Envd.
 func (e *Envd) Init(ctx context.Context, addr, token string, req node.EnvdInit) error {
-	e.mu.Lock()
-	f := e.InitFunc
-	e.mu.Unlock()
-	if f != nil {
+	if f := e.initFunc(); f != nil {
 		f(ctx, addr, req)
 	}
 	e.mu.Lock()
@@ -627,6 +632,12 @@ func (e *Envd) Init(ctx context.Context, addr, token string, req node.EnvdInit) 
 	}
 	e.inits = append(e.inits, EnvdCall{Addr: addr, InitToken: token, Init: req})
 	return nil
+}
+
+func (e *Envd) initFunc() func(ctx context.Context, addr string, req node.EnvdInit) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.InitFunc
 }
 
 // Start implements node.Envd.

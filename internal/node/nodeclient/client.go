@@ -17,7 +17,6 @@ import (
 	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/api/node/nodepbconnect"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/nodeauth"
@@ -132,7 +131,7 @@ func (c *Client) SetEndTime(ctx context.Context, id string, endAt time.Time) err
 }
 
 // UpdateNetwork implements nodeapi.Service.
-func (c *Client) UpdateNetwork(ctx context.Context, id string, policy netslot.Policy) error {
+func (c *Client) UpdateNetwork(ctx context.Context, id string, policy sandbox.NetworkPolicy) error {
 	_, err := c.rpc.UpdateNetwork(ctx, connect.NewRequest(&nodepb.UpdateNetworkRequest{Id: id, Network: noderpc.PolicyToProto(policy)}))
 	return noderpc.FromConnectError(err)
 }

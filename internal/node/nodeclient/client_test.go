@@ -15,7 +15,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/nodeclient"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
@@ -74,7 +73,7 @@ func req(id string) nodeapi.CreateRequest {
 			User: "user", Workdir: "/home/user", StartCmd: "sleep infinity"},
 		Resources: sandbox.Resources{VCPUs: 2, MemoryMB: 512, DiskMB: 2048, Pids: 100},
 		EndAt:     time.Now().Add(time.Hour).Truncate(time.Microsecond),
-		Network: netslot.Policy{Internet: true, AllowOut: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+		Network: sandbox.NetworkPolicy{Internet: true, AllowOut: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
 			DenyOut: []netip.Prefix{netip.MustParsePrefix("203.0.113.7/32")}},
 		EnvVars: map[string]string{"B": "2"}, EnvdAccessToken: "tok", Metadata: map[string]string{"m": "v"},
 	}
@@ -126,7 +125,7 @@ func TestRoundTrip(t *testing.T) {
 	if sb, _ := r.agent.Get(ctx, "sb1"); !sb.EndAt.Equal(newEnd) {
 		t.Errorf("end time %v, want %v", sb.EndAt, newEnd)
 	}
-	if err := c.UpdateNetwork(ctx, "sb1", netslot.Policy{Internet: false}); err != nil {
+	if err := c.UpdateNetwork(ctx, "sb1", sandbox.NetworkPolicy{Internet: false}); err != nil {
 		t.Fatal(err)
 	}
 	if sb, _ := r.agent.Get(ctx, "sb1"); sb.Network.Internet {

@@ -110,3 +110,12 @@ func (c *Client) SandboxLogs(ctx context.Context, id string, start time.Time) ([
 	}
 	return noderpc.LogEntriesFromProto(resp.Msg.GetEntries()), nil
 }
+
+// EgressLog implements nodeapi.EgressLogger.
+func (c *Client) EgressLog(ctx context.Context, id string) ([]nodeapi.EgressEntry, error) {
+	resp, err := c.rpc.EgressLog(ctx, connect.NewRequest(&nodepb.EgressLogRequest{Id: id}))
+	if err != nil {
+		return nil, noderpc.FromConnectError(err)
+	}
+	return noderpc.EgressEntriesFromProto(resp.Msg.GetEntries()), nil
+}

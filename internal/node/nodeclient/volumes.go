@@ -16,18 +16,9 @@ import (
 
 var _ nodeapi.VolumeService = (*Client)(nil)
 
-// volumeErr is the node's answer err in Warren's classes; a client-side
-// class keeps the node's message for a client (what the node's volumes
-// say of a tenant's path names only that path), so that a content call
-// reads the same through the RPC as in process.
-func volumeErr(err error) error {
-	out := noderpc.FromConnectError(err)
-	var ce *connect.Error
-	if out == nil || !errors.As(err, &ce) || errdefs.Class(out) == nil || errdefs.IsUnavailable(out) {
-		return out
-	}
-	return errdefs.WithMessage(out, ce.Message())
-}
+// volumeErr is the node's answer err in Warren's classes, with the
+// message the node chose for a client (noderpc.FromConnectError).
+func volumeErr(err error) error { return noderpc.FromConnectError(err) }
 
 func entry(resp *connect.Response[nodepb.VolumeEntryResponse], err error) (*nodeapi.VolumeEntry, error) {
 	if err != nil {
@@ -167,13 +158,13 @@ func (c *Client) WriteVolumeFile(ctx context.Context, teamID, id, path string, o
 		}
 		if errors.Is(rerr, io.EOF) {
 			// A refused end mark is the node's answer: CloseAndReceive reads it.
-			stream.Send(&nodepb.VolumeFileChunk{End: true}) //nolint:errcheck
+			stream.Send(&nodepb.VolumeFileChunk{End: true})
 			return entry(stream.CloseAndReceive())
 		}
 		if rerr != nil {
 			// Cut the stream: the node sees a broken upload, not an end.
 			cancel()
-			stream.CloseAndReceive() //nolint:errcheck // cancelled
+			stream.CloseAndReceive() // cancelled
 			return nil, fmt.Errorf("write %q: %w", path, rerr)
 		}
 	}

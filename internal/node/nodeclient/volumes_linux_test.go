@@ -11,6 +11,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/driver/fake"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"github.com/warren-sandbox/warren/internal/node"
 	"github.com/warren-sandbox/warren/internal/node/noderpc"
@@ -81,12 +82,12 @@ func TestVolumesOverRPC(t *testing.T) {
 		t.Fatalf("after a cut upload: %+v, %v", e, err)
 	}
 	if _, err := c.WriteVolumeFile(ctx, team, "v1", "f", nodeapi.VolumeFileOptions{}, strings.NewReader("x")); !errdefs.IsAlreadyExists(err) ||
-		!strings.Contains(errdefs.ClientMessage(err), "write with force") {
-		t.Fatalf("write over a file without force: %v (%q)", err, errdefs.ClientMessage(err))
+		!strings.Contains(errhttp.Message(err), "write with force") {
+		t.Fatalf("write over a file without force: %v (%q)", err, errhttp.Message(err))
 	}
 	big := bytes.Repeat([]byte("x"), 64<<20)
-	if _, err := c.WriteVolumeFile(ctx, team, "v1", "big", nodeapi.VolumeFileOptions{}, bytes.NewReader(big)); !errdefs.IsExhausted(err) || errdefs.ClientMessage(err) != "the volume is full" {
-		t.Fatalf("a write past the size: %v (%q)", err, errdefs.ClientMessage(err))
+	if _, err := c.WriteVolumeFile(ctx, team, "v1", "big", nodeapi.VolumeFileOptions{}, bytes.NewReader(big)); !errdefs.IsExhausted(err) || errhttp.Message(err) != "the volume is full" {
+		t.Fatalf("a write past the size: %v (%q)", err, errhttp.Message(err))
 	}
 	if _, err := c.MakeVolumeDir(ctx, team, "v1", "a/b", nodeapi.VolumeFileOptions{Force: true}); err != nil {
 		t.Fatal(err)
@@ -103,8 +104,8 @@ func TestVolumesOverRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.StatVolumePath(ctx, team, "v1", "a")
-	if !errdefs.IsNotFound(err) || errdefs.ClientMessage(err) != `path "/a" not found` {
-		t.Fatalf("stat of a removed path: %v (%q)", err, errdefs.ClientMessage(err))
+	if !errdefs.IsNotFound(err) || errhttp.Message(err) != `path "/a" not found` {
+		t.Fatalf("stat of a removed path: %v (%q)", err, errhttp.Message(err))
 	}
 	// Another team: nothing.
 	if _, _, err := c.ReadVolumeFile(ctx, "team-b", "v1", "f"); !errdefs.IsNotFound(err) {

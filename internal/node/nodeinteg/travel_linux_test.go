@@ -3,6 +3,7 @@ package nodeinteg
 import (
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/driver/runsc"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/node"
@@ -172,7 +174,9 @@ func TestSandboxSnapshotTravels(t *testing.T) {
 	ss1 := nodebuildtest.New(t, a1, a1, func(c *nodebuild.NodeConfig) {
 		c.Credential, c.PullKey = nodeauth.Credential(token, nodeauth.PurposeRPC), holderPull
 	})
-	srv := httptest.NewServer(ss1.Node.Handler())
+	mux := http.NewServeMux()
+	mux.Handle(ss1.Node.Handler())
+	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	id := "st" + sandbox.NewID()[:10]
 	cr := h1.createReq(id)
@@ -198,7 +202,7 @@ func TestSandboxSnapshotTravels(t *testing.T) {
 	}
 	// The control plane's answer about the build: its record as the node
 	// keeps it, held by the first node, with a grant to pull it from there.
-	locate := func(ctx context.Context, buildID string) (*nodebuild.Source, error) {
+	locate := func(ctx context.Context, buildID string) (*nodepb.BuildSource, error) {
 		b, err := ss1.Node.Export(ctx, buildID)
 		if err != nil {
 			return nil, err
@@ -207,7 +211,7 @@ func TestSandboxSnapshotTravels(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		src := nodebuild.SourceOf(tm, b, nodebuild.Holder{Address: srv.URL, Grant: nodeauth.Grant(holderPull, buildID, "travel-peer", time.Now().Add(10*time.Minute))})
+		src := nodebuild.SourceOf(tm, b, &nodepb.BuildHolder{Address: srv.URL, Grant: nodeauth.Grant(holderPull, buildID, "travel-peer", time.Now().Add(10*time.Minute))})
 		src.Current = true
 		return src, nil
 	}

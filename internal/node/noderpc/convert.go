@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodepb "github.com/warren-sandbox/warren/api/node"
+	"github.com/warren-sandbox/warren/internal/egressrules"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -49,8 +49,8 @@ func ResourcesFromProto(r *nodepb.Resources) sandbox.Resources {
 	return sandbox.Resources{VCPUs: int(r.GetVcpus()), MemoryMB: r.GetMemoryMb(), DiskMB: r.GetDiskMb(), Pids: r.GetPids()}
 }
 
-// PolicyToProto converts p.
-func PolicyToProto(p netslot.Policy) *nodepb.Policy {
+// PolicyToProto converts p; its node-local redirect does not cross.
+func PolicyToProto(p sandbox.NetworkPolicy) *nodepb.Policy {
 	out := &nodepb.Policy{Internet: p.Internet}
 	for _, c := range p.AllowOut {
 		out.AllowOut = append(out.AllowOut, c.String())
@@ -58,12 +58,21 @@ func PolicyToProto(p netslot.Policy) *nodepb.Policy {
 	for _, c := range p.DenyOut {
 		out.DenyOut = append(out.DenyOut, c.String())
 	}
+	if e := p.Egress; e != nil {
+		out.Egress = &nodepb.EgressRules{Hosts: e.Hosts}
+		for _, t := range e.Transforms {
+			out.Egress.Transforms = append(out.Egress.Transforms, &nodepb.HeaderTransform{Host: t.Host, Headers: t.Headers})
+		}
+		if px := e.Proxy; px != nil {
+			out.Egress.Proxy = &nodepb.SocksProxy{Address: px.Address, Username: px.Username, Password: px.Password}
+		}
+	}
 	return out
 }
 
 // PolicyFromProto converts p; a malformed CIDR is ErrInvalid.
-func PolicyFromProto(p *nodepb.Policy) (netslot.Policy, error) {
-	out := netslot.Policy{Internet: p.GetInternet()}
+func PolicyFromProto(p *nodepb.Policy) (sandbox.NetworkPolicy, error) {
+	out := sandbox.NetworkPolicy{Internet: p.GetInternet()}
 	for _, s := range p.GetAllowOut() {
 		c, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -77,6 +86,15 @@ func PolicyFromProto(p *nodepb.Policy) (netslot.Policy, error) {
 			return out, fmt.Errorf("denyOut %q: %w", s, errdefs.ErrInvalid)
 		}
 		out.DenyOut = append(out.DenyOut, c)
+	}
+	if e := p.GetEgress(); e != nil {
+		out.Egress = &egressrules.Rules{Hosts: e.GetHosts()}
+		for _, t := range e.GetTransforms() {
+			out.Egress.Transforms = append(out.Egress.Transforms, egressrules.Transform{Host: t.GetHost(), Headers: t.GetHeaders()})
+		}
+		if px := e.GetProxy(); px != nil {
+			out.Egress.Proxy = &egressrules.Proxy{Address: px.GetAddress(), Username: px.GetUsername(), Password: px.GetPassword()}
+		}
 	}
 	return out, nil
 }
@@ -204,8 +222,11 @@ func EventFromProto(e *nodepb.Event) nodeapi.Event {
 }
 
 // ToConnectError maps err's class to a Connect code (package errconnect),
-// keeping its message. A nodeapi.KilledError (the node killed the
-// sandbox on its own) carries its kill as an Event detail.
+// keeping its text for the control plane's log. The message a client may
+// be told (errdefs.Message), when err carries one, goes as a
+// PublicMessage detail: nothing a client sees is made from the text. A
+// nodeapi.KilledError (the node killed the sandbox on its own) carries
+// its kill as an Event detail.
 func ToConnectError(err error) error {
 	if err == nil {
 		return nil
@@ -215,6 +236,11 @@ func ToConnectError(err error) error {
 		return err
 	}
 	ce = connect.NewError(errconnect.Code(err), err)
+	if msg, ok := errdefs.Message(err); ok {
+		if d, derr := connect.NewErrorDetail(&nodepb.PublicMessage{Message: msg}); derr == nil {
+			ce.AddDetail(d)
+		}
+	}
 	if kill, ok := nodeapi.NodeKill(err); ok {
 		if d, derr := connect.NewErrorDetail(EventToProto(kill)); derr == nil {
 			ce.AddDetail(d)
@@ -224,7 +250,8 @@ func ToConnectError(err error) error {
 }
 
 // FromConnectError maps a Connect error back to Warren's error class; the
-// message is the server's. Transport failures are ErrUnavailable.
+// text is the server's, and a PublicMessage detail is the message a
+// client may be told. Transport failures are ErrUnavailable.
 func FromConnectError(err error) error {
 	if err == nil {
 		return nil
@@ -239,7 +266,11 @@ func FromConnectError(err error) error {
 		if kill, ok := killDetail(ce); ok && errors.Is(class, errdefs.ErrNotFound) {
 			return &nodeapi.KilledError{Kill: kill}
 		}
-		return &classError{msg: msg, class: class}
+		out := error(&classError{msg: msg, class: class})
+		if pm := publicDetail(ce); pm != "" {
+			out = errdefs.WithMessage(out, pm)
+		}
+		return out
 	}
 	switch code {
 	case connect.CodeDeadlineExceeded, connect.CodeCanceled:
@@ -286,4 +317,19 @@ func healthFromProto(h string) nodeapi.Health {
 	default:
 		return nodeapi.HealthUnknown
 	}
+}
+
+// publicDetail is the PublicMessage detail of ce, "" without one.
+func publicDetail(ce *connect.Error) string {
+	if ce == nil {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if pm, ok := v.(*nodepb.PublicMessage); ok {
+				return pm.GetMessage()
+			}
+		}
+	}
+	return ""
 }

@@ -72,7 +72,7 @@ func wantInvalid(t *testing.T, what string, err error) {
 	}
 }
 
-// TestCreateTakesNoHostPath is the reproduction of issue 33 item 3: a
+// TestCreateTakesNoHostPath is a control plane (or a node acting as one) sending a host path: a
 // create naming the host's root as the template's root filesystem (or a
 // host directory as its snapshot) started a sandbox over it. The node
 // refuses any path and starts only from the template it resolves itself.

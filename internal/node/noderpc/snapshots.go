@@ -2,6 +2,7 @@ package noderpc
 
 import (
 	"context"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -113,4 +114,33 @@ func sourceFromProto(p *nodepb.Template) nodeapi.Template {
 		ID: p.GetId(), BuildID: p.GetBuildId(), Env: p.GetEnv(), User: p.GetUser(), Workdir: p.GetWorkdir(), StartCmd: p.GetStartCmd(),
 		Resources: ResourcesFromProto(p.GetResources()),
 	}
+}
+
+func (s *server) EgressLog(ctx context.Context, req *connect.Request[nodepb.EgressLogRequest]) (*connect.Response[nodepb.EgressLogResponse], error) {
+	el, ok := s.svc.(nodeapi.EgressLogger)
+	if !ok {
+		return nil, s.fail("EgressLog", unsupported("egress logs"))
+	}
+	entries, err := el.EgressLog(ctx, req.Msg.GetId())
+	if err != nil {
+		return nil, s.fail("EgressLog", err)
+	}
+	out := &nodepb.EgressLogResponse{Entries: make([]*nodepb.EgressEntry, 0, len(entries))}
+	for _, e := range entries {
+		out.Entries = append(out.Entries, &nodepb.EgressEntry{Time: Timestamp(e.Time), Proto: e.Proto, Host: e.Host, Addr: e.Addr,
+			Port: int32(e.Port), Allowed: e.Allowed, Reason: e.Reason, BytesOut: e.BytesOut, BytesIn: e.BytesIn,
+			DurationNs: int64(e.Duration), Open: e.Open})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// EgressEntriesFromProto converts an egress log.
+func EgressEntriesFromProto(es []*nodepb.EgressEntry) []nodeapi.EgressEntry {
+	out := make([]nodeapi.EgressEntry, 0, len(es))
+	for _, e := range es {
+		out = append(out, nodeapi.EgressEntry{Time: Time(e.GetTime()), Proto: e.GetProto(), Host: e.GetHost(), Addr: e.GetAddr(),
+			Port: int(e.GetPort()), Allowed: e.GetAllowed(), Reason: e.GetReason(), BytesOut: e.GetBytesOut(), BytesIn: e.GetBytesIn(),
+			Duration: time.Duration(e.GetDurationNs()), Open: e.GetOpen()})
+	}
+	return out
 }

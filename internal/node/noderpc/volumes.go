@@ -10,7 +10,6 @@ import (
 
 	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 )
 
@@ -85,7 +84,7 @@ func (s *server) CreateVolume(ctx context.Context, req *connect.Request[nodepb.C
 		err = vs.CreateVolume(ctx, nodeapi.VolumeSpec{ID: m.GetId(), TeamID: m.GetTeamId(), SizeMB: m.GetSizeMb()})
 	}
 	if err != nil {
-		return nil, s.failVolume("CreateVolume", err)
+		return nil, s.fail("CreateVolume", err)
 	}
 	return connect.NewResponse(&nodepb.CreateVolumeResponse{}), nil
 }
@@ -96,7 +95,7 @@ func (s *server) DeleteVolume(ctx context.Context, req *connect.Request[nodepb.D
 		err = vs.DeleteVolume(ctx, req.Msg.GetTeamId(), req.Msg.GetId())
 	}
 	if err != nil {
-		return nil, s.failVolume("DeleteVolume", err)
+		return nil, s.fail("DeleteVolume", err)
 	}
 	return connect.NewResponse(&nodepb.DeleteVolumeResponse{}), nil
 }
@@ -104,12 +103,12 @@ func (s *server) DeleteVolume(ctx context.Context, req *connect.Request[nodepb.D
 func (s *server) StatVolumePath(ctx context.Context, req *connect.Request[nodepb.VolumePathRequest]) (*connect.Response[nodepb.VolumeEntryResponse], error) {
 	vs, err := s.volumeService()
 	if err != nil {
-		return nil, s.failVolume("StatVolumePath", err)
+		return nil, s.fail("StatVolumePath", err)
 	}
 	m := req.Msg
 	e, err := vs.StatVolumePath(ctx, m.GetTeamId(), m.GetId(), m.GetPath())
 	if err != nil {
-		return nil, s.failVolume("StatVolumePath", err)
+		return nil, s.fail("StatVolumePath", err)
 	}
 	return entryResponse(e), nil
 }
@@ -117,12 +116,12 @@ func (s *server) StatVolumePath(ctx context.Context, req *connect.Request[nodepb
 func (s *server) ListVolumeDir(ctx context.Context, req *connect.Request[nodepb.ListVolumeDirRequest]) (*connect.Response[nodepb.ListVolumeDirResponse], error) {
 	vs, err := s.volumeService()
 	if err != nil {
-		return nil, s.failVolume("ListVolumeDir", err)
+		return nil, s.fail("ListVolumeDir", err)
 	}
 	m := req.Msg
 	es, err := vs.ListVolumeDir(ctx, m.GetTeamId(), m.GetId(), m.GetPath(), int(m.GetDepth()))
 	if err != nil {
-		return nil, s.failVolume("ListVolumeDir", err)
+		return nil, s.fail("ListVolumeDir", err)
 	}
 	out := &nodepb.ListVolumeDirResponse{Entries: make([]*nodepb.VolumeEntry, 0, len(es))}
 	for i := range es {
@@ -134,12 +133,12 @@ func (s *server) ListVolumeDir(ctx context.Context, req *connect.Request[nodepb.
 func (s *server) MakeVolumeDir(ctx context.Context, req *connect.Request[nodepb.VolumeFileRequest]) (*connect.Response[nodepb.VolumeEntryResponse], error) {
 	vs, err := s.volumeService()
 	if err != nil {
-		return nil, s.failVolume("MakeVolumeDir", err)
+		return nil, s.fail("MakeVolumeDir", err)
 	}
 	m := req.Msg
 	e, err := vs.MakeVolumeDir(ctx, m.GetTeamId(), m.GetId(), m.GetPath(), fileOptions(m))
 	if err != nil {
-		return nil, s.failVolume("MakeVolumeDir", err)
+		return nil, s.fail("MakeVolumeDir", err)
 	}
 	return entryResponse(e), nil
 }
@@ -147,12 +146,12 @@ func (s *server) MakeVolumeDir(ctx context.Context, req *connect.Request[nodepb.
 func (s *server) SetVolumeMetadata(ctx context.Context, req *connect.Request[nodepb.SetVolumeMetadataRequest]) (*connect.Response[nodepb.VolumeEntryResponse], error) {
 	vs, err := s.volumeService()
 	if err != nil {
-		return nil, s.failVolume("SetVolumeMetadata", err)
+		return nil, s.fail("SetVolumeMetadata", err)
 	}
 	m := req.Msg
 	e, err := vs.SetVolumeMetadata(ctx, m.GetTeamId(), m.GetId(), m.GetPath(), nodeapi.VolumeMetadata{UID: m.Uid, GID: m.Gid, Mode: m.Mode})
 	if err != nil {
-		return nil, s.failVolume("SetVolumeMetadata", err)
+		return nil, s.fail("SetVolumeMetadata", err)
 	}
 	return entryResponse(e), nil
 }
@@ -164,7 +163,7 @@ func (s *server) RemoveVolumePath(ctx context.Context, req *connect.Request[node
 		err = vs.RemoveVolumePath(ctx, m.GetTeamId(), m.GetId(), m.GetPath())
 	}
 	if err != nil {
-		return nil, s.failVolume("RemoveVolumePath", err)
+		return nil, s.fail("RemoveVolumePath", err)
 	}
 	return connect.NewResponse(&nodepb.RemoveVolumePathResponse{}), nil
 }
@@ -172,12 +171,12 @@ func (s *server) RemoveVolumePath(ctx context.Context, req *connect.Request[node
 func (s *server) ReadVolumeFile(ctx context.Context, req *connect.Request[nodepb.VolumePathRequest], stream *connect.ServerStream[nodepb.VolumeFileChunk]) error {
 	vs, err := s.volumeService()
 	if err != nil {
-		return s.failVolume("ReadVolumeFile", err)
+		return s.fail("ReadVolumeFile", err)
 	}
 	m := req.Msg
 	r, e, err := vs.ReadVolumeFile(ctx, m.GetTeamId(), m.GetId(), m.GetPath())
 	if err != nil {
-		return s.failVolume("ReadVolumeFile", err)
+		return s.fail("ReadVolumeFile", err)
 	}
 	defer r.Close()
 	if err := stream.Send(&nodepb.VolumeFileChunk{Entry: VolumeEntryToProto(e)}); err != nil {
@@ -195,7 +194,7 @@ func (s *server) ReadVolumeFile(ctx context.Context, req *connect.Request[nodepb
 			return nil
 		}
 		if err != nil {
-			return s.failVolume("ReadVolumeFile", fmt.Errorf("read %q: %w", m.GetPath(), errors.Join(errdefs.ErrUnavailable, err)))
+			return s.fail("ReadVolumeFile", fmt.Errorf("read %q: %w", m.GetPath(), errors.Join(errdefs.ErrUnavailable, err)))
 		}
 	}
 }
@@ -203,22 +202,22 @@ func (s *server) ReadVolumeFile(ctx context.Context, req *connect.Request[nodepb
 func (s *server) WriteVolumeFile(ctx context.Context, stream *connect.ClientStream[nodepb.VolumeFileChunk]) (*connect.Response[nodepb.VolumeEntryResponse], error) {
 	vs, err := s.volumeService()
 	if err != nil {
-		return nil, s.failVolume("WriteVolumeFile", err)
+		return nil, s.fail("WriteVolumeFile", err)
 	}
 	if !stream.Receive() {
 		if err := stream.Err(); err != nil {
 			return nil, err
 		}
-		return nil, s.failVolume("WriteVolumeFile", fmt.Errorf("write of a volume file without a request: %w", errdefs.ErrInvalid))
+		return nil, s.fail("WriteVolumeFile", fmt.Errorf("write of a volume file without a request: %w", errdefs.ErrInvalid))
 	}
 	h := stream.Msg().GetRequest()
 	if h == nil {
-		return nil, s.failVolume("WriteVolumeFile", fmt.Errorf("write of a volume file without a request: %w", errdefs.ErrInvalid))
+		return nil, s.fail("WriteVolumeFile", fmt.Errorf("write of a volume file without a request: %w", errdefs.ErrInvalid))
 	}
 	e, err := vs.WriteVolumeFile(ctx, h.GetTeamId(), h.GetId(), h.GetPath(), fileOptions(h),
 		&chunkReader{data: stream.Msg().GetData(), end: stream.Msg().GetEnd(), stream: stream})
 	if err != nil {
-		return nil, s.failVolume("WriteVolumeFile", err)
+		return nil, s.fail("WriteVolumeFile", err)
 	}
 	return entryResponse(e), nil
 }
@@ -247,15 +246,4 @@ func (c *chunkReader) Read(b []byte) (int, error) {
 	n := copy(b, c.data)
 	c.data = c.data[n:]
 	return n, nil
-}
-
-// failVolume maps a volume call's err for the wire: an error with a
-// message for the tenant (a path of theirs, a full volume) crosses as
-// that message alone, which the control plane passes on; others as fail
-// maps them.
-func (s *server) failVolume(procedure string, err error) error {
-	if msg, ok := errdefs.Message(err); ok {
-		return connect.NewError(errconnect.Code(err), errors.New(msg))
-	}
-	return s.fail(procedure, err)
 }

@@ -537,7 +537,7 @@ func (m *Manager) WriteVolumeFile(ctx context.Context, teamID, id, p string, opt
 	defer func() {
 		f.Close()
 		if !committed {
-			unix.Unlinkat(int(v.staging.Fd()), tmp, 0) //nolint:errcheck // a leftover goes at the next mount
+			unix.Unlinkat(int(v.staging.Fd()), tmp, 0) // a leftover goes at the next mount
 		}
 	}()
 	n, err := io.Copy(f, contextReader{ctx, r})

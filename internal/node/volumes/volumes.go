@@ -300,25 +300,38 @@ func (m *Manager) CreateVolume(ctx context.Context, spec nodeapi.VolumeSpec) err
 	case spec.SizeMB <= 0:
 		return fmt.Errorf("volume %q: size %d MiB: %w", spec.ID, spec.SizeMB, errdefs.ErrInvalid)
 	}
-	m.mu.Lock()
-	if _, ok := m.vols[spec.ID]; ok {
-		m.mu.Unlock()
-		return fmt.Errorf("volume %q: %w", spec.ID, errdefs.ErrAlreadyExists)
+	v, err := m.reserve(spec)
+	if err != nil {
+		return err
 	}
-	// Held as deleting until made: no call or create of it meanwhile.
+	return m.created(v, m.create(ctx, v))
+}
+
+// reserve holds volume spec.ID as deleting until it is made: no call or
+// create of it meanwhile.
+func (m *Manager) reserve(spec nodeapi.VolumeSpec) (*volume, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.vols[spec.ID]; ok {
+		return nil, fmt.Errorf("volume %q: %w", spec.ID, errdefs.ErrAlreadyExists)
+	}
 	v := &volume{meta: meta{Version: metaVersion, ID: spec.ID, TeamID: spec.TeamID, SizeMB: spec.SizeMB},
 		dir: filepath.Join(m.cfg.Root, volPrefix+spec.ID), users: map[string]bool{}, deleting: true}
 	m.vols[spec.ID] = v
-	m.mu.Unlock()
-	err := m.create(ctx, v)
+	return v, nil
+}
+
+// created ends the making of v that reserve held: it is usable, or gone
+// when err is the making's failure.
+func (m *Manager) created(v *volume, err error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil {
-		delete(m.vols, spec.ID)
-		return fmt.Errorf("volume %q: %w", spec.ID, err)
+		delete(m.vols, v.meta.ID)
+		return fmt.Errorf("volume %q: %w", v.meta.ID, err)
 	}
 	v.deleting = false
-	m.log.Info("volume created", "volume_id", spec.ID, "team_id", spec.TeamID, "size_mb", spec.SizeMB)
+	m.log.Info("volume created", "volume_id", v.meta.ID, "team_id", v.meta.TeamID, "size_mb", v.meta.SizeMB)
 	return nil
 }
 
@@ -373,40 +386,55 @@ func (m *Manager) create(ctx context.Context, v *volume) error {
 
 // DeleteVolume implements nodeapi.VolumeService.
 func (m *Manager) DeleteVolume(ctx context.Context, teamID, id string) error {
+	v, err := m.beginDelete(teamID, id)
+	if err != nil {
+		return err
+	}
+	if err := m.remove(ctx, v); err != nil {
+		m.undoDelete(ctx, v)
+		return fmt.Errorf("volume %q: delete: %w", id, err)
+	}
+	m.dropVolume(id)
+	m.log.Info("volume deleted", "volume_id", id, "team_id", teamID)
+	return nil
+}
+
+// beginDelete marks team teamID's volume id deleting and closes its
+// directories, unless it is in use.
+func (m *Manager) beginDelete(teamID, id string) (*volume, error) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	v, ok := m.vols[id]
 	switch {
 	case !ok || v.meta.TeamID != teamID:
-		m.mu.Unlock()
-		return fmt.Errorf("volume %q: %w", id, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("volume %q: %w", id, errdefs.ErrNotFound)
 	case v.deleting:
-		m.mu.Unlock()
-		return errdefs.Publicf(errdefs.ErrConflict, "volume %q is being created or deleted", id)
+		return nil, errdefs.Publicf(errdefs.ErrConflict, "volume %q is being created or deleted", id)
 	case len(v.users) > 0:
 		users := slices.Sorted(mapsKeys(v.users))
-		m.mu.Unlock()
-		return errdefs.Publicf(errdefs.ErrConflict, "volume %q is mounted by %d sandboxes (%s)", id, len(users), strings.Join(users, ", "))
+		return nil, errdefs.Publicf(errdefs.ErrConflict, "volume %q is mounted by %d sandboxes (%s)", id, len(users), strings.Join(users, ", "))
 	case v.busy > 0:
-		m.mu.Unlock()
-		return errdefs.Publicf(errdefs.ErrConflict, "volume %q has content calls in flight", id)
+		return nil, errdefs.Publicf(errdefs.ErrConflict, "volume %q has content calls in flight", id)
 	}
 	v.deleting = true
 	v.closeDirs()
-	m.mu.Unlock()
-	if err := m.remove(ctx, v); err != nil {
-		m.mu.Lock()
-		v.deleting = false
-		if merr := m.mount(ctx, v); merr != nil {
-			m.log.Warn("volume whose delete failed could not be opened again", "volume_id", id, "error", merr)
-		}
-		m.mu.Unlock()
-		return fmt.Errorf("volume %q: delete: %w", id, err)
-	}
+	return v, nil
+}
+
+// undoDelete opens v again after its delete failed.
+func (m *Manager) undoDelete(ctx context.Context, v *volume) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	v.deleting = false
+	if err := m.mount(ctx, v); err != nil {
+		m.log.Warn("volume whose delete failed could not be opened again", "volume_id", v.meta.ID, "error", err)
+	}
+}
+
+func (m *Manager) dropVolume(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	delete(m.vols, id)
-	m.mu.Unlock()
-	m.log.Info("volume deleted", "volume_id", id, "team_id", teamID)
-	return nil
 }
 
 // remove unmounts v and removes its directory (renamed aside first, so
@@ -517,13 +545,14 @@ func (m *Manager) use(teamID, id string) (*volume, func(), error) {
 	}
 	v.busy++
 	var once sync.Once
-	return v, func() {
-		once.Do(func() {
-			m.mu.Lock()
-			v.busy--
-			m.mu.Unlock()
-		})
-	}, nil
+	return v, func() { once.Do(func() { m.unuse(v) }) }, nil
+}
+
+// unuse gives back a content call's hold on v (use).
+func (m *Manager) unuse(v *volume) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v.busy--
 }
 
 func mapsKeys(m map[string]bool) func(func(string) bool) {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/errdefs/errhttp"
 	"github.com/warren-sandbox/warren/internal/mountinfo"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/rootfs"
@@ -317,7 +318,7 @@ func TestVolumeSizeIsBounded(t *testing.T) {
 	// blocks are sized for it).
 	big := bytes.Repeat([]byte("x"), 64<<20)
 	_, err := m.WriteVolumeFile(context.Background(), team, "v1", "big", nodeapi.VolumeFileOptions{}, bytes.NewReader(big))
-	if !errdefs.IsExhausted(err) || errdefs.ClientMessage(err) != "the volume is full" {
+	if !errdefs.IsExhausted(err) || errhttp.Message(err) != "the volume is full" {
 		t.Fatalf("a write past the size: %v", err)
 	}
 	if _, err := m.StatVolumePath(context.Background(), team, "v1", "big"); !errdefs.IsNotFound(err) {
@@ -427,8 +428,8 @@ func TestNoRoomForAVolume(t *testing.T) {
 	}
 	defer m.Close()
 	err = m.CreateVolume(context.Background(), nodeapi.VolumeSpec{ID: "v1", TeamID: team, SizeMB: 64})
-	if !errdefs.IsExhausted(err) || errdefs.ClientMessage(err) != "the node has no room for a volume of 64 MiB" {
-		t.Fatalf("a volume the disk has no room for: %v (%q)", err, errdefs.ClientMessage(err))
+	if !errdefs.IsExhausted(err) || errhttp.Message(err) != "the node has no room for a volume of 64 MiB" {
+		t.Fatalf("a volume the disk has no room for: %v (%q)", err, errhttp.Message(err))
 	}
 	if ents, _ := os.ReadDir(root); len(ents) != 0 {
 		t.Fatalf("a refused create left %v", ents)

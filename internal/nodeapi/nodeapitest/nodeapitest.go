@@ -22,7 +22,6 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/envdproto"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/netslot"
 	"github.com/warren-sandbox/warren/internal/nodeapi"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -225,7 +224,7 @@ func testUnknown(t *testing.T, n Node) {
 	_, err := n.Service.Get(ctx, id)
 	wantClass(t, "Get", err, errdefs.ErrNotFound)
 	wantClass(t, "SetEndTime", n.Service.SetEndTime(ctx, id, endAt(0)), errdefs.ErrNotFound)
-	wantClass(t, "UpdateNetwork", n.Service.UpdateNetwork(ctx, id, netslot.Policy{}), errdefs.ErrNotFound)
+	wantClass(t, "UpdateNetwork", n.Service.UpdateNetwork(ctx, id, sandbox.NetworkPolicy{}), errdefs.ErrNotFound)
 	_, err = n.Service.Pause(ctx, id, nodeapi.PauseRequest{})
 	wantClass(t, "Pause", err, errdefs.ErrNotFound)
 	_, err = n.Service.Resume(ctx, id, nodeapi.ResumeRequest{ExecutionID: "e", EndAt: endAt(0)})
@@ -304,7 +303,7 @@ func testCreateTimeout(t *testing.T, n Node) {
 
 func testUpdateNetwork(t *testing.T, n Node) {
 	create(t, n, "sb-net")
-	p := netslot.Policy{Internet: true, DenyOut: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, AllowOut: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/32")}}
+	p := sandbox.NetworkPolicy{Internet: true, DenyOut: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, AllowOut: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/32")}}
 	if err := n.Service.UpdateNetwork(t.Context(), "sb-net", p); err != nil {
 		t.Fatalf("UpdateNetwork: %v", err)
 	}

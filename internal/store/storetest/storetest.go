@@ -89,7 +89,7 @@ func PostgresSchema(t testing.TB) string {
 		t.Fatalf("create schema: %v", err)
 	}
 	t.Cleanup(func() {
-		admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
+		admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
 		admin.Close()
 	})
 	u, err := url.Parse(dsn)
