@@ -12,10 +12,17 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/warren-sandbox/warren/internal/envd"
 )
+
+// The main goroutine keeps the main thread for the life of envd (the Go
+// idiom for that needs init): no other goroutine runs there, so a
+// goroutine that takes a user's identity on its own thread and ends with
+// it never lands on the one thread that cannot end (process.killAs).
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {

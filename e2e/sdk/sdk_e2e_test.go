@@ -5,6 +5,8 @@ package sdke2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
@@ -142,4 +144,46 @@ func BenchmarkCreateFirstCommand(b *testing.B) {
 	sort.Float64s(res.MS)
 	b.ReportMetric(res.MS[len(res.MS)/2], "p50-ms")
 	b.ReportMetric(res.MS[(len(res.MS)*99)/100], "p99-ms")
+}
+
+// TestSDKForkBomb: a fork bomb started through the SDK is ended by its
+// handle's kill and commands.kill(0) resets the default user (bomb.mjs).
+func TestSDKForkBomb(t *testing.T) {
+	e2eserve.Prerequisites(t)
+	s := startServe(t, t.TempDir(), "")
+	out := s.Node(t, "bomb.mjs")
+	if !strings.Contains(out, "OK") {
+		t.Fatalf("bomb.mjs did not finish:\n%s", out)
+	}
+}
+
+// BenchmarkSDKForkBomb measures, through the SDK against warren serve,
+// commands.list, commands.kill and root's commands.run during a fork bomb
+// and the recovery after the bomb's handle.kill() (bomb-bench.mjs: b.N
+// sandboxes, 10 rounds each). It reports p50, p95 and p99 in
+// milliseconds and the calls that failed.
+//
+//	go test -tags e2e -run '^$' -bench SDKForkBomb -benchtime 5x -timeout 60m ./e2e/sdk/
+func BenchmarkSDKForkBomb(b *testing.B) {
+	e2eserve.Prerequisites(b)
+	s := startServe(b, b.TempDir(), "")
+	out := s.Node(b, "bomb-bench.mjs", strconv.Itoa(b.N))
+	var res struct {
+		List, Kill, Root, Recover []float64
+		Failed                    int
+	}
+	if err := json.Unmarshal([]byte(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]), &res); err != nil || len(res.Recover) == 0 {
+		b.Fatalf("bench output %q: %v", out, err)
+	}
+	for _, m := range []struct {
+		name string
+		ms   []float64
+	}{{"list", res.List}, {"kill", res.Kill}, {"root", res.Root}, {"recover", res.Recover}} {
+		sort.Float64s(m.ms)
+		for _, p := range []int{50, 95, 99} {
+			i := max(0, int(math.Ceil(float64(p)/100*float64(len(m.ms))))-1)
+			b.ReportMetric(m.ms[i], fmt.Sprintf("%s-p%d-ms", m.name, p))
+		}
+	}
+	b.ReportMetric(float64(res.Failed), "failed-calls")
 }

@@ -1,5 +1,7 @@
 package runsc
 
+import "os"
+
 // Limits under gVisor: the guest's own limits and the host cgroup's wall
 // above them (docs/configuration.md, "Sandbox limits under gVisor").
 //
@@ -38,6 +40,23 @@ package runsc
 // development host: an idle sandbox charges 19 MiB to its cgroup, each
 // guest process about 0.5 MiB more).
 const MemoryOverheadMB = 64
+
+// OOMReserveMB is the OOM reserve of a sandbox with a memory limit where
+// the sentry's oom_score_adj cannot be lowered (oomreserve_linux.go): more
+// than the runsc binary's pages the sentry maps (about 30 MiB measured).
+const OOMReserveMB = 32
+
+// HostMemoryWall is the memory limit in bytes of the host cgroup of a
+// sandbox with guestMB of guest memory and an OOM reserve of reserveMB:
+// guestMB + MemoryOverheadMB + reserveMB, rounded up to a multiple of 1000
+// pages (the kernel gives a process with oom_score_adj 1000 a bonus of
+// 1000 × ⌊limit in pages / 1000⌋, so a stub's bonus is then the whole
+// limit).
+func HostMemoryWall(guestMB, reserveMB int64) int64 {
+	page := int64(os.Getpagesize())
+	pages := ((guestMB+MemoryOverheadMB+reserveMB)<<20 + page - 1) / page
+	return (pages + 999) / 1000 * 1000 * page
+}
 
 // hostTasksPerProcess is what one guest process costs the host pids
 // cgroup under systrap: the stub process and its thread.

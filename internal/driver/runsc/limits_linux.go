@@ -15,13 +15,13 @@ import (
 const stubOOMScoreAdj = 1000
 
 // setHostWall sets the limits of the sandbox's host cgroup at cgroupsPath
-// once the sandbox runs: pids.max to pids, and memory to guestMB plus
-// MemoryOverheadMB (guestMB 0: no limit set).
-func setHostWall(cgroupsPath string, guestMB, pids int64) error {
+// once the sandbox runs: pids.max to pids, and memory to HostMemoryWall of
+// guestMB and reserveMB (guestMB 0: no limit set).
+func setHostWall(cgroupsPath string, guestMB, pids, reserveMB int64) error {
 	if err := setPidsWall(cgroupsPath, pids); err != nil {
 		return err
 	}
-	return raiseMemoryWall(cgroupsPath, guestMB)
+	return raiseMemoryWall(cgroupsPath, guestMB, reserveMB)
 }
 
 // setPidsWall sets pids.max of the host cgroup at cgroupsPath to pids, if
@@ -44,14 +44,15 @@ func setPidsWall(cgroupsPath string, pids int64) error {
 }
 
 // raiseMemoryWall sets the memory limit of the host cgroup at cgroupsPath
-// to guestMB plus MemoryOverheadMB (v1: memory.limit_in_bytes and, where
-// swap is accounted, memory.memsw.limit_in_bytes, raised in the order the
-// kernel accepts; v2: memory.max). guestMB 0 (no limit) does nothing.
-func raiseMemoryWall(cgroupsPath string, guestMB int64) error {
+// to HostMemoryWall(guestMB, reserveMB) (v1: memory.limit_in_bytes and,
+// where swap is accounted, memory.memsw.limit_in_bytes, raised in the
+// order the kernel accepts; v2: memory.max). guestMB 0 (no limit) does
+// nothing.
+func raiseMemoryWall(cgroupsPath string, guestMB, reserveMB int64) error {
 	if guestMB <= 0 {
 		return nil
 	}
-	val := strconv.FormatInt((guestMB+MemoryOverheadMB)<<20, 10)
+	val := strconv.FormatInt(HostMemoryWall(guestMB, reserveMB), 10)
 	rel := filepath.Clean("/" + cgroupsPath)
 	v1 := filepath.Join(oci.CgroupRoot, "memory", rel)
 	if _, err := os.Stat(filepath.Join(v1, "memory.limit_in_bytes")); err == nil {

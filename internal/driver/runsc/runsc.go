@@ -139,6 +139,11 @@ type Driver struct {
 	// not yet restored (prepare.go).
 	prepMu   sync.Mutex
 	prepared map[string]*start
+
+	// lowerOOM: the driver may lower the sentry's and gofer's
+	// oom_score_adj; otherwise each sandbox with a memory limit gets an
+	// OOM reserve (oomreserve_linux.go).
+	lowerOOM bool
 }
 
 var (
@@ -176,7 +181,33 @@ func New(cfg Config) (*Driver, error) {
 	d.rt, d.cli = rt, rt.CLI()
 	cfg.Path = d.cli.Path
 	d.cfg = cfg
+	d.lowerOOM = canLowerOOMScore()
+	d.log.Debug("sentry protection at the memory wall", "lower_oom_score_adj", d.lowerOOM, "oom_reserve_mb", d.reserveMB(1))
+	for _, f := range orphanReserves(cfg.CgroupRoot) {
+		if err := os.Remove(f); err == nil {
+			d.log.Info("removed the oom reserve of a sandbox that is gone", "path", f)
+		}
+	}
 	return d, nil
+}
+
+// reserveMB is the OOM reserve of a sandbox with guestMB of guest memory
+// (ReserveMB).
+func (d *Driver) reserveMB(guestMB int64) int64 {
+	if d.lowerOOM {
+		return 0
+	}
+	return ReserveMB(guestMB)
+}
+
+// ReserveMB is the OOM reserve the driver gives a sandbox with guestMB of
+// guest memory on this host: OOMReserveMB where the sentry's oom_score_adj
+// cannot be lowered and the sandbox has a memory limit, else 0.
+func ReserveMB(guestMB int64) int64 {
+	if guestMB <= 0 || canLowerOOMScore() {
+		return 0
+	}
+	return OOMReserveMB
 }
 
 // Name implements driver.Driver.
@@ -347,12 +378,25 @@ func (d *Driver) started(p *start, op string) error {
 	}
 	// The guest read its memory size from the cgroup at boot; now the
 	// host wall moves above it (see limits.go).
-	if err := setHostWall(p.b.CgroupsPath, p.spec.Resources.MemoryMB, p.hostPids); err != nil {
+	cg, guestMB := p.b.CgroupsPath, p.spec.Resources.MemoryMB
+	reserve := d.reserveMB(guestMB)
+	if err := setHostWall(cg, guestMB, p.hostPids, reserve); err != nil {
 		return fmt.Errorf("sandbox %q: %w", id, err)
 	}
-	pool, marked, err := markStubs(p.b.CgroupsPath, initExecutable(p.spec))
+	pool, marked, err := markStubs(cg, initExecutable(p.spec))
 	if err != nil {
 		return fmt.Errorf("sandbox %q: %w", id, err)
+	}
+	if d.lowerOOM {
+		if err := protectRuntime(cg); err != nil {
+			return fmt.Errorf("sandbox %q: %w", id, err)
+		}
+	} else if reserve > 0 {
+		// The reserve protects the sandbox from itself only: a sandbox
+		// without one runs, as it did before there were reserves.
+		if err := makeReserve(cg, reserve); err != nil {
+			d.log.Warn("sandbox runs without its oom reserve", "sandbox_id", id, "err", err)
+		}
 	}
 	d.log.Debug("sandbox started", "sandbox_id", id, "op", op, "network", p.network, "stub_pool_pid", pool, "stubs_marked", marked)
 	return nil
@@ -374,6 +418,9 @@ func initExecutable(spec driver.Spec) string {
 func (d *Driver) cleanupFailed(id string, b *oci.Box) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if err := removeReserve(b.CgroupsPath); err != nil {
+		d.log.Warn("after failed start", "sandbox_id", id, "err", err)
+	}
 	if _, err := d.cli.Run(ctx, "delete", "-force", id); err != nil && !d.cli.Absent(ctx, id, err) {
 		d.log.Warn("delete after failed start", "sandbox_id", id, "err", err)
 	}
@@ -508,6 +555,9 @@ func (d *Driver) deleteContainer(ctx context.Context, id string, b *oci.Box) err
 	if b == nil {
 		return nil
 	}
+	if err := removeReserve(b.CgroupsPath); err != nil {
+		return fmt.Errorf("sandbox %q: %w", id, err)
+	}
 	if d.takePrepared(id) != nil {
 		// Never started: no runsc wait watches it.
 		b.Watch.Finish(driver.Exit{Code: -1}, nil)
@@ -574,7 +624,11 @@ func (d *Driver) Resize(ctx context.Context, id string, res sandbox.Resources) e
 	if guestTasks == 0 {
 		guestTasks = d.cfg.DefaultPids
 	}
-	if err := setHostWall(b.CgroupsPath, res.MemoryMB, HostPids(guestTasks)); err != nil {
+	var reserve int64
+	if hasReserve(b.CgroupsPath) {
+		reserve = OOMReserveMB
+	}
+	if err := setHostWall(b.CgroupsPath, res.MemoryMB, HostPids(guestTasks), reserve); err != nil {
 		return fmt.Errorf("sandbox %q: resize: %w", id, err)
 	}
 	return nil
@@ -615,6 +669,9 @@ func (d *Driver) Checkpoint(ctx context.Context, id string, dir string, opts dri
 	}
 	if opts.LeaveRunning {
 		return nil
+	}
+	if err := removeReserve(b.CgroupsPath); err != nil { // a resume makes a new one
+		return fmt.Errorf("sandbox %q: %w", id, err)
 	}
 	if err := d.rt.Index().Put(oci.Record{ID: id, BundleDir: b.BundleDir, CgroupsPath: b.CgroupsPath, Stopped: true}); err != nil {
 		return err

@@ -184,24 +184,32 @@ func (m *Manager) start(o startOptions) (*proc, *subscriber, error) {
 			w = m.startLog.Lines("info", map[string]string{"logger": "start-cmd", "stream": out.name})
 		}
 		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			p.read(out.f, out.wrap, w)
-		}()
+		go p.read(out.f, out.wrap, w, sync.OnceFunc(readers.Done))
 	}
 	go func() {
 		ws := <-waitCh
 		p.finish(ws, &readers)
 		m.log.Debug("process ended", "pid", p.pid, "status", p.end.GetStatus())
-		time.AfterFunc(m.retain, func() {
-			m.mu.Lock()
-			if m.procs[p.pid] == p {
-				delete(m.procs, p.pid)
-			}
-			m.mu.Unlock()
-		})
+		m.forgetLater(p)
 	}()
 	return p, sub, nil
+}
+
+// forgetLater removes the ended process p after the retain time, or
+// later while its group still has members (so that a kill of its pid
+// still reaches them).
+func (m *Manager) forgetLater(p *proc) {
+	time.AfterFunc(m.retain, func() {
+		if p.groupAlive() {
+			m.forgetLater(p)
+			return
+		}
+		m.mu.Lock()
+		if m.procs[p.pid] == p {
+			delete(m.procs, p.pid)
+		}
+		m.mu.Unlock()
+	})
 }
 
 func classifyStartErr(err error) error {

@@ -92,11 +92,15 @@ func (p *proc) publish(ev *pb.ProcessEvent) {
 }
 
 // read copies one output stream into data events until EOF, or until the
-// process has exited and the stream stays silent for drainSilence.
-func (p *proc) read(f *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, keep io.WriteCloser) {
+// process has exited and the stream stays silent for drainSilence; then it
+// calls caughtUp (the end event may go out). Output a PTY's processes
+// write later is lost with the terminal; a pipe is drained until EOF
+// (drainLeft), then closed.
+func (p *proc) read(f *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, keep io.WriteCloser, caughtUp func()) {
 	if keep != nil {
 		defer keep.Close()
 	}
+	defer f.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		if p.exited.Load() {
@@ -112,22 +116,62 @@ func (p *proc) read(f *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, ke
 			p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: wrap(data)}})
 		}
 		if err != nil {
+			caughtUp()
+			if p.pty == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+				drainLeft(f, keep)
+			}
 			return
 		}
 	}
 }
 
+// A command's processes may outlive it, holding its output pipe: a
+// background child, a daemon, a fork bomb's processes (its first one
+// exits at once). Once the command's end event is out, envd keeps reading
+// what they write and drops it (a start command's goes on into the kept
+// log), until all of them have closed the pipe. Were the pipe closed, each
+// would die of SIGPIPE at its next write: a background server at its next
+// log line, and every process of a fork bomb at its first failed fork
+// (bash reports it on stderr), which the bomb's survivors replace as fast
+// as the guest forks, a churn that holds gVisor's task and mapping locks
+// and delays root's commands by seconds (docs/BENCHMARKS.md, "Fork
+// bomb"). The drain reads at most drainChunk every drainPause, so a
+// process that writes without end (`yes &`) waits on a full pipe instead
+// of costing envd a CPU.
+const (
+	drainChunk = 16 << 10
+	drainPause = 50 * time.Millisecond
+)
+
+// drainLeft reads and drops f (a pipe whose command has ended) until EOF,
+// at most drainChunk per drainPause; keep, if set, gets what it reads.
+func drainLeft(f *os.File, keep io.Writer) {
+	_ = f.SetReadDeadline(time.Time{})
+	buf := make([]byte, drainChunk)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 && keep != nil {
+			_, _ = keep.Write(buf[:n])
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) { // finish's, set late
+			_ = f.SetReadDeadline(time.Time{})
+			continue
+		}
+		if err != nil {
+			return
+		}
+		time.Sleep(drainPause)
+	}
+}
+
 // finish records the end event once the exit status is known and the
-// readers have stopped.
+// readers have caught up (each closes its stream itself, see read).
 func (p *proc) finish(ws unix.WaitStatus, readers *sync.WaitGroup) {
 	p.exited.Store(true)
 	for _, f := range p.outs {
 		_ = f.SetReadDeadline(time.Now().Add(drainSilence))
 	}
 	readers.Wait()
-	for _, f := range p.outs {
-		_ = f.Close()
-	}
 	p.closeStdin()
 	end := endEvent(ws)
 	p.mu.Lock()
@@ -200,17 +244,40 @@ func (p *proc) closeStdin() {
 	}
 }
 
-// signal delivers sig to the process's group (the whole tree it started,
-// unless a descendant left the group), falling back to the process alone.
+// signal delivers sig to the process's group: the whole tree it started,
+// unless a descendant left the group, and also after the process itself
+// ended while processes it started live on (a fork bomb's leader exits at
+// once; its processes keep the group). The pid of an ended process names
+// its group only while no process has that pid: the kernel gives no new
+// process the number of a group that still has members, so a live process
+// with the pid means the group is gone and the number was reused.
 func (p *proc) signal(sig unix.Signal) error {
-	err := unix.Kill(-int(p.pid), sig)
-	if errors.Is(err, unix.ESRCH) {
+	ended := p.ended()
+	if ended && unix.Kill(int(p.pid), 0) == nil {
+		return p.notFound()
+	}
+	err := signalGroup(int(p.pid), sig)
+	if errors.Is(err, unix.ESRCH) && !ended {
 		err = unix.Kill(int(p.pid), sig)
 	}
 	if errors.Is(err, unix.ESRCH) {
-		return errdefs.Classf(errdefs.ErrNotFound, "process with pid %d not found", p.pid)
+		return p.notFound()
 	}
 	return err
+}
+
+// groupAlive reports whether the group of the ended process p still has
+// members (see signal).
+func (p *proc) groupAlive() bool {
+	if unix.Kill(int(p.pid), 0) == nil {
+		return false // the number was reused: the group is gone
+	}
+	err := unix.Kill(-int(p.pid), 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+func (p *proc) notFound() error {
+	return errdefs.Classf(errdefs.ErrNotFound, "process with pid %d not found", p.pid)
 }
 
 func (p *proc) resize(size *pb.PTY_Size) error {

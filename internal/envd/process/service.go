@@ -6,12 +6,17 @@
 // never kills its process; only Connect-Timeout-Ms expiring on the Start
 // stream does (as upstream envd). Each pipe process leads its own process
 // group and each PTY process its own session, so a signal reaches the whole
-// tree it started. An ended process stays attachable for a while (Manager's
-// retain) so that a late Connect still receives its end event.
+// tree it started, also once the process itself has ended (a fork bomb's
+// first process exits at once, its processes live on in its group). An
+// ended process stays attachable for a while (Manager's retain), and its
+// pid stays signalable for as long as its group has members, so that a
+// late Connect still receives its end event and a late kill still ends
+// its tree.
 package process
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -194,7 +199,13 @@ func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[
 	return connect.NewResponse(&pb.StreamInputResponse{}), nil
 }
 
-// SendSignal delivers SIGTERM or SIGKILL to a process and its group.
+// SendSignal delivers SIGTERM or SIGKILL to a process's group, also after
+// the process itself ended while the group lives on (proc.signal). Pid 0
+// names no process but every process of the request's user (the default
+// user when the request names none): the way to reset a sandbox whose
+// user's processes got out of hand, a fork bomb's included
+// (docs/configuration.md). It answers not found when nothing was left to
+// signal.
 func (s *Service) SendSignal(_ context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
 	var sig unix.Signal
 	switch req.Msg.GetSignal() {
@@ -205,7 +216,13 @@ func (s *Service) SendSignal(_ context.Context, req *connect.Request[pb.SendSign
 	default:
 		return nil, errconnect.From(errdefs.Classf(errdefs.ErrInvalid, "signal %v", req.Msg.GetSignal()))
 	}
-	p, err := s.live(req.Msg.GetProcess())
+	if sel, ok := req.Msg.GetProcess().GetSelector().(*pb.ProcessSelector_Pid); ok && sel.Pid == 0 {
+		if err := s.signalUser(req.Header(), sig); err != nil {
+			return nil, errconnect.From(err)
+		}
+		return connect.NewResponse(&pb.SendSignalResponse{}), nil
+	}
+	p, err := s.mgr.selectProc(req.Msg.GetProcess())
 	if err != nil {
 		return nil, errconnect.From(err)
 	}
@@ -213,6 +230,22 @@ func (s *Service) SendSignal(_ context.Context, req *connect.Request[pb.SendSign
 		return nil, errconnect.From(err)
 	}
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
+}
+
+// signalUser sends sig to every process of the request's user.
+func (s *Service) signalUser(h http.Header, sig unix.Signal) error {
+	u, err := s.auth.User(auth.BasicUser(h))
+	if err != nil {
+		return err
+	}
+	err = signalUser(u.UID, sig)
+	if errors.Is(err, unix.ESRCH) {
+		return errdefs.Classf(errdefs.ErrNotFound, "no process of user %q to signal", u.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("signal the processes of user %q: %w", u.Name, err)
+	}
+	return nil
 }
 
 // CloseStdin closes a pipe process's stdin.

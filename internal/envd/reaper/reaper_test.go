@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,4 +111,88 @@ func zombies(t *testing.T) []int {
 		}
 	}
 	return out
+}
+
+// orphanStream is a fake wait4 of a PID 1 under a fork bomb: wait4(-1)
+// hands out orphans without end (until stop), in the kernel's order, in
+// which the waited children come last (gVisor's is random, so they may);
+// wait4(pid) reaps a child that has exited.
+type orphanStream struct {
+	mu     sync.Mutex
+	exited map[int]unix.WaitStatus
+	next   int
+	stop   atomic.Bool
+}
+
+func (o *orphanStream) wait(pid int, ws *unix.WaitStatus, _ int) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if pid > 0 {
+		st, ok := o.exited[pid]
+		if !ok {
+			return 0, nil
+		}
+		delete(o.exited, pid)
+		*ws = st
+		return pid, nil
+	}
+	if o.stop.Load() {
+		for p, st := range o.exited {
+			delete(o.exited, p)
+			*ws = st
+			return p, nil
+		}
+		return 0, nil
+	}
+	o.next++
+	return 100000 + o.next, nil
+}
+
+// TestReaperUnderOrphanStream: while orphans keep coming (a fork bomb's),
+// a waited child's status arrives and a new Spawn goes through. Reaping
+// the stream first under one lock held all along starves both.
+func TestReaperUnderOrphanStream(t *testing.T) {
+	t.Parallel()
+	o := &orphanStream{exited: map[int]unix.WaitStatus{}}
+	r := New(testenv.Logger(t))
+	r.wait = o.wait
+	var orphans atomic.Int64
+	r.reaped = func(int) { orphans.Add(1) }
+	defer o.stop.Store(true)
+	ch, err := r.Spawn(func() (int, error) { return 42, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	o.mu.Lock()
+	o.exited[42] = unix.WaitStatus(3 << 8) // exit status 3
+	o.mu.Unlock()
+	_ = unix.Kill(os.Getpid(), unix.SIGCHLD) // wake the reaper
+
+	select {
+	case ws := <-ch:
+		if ws.ExitStatus() != 3 {
+			t.Fatalf("status %v, want exit 3", ws)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no status for the waited child after %d orphans", orphans.Load())
+	}
+	spawned := make(chan error, 1)
+	go func() {
+		_, err := r.Spawn(func() (int, error) { return 43, nil })
+		spawned <- err
+	}()
+	select {
+	case err := <-spawned:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Spawn blocked by the orphan stream")
+	}
+	if orphans.Load() == 0 {
+		t.Fatal("no orphan reaped")
+	}
 }

@@ -3,6 +3,7 @@ package nodeinteg
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -68,7 +69,7 @@ func tryRunAs(sb *nodeapi.Sandbox, token, user, cmd string) (string, int, error)
 
 // abuseSandbox creates a sandbox with res (zero fields: the test
 // defaults, 512 MiB) and kills it at the end.
-func abuseSandbox(t *testing.T, h *host, a *node.Agent, prefix string, res sandbox.Resources) (*nodeapi.Sandbox, string) {
+func abuseSandbox(t testing.TB, h *host, a *node.Agent, prefix string, res sandbox.Resources) (*nodeapi.Sandbox, string) {
 	t.Helper()
 	id := prefix + sandbox.NewID()[:10]
 	req := h.createReq(id)
@@ -291,31 +292,46 @@ for i in $(seq 40); do python3 -c "$child" & done; wait`
 
 // releasePressure lets the processes of restoredPressure in the
 // sandbox sb allocate, waits until none is left and checks that some were
-// killed and sb answers. Each look is a command of its own: one that
-// runs while the host kills stubs may be killed too (exit 137), or not
-// start at all (envd's fork refused for memory), and is asked again.
+// killed and sb answers.
 func releasePressure(t *testing.T, a *node.Agent, sb *nodeapi.Sandbox, tok string) {
 	t.Helper()
-	if _, code := runAs(t, sb, tok, "user", "touch /tmp/go"); code != 0 {
-		t.Fatalf("touch /tmp/go: exit %d", code)
+	done, err := pressureOutcome(t, a, sb, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d of 40 processes killed", 40-done)
+	if done == 40 {
+		t.Errorf("memory pressure: no process killed; want some of the 40")
+	}
+	assertAlive(t, a, sb, tok)
+}
+
+// pressureOutcome lets the processes of restoredPressure in the sandbox
+// sb allocate and waits until none is left; it returns how many lived to
+// the end, or an error when the pressure killed the sandbox itself (the
+// sentry chosen by the OOM killer) or the processes never ended. Each
+// look is a command of its own: one that runs while the host kills stubs
+// may be killed too (exit 137), or not start at all (envd's fork refused
+// for memory), and is asked again.
+func pressureOutcome(t testing.TB, a *node.Agent, sb *nodeapi.Sandbox, tok string) (int, error) {
+	t.Helper()
+	if _, code, err := tryRunAs(sb, tok, "user", "touch /tmp/go"); err != nil || code != 0 {
+		return 0, fmt.Errorf("touch /tmp/go: exit %d, %v", code, err)
 	}
 	for range 300 {
-		// A sandbox that died under the pressure (the sentry chosen by
-		// the OOM killer) answers no look: say so at once instead of
-		// asking 300 times.
+		// A sandbox that died under the pressure answers no look: say
+		// so at once instead of asking 300 times.
 		if cur, err := a.Get(context.Background(), sb.ID); err != nil || cur.State != sandbox.StateRunning {
 			var state sandbox.State
 			if cur != nil {
 				state = cur.State
 			}
-			t.Fatalf("memory pressure killed the sandbox itself (state %q, %v), not only its processes", state, err)
+			return 0, fmt.Errorf("memory pressure killed the sandbox itself (state %q, %v), not only its processes", state, err)
 		}
 		out, code, err := tryRunAs(sb, tok, "user", "pgrep -c python3; ls /tmp/done | wc -l")
 		if err != nil {
 			// Under the pressure envd's fork of the look may fail
-			// (ENOMEM): ask again; assertAlive below holds the sandbox
-			// to answering once it is over.
-			t.Logf("look refused under pressure: %v", err)
+			// (ENOMEM inside the guest): ask again.
 			time.Sleep(time.Second)
 			continue
 		}
@@ -325,14 +341,12 @@ func releasePressure(t *testing.T, a *node.Agent, sb *nodeapi.Sandbox, tok strin
 			continue
 		}
 		done, _ := strconv.Atoi(f[1])
-		t.Logf("%d of 40 processes killed", 40-done)
-		if done == 40 {
-			t.Errorf("memory pressure: no process killed; want some of the 40")
+		if out, code, err := tryRunAs(sb, tok, "user", "echo alive"); err != nil || code != 0 || strings.TrimSpace(out) != "alive" {
+			return done, fmt.Errorf("after the pressure: %q exit %d, %v", out, code, err)
 		}
-		assertAlive(t, a, sb, tok)
-		return
+		return done, nil
 	}
-	t.Fatal("memory pressure: processes still running after 300 looks")
+	return 0, errors.New("memory pressure: processes still running after 300 looks")
 }
 
 // TestRunawayAllocation: one process that allocates without end is killed

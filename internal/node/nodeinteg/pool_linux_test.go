@@ -123,8 +123,8 @@ func TestWarmPoolClaimResizesRunsc(t *testing.T) {
 		if got, want := read("pids", "pids.max"), strconv.FormatInt(runsc.HostPids(64), 10); got != want {
 			t.Errorf("%s: pids.max %s, want %s (the wall for 64 tasks a user)", when, got, want)
 		}
-		if got, want := read("memory", "memory.limit_in_bytes"), strconv.FormatInt((1024+runsc.MemoryOverheadMB)<<20, 10); got != want {
-			t.Errorf("%s: memory.limit_in_bytes %s, want %s (1 GiB + overhead)", when, got, want)
+		if got, want := read("memory", "memory.limit_in_bytes"), strconv.FormatInt(runsc.HostMemoryWall(1024, runsc.ReserveMB(1024)), 10); got != want {
+			t.Errorf("%s: memory.limit_in_bytes %s, want %s (1 GiB + overhead + oom reserve)", when, got, want)
 		}
 	}
 	const look = "ulimit -u; df -BM --output=size /tmp | tail -1; nproc; free -m | awk '/^Mem:/{print $2}'"
