@@ -91,7 +91,7 @@ func TestTemplateSnapshotTravels(t *testing.T) {
 	if err := a1.Snapshot(ctx, tmpl, "test -s /tmp/mem", dir); err != nil {
 		t.Fatal(err)
 	}
-	defer a1.DeleteSnapshot(context.Background(), dir) //nolint:errcheck
+	defer a1.DeleteSnapshot(context.Background(), dir)
 	for _, f := range []string{nodeapi.SnapshotLayerTar, nodeapi.SnapshotMetaFile, "checkpoint.img"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Fatalf("the snapshot has no %s: %v", f, err)
