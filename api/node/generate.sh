@@ -11,4 +11,4 @@ bindir=$(mktemp -d); trap 'rm -rf "$bindir"' EXIT
 PATH="$bindir:$PATH" protoc -I . -I /usr/include \
   --go_out=. --go_opt=paths=source_relative \
   --connect-go_out=. --connect-go_opt=paths=source_relative \
-  node.proto
+  node.proto build.proto

@@ -3,11 +3,9 @@
 // NodeService is what the control plane asks of a node agent. It mirrors
 // the Go interface nodeapi.Service and its optional parts
 // (internal/nodeapi); the server (internal/node/noderpc) and the client
-// (internal/node/nodeclient) translate between the two. BuildService is
-// what the control plane asks of a node's template builds, and the
-// artifact streams nodes pull from each other; ControlPlaneService what a
-// node asks of the control plane (internal/nodebuild serves and calls
-// both). Errors carry Connect codes mapped from Warren's error classes
+// (internal/node/nodeclient) translate between the two. BuildService and
+// ControlPlaneService, the build wire, are in build.proto. Errors carry
+// Connect codes mapped from Warren's error classes
 // (internal/errdefs/errconnect: not_found, already_exists,
 // invalid_argument, failed_precondition for conflicts,
 // resource_exhausted, unavailable, unimplemented, unauthenticated,
@@ -36,58 +34,6 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
-
-// ArtifactKind names one of a build's artifacts.
-type ArtifactKind int32
-
-const (
-	ArtifactKind_ARTIFACT_KIND_UNSPECIFIED ArtifactKind = 0
-	// The root filesystem's tar.
-	ArtifactKind_ARTIFACT_KIND_ROOTFS ArtifactKind = 1
-	// The snapshot on ready's tar (a sandbox snapshot's snapshot too).
-	ArtifactKind_ARTIFACT_KIND_SNAPSHOT ArtifactKind = 2
-)
-
-// Enum value maps for ArtifactKind.
-var (
-	ArtifactKind_name = map[int32]string{
-		0: "ARTIFACT_KIND_UNSPECIFIED",
-		1: "ARTIFACT_KIND_ROOTFS",
-		2: "ARTIFACT_KIND_SNAPSHOT",
-	}
-	ArtifactKind_value = map[string]int32{
-		"ARTIFACT_KIND_UNSPECIFIED": 0,
-		"ARTIFACT_KIND_ROOTFS":      1,
-		"ARTIFACT_KIND_SNAPSHOT":    2,
-	}
-)
-
-func (x ArtifactKind) Enum() *ArtifactKind {
-	p := new(ArtifactKind)
-	*p = x
-	return p
-}
-
-func (x ArtifactKind) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (ArtifactKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_node_proto_enumTypes[0].Descriptor()
-}
-
-func (ArtifactKind) Type() protoreflect.EnumType {
-	return &file_node_proto_enumTypes[0]
-}
-
-func (x ArtifactKind) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use ArtifactKind.Descriptor instead.
-func (ArtifactKind) EnumDescriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{0}
-}
 
 // VolumeMount asks for a volume at path in a sandbox.
 type VolumeMount struct {
@@ -4479,1779 +4425,6 @@ func (x *EgressLogResponse) GetEntries() []*EgressEntry {
 	return nil
 }
 
-// PublicMessage is an error detail of the build wire: the message a
-// client may be told of the error (errdefs.Message), apart from the
-// error's own text, which is for the peer's log.
-type PublicMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Message       string                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PublicMessage) Reset() {
-	*x = PublicMessage{}
-	mi := &file_node_proto_msgTypes[74]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PublicMessage) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PublicMessage) ProtoMessage() {}
-
-func (x *PublicMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[74]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PublicMessage.ProtoReflect.Descriptor instead.
-func (*PublicMessage) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{74}
-}
-
-func (x *PublicMessage) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-// CatalogTag points a tag of a template at a build.
-type CatalogTag struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BuildId       string                 `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CatalogTag) Reset() {
-	*x = CatalogTag{}
-	mi := &file_node_proto_msgTypes[75]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CatalogTag) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CatalogTag) ProtoMessage() {}
-
-func (x *CatalogTag) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[75]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CatalogTag.ProtoReflect.Descriptor instead.
-func (*CatalogTag) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{75}
-}
-
-func (x *CatalogTag) GetBuildId() string {
-	if x != nil {
-		return x.BuildId
-	}
-	return ""
-}
-
-func (x *CatalogTag) GetCreatedAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.CreatedAt
-	}
-	return nil
-}
-
-// CatalogTemplate is a template of the control plane's catalog as a node
-// mirrors it: no alias (a node resolves builds by ID).
-type CatalogTemplate struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	TeamId string                 `protobuf:"bytes,2,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
-	Public bool                   `protobuf:"varint,3,opt,name=public,proto3" json:"public,omitempty"`
-	// tags tell a node's sync whether its copy of a build is superseded.
-	Tags          map[string]*CatalogTag `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	CpuCount      int32                  `protobuf:"varint,5,opt,name=cpu_count,json=cpuCount,proto3" json:"cpu_count,omitempty"`
-	MemoryMb      int64                  `protobuf:"varint,6,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
-	DiskMb        int64                  `protobuf:"varint,7,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CatalogTemplate) Reset() {
-	*x = CatalogTemplate{}
-	mi := &file_node_proto_msgTypes[76]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CatalogTemplate) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CatalogTemplate) ProtoMessage() {}
-
-func (x *CatalogTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[76]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CatalogTemplate.ProtoReflect.Descriptor instead.
-func (*CatalogTemplate) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{76}
-}
-
-func (x *CatalogTemplate) GetId() string {
-	if x != nil {
-		return x.Id
-	}
-	return ""
-}
-
-func (x *CatalogTemplate) GetTeamId() string {
-	if x != nil {
-		return x.TeamId
-	}
-	return ""
-}
-
-func (x *CatalogTemplate) GetPublic() bool {
-	if x != nil {
-		return x.Public
-	}
-	return false
-}
-
-func (x *CatalogTemplate) GetTags() map[string]*CatalogTag {
-	if x != nil {
-		return x.Tags
-	}
-	return nil
-}
-
-func (x *CatalogTemplate) GetCpuCount() int32 {
-	if x != nil {
-		return x.CpuCount
-	}
-	return 0
-}
-
-func (x *CatalogTemplate) GetMemoryMb() int64 {
-	if x != nil {
-		return x.MemoryMb
-	}
-	return 0
-}
-
-func (x *CatalogTemplate) GetDiskMb() int64 {
-	if x != nil {
-		return x.DiskMb
-	}
-	return 0
-}
-
-// SandboxSnapshotOrigin marks a sandbox snapshot's build: a node that
-// pulls it restores it, never starts it cold. volume_paths are where the
-// sandbox mounted volumes (paths inside the sandbox).
-type SandboxSnapshotOrigin struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	TeamId        string                 `protobuf:"bytes,2,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	VolumePaths   []string               `protobuf:"bytes,4,rep,name=volume_paths,json=volumePaths,proto3" json:"volume_paths,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SandboxSnapshotOrigin) Reset() {
-	*x = SandboxSnapshotOrigin{}
-	mi := &file_node_proto_msgTypes[77]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SandboxSnapshotOrigin) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SandboxSnapshotOrigin) ProtoMessage() {}
-
-func (x *SandboxSnapshotOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[77]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SandboxSnapshotOrigin.ProtoReflect.Descriptor instead.
-func (*SandboxSnapshotOrigin) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{77}
-}
-
-func (x *SandboxSnapshotOrigin) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *SandboxSnapshotOrigin) GetTeamId() string {
-	if x != nil {
-		return x.TeamId
-	}
-	return ""
-}
-
-func (x *SandboxSnapshotOrigin) GetCreatedAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.CreatedAt
-	}
-	return nil
-}
-
-func (x *SandboxSnapshotOrigin) GetVolumePaths() []string {
-	if x != nil {
-		return x.VolumePaths
-	}
-	return nil
-}
-
-// BuildReason is why a build failed, and the step it failed at.
-type BuildReason struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Message       string                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
-	Step          string                 `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BuildReason) Reset() {
-	*x = BuildReason{}
-	mi := &file_node_proto_msgTypes[78]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BuildReason) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BuildReason) ProtoMessage() {}
-
-func (x *BuildReason) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[78]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BuildReason.ProtoReflect.Descriptor instead.
-func (*BuildReason) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{78}
-}
-
-func (x *BuildReason) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-func (x *BuildReason) GetStep() string {
-	if x != nil {
-		return x.Step
-	}
-	return ""
-}
-
-// CatalogBuild is a build on the wire: its state, what a sandbox of it is
-// started with and its artifacts' digests; neither its files' paths nor
-// the node it runs on.
-type CatalogBuild struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	TemplateId string                 `protobuf:"bytes,2,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
-	// status is waiting, building, ready or error.
-	Status   string            `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	Tags     []string          `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
-	Env      map[string]string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	User     string            `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
-	Workdir  string            `protobuf:"bytes,7,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	StartCmd string            `protobuf:"bytes,8,opt,name=start_cmd,json=startCmd,proto3" json:"start_cmd,omitempty"`
-	ReadyCmd string            `protobuf:"bytes,9,opt,name=ready_cmd,json=readyCmd,proto3" json:"ready_cmd,omitempty"`
-	CpuCount int32             `protobuf:"varint,10,opt,name=cpu_count,json=cpuCount,proto3" json:"cpu_count,omitempty"`
-	MemoryMb int64             `protobuf:"varint,11,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
-	DiskMb   int64             `protobuf:"varint,12,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
-	// rootfs is the root filesystem's artifact; snapshot and snapshot_host
-	// the snapshot on ready's (unset when it has none that travels).
-	Rootfs       *Artifact     `protobuf:"bytes,13,opt,name=rootfs,proto3" json:"rootfs,omitempty"`
-	Snapshot     *Artifact     `protobuf:"bytes,14,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	SnapshotHost *SnapshotHost `protobuf:"bytes,15,opt,name=snapshot_host,json=snapshotHost,proto3" json:"snapshot_host,omitempty"`
-	EnvdVersion  string        `protobuf:"bytes,16,opt,name=envd_version,json=envdVersion,proto3" json:"envd_version,omitempty"`
-	// disk_bytes is the disk the build took on its node (its team's
-	// template storage).
-	DiskBytes       int64                  `protobuf:"varint,17,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
-	SandboxSnapshot *SandboxSnapshotOrigin `protobuf:"bytes,18,opt,name=sandbox_snapshot,json=sandboxSnapshot,proto3" json:"sandbox_snapshot,omitempty"`
-	Reason          *BuildReason           `protobuf:"bytes,19,opt,name=reason,proto3" json:"reason,omitempty"`
-	CreatedAt       *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	FinishedAt      *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
-}
-
-func (x *CatalogBuild) Reset() {
-	*x = CatalogBuild{}
-	mi := &file_node_proto_msgTypes[79]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CatalogBuild) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CatalogBuild) ProtoMessage() {}
-
-func (x *CatalogBuild) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[79]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CatalogBuild.ProtoReflect.Descriptor instead.
-func (*CatalogBuild) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{79}
-}
-
-func (x *CatalogBuild) GetId() string {
-	if x != nil {
-		return x.Id
-	}
-	return ""
-}
-
-func (x *CatalogBuild) GetTemplateId() string {
-	if x != nil {
-		return x.TemplateId
-	}
-	return ""
-}
-
-func (x *CatalogBuild) GetStatus() string {
-	if x != nil {
-		return x.Status
-	}
-	return ""
-}
-
-func (x *CatalogBuild) GetTags() []string {
-	if x != nil {
-		return x.Tags
-	}
-	return nil
-}
-
-func (x *CatalogBuild) GetEnv() map[string]string {
-	if x != nil {
-		return x.Env
-	}
-	return nil
-}
-
-func (x *CatalogBuild) GetUser() string {
-	if x != nil {
-		return x.User
-	}
-	return ""
-}
-
-func (x *CatalogBuild) GetWorkdir() string {
-	if x != nil {
-		return x.Workdir
-	}
-	return ""
-}
-
-func (x *CatalogBuild) GetStartCmd() string {
-	if x != nil {
-		return x.StartCmd
-	}
-	return ""
-}
-
-func (x *CatalogBuild) GetReadyCmd() string {
-	if x != nil {
-		return x.ReadyCmd
-	}
-	return ""
-}
-
-func (x *CatalogBuild) GetCpuCount() int32 {
-	if x != nil {
-		return x.CpuCount
-	}
-	return 0
-}
-
-func (x *CatalogBuild) GetMemoryMb() int64 {
-	if x != nil {
-		return x.MemoryMb
-	}
-	return 0
-}
-
-func (x *CatalogBuild) GetDiskMb() int64 {
-	if x != nil {
-		return x.DiskMb
-	}
-	return 0
-}
-
-func (x *CatalogBuild) GetRootfs() *Artifact {
-	if x != nil {
-		return x.Rootfs
-	}
-	return nil
-}
-
-func (x *CatalogBuild) GetSnapshot() *Artifact {
-	if x != nil {
-		return x.Snapshot
-	}
-	return nil
-}
-
-func (x *CatalogBuild) GetSnapshotHost() *SnapshotHost {
-	if x != nil {
-		return x.SnapshotHost
-	}
-	return nil
-}
-
-func (x *CatalogBuild) GetEnvdVersion() string {
-	if x != nil {
-		return x.EnvdVersion
-	}
-	return ""
-}
-
-func (x *CatalogBuild) GetDiskBytes() int64 {
-	if x != nil {
-		return x.DiskBytes
-	}
-	return 0
-}
-
-func (x *CatalogBuild) GetSandboxSnapshot() *SandboxSnapshotOrigin {
-	if x != nil {
-		return x.SandboxSnapshot
-	}
-	return nil
-}
-
-func (x *CatalogBuild) GetReason() *BuildReason {
-	if x != nil {
-		return x.Reason
-	}
-	return nil
-}
-
-func (x *CatalogBuild) GetCreatedAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.CreatedAt
-	}
-	return nil
-}
-
-func (x *CatalogBuild) GetFinishedAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.FinishedAt
-	}
-	return nil
-}
-
-// BuildStep is one step of a build (builder.Step).
-type BuildStep struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Type  string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	Args  []string               `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
-	Force bool                   `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
-	// files_hash names an uploaded build context (PutFiles), never a
-	// directory.
-	FilesHash     string `protobuf:"bytes,4,opt,name=files_hash,json=filesHash,proto3" json:"files_hash,omitempty"`
-	Expand        bool   `protobuf:"varint,5,opt,name=expand,proto3" json:"expand,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BuildStep) Reset() {
-	*x = BuildStep{}
-	mi := &file_node_proto_msgTypes[80]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BuildStep) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BuildStep) ProtoMessage() {}
-
-func (x *BuildStep) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[80]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BuildStep.ProtoReflect.Descriptor instead.
-func (*BuildStep) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{80}
-}
-
-func (x *BuildStep) GetType() string {
-	if x != nil {
-		return x.Type
-	}
-	return ""
-}
-
-func (x *BuildStep) GetArgs() []string {
-	if x != nil {
-		return x.Args
-	}
-	return nil
-}
-
-func (x *BuildStep) GetForce() bool {
-	if x != nil {
-		return x.Force
-	}
-	return false
-}
-
-func (x *BuildStep) GetFilesHash() string {
-	if x != nil {
-		return x.FilesHash
-	}
-	return ""
-}
-
-func (x *BuildStep) GetExpand() bool {
-	if x != nil {
-		return x.Expand
-	}
-	return false
-}
-
-// TeamBuildLimits are the build's team's share of the node's build
-// service: its build slots and its template storage.
-type TeamBuildLimits struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Builds        int32                  `protobuf:"varint,1,opt,name=builds,proto3" json:"builds,omitempty"`
-	StorageMb     int64                  `protobuf:"varint,2,opt,name=storage_mb,json=storageMb,proto3" json:"storage_mb,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TeamBuildLimits) Reset() {
-	*x = TeamBuildLimits{}
-	mi := &file_node_proto_msgTypes[81]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TeamBuildLimits) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TeamBuildLimits) ProtoMessage() {}
-
-func (x *TeamBuildLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[81]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TeamBuildLimits.ProtoReflect.Descriptor instead.
-func (*TeamBuildLimits) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{81}
-}
-
-func (x *TeamBuildLimits) GetBuilds() int32 {
-	if x != nil {
-		return x.Builds
-	}
-	return 0
-}
-
-func (x *TeamBuildLimits) GetStorageMb() int64 {
-	if x != nil {
-		return x.StorageMb
-	}
-	return 0
-}
-
-// BuildSpec is what to build (builder.Spec without the registry
-// credentials, which travel apart in StartBuildRequest.registry_auth).
-type BuildSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FromImage     string                 `protobuf:"bytes,1,opt,name=from_image,json=fromImage,proto3" json:"from_image,omitempty"`
-	FromTemplate  string                 `protobuf:"bytes,2,opt,name=from_template,json=fromTemplate,proto3" json:"from_template,omitempty"`
-	Steps         []*BuildStep           `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
-	StartCmd      string                 `protobuf:"bytes,4,opt,name=start_cmd,json=startCmd,proto3" json:"start_cmd,omitempty"`
-	ReadyCmd      string                 `protobuf:"bytes,5,opt,name=ready_cmd,json=readyCmd,proto3" json:"ready_cmd,omitempty"`
-	Force         bool                   `protobuf:"varint,6,opt,name=force,proto3" json:"force,omitempty"`
-	Team          *TeamBuildLimits       `protobuf:"bytes,7,opt,name=team,proto3" json:"team,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BuildSpec) Reset() {
-	*x = BuildSpec{}
-	mi := &file_node_proto_msgTypes[82]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BuildSpec) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BuildSpec) ProtoMessage() {}
-
-func (x *BuildSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[82]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BuildSpec.ProtoReflect.Descriptor instead.
-func (*BuildSpec) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{82}
-}
-
-func (x *BuildSpec) GetFromImage() string {
-	if x != nil {
-		return x.FromImage
-	}
-	return ""
-}
-
-func (x *BuildSpec) GetFromTemplate() string {
-	if x != nil {
-		return x.FromTemplate
-	}
-	return ""
-}
-
-func (x *BuildSpec) GetSteps() []*BuildStep {
-	if x != nil {
-		return x.Steps
-	}
-	return nil
-}
-
-func (x *BuildSpec) GetStartCmd() string {
-	if x != nil {
-		return x.StartCmd
-	}
-	return ""
-}
-
-func (x *BuildSpec) GetReadyCmd() string {
-	if x != nil {
-		return x.ReadyCmd
-	}
-	return ""
-}
-
-func (x *BuildSpec) GetForce() bool {
-	if x != nil {
-		return x.Force
-	}
-	return false
-}
-
-func (x *BuildSpec) GetTeam() *TeamBuildLimits {
-	if x != nil {
-		return x.Team
-	}
-	return nil
-}
-
-// ECRAuth is an AWS key the node exchanges for a token at the region's
-// ECR.
-type ECRAuth struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	AccessKeyId     string                 `protobuf:"bytes,1,opt,name=access_key_id,json=accessKeyId,proto3" json:"access_key_id,omitempty"`
-	SecretAccessKey string                 `protobuf:"bytes,2,opt,name=secret_access_key,json=secretAccessKey,proto3" json:"secret_access_key,omitempty"`
-	SessionToken    string                 `protobuf:"bytes,3,opt,name=session_token,json=sessionToken,proto3" json:"session_token,omitempty"`
-	Region          string                 `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
-}
-
-func (x *ECRAuth) Reset() {
-	*x = ECRAuth{}
-	mi := &file_node_proto_msgTypes[83]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ECRAuth) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ECRAuth) ProtoMessage() {}
-
-func (x *ECRAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[83]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ECRAuth.ProtoReflect.Descriptor instead.
-func (*ECRAuth) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{83}
-}
-
-func (x *ECRAuth) GetAccessKeyId() string {
-	if x != nil {
-		return x.AccessKeyId
-	}
-	return ""
-}
-
-func (x *ECRAuth) GetSecretAccessKey() string {
-	if x != nil {
-		return x.SecretAccessKey
-	}
-	return ""
-}
-
-func (x *ECRAuth) GetSessionToken() string {
-	if x != nil {
-		return x.SessionToken
-	}
-	return ""
-}
-
-func (x *ECRAuth) GetRegion() string {
-	if x != nil {
-		return x.Region
-	}
-	return ""
-}
-
-// RegistryAuth is the credentials of a private base image's registry,
-// for one build only.
-type RegistryAuth struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Username      string                 `protobuf:"bytes,1,opt,name=username,proto3" json:"username,omitempty"`
-	Password      string                 `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
-	Ecr           *ECRAuth               `protobuf:"bytes,3,opt,name=ecr,proto3" json:"ecr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RegistryAuth) Reset() {
-	*x = RegistryAuth{}
-	mi := &file_node_proto_msgTypes[84]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RegistryAuth) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RegistryAuth) ProtoMessage() {}
-
-func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[84]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RegistryAuth.ProtoReflect.Descriptor instead.
-func (*RegistryAuth) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{84}
-}
-
-func (x *RegistryAuth) GetUsername() string {
-	if x != nil {
-		return x.Username
-	}
-	return ""
-}
-
-func (x *RegistryAuth) GetPassword() string {
-	if x != nil {
-		return x.Password
-	}
-	return ""
-}
-
-func (x *RegistryAuth) GetEcr() *ECRAuth {
-	if x != nil {
-		return x.Ecr
-	}
-	return nil
-}
-
-// BuildHolder is a node that holds a build's artifacts: the base URL of
-// its RPC listener and the pull grant it takes for this build from the
-// node that asked.
-type BuildHolder struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
-	Grant         string                 `protobuf:"bytes,2,opt,name=grant,proto3" json:"grant,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BuildHolder) Reset() {
-	*x = BuildHolder{}
-	mi := &file_node_proto_msgTypes[85]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BuildHolder) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BuildHolder) ProtoMessage() {}
-
-func (x *BuildHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[85]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BuildHolder.ProtoReflect.Descriptor instead.
-func (*BuildHolder) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{85}
-}
-
-func (x *BuildHolder) GetAddress() string {
-	if x != nil {
-		return x.Address
-	}
-	return ""
-}
-
-func (x *BuildHolder) GetGrant() string {
-	if x != nil {
-		return x.Grant
-	}
-	return ""
-}
-
-// BuildSource is where a node that lacks a build gets it: the control
-// plane's view of the build and its template, and the nodes that hold
-// its artifacts. For a build the asking node only holds, template, build
-// and holders are unset: current tells whether a tag points at the build,
-// superseded whether it is untagged while a tag points at a build
-// finished after it.
-type BuildSource struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Template      *CatalogTemplate       `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
-	Build         *CatalogBuild          `protobuf:"bytes,2,opt,name=build,proto3" json:"build,omitempty"`
-	Holders       []*BuildHolder         `protobuf:"bytes,3,rep,name=holders,proto3" json:"holders,omitempty"`
-	Current       bool                   `protobuf:"varint,4,opt,name=current,proto3" json:"current,omitempty"`
-	Superseded    bool                   `protobuf:"varint,5,opt,name=superseded,proto3" json:"superseded,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BuildSource) Reset() {
-	*x = BuildSource{}
-	mi := &file_node_proto_msgTypes[86]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BuildSource) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BuildSource) ProtoMessage() {}
-
-func (x *BuildSource) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[86]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BuildSource.ProtoReflect.Descriptor instead.
-func (*BuildSource) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{86}
-}
-
-func (x *BuildSource) GetTemplate() *CatalogTemplate {
-	if x != nil {
-		return x.Template
-	}
-	return nil
-}
-
-func (x *BuildSource) GetBuild() *CatalogBuild {
-	if x != nil {
-		return x.Build
-	}
-	return nil
-}
-
-func (x *BuildSource) GetHolders() []*BuildHolder {
-	if x != nil {
-		return x.Holders
-	}
-	return nil
-}
-
-func (x *BuildSource) GetCurrent() bool {
-	if x != nil {
-		return x.Current
-	}
-	return false
-}
-
-func (x *BuildSource) GetSuperseded() bool {
-	if x != nil {
-		return x.Superseded
-	}
-	return false
-}
-
-// ParentBuild is the build of the catalog a build FROM a team's template
-// starts from (resolved by the control plane for the build's team), with
-// where the building node can pull it should it lack it.
-type ParentBuild struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TemplateId    string                 `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
-	BuildId       string                 `protobuf:"bytes,2,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	Source        *BuildSource           `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ParentBuild) Reset() {
-	*x = ParentBuild{}
-	mi := &file_node_proto_msgTypes[87]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ParentBuild) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ParentBuild) ProtoMessage() {}
-
-func (x *ParentBuild) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[87]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ParentBuild.ProtoReflect.Descriptor instead.
-func (*ParentBuild) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{87}
-}
-
-func (x *ParentBuild) GetTemplateId() string {
-	if x != nil {
-		return x.TemplateId
-	}
-	return ""
-}
-
-func (x *ParentBuild) GetBuildId() string {
-	if x != nil {
-		return x.BuildId
-	}
-	return ""
-}
-
-func (x *ParentBuild) GetSource() *BuildSource {
-	if x != nil {
-		return x.Source
-	}
-	return nil
-}
-
-type StartBuildRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Template *CatalogTemplate       `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
-	// build is the waiting build to run.
-	Build         *CatalogBuild `protobuf:"bytes,2,opt,name=build,proto3" json:"build,omitempty"`
-	Spec          *BuildSpec    `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
-	RegistryAuth  *RegistryAuth `protobuf:"bytes,4,opt,name=registry_auth,json=registryAuth,proto3" json:"registry_auth,omitempty"`
-	From          *ParentBuild  `protobuf:"bytes,5,opt,name=from,proto3" json:"from,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *StartBuildRequest) Reset() {
-	*x = StartBuildRequest{}
-	mi := &file_node_proto_msgTypes[88]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StartBuildRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StartBuildRequest) ProtoMessage() {}
-
-func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[88]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StartBuildRequest.ProtoReflect.Descriptor instead.
-func (*StartBuildRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{88}
-}
-
-func (x *StartBuildRequest) GetTemplate() *CatalogTemplate {
-	if x != nil {
-		return x.Template
-	}
-	return nil
-}
-
-func (x *StartBuildRequest) GetBuild() *CatalogBuild {
-	if x != nil {
-		return x.Build
-	}
-	return nil
-}
-
-func (x *StartBuildRequest) GetSpec() *BuildSpec {
-	if x != nil {
-		return x.Spec
-	}
-	return nil
-}
-
-func (x *StartBuildRequest) GetRegistryAuth() *RegistryAuth {
-	if x != nil {
-		return x.RegistryAuth
-	}
-	return nil
-}
-
-func (x *StartBuildRequest) GetFrom() *ParentBuild {
-	if x != nil {
-		return x.From
-	}
-	return nil
-}
-
-type StartBuildResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *StartBuildResponse) Reset() {
-	*x = StartBuildResponse{}
-	mi := &file_node_proto_msgTypes[89]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StartBuildResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StartBuildResponse) ProtoMessage() {}
-
-func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[89]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StartBuildResponse.ProtoReflect.Descriptor instead.
-func (*StartBuildResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{89}
-}
-
-type BuildStatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BuildId       string                 `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	LogsOffset    int64                  `protobuf:"varint,2,opt,name=logs_offset,json=logsOffset,proto3" json:"logs_offset,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BuildStatusRequest) Reset() {
-	*x = BuildStatusRequest{}
-	mi := &file_node_proto_msgTypes[90]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BuildStatusRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BuildStatusRequest) ProtoMessage() {}
-
-func (x *BuildStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[90]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BuildStatusRequest.ProtoReflect.Descriptor instead.
-func (*BuildStatusRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{90}
-}
-
-func (x *BuildStatusRequest) GetBuildId() string {
-	if x != nil {
-		return x.BuildId
-	}
-	return ""
-}
-
-func (x *BuildStatusRequest) GetLogsOffset() int64 {
-	if x != nil {
-		return x.LogsOffset
-	}
-	return 0
-}
-
-// BuildLogEntry is one line of a build's log; step names the build step
-// ("base", "1", ..., "finalize") if any.
-type BuildLogEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Timestamp     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
-	Level         string                 `protobuf:"bytes,2,opt,name=level,proto3" json:"level,omitempty"`
-	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	Step          string                 `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BuildLogEntry) Reset() {
-	*x = BuildLogEntry{}
-	mi := &file_node_proto_msgTypes[91]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BuildLogEntry) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BuildLogEntry) ProtoMessage() {}
-
-func (x *BuildLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[91]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BuildLogEntry.ProtoReflect.Descriptor instead.
-func (*BuildLogEntry) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{91}
-}
-
-func (x *BuildLogEntry) GetTimestamp() *timestamppb.Timestamp {
-	if x != nil {
-		return x.Timestamp
-	}
-	return nil
-}
-
-func (x *BuildLogEntry) GetLevel() string {
-	if x != nil {
-		return x.Level
-	}
-	return ""
-}
-
-func (x *BuildLogEntry) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-func (x *BuildLogEntry) GetStep() string {
-	if x != nil {
-		return x.Step
-	}
-	return ""
-}
-
-type BuildStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Build         *CatalogBuild          `protobuf:"bytes,1,opt,name=build,proto3" json:"build,omitempty"`
-	Logs          []*BuildLogEntry       `protobuf:"bytes,2,rep,name=logs,proto3" json:"logs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BuildStatusResponse) Reset() {
-	*x = BuildStatusResponse{}
-	mi := &file_node_proto_msgTypes[92]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BuildStatusResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BuildStatusResponse) ProtoMessage() {}
-
-func (x *BuildStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[92]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BuildStatusResponse.ProtoReflect.Descriptor instead.
-func (*BuildStatusResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{92}
-}
-
-func (x *BuildStatusResponse) GetBuild() *CatalogBuild {
-	if x != nil {
-		return x.Build
-	}
-	return nil
-}
-
-func (x *BuildStatusResponse) GetLogs() []*BuildLogEntry {
-	if x != nil {
-		return x.Logs
-	}
-	return nil
-}
-
-type CheckFilesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Template      *CatalogTemplate       `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
-	Hash          string                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CheckFilesRequest) Reset() {
-	*x = CheckFilesRequest{}
-	mi := &file_node_proto_msgTypes[93]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CheckFilesRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CheckFilesRequest) ProtoMessage() {}
-
-func (x *CheckFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[93]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CheckFilesRequest.ProtoReflect.Descriptor instead.
-func (*CheckFilesRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{93}
-}
-
-func (x *CheckFilesRequest) GetTemplate() *CatalogTemplate {
-	if x != nil {
-		return x.Template
-	}
-	return nil
-}
-
-func (x *CheckFilesRequest) GetHash() string {
-	if x != nil {
-		return x.Hash
-	}
-	return ""
-}
-
-type CheckFilesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Present       bool                   `protobuf:"varint,1,opt,name=present,proto3" json:"present,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CheckFilesResponse) Reset() {
-	*x = CheckFilesResponse{}
-	mi := &file_node_proto_msgTypes[94]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CheckFilesResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CheckFilesResponse) ProtoMessage() {}
-
-func (x *CheckFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[94]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CheckFilesResponse.ProtoReflect.Descriptor instead.
-func (*CheckFilesResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{94}
-}
-
-func (x *CheckFilesResponse) GetPresent() bool {
-	if x != nil {
-		return x.Present
-	}
-	return false
-}
-
-// PutFilesChunk is one message of a build context's upload: the first
-// names it (template_id, hash), the others hold data; end marks the last.
-type PutFilesChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TemplateId    string                 `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
-	Hash          string                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
-	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
-	End           bool                   `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PutFilesChunk) Reset() {
-	*x = PutFilesChunk{}
-	mi := &file_node_proto_msgTypes[95]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PutFilesChunk) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PutFilesChunk) ProtoMessage() {}
-
-func (x *PutFilesChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[95]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PutFilesChunk.ProtoReflect.Descriptor instead.
-func (*PutFilesChunk) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{95}
-}
-
-func (x *PutFilesChunk) GetTemplateId() string {
-	if x != nil {
-		return x.TemplateId
-	}
-	return ""
-}
-
-func (x *PutFilesChunk) GetHash() string {
-	if x != nil {
-		return x.Hash
-	}
-	return ""
-}
-
-func (x *PutFilesChunk) GetData() []byte {
-	if x != nil {
-		return x.Data
-	}
-	return nil
-}
-
-func (x *PutFilesChunk) GetEnd() bool {
-	if x != nil {
-		return x.End
-	}
-	return false
-}
-
-type PutFilesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PutFilesResponse) Reset() {
-	*x = PutFilesResponse{}
-	mi := &file_node_proto_msgTypes[96]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PutFilesResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PutFilesResponse) ProtoMessage() {}
-
-func (x *PutFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[96]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PutFilesResponse.ProtoReflect.Descriptor instead.
-func (*PutFilesResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{96}
-}
-
-type PullArtifactRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BuildId       string                 `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	Kind          ArtifactKind           `protobuf:"varint,2,opt,name=kind,proto3,enum=warren.node.v1.ArtifactKind" json:"kind,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PullArtifactRequest) Reset() {
-	*x = PullArtifactRequest{}
-	mi := &file_node_proto_msgTypes[97]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PullArtifactRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PullArtifactRequest) ProtoMessage() {}
-
-func (x *PullArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[97]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PullArtifactRequest.ProtoReflect.Descriptor instead.
-func (*PullArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{97}
-}
-
-func (x *PullArtifactRequest) GetBuildId() string {
-	if x != nil {
-		return x.BuildId
-	}
-	return ""
-}
-
-func (x *PullArtifactRequest) GetKind() ArtifactKind {
-	if x != nil {
-		return x.Kind
-	}
-	return ArtifactKind_ARTIFACT_KIND_UNSPECIFIED
-}
-
-// ArtifactChunk is one message of an artifact's stream: its digest
-// first, then data.
-type ArtifactChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Artifact      *Artifact              `protobuf:"bytes,1,opt,name=artifact,proto3" json:"artifact,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ArtifactChunk) Reset() {
-	*x = ArtifactChunk{}
-	mi := &file_node_proto_msgTypes[98]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ArtifactChunk) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ArtifactChunk) ProtoMessage() {}
-
-func (x *ArtifactChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[98]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ArtifactChunk.ProtoReflect.Descriptor instead.
-func (*ArtifactChunk) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{98}
-}
-
-func (x *ArtifactChunk) GetArtifact() *Artifact {
-	if x != nil {
-		return x.Artifact
-	}
-	return nil
-}
-
-func (x *ArtifactChunk) GetData() []byte {
-	if x != nil {
-		return x.Data
-	}
-	return nil
-}
-
-type LocateBuildRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BuildId       string                 `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *LocateBuildRequest) Reset() {
-	*x = LocateBuildRequest{}
-	mi := &file_node_proto_msgTypes[99]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *LocateBuildRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*LocateBuildRequest) ProtoMessage() {}
-
-func (x *LocateBuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[99]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use LocateBuildRequest.ProtoReflect.Descriptor instead.
-func (*LocateBuildRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{99}
-}
-
-func (x *LocateBuildRequest) GetBuildId() string {
-	if x != nil {
-		return x.BuildId
-	}
-	return ""
-}
-
-type LocateBuildResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Source        *BuildSource           `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *LocateBuildResponse) Reset() {
-	*x = LocateBuildResponse{}
-	mi := &file_node_proto_msgTypes[100]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *LocateBuildResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*LocateBuildResponse) ProtoMessage() {}
-
-func (x *LocateBuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[100]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use LocateBuildResponse.ProtoReflect.Descriptor instead.
-func (*LocateBuildResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{100}
-}
-
-func (x *LocateBuildResponse) GetSource() *BuildSource {
-	if x != nil {
-		return x.Source
-	}
-	return nil
-}
-
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -6587,155 +4760,7 @@ const file_node_proto_rawDesc = "" +
 	"durationNs\x12\x12\n" +
 	"\x04open\x18\v \x01(\bR\x04open\"J\n" +
 	"\x11EgressLogResponse\x125\n" +
-	"\aentries\x18\x01 \x03(\v2\x1b.warren.node.v1.EgressEntryR\aentries\")\n" +
-	"\rPublicMessage\x12\x18\n" +
-	"\amessage\x18\x01 \x01(\tR\amessage\"b\n" +
-	"\n" +
-	"CatalogTag\x12\x19\n" +
-	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x129\n" +
-	"\n" +
-	"created_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xb9\x02\n" +
-	"\x0fCatalogTemplate\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
-	"\ateam_id\x18\x02 \x01(\tR\x06teamId\x12\x16\n" +
-	"\x06public\x18\x03 \x01(\bR\x06public\x12=\n" +
-	"\x04tags\x18\x04 \x03(\v2).warren.node.v1.CatalogTemplate.TagsEntryR\x04tags\x12\x1b\n" +
-	"\tcpu_count\x18\x05 \x01(\x05R\bcpuCount\x12\x1b\n" +
-	"\tmemory_mb\x18\x06 \x01(\x03R\bmemoryMb\x12\x17\n" +
-	"\adisk_mb\x18\a \x01(\x03R\x06diskMb\x1aS\n" +
-	"\tTagsEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
-	"\x05value\x18\x02 \x01(\v2\x1a.warren.node.v1.CatalogTagR\x05value:\x028\x01\"\xad\x01\n" +
-	"\x15SandboxSnapshotOrigin\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
-	"\ateam_id\x18\x02 \x01(\tR\x06teamId\x129\n" +
-	"\n" +
-	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
-	"\fvolume_paths\x18\x04 \x03(\tR\vvolumePaths\";\n" +
-	"\vBuildReason\x12\x18\n" +
-	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
-	"\x04step\x18\x02 \x01(\tR\x04step\"\x83\a\n" +
-	"\fCatalogBuild\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
-	"\vtemplate_id\x18\x02 \x01(\tR\n" +
-	"templateId\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\tR\x06status\x12\x12\n" +
-	"\x04tags\x18\x04 \x03(\tR\x04tags\x127\n" +
-	"\x03env\x18\x05 \x03(\v2%.warren.node.v1.CatalogBuild.EnvEntryR\x03env\x12\x12\n" +
-	"\x04user\x18\x06 \x01(\tR\x04user\x12\x18\n" +
-	"\aworkdir\x18\a \x01(\tR\aworkdir\x12\x1b\n" +
-	"\tstart_cmd\x18\b \x01(\tR\bstartCmd\x12\x1b\n" +
-	"\tready_cmd\x18\t \x01(\tR\breadyCmd\x12\x1b\n" +
-	"\tcpu_count\x18\n" +
-	" \x01(\x05R\bcpuCount\x12\x1b\n" +
-	"\tmemory_mb\x18\v \x01(\x03R\bmemoryMb\x12\x17\n" +
-	"\adisk_mb\x18\f \x01(\x03R\x06diskMb\x120\n" +
-	"\x06rootfs\x18\r \x01(\v2\x18.warren.node.v1.ArtifactR\x06rootfs\x124\n" +
-	"\bsnapshot\x18\x0e \x01(\v2\x18.warren.node.v1.ArtifactR\bsnapshot\x12A\n" +
-	"\rsnapshot_host\x18\x0f \x01(\v2\x1c.warren.node.v1.SnapshotHostR\fsnapshotHost\x12!\n" +
-	"\fenvd_version\x18\x10 \x01(\tR\venvdVersion\x12\x1d\n" +
-	"\n" +
-	"disk_bytes\x18\x11 \x01(\x03R\tdiskBytes\x12P\n" +
-	"\x10sandbox_snapshot\x18\x12 \x01(\v2%.warren.node.v1.SandboxSnapshotOriginR\x0fsandboxSnapshot\x123\n" +
-	"\x06reason\x18\x13 \x01(\v2\x1b.warren.node.v1.BuildReasonR\x06reason\x129\n" +
-	"\n" +
-	"created_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
-	"\vfinished_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\x1a6\n" +
-	"\bEnvEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
-	"\tBuildStep\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
-	"\x04args\x18\x02 \x03(\tR\x04args\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force\x12\x1d\n" +
-	"\n" +
-	"files_hash\x18\x04 \x01(\tR\tfilesHash\x12\x16\n" +
-	"\x06expand\x18\x05 \x01(\bR\x06expand\"H\n" +
-	"\x0fTeamBuildLimits\x12\x16\n" +
-	"\x06builds\x18\x01 \x01(\x05R\x06builds\x12\x1d\n" +
-	"\n" +
-	"storage_mb\x18\x02 \x01(\x03R\tstorageMb\"\x85\x02\n" +
-	"\tBuildSpec\x12\x1d\n" +
-	"\n" +
-	"from_image\x18\x01 \x01(\tR\tfromImage\x12#\n" +
-	"\rfrom_template\x18\x02 \x01(\tR\ffromTemplate\x12/\n" +
-	"\x05steps\x18\x03 \x03(\v2\x19.warren.node.v1.BuildStepR\x05steps\x12\x1b\n" +
-	"\tstart_cmd\x18\x04 \x01(\tR\bstartCmd\x12\x1b\n" +
-	"\tready_cmd\x18\x05 \x01(\tR\breadyCmd\x12\x14\n" +
-	"\x05force\x18\x06 \x01(\bR\x05force\x123\n" +
-	"\x04team\x18\a \x01(\v2\x1f.warren.node.v1.TeamBuildLimitsR\x04team\"\x96\x01\n" +
-	"\aECRAuth\x12\"\n" +
-	"\raccess_key_id\x18\x01 \x01(\tR\vaccessKeyId\x12*\n" +
-	"\x11secret_access_key\x18\x02 \x01(\tR\x0fsecretAccessKey\x12#\n" +
-	"\rsession_token\x18\x03 \x01(\tR\fsessionToken\x12\x16\n" +
-	"\x06region\x18\x04 \x01(\tR\x06region\"q\n" +
-	"\fRegistryAuth\x12\x1a\n" +
-	"\busername\x18\x01 \x01(\tR\busername\x12\x1a\n" +
-	"\bpassword\x18\x02 \x01(\tR\bpassword\x12)\n" +
-	"\x03ecr\x18\x03 \x01(\v2\x17.warren.node.v1.ECRAuthR\x03ecr\"=\n" +
-	"\vBuildHolder\x12\x18\n" +
-	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x14\n" +
-	"\x05grant\x18\x02 \x01(\tR\x05grant\"\xef\x01\n" +
-	"\vBuildSource\x12;\n" +
-	"\btemplate\x18\x01 \x01(\v2\x1f.warren.node.v1.CatalogTemplateR\btemplate\x122\n" +
-	"\x05build\x18\x02 \x01(\v2\x1c.warren.node.v1.CatalogBuildR\x05build\x125\n" +
-	"\aholders\x18\x03 \x03(\v2\x1b.warren.node.v1.BuildHolderR\aholders\x12\x18\n" +
-	"\acurrent\x18\x04 \x01(\bR\acurrent\x12\x1e\n" +
-	"\n" +
-	"superseded\x18\x05 \x01(\bR\n" +
-	"superseded\"~\n" +
-	"\vParentBuild\x12\x1f\n" +
-	"\vtemplate_id\x18\x01 \x01(\tR\n" +
-	"templateId\x12\x19\n" +
-	"\bbuild_id\x18\x02 \x01(\tR\abuildId\x123\n" +
-	"\x06source\x18\x03 \x01(\v2\x1b.warren.node.v1.BuildSourceR\x06source\"\xa7\x02\n" +
-	"\x11StartBuildRequest\x12;\n" +
-	"\btemplate\x18\x01 \x01(\v2\x1f.warren.node.v1.CatalogTemplateR\btemplate\x122\n" +
-	"\x05build\x18\x02 \x01(\v2\x1c.warren.node.v1.CatalogBuildR\x05build\x12-\n" +
-	"\x04spec\x18\x03 \x01(\v2\x19.warren.node.v1.BuildSpecR\x04spec\x12A\n" +
-	"\rregistry_auth\x18\x04 \x01(\v2\x1c.warren.node.v1.RegistryAuthR\fregistryAuth\x12/\n" +
-	"\x04from\x18\x05 \x01(\v2\x1b.warren.node.v1.ParentBuildR\x04from\"\x14\n" +
-	"\x12StartBuildResponse\"P\n" +
-	"\x12BuildStatusRequest\x12\x19\n" +
-	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12\x1f\n" +
-	"\vlogs_offset\x18\x02 \x01(\x03R\n" +
-	"logsOffset\"\x8d\x01\n" +
-	"\rBuildLogEntry\x128\n" +
-	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x14\n" +
-	"\x05level\x18\x02 \x01(\tR\x05level\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\x12\x12\n" +
-	"\x04step\x18\x04 \x01(\tR\x04step\"|\n" +
-	"\x13BuildStatusResponse\x122\n" +
-	"\x05build\x18\x01 \x01(\v2\x1c.warren.node.v1.CatalogBuildR\x05build\x121\n" +
-	"\x04logs\x18\x02 \x03(\v2\x1d.warren.node.v1.BuildLogEntryR\x04logs\"d\n" +
-	"\x11CheckFilesRequest\x12;\n" +
-	"\btemplate\x18\x01 \x01(\v2\x1f.warren.node.v1.CatalogTemplateR\btemplate\x12\x12\n" +
-	"\x04hash\x18\x02 \x01(\tR\x04hash\".\n" +
-	"\x12CheckFilesResponse\x12\x18\n" +
-	"\apresent\x18\x01 \x01(\bR\apresent\"j\n" +
-	"\rPutFilesChunk\x12\x1f\n" +
-	"\vtemplate_id\x18\x01 \x01(\tR\n" +
-	"templateId\x12\x12\n" +
-	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\x12\x10\n" +
-	"\x03end\x18\x04 \x01(\bR\x03end\"\x12\n" +
-	"\x10PutFilesResponse\"b\n" +
-	"\x13PullArtifactRequest\x12\x19\n" +
-	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x120\n" +
-	"\x04kind\x18\x02 \x01(\x0e2\x1c.warren.node.v1.ArtifactKindR\x04kind\"Y\n" +
-	"\rArtifactChunk\x124\n" +
-	"\bartifact\x18\x01 \x01(\v2\x18.warren.node.v1.ArtifactR\bartifact\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"/\n" +
-	"\x12LocateBuildRequest\x12\x19\n" +
-	"\bbuild_id\x18\x01 \x01(\tR\abuildId\"J\n" +
-	"\x13LocateBuildResponse\x123\n" +
-	"\x06source\x18\x01 \x01(\v2\x1b.warren.node.v1.BuildSourceR\x06source*c\n" +
-	"\fArtifactKind\x12\x1d\n" +
-	"\x19ARTIFACT_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
-	"\x14ARTIFACT_KIND_ROOTFS\x10\x01\x12\x1a\n" +
-	"\x16ARTIFACT_KIND_SNAPSHOT\x10\x022\xe2\x16\n" +
+	"\aentries\x18\x01 \x03(\v2\x1b.warren.node.v1.EgressEntryR\aentries2\xe2\x16\n" +
 	"\vNodeService\x12H\n" +
 	"\x06Create\x12\x1d.warren.node.v1.CreateRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12B\n" +
 	"\x03Get\x12\x1a.warren.node.v1.GetRequest\x1a\x1f.warren.node.v1.SandboxResponse\x12A\n" +
@@ -6771,17 +4796,7 @@ const file_node_proto_rawDesc = "" +
 	"\x11SetVolumeMetadata\x12(.warren.node.v1.SetVolumeMetadataRequest\x1a#.warren.node.v1.VolumeEntryResponse\x12_\n" +
 	"\x10RemoveVolumePath\x12!.warren.node.v1.VolumePathRequest\x1a(.warren.node.v1.RemoveVolumePathResponse\x12V\n" +
 	"\x0eReadVolumeFile\x12!.warren.node.v1.VolumePathRequest\x1a\x1f.warren.node.v1.VolumeFileChunk0\x01\x12Y\n" +
-	"\x0fWriteVolumeFile\x12\x1f.warren.node.v1.VolumeFileChunk\x1a#.warren.node.v1.VolumeEntryResponse(\x012\xb5\x03\n" +
-	"\fBuildService\x12S\n" +
-	"\n" +
-	"StartBuild\x12!.warren.node.v1.StartBuildRequest\x1a\".warren.node.v1.StartBuildResponse\x12V\n" +
-	"\vBuildStatus\x12\".warren.node.v1.BuildStatusRequest\x1a#.warren.node.v1.BuildStatusResponse\x12S\n" +
-	"\n" +
-	"CheckFiles\x12!.warren.node.v1.CheckFilesRequest\x1a\".warren.node.v1.CheckFilesResponse\x12M\n" +
-	"\bPutFiles\x12\x1d.warren.node.v1.PutFilesChunk\x1a .warren.node.v1.PutFilesResponse(\x01\x12T\n" +
-	"\fPullArtifact\x12#.warren.node.v1.PullArtifactRequest\x1a\x1d.warren.node.v1.ArtifactChunk0\x012m\n" +
-	"\x13ControlPlaneService\x12V\n" +
-	"\vLocateBuild\x12\".warren.node.v1.LocateBuildRequest\x1a#.warren.node.v1.LocateBuildResponseB2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
+	"\x0fWriteVolumeFile\x12\x1f.warren.node.v1.VolumeFileChunk\x1a#.warren.node.v1.VolumeEntryResponse(\x01B2Z0github.com/warren-sandbox/warren/api/node;nodepbb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -6795,295 +4810,221 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 110)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_node_proto_goTypes = []any{
-	(ArtifactKind)(0),                     // 0: warren.node.v1.ArtifactKind
-	(*VolumeMount)(nil),                   // 1: warren.node.v1.VolumeMount
-	(*CreateVolumeRequest)(nil),           // 2: warren.node.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),          // 3: warren.node.v1.CreateVolumeResponse
-	(*DeleteVolumeRequest)(nil),           // 4: warren.node.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),          // 5: warren.node.v1.DeleteVolumeResponse
-	(*VolumePathRequest)(nil),             // 6: warren.node.v1.VolumePathRequest
-	(*VolumeEntry)(nil),                   // 7: warren.node.v1.VolumeEntry
-	(*VolumeEntryResponse)(nil),           // 8: warren.node.v1.VolumeEntryResponse
-	(*ListVolumeDirRequest)(nil),          // 9: warren.node.v1.ListVolumeDirRequest
-	(*ListVolumeDirResponse)(nil),         // 10: warren.node.v1.ListVolumeDirResponse
-	(*VolumeFileRequest)(nil),             // 11: warren.node.v1.VolumeFileRequest
-	(*SetVolumeMetadataRequest)(nil),      // 12: warren.node.v1.SetVolumeMetadataRequest
-	(*RemoveVolumePathResponse)(nil),      // 13: warren.node.v1.RemoveVolumePathResponse
-	(*VolumeFileChunk)(nil),               // 14: warren.node.v1.VolumeFileChunk
-	(*Resources)(nil),                     // 15: warren.node.v1.Resources
-	(*Policy)(nil),                        // 16: warren.node.v1.Policy
-	(*EgressRules)(nil),                   // 17: warren.node.v1.EgressRules
-	(*HeaderTransform)(nil),               // 18: warren.node.v1.HeaderTransform
-	(*SocksProxy)(nil),                    // 19: warren.node.v1.SocksProxy
-	(*Template)(nil),                      // 20: warren.node.v1.Template
-	(*Sandbox)(nil),                       // 21: warren.node.v1.Sandbox
-	(*CreateRequest)(nil),                 // 22: warren.node.v1.CreateRequest
-	(*SandboxResponse)(nil),               // 23: warren.node.v1.SandboxResponse
-	(*GetRequest)(nil),                    // 24: warren.node.v1.GetRequest
-	(*ListRequest)(nil),                   // 25: warren.node.v1.ListRequest
-	(*ListResponse)(nil),                  // 26: warren.node.v1.ListResponse
-	(*SetEndTimeRequest)(nil),             // 27: warren.node.v1.SetEndTimeRequest
-	(*SetEndTimeResponse)(nil),            // 28: warren.node.v1.SetEndTimeResponse
-	(*UpdateNetworkRequest)(nil),          // 29: warren.node.v1.UpdateNetworkRequest
-	(*UpdateNetworkResponse)(nil),         // 30: warren.node.v1.UpdateNetworkResponse
-	(*PauseRequest)(nil),                  // 31: warren.node.v1.PauseRequest
-	(*ResumeRequest)(nil),                 // 32: warren.node.v1.ResumeRequest
-	(*ForkRequest)(nil),                   // 33: warren.node.v1.ForkRequest
-	(*ForkResponse)(nil),                  // 34: warren.node.v1.ForkResponse
-	(*KillRequest)(nil),                   // 35: warren.node.v1.KillRequest
-	(*KillResponse)(nil),                  // 36: warren.node.v1.KillResponse
-	(*StatsRequest)(nil),                  // 37: warren.node.v1.StatsRequest
-	(*StatsResponse)(nil),                 // 38: warren.node.v1.StatsResponse
-	(*MetricsRequest)(nil),                // 39: warren.node.v1.MetricsRequest
-	(*MetricsResponse)(nil),               // 40: warren.node.v1.MetricsResponse
-	(*WatchRequest)(nil),                  // 41: warren.node.v1.WatchRequest
-	(*Event)(nil),                         // 42: warren.node.v1.Event
-	(*CapabilitiesRequest)(nil),           // 43: warren.node.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),          // 44: warren.node.v1.CapabilitiesResponse
-	(*SetPoolRequest)(nil),                // 45: warren.node.v1.SetPoolRequest
-	(*SetPoolResponse)(nil),               // 46: warren.node.v1.SetPoolResponse
-	(*ReserveRequest)(nil),                // 47: warren.node.v1.ReserveRequest
-	(*ReserveResponse)(nil),               // 48: warren.node.v1.ReserveResponse
-	(*UnreserveRequest)(nil),              // 49: warren.node.v1.UnreserveRequest
-	(*UnreserveResponse)(nil),             // 50: warren.node.v1.UnreserveResponse
-	(*PoolsRequest)(nil),                  // 51: warren.node.v1.PoolsRequest
-	(*PoolStatus)(nil),                    // 52: warren.node.v1.PoolStatus
-	(*PoolsResponse)(nil),                 // 53: warren.node.v1.PoolsResponse
-	(*TemplatesInUseRequest)(nil),         // 54: warren.node.v1.TemplatesInUseRequest
-	(*TemplateUse)(nil),                   // 55: warren.node.v1.TemplateUse
-	(*TemplatesInUseResponse)(nil),        // 56: warren.node.v1.TemplatesInUseResponse
-	(*SnapshotSandboxRequest)(nil),        // 57: warren.node.v1.SnapshotSandboxRequest
-	(*SnapshotSandboxResponse)(nil),       // 58: warren.node.v1.SnapshotSandboxResponse
-	(*SnapshotTemplateRequest)(nil),       // 59: warren.node.v1.SnapshotTemplateRequest
-	(*SnapshotTemplateResponse)(nil),      // 60: warren.node.v1.SnapshotTemplateResponse
-	(*DeleteSnapshotRequest)(nil),         // 61: warren.node.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),        // 62: warren.node.v1.DeleteSnapshotResponse
-	(*TakeSandboxSnapshotRequest)(nil),    // 63: warren.node.v1.TakeSandboxSnapshotRequest
-	(*Artifact)(nil),                      // 64: warren.node.v1.Artifact
-	(*SnapshotHost)(nil),                  // 65: warren.node.v1.SnapshotHost
-	(*TakeSandboxSnapshotResponse)(nil),   // 66: warren.node.v1.TakeSandboxSnapshotResponse
-	(*DeleteSandboxSnapshotRequest)(nil),  // 67: warren.node.v1.DeleteSandboxSnapshotRequest
-	(*DeleteSandboxSnapshotResponse)(nil), // 68: warren.node.v1.DeleteSandboxSnapshotResponse
-	(*SandboxLogsRequest)(nil),            // 69: warren.node.v1.SandboxLogsRequest
-	(*LogEntry)(nil),                      // 70: warren.node.v1.LogEntry
-	(*SandboxLogsResponse)(nil),           // 71: warren.node.v1.SandboxLogsResponse
-	(*EgressLogRequest)(nil),              // 72: warren.node.v1.EgressLogRequest
-	(*EgressEntry)(nil),                   // 73: warren.node.v1.EgressEntry
-	(*EgressLogResponse)(nil),             // 74: warren.node.v1.EgressLogResponse
-	(*PublicMessage)(nil),                 // 75: warren.node.v1.PublicMessage
-	(*CatalogTag)(nil),                    // 76: warren.node.v1.CatalogTag
-	(*CatalogTemplate)(nil),               // 77: warren.node.v1.CatalogTemplate
-	(*SandboxSnapshotOrigin)(nil),         // 78: warren.node.v1.SandboxSnapshotOrigin
-	(*BuildReason)(nil),                   // 79: warren.node.v1.BuildReason
-	(*CatalogBuild)(nil),                  // 80: warren.node.v1.CatalogBuild
-	(*BuildStep)(nil),                     // 81: warren.node.v1.BuildStep
-	(*TeamBuildLimits)(nil),               // 82: warren.node.v1.TeamBuildLimits
-	(*BuildSpec)(nil),                     // 83: warren.node.v1.BuildSpec
-	(*ECRAuth)(nil),                       // 84: warren.node.v1.ECRAuth
-	(*RegistryAuth)(nil),                  // 85: warren.node.v1.RegistryAuth
-	(*BuildHolder)(nil),                   // 86: warren.node.v1.BuildHolder
-	(*BuildSource)(nil),                   // 87: warren.node.v1.BuildSource
-	(*ParentBuild)(nil),                   // 88: warren.node.v1.ParentBuild
-	(*StartBuildRequest)(nil),             // 89: warren.node.v1.StartBuildRequest
-	(*StartBuildResponse)(nil),            // 90: warren.node.v1.StartBuildResponse
-	(*BuildStatusRequest)(nil),            // 91: warren.node.v1.BuildStatusRequest
-	(*BuildLogEntry)(nil),                 // 92: warren.node.v1.BuildLogEntry
-	(*BuildStatusResponse)(nil),           // 93: warren.node.v1.BuildStatusResponse
-	(*CheckFilesRequest)(nil),             // 94: warren.node.v1.CheckFilesRequest
-	(*CheckFilesResponse)(nil),            // 95: warren.node.v1.CheckFilesResponse
-	(*PutFilesChunk)(nil),                 // 96: warren.node.v1.PutFilesChunk
-	(*PutFilesResponse)(nil),              // 97: warren.node.v1.PutFilesResponse
-	(*PullArtifactRequest)(nil),           // 98: warren.node.v1.PullArtifactRequest
-	(*ArtifactChunk)(nil),                 // 99: warren.node.v1.ArtifactChunk
-	(*LocateBuildRequest)(nil),            // 100: warren.node.v1.LocateBuildRequest
-	(*LocateBuildResponse)(nil),           // 101: warren.node.v1.LocateBuildResponse
-	nil,                                   // 102: warren.node.v1.HeaderTransform.HeadersEntry
-	nil,                                   // 103: warren.node.v1.Template.EnvEntry
-	nil,                                   // 104: warren.node.v1.Sandbox.MetadataEntry
-	nil,                                   // 105: warren.node.v1.CreateRequest.EnvVarsEntry
-	nil,                                   // 106: warren.node.v1.CreateRequest.MetadataEntry
-	nil,                                   // 107: warren.node.v1.PoolsResponse.PoolsEntry
-	nil,                                   // 108: warren.node.v1.LogEntry.FieldsEntry
-	nil,                                   // 109: warren.node.v1.CatalogTemplate.TagsEntry
-	nil,                                   // 110: warren.node.v1.CatalogBuild.EnvEntry
-	(*timestamppb.Timestamp)(nil),         // 111: google.protobuf.Timestamp
+	(*VolumeMount)(nil),                   // 0: warren.node.v1.VolumeMount
+	(*CreateVolumeRequest)(nil),           // 1: warren.node.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),          // 2: warren.node.v1.CreateVolumeResponse
+	(*DeleteVolumeRequest)(nil),           // 3: warren.node.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),          // 4: warren.node.v1.DeleteVolumeResponse
+	(*VolumePathRequest)(nil),             // 5: warren.node.v1.VolumePathRequest
+	(*VolumeEntry)(nil),                   // 6: warren.node.v1.VolumeEntry
+	(*VolumeEntryResponse)(nil),           // 7: warren.node.v1.VolumeEntryResponse
+	(*ListVolumeDirRequest)(nil),          // 8: warren.node.v1.ListVolumeDirRequest
+	(*ListVolumeDirResponse)(nil),         // 9: warren.node.v1.ListVolumeDirResponse
+	(*VolumeFileRequest)(nil),             // 10: warren.node.v1.VolumeFileRequest
+	(*SetVolumeMetadataRequest)(nil),      // 11: warren.node.v1.SetVolumeMetadataRequest
+	(*RemoveVolumePathResponse)(nil),      // 12: warren.node.v1.RemoveVolumePathResponse
+	(*VolumeFileChunk)(nil),               // 13: warren.node.v1.VolumeFileChunk
+	(*Resources)(nil),                     // 14: warren.node.v1.Resources
+	(*Policy)(nil),                        // 15: warren.node.v1.Policy
+	(*EgressRules)(nil),                   // 16: warren.node.v1.EgressRules
+	(*HeaderTransform)(nil),               // 17: warren.node.v1.HeaderTransform
+	(*SocksProxy)(nil),                    // 18: warren.node.v1.SocksProxy
+	(*Template)(nil),                      // 19: warren.node.v1.Template
+	(*Sandbox)(nil),                       // 20: warren.node.v1.Sandbox
+	(*CreateRequest)(nil),                 // 21: warren.node.v1.CreateRequest
+	(*SandboxResponse)(nil),               // 22: warren.node.v1.SandboxResponse
+	(*GetRequest)(nil),                    // 23: warren.node.v1.GetRequest
+	(*ListRequest)(nil),                   // 24: warren.node.v1.ListRequest
+	(*ListResponse)(nil),                  // 25: warren.node.v1.ListResponse
+	(*SetEndTimeRequest)(nil),             // 26: warren.node.v1.SetEndTimeRequest
+	(*SetEndTimeResponse)(nil),            // 27: warren.node.v1.SetEndTimeResponse
+	(*UpdateNetworkRequest)(nil),          // 28: warren.node.v1.UpdateNetworkRequest
+	(*UpdateNetworkResponse)(nil),         // 29: warren.node.v1.UpdateNetworkResponse
+	(*PauseRequest)(nil),                  // 30: warren.node.v1.PauseRequest
+	(*ResumeRequest)(nil),                 // 31: warren.node.v1.ResumeRequest
+	(*ForkRequest)(nil),                   // 32: warren.node.v1.ForkRequest
+	(*ForkResponse)(nil),                  // 33: warren.node.v1.ForkResponse
+	(*KillRequest)(nil),                   // 34: warren.node.v1.KillRequest
+	(*KillResponse)(nil),                  // 35: warren.node.v1.KillResponse
+	(*StatsRequest)(nil),                  // 36: warren.node.v1.StatsRequest
+	(*StatsResponse)(nil),                 // 37: warren.node.v1.StatsResponse
+	(*MetricsRequest)(nil),                // 38: warren.node.v1.MetricsRequest
+	(*MetricsResponse)(nil),               // 39: warren.node.v1.MetricsResponse
+	(*WatchRequest)(nil),                  // 40: warren.node.v1.WatchRequest
+	(*Event)(nil),                         // 41: warren.node.v1.Event
+	(*CapabilitiesRequest)(nil),           // 42: warren.node.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),          // 43: warren.node.v1.CapabilitiesResponse
+	(*SetPoolRequest)(nil),                // 44: warren.node.v1.SetPoolRequest
+	(*SetPoolResponse)(nil),               // 45: warren.node.v1.SetPoolResponse
+	(*ReserveRequest)(nil),                // 46: warren.node.v1.ReserveRequest
+	(*ReserveResponse)(nil),               // 47: warren.node.v1.ReserveResponse
+	(*UnreserveRequest)(nil),              // 48: warren.node.v1.UnreserveRequest
+	(*UnreserveResponse)(nil),             // 49: warren.node.v1.UnreserveResponse
+	(*PoolsRequest)(nil),                  // 50: warren.node.v1.PoolsRequest
+	(*PoolStatus)(nil),                    // 51: warren.node.v1.PoolStatus
+	(*PoolsResponse)(nil),                 // 52: warren.node.v1.PoolsResponse
+	(*TemplatesInUseRequest)(nil),         // 53: warren.node.v1.TemplatesInUseRequest
+	(*TemplateUse)(nil),                   // 54: warren.node.v1.TemplateUse
+	(*TemplatesInUseResponse)(nil),        // 55: warren.node.v1.TemplatesInUseResponse
+	(*SnapshotSandboxRequest)(nil),        // 56: warren.node.v1.SnapshotSandboxRequest
+	(*SnapshotSandboxResponse)(nil),       // 57: warren.node.v1.SnapshotSandboxResponse
+	(*SnapshotTemplateRequest)(nil),       // 58: warren.node.v1.SnapshotTemplateRequest
+	(*SnapshotTemplateResponse)(nil),      // 59: warren.node.v1.SnapshotTemplateResponse
+	(*DeleteSnapshotRequest)(nil),         // 60: warren.node.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),        // 61: warren.node.v1.DeleteSnapshotResponse
+	(*TakeSandboxSnapshotRequest)(nil),    // 62: warren.node.v1.TakeSandboxSnapshotRequest
+	(*Artifact)(nil),                      // 63: warren.node.v1.Artifact
+	(*SnapshotHost)(nil),                  // 64: warren.node.v1.SnapshotHost
+	(*TakeSandboxSnapshotResponse)(nil),   // 65: warren.node.v1.TakeSandboxSnapshotResponse
+	(*DeleteSandboxSnapshotRequest)(nil),  // 66: warren.node.v1.DeleteSandboxSnapshotRequest
+	(*DeleteSandboxSnapshotResponse)(nil), // 67: warren.node.v1.DeleteSandboxSnapshotResponse
+	(*SandboxLogsRequest)(nil),            // 68: warren.node.v1.SandboxLogsRequest
+	(*LogEntry)(nil),                      // 69: warren.node.v1.LogEntry
+	(*SandboxLogsResponse)(nil),           // 70: warren.node.v1.SandboxLogsResponse
+	(*EgressLogRequest)(nil),              // 71: warren.node.v1.EgressLogRequest
+	(*EgressEntry)(nil),                   // 72: warren.node.v1.EgressEntry
+	(*EgressLogResponse)(nil),             // 73: warren.node.v1.EgressLogResponse
+	nil,                                   // 74: warren.node.v1.HeaderTransform.HeadersEntry
+	nil,                                   // 75: warren.node.v1.Template.EnvEntry
+	nil,                                   // 76: warren.node.v1.Sandbox.MetadataEntry
+	nil,                                   // 77: warren.node.v1.CreateRequest.EnvVarsEntry
+	nil,                                   // 78: warren.node.v1.CreateRequest.MetadataEntry
+	nil,                                   // 79: warren.node.v1.PoolsResponse.PoolsEntry
+	nil,                                   // 80: warren.node.v1.LogEntry.FieldsEntry
+	(*timestamppb.Timestamp)(nil),         // 81: google.protobuf.Timestamp
 }
 var file_node_proto_depIdxs = []int32{
-	111, // 0: warren.node.v1.VolumeEntry.atime:type_name -> google.protobuf.Timestamp
-	111, // 1: warren.node.v1.VolumeEntry.mtime:type_name -> google.protobuf.Timestamp
-	111, // 2: warren.node.v1.VolumeEntry.ctime:type_name -> google.protobuf.Timestamp
-	7,   // 3: warren.node.v1.VolumeEntryResponse.entry:type_name -> warren.node.v1.VolumeEntry
-	7,   // 4: warren.node.v1.ListVolumeDirResponse.entries:type_name -> warren.node.v1.VolumeEntry
-	11,  // 5: warren.node.v1.VolumeFileChunk.request:type_name -> warren.node.v1.VolumeFileRequest
-	7,   // 6: warren.node.v1.VolumeFileChunk.entry:type_name -> warren.node.v1.VolumeEntry
-	17,  // 7: warren.node.v1.Policy.egress:type_name -> warren.node.v1.EgressRules
-	18,  // 8: warren.node.v1.EgressRules.transforms:type_name -> warren.node.v1.HeaderTransform
-	19,  // 9: warren.node.v1.EgressRules.proxy:type_name -> warren.node.v1.SocksProxy
-	102, // 10: warren.node.v1.HeaderTransform.headers:type_name -> warren.node.v1.HeaderTransform.HeadersEntry
-	103, // 11: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
-	15,  // 12: warren.node.v1.Template.resources:type_name -> warren.node.v1.Resources
-	111, // 13: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	111, // 14: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
-	15,  // 15: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
-	16,  // 16: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
-	104, // 17: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
-	20,  // 18: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
-	15,  // 19: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
-	111, // 20: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
-	16,  // 21: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
-	105, // 22: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
-	106, // 23: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
-	1,   // 24: warren.node.v1.CreateRequest.volumes:type_name -> warren.node.v1.VolumeMount
-	21,  // 25: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
-	21,  // 26: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	111, // 27: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
-	16,  // 28: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
-	111, // 29: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
-	111, // 30: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
-	21,  // 31: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
-	111, // 32: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
-	111, // 33: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
-	111, // 34: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
-	38,  // 35: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
-	111, // 36: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
-	20,  // 37: warren.node.v1.SetPoolRequest.template:type_name -> warren.node.v1.Template
-	15,  // 38: warren.node.v1.SetPoolRequest.resources:type_name -> warren.node.v1.Resources
-	20,  // 39: warren.node.v1.ReserveRequest.template:type_name -> warren.node.v1.Template
-	15,  // 40: warren.node.v1.ReserveRequest.resources:type_name -> warren.node.v1.Resources
-	107, // 41: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
-	55,  // 42: warren.node.v1.TemplatesInUseResponse.templates:type_name -> warren.node.v1.TemplateUse
-	20,  // 43: warren.node.v1.SnapshotSandboxResponse.template:type_name -> warren.node.v1.Template
-	20,  // 44: warren.node.v1.SnapshotTemplateRequest.template:type_name -> warren.node.v1.Template
-	20,  // 45: warren.node.v1.TakeSandboxSnapshotResponse.source:type_name -> warren.node.v1.Template
-	64,  // 46: warren.node.v1.TakeSandboxSnapshotResponse.rootfs:type_name -> warren.node.v1.Artifact
-	64,  // 47: warren.node.v1.TakeSandboxSnapshotResponse.snapshot:type_name -> warren.node.v1.Artifact
-	65,  // 48: warren.node.v1.TakeSandboxSnapshotResponse.host:type_name -> warren.node.v1.SnapshotHost
-	111, // 49: warren.node.v1.SandboxLogsRequest.start:type_name -> google.protobuf.Timestamp
-	111, // 50: warren.node.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
-	108, // 51: warren.node.v1.LogEntry.fields:type_name -> warren.node.v1.LogEntry.FieldsEntry
-	70,  // 52: warren.node.v1.SandboxLogsResponse.entries:type_name -> warren.node.v1.LogEntry
-	111, // 53: warren.node.v1.EgressEntry.time:type_name -> google.protobuf.Timestamp
-	73,  // 54: warren.node.v1.EgressLogResponse.entries:type_name -> warren.node.v1.EgressEntry
-	111, // 55: warren.node.v1.CatalogTag.created_at:type_name -> google.protobuf.Timestamp
-	109, // 56: warren.node.v1.CatalogTemplate.tags:type_name -> warren.node.v1.CatalogTemplate.TagsEntry
-	111, // 57: warren.node.v1.SandboxSnapshotOrigin.created_at:type_name -> google.protobuf.Timestamp
-	110, // 58: warren.node.v1.CatalogBuild.env:type_name -> warren.node.v1.CatalogBuild.EnvEntry
-	64,  // 59: warren.node.v1.CatalogBuild.rootfs:type_name -> warren.node.v1.Artifact
-	64,  // 60: warren.node.v1.CatalogBuild.snapshot:type_name -> warren.node.v1.Artifact
-	65,  // 61: warren.node.v1.CatalogBuild.snapshot_host:type_name -> warren.node.v1.SnapshotHost
-	78,  // 62: warren.node.v1.CatalogBuild.sandbox_snapshot:type_name -> warren.node.v1.SandboxSnapshotOrigin
-	79,  // 63: warren.node.v1.CatalogBuild.reason:type_name -> warren.node.v1.BuildReason
-	111, // 64: warren.node.v1.CatalogBuild.created_at:type_name -> google.protobuf.Timestamp
-	111, // 65: warren.node.v1.CatalogBuild.finished_at:type_name -> google.protobuf.Timestamp
-	81,  // 66: warren.node.v1.BuildSpec.steps:type_name -> warren.node.v1.BuildStep
-	82,  // 67: warren.node.v1.BuildSpec.team:type_name -> warren.node.v1.TeamBuildLimits
-	84,  // 68: warren.node.v1.RegistryAuth.ecr:type_name -> warren.node.v1.ECRAuth
-	77,  // 69: warren.node.v1.BuildSource.template:type_name -> warren.node.v1.CatalogTemplate
-	80,  // 70: warren.node.v1.BuildSource.build:type_name -> warren.node.v1.CatalogBuild
-	86,  // 71: warren.node.v1.BuildSource.holders:type_name -> warren.node.v1.BuildHolder
-	87,  // 72: warren.node.v1.ParentBuild.source:type_name -> warren.node.v1.BuildSource
-	77,  // 73: warren.node.v1.StartBuildRequest.template:type_name -> warren.node.v1.CatalogTemplate
-	80,  // 74: warren.node.v1.StartBuildRequest.build:type_name -> warren.node.v1.CatalogBuild
-	83,  // 75: warren.node.v1.StartBuildRequest.spec:type_name -> warren.node.v1.BuildSpec
-	85,  // 76: warren.node.v1.StartBuildRequest.registry_auth:type_name -> warren.node.v1.RegistryAuth
-	88,  // 77: warren.node.v1.StartBuildRequest.from:type_name -> warren.node.v1.ParentBuild
-	111, // 78: warren.node.v1.BuildLogEntry.timestamp:type_name -> google.protobuf.Timestamp
-	80,  // 79: warren.node.v1.BuildStatusResponse.build:type_name -> warren.node.v1.CatalogBuild
-	92,  // 80: warren.node.v1.BuildStatusResponse.logs:type_name -> warren.node.v1.BuildLogEntry
-	77,  // 81: warren.node.v1.CheckFilesRequest.template:type_name -> warren.node.v1.CatalogTemplate
-	0,   // 82: warren.node.v1.PullArtifactRequest.kind:type_name -> warren.node.v1.ArtifactKind
-	64,  // 83: warren.node.v1.ArtifactChunk.artifact:type_name -> warren.node.v1.Artifact
-	87,  // 84: warren.node.v1.LocateBuildResponse.source:type_name -> warren.node.v1.BuildSource
-	52,  // 85: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
-	76,  // 86: warren.node.v1.CatalogTemplate.TagsEntry.value:type_name -> warren.node.v1.CatalogTag
-	22,  // 87: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
-	24,  // 88: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
-	25,  // 89: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
-	27,  // 90: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
-	29,  // 91: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
-	31,  // 92: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
-	32,  // 93: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
-	33,  // 94: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
-	35,  // 95: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
-	37,  // 96: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
-	39,  // 97: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
-	41,  // 98: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
-	43,  // 99: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
-	45,  // 100: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
-	47,  // 101: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
-	49,  // 102: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
-	51,  // 103: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
-	54,  // 104: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
-	57,  // 105: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
-	59,  // 106: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
-	61,  // 107: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
-	63,  // 108: warren.node.v1.NodeService.TakeSandboxSnapshot:input_type -> warren.node.v1.TakeSandboxSnapshotRequest
-	67,  // 109: warren.node.v1.NodeService.DeleteSandboxSnapshot:input_type -> warren.node.v1.DeleteSandboxSnapshotRequest
-	69,  // 110: warren.node.v1.NodeService.SandboxLogs:input_type -> warren.node.v1.SandboxLogsRequest
-	72,  // 111: warren.node.v1.NodeService.EgressLog:input_type -> warren.node.v1.EgressLogRequest
-	2,   // 112: warren.node.v1.NodeService.CreateVolume:input_type -> warren.node.v1.CreateVolumeRequest
-	4,   // 113: warren.node.v1.NodeService.DeleteVolume:input_type -> warren.node.v1.DeleteVolumeRequest
-	6,   // 114: warren.node.v1.NodeService.StatVolumePath:input_type -> warren.node.v1.VolumePathRequest
-	9,   // 115: warren.node.v1.NodeService.ListVolumeDir:input_type -> warren.node.v1.ListVolumeDirRequest
-	11,  // 116: warren.node.v1.NodeService.MakeVolumeDir:input_type -> warren.node.v1.VolumeFileRequest
-	12,  // 117: warren.node.v1.NodeService.SetVolumeMetadata:input_type -> warren.node.v1.SetVolumeMetadataRequest
-	6,   // 118: warren.node.v1.NodeService.RemoveVolumePath:input_type -> warren.node.v1.VolumePathRequest
-	6,   // 119: warren.node.v1.NodeService.ReadVolumeFile:input_type -> warren.node.v1.VolumePathRequest
-	14,  // 120: warren.node.v1.NodeService.WriteVolumeFile:input_type -> warren.node.v1.VolumeFileChunk
-	89,  // 121: warren.node.v1.BuildService.StartBuild:input_type -> warren.node.v1.StartBuildRequest
-	91,  // 122: warren.node.v1.BuildService.BuildStatus:input_type -> warren.node.v1.BuildStatusRequest
-	94,  // 123: warren.node.v1.BuildService.CheckFiles:input_type -> warren.node.v1.CheckFilesRequest
-	96,  // 124: warren.node.v1.BuildService.PutFiles:input_type -> warren.node.v1.PutFilesChunk
-	98,  // 125: warren.node.v1.BuildService.PullArtifact:input_type -> warren.node.v1.PullArtifactRequest
-	100, // 126: warren.node.v1.ControlPlaneService.LocateBuild:input_type -> warren.node.v1.LocateBuildRequest
-	23,  // 127: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
-	23,  // 128: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
-	26,  // 129: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
-	28,  // 130: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
-	30,  // 131: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
-	23,  // 132: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
-	23,  // 133: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
-	34,  // 134: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
-	36,  // 135: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
-	38,  // 136: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
-	40,  // 137: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
-	42,  // 138: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
-	44,  // 139: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
-	46,  // 140: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
-	48,  // 141: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
-	50,  // 142: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
-	53,  // 143: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
-	56,  // 144: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
-	58,  // 145: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
-	60,  // 146: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
-	62,  // 147: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
-	66,  // 148: warren.node.v1.NodeService.TakeSandboxSnapshot:output_type -> warren.node.v1.TakeSandboxSnapshotResponse
-	68,  // 149: warren.node.v1.NodeService.DeleteSandboxSnapshot:output_type -> warren.node.v1.DeleteSandboxSnapshotResponse
-	71,  // 150: warren.node.v1.NodeService.SandboxLogs:output_type -> warren.node.v1.SandboxLogsResponse
-	74,  // 151: warren.node.v1.NodeService.EgressLog:output_type -> warren.node.v1.EgressLogResponse
-	3,   // 152: warren.node.v1.NodeService.CreateVolume:output_type -> warren.node.v1.CreateVolumeResponse
-	5,   // 153: warren.node.v1.NodeService.DeleteVolume:output_type -> warren.node.v1.DeleteVolumeResponse
-	8,   // 154: warren.node.v1.NodeService.StatVolumePath:output_type -> warren.node.v1.VolumeEntryResponse
-	10,  // 155: warren.node.v1.NodeService.ListVolumeDir:output_type -> warren.node.v1.ListVolumeDirResponse
-	8,   // 156: warren.node.v1.NodeService.MakeVolumeDir:output_type -> warren.node.v1.VolumeEntryResponse
-	8,   // 157: warren.node.v1.NodeService.SetVolumeMetadata:output_type -> warren.node.v1.VolumeEntryResponse
-	13,  // 158: warren.node.v1.NodeService.RemoveVolumePath:output_type -> warren.node.v1.RemoveVolumePathResponse
-	14,  // 159: warren.node.v1.NodeService.ReadVolumeFile:output_type -> warren.node.v1.VolumeFileChunk
-	8,   // 160: warren.node.v1.NodeService.WriteVolumeFile:output_type -> warren.node.v1.VolumeEntryResponse
-	90,  // 161: warren.node.v1.BuildService.StartBuild:output_type -> warren.node.v1.StartBuildResponse
-	93,  // 162: warren.node.v1.BuildService.BuildStatus:output_type -> warren.node.v1.BuildStatusResponse
-	95,  // 163: warren.node.v1.BuildService.CheckFiles:output_type -> warren.node.v1.CheckFilesResponse
-	97,  // 164: warren.node.v1.BuildService.PutFiles:output_type -> warren.node.v1.PutFilesResponse
-	99,  // 165: warren.node.v1.BuildService.PullArtifact:output_type -> warren.node.v1.ArtifactChunk
-	101, // 166: warren.node.v1.ControlPlaneService.LocateBuild:output_type -> warren.node.v1.LocateBuildResponse
-	127, // [127:167] is the sub-list for method output_type
-	87,  // [87:127] is the sub-list for method input_type
-	87,  // [87:87] is the sub-list for extension type_name
-	87,  // [87:87] is the sub-list for extension extendee
-	0,   // [0:87] is the sub-list for field type_name
+	81, // 0: warren.node.v1.VolumeEntry.atime:type_name -> google.protobuf.Timestamp
+	81, // 1: warren.node.v1.VolumeEntry.mtime:type_name -> google.protobuf.Timestamp
+	81, // 2: warren.node.v1.VolumeEntry.ctime:type_name -> google.protobuf.Timestamp
+	6,  // 3: warren.node.v1.VolumeEntryResponse.entry:type_name -> warren.node.v1.VolumeEntry
+	6,  // 4: warren.node.v1.ListVolumeDirResponse.entries:type_name -> warren.node.v1.VolumeEntry
+	10, // 5: warren.node.v1.VolumeFileChunk.request:type_name -> warren.node.v1.VolumeFileRequest
+	6,  // 6: warren.node.v1.VolumeFileChunk.entry:type_name -> warren.node.v1.VolumeEntry
+	16, // 7: warren.node.v1.Policy.egress:type_name -> warren.node.v1.EgressRules
+	17, // 8: warren.node.v1.EgressRules.transforms:type_name -> warren.node.v1.HeaderTransform
+	18, // 9: warren.node.v1.EgressRules.proxy:type_name -> warren.node.v1.SocksProxy
+	74, // 10: warren.node.v1.HeaderTransform.headers:type_name -> warren.node.v1.HeaderTransform.HeadersEntry
+	75, // 11: warren.node.v1.Template.env:type_name -> warren.node.v1.Template.EnvEntry
+	14, // 12: warren.node.v1.Template.resources:type_name -> warren.node.v1.Resources
+	81, // 13: warren.node.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	81, // 14: warren.node.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	14, // 15: warren.node.v1.Sandbox.resources:type_name -> warren.node.v1.Resources
+	15, // 16: warren.node.v1.Sandbox.network:type_name -> warren.node.v1.Policy
+	76, // 17: warren.node.v1.Sandbox.metadata:type_name -> warren.node.v1.Sandbox.MetadataEntry
+	19, // 18: warren.node.v1.CreateRequest.template:type_name -> warren.node.v1.Template
+	14, // 19: warren.node.v1.CreateRequest.resources:type_name -> warren.node.v1.Resources
+	81, // 20: warren.node.v1.CreateRequest.end_at:type_name -> google.protobuf.Timestamp
+	15, // 21: warren.node.v1.CreateRequest.network:type_name -> warren.node.v1.Policy
+	77, // 22: warren.node.v1.CreateRequest.env_vars:type_name -> warren.node.v1.CreateRequest.EnvVarsEntry
+	78, // 23: warren.node.v1.CreateRequest.metadata:type_name -> warren.node.v1.CreateRequest.MetadataEntry
+	0,  // 24: warren.node.v1.CreateRequest.volumes:type_name -> warren.node.v1.VolumeMount
+	20, // 25: warren.node.v1.SandboxResponse.sandbox:type_name -> warren.node.v1.Sandbox
+	20, // 26: warren.node.v1.ListResponse.sandboxes:type_name -> warren.node.v1.Sandbox
+	81, // 27: warren.node.v1.SetEndTimeRequest.end_at:type_name -> google.protobuf.Timestamp
+	15, // 28: warren.node.v1.UpdateNetworkRequest.network:type_name -> warren.node.v1.Policy
+	81, // 29: warren.node.v1.ResumeRequest.end_at:type_name -> google.protobuf.Timestamp
+	81, // 30: warren.node.v1.ForkRequest.end_at:type_name -> google.protobuf.Timestamp
+	20, // 31: warren.node.v1.ForkResponse.sandboxes:type_name -> warren.node.v1.Sandbox
+	81, // 32: warren.node.v1.StatsResponse.at:type_name -> google.protobuf.Timestamp
+	81, // 33: warren.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	81, // 34: warren.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	37, // 35: warren.node.v1.MetricsResponse.samples:type_name -> warren.node.v1.StatsResponse
+	81, // 36: warren.node.v1.Event.at:type_name -> google.protobuf.Timestamp
+	19, // 37: warren.node.v1.SetPoolRequest.template:type_name -> warren.node.v1.Template
+	14, // 38: warren.node.v1.SetPoolRequest.resources:type_name -> warren.node.v1.Resources
+	19, // 39: warren.node.v1.ReserveRequest.template:type_name -> warren.node.v1.Template
+	14, // 40: warren.node.v1.ReserveRequest.resources:type_name -> warren.node.v1.Resources
+	79, // 41: warren.node.v1.PoolsResponse.pools:type_name -> warren.node.v1.PoolsResponse.PoolsEntry
+	54, // 42: warren.node.v1.TemplatesInUseResponse.templates:type_name -> warren.node.v1.TemplateUse
+	19, // 43: warren.node.v1.SnapshotSandboxResponse.template:type_name -> warren.node.v1.Template
+	19, // 44: warren.node.v1.SnapshotTemplateRequest.template:type_name -> warren.node.v1.Template
+	19, // 45: warren.node.v1.TakeSandboxSnapshotResponse.source:type_name -> warren.node.v1.Template
+	63, // 46: warren.node.v1.TakeSandboxSnapshotResponse.rootfs:type_name -> warren.node.v1.Artifact
+	63, // 47: warren.node.v1.TakeSandboxSnapshotResponse.snapshot:type_name -> warren.node.v1.Artifact
+	64, // 48: warren.node.v1.TakeSandboxSnapshotResponse.host:type_name -> warren.node.v1.SnapshotHost
+	81, // 49: warren.node.v1.SandboxLogsRequest.start:type_name -> google.protobuf.Timestamp
+	81, // 50: warren.node.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	80, // 51: warren.node.v1.LogEntry.fields:type_name -> warren.node.v1.LogEntry.FieldsEntry
+	69, // 52: warren.node.v1.SandboxLogsResponse.entries:type_name -> warren.node.v1.LogEntry
+	81, // 53: warren.node.v1.EgressEntry.time:type_name -> google.protobuf.Timestamp
+	72, // 54: warren.node.v1.EgressLogResponse.entries:type_name -> warren.node.v1.EgressEntry
+	51, // 55: warren.node.v1.PoolsResponse.PoolsEntry.value:type_name -> warren.node.v1.PoolStatus
+	21, // 56: warren.node.v1.NodeService.Create:input_type -> warren.node.v1.CreateRequest
+	23, // 57: warren.node.v1.NodeService.Get:input_type -> warren.node.v1.GetRequest
+	24, // 58: warren.node.v1.NodeService.List:input_type -> warren.node.v1.ListRequest
+	26, // 59: warren.node.v1.NodeService.SetEndTime:input_type -> warren.node.v1.SetEndTimeRequest
+	28, // 60: warren.node.v1.NodeService.UpdateNetwork:input_type -> warren.node.v1.UpdateNetworkRequest
+	30, // 61: warren.node.v1.NodeService.Pause:input_type -> warren.node.v1.PauseRequest
+	31, // 62: warren.node.v1.NodeService.Resume:input_type -> warren.node.v1.ResumeRequest
+	32, // 63: warren.node.v1.NodeService.Fork:input_type -> warren.node.v1.ForkRequest
+	34, // 64: warren.node.v1.NodeService.Kill:input_type -> warren.node.v1.KillRequest
+	36, // 65: warren.node.v1.NodeService.Stats:input_type -> warren.node.v1.StatsRequest
+	38, // 66: warren.node.v1.NodeService.Metrics:input_type -> warren.node.v1.MetricsRequest
+	40, // 67: warren.node.v1.NodeService.Watch:input_type -> warren.node.v1.WatchRequest
+	42, // 68: warren.node.v1.NodeService.Capabilities:input_type -> warren.node.v1.CapabilitiesRequest
+	44, // 69: warren.node.v1.NodeService.SetPool:input_type -> warren.node.v1.SetPoolRequest
+	46, // 70: warren.node.v1.NodeService.Reserve:input_type -> warren.node.v1.ReserveRequest
+	48, // 71: warren.node.v1.NodeService.Unreserve:input_type -> warren.node.v1.UnreserveRequest
+	50, // 72: warren.node.v1.NodeService.Pools:input_type -> warren.node.v1.PoolsRequest
+	53, // 73: warren.node.v1.NodeService.TemplatesInUse:input_type -> warren.node.v1.TemplatesInUseRequest
+	56, // 74: warren.node.v1.NodeService.SnapshotSandbox:input_type -> warren.node.v1.SnapshotSandboxRequest
+	58, // 75: warren.node.v1.NodeService.SnapshotTemplate:input_type -> warren.node.v1.SnapshotTemplateRequest
+	60, // 76: warren.node.v1.NodeService.DeleteSnapshot:input_type -> warren.node.v1.DeleteSnapshotRequest
+	62, // 77: warren.node.v1.NodeService.TakeSandboxSnapshot:input_type -> warren.node.v1.TakeSandboxSnapshotRequest
+	66, // 78: warren.node.v1.NodeService.DeleteSandboxSnapshot:input_type -> warren.node.v1.DeleteSandboxSnapshotRequest
+	68, // 79: warren.node.v1.NodeService.SandboxLogs:input_type -> warren.node.v1.SandboxLogsRequest
+	71, // 80: warren.node.v1.NodeService.EgressLog:input_type -> warren.node.v1.EgressLogRequest
+	1,  // 81: warren.node.v1.NodeService.CreateVolume:input_type -> warren.node.v1.CreateVolumeRequest
+	3,  // 82: warren.node.v1.NodeService.DeleteVolume:input_type -> warren.node.v1.DeleteVolumeRequest
+	5,  // 83: warren.node.v1.NodeService.StatVolumePath:input_type -> warren.node.v1.VolumePathRequest
+	8,  // 84: warren.node.v1.NodeService.ListVolumeDir:input_type -> warren.node.v1.ListVolumeDirRequest
+	10, // 85: warren.node.v1.NodeService.MakeVolumeDir:input_type -> warren.node.v1.VolumeFileRequest
+	11, // 86: warren.node.v1.NodeService.SetVolumeMetadata:input_type -> warren.node.v1.SetVolumeMetadataRequest
+	5,  // 87: warren.node.v1.NodeService.RemoveVolumePath:input_type -> warren.node.v1.VolumePathRequest
+	5,  // 88: warren.node.v1.NodeService.ReadVolumeFile:input_type -> warren.node.v1.VolumePathRequest
+	13, // 89: warren.node.v1.NodeService.WriteVolumeFile:input_type -> warren.node.v1.VolumeFileChunk
+	22, // 90: warren.node.v1.NodeService.Create:output_type -> warren.node.v1.SandboxResponse
+	22, // 91: warren.node.v1.NodeService.Get:output_type -> warren.node.v1.SandboxResponse
+	25, // 92: warren.node.v1.NodeService.List:output_type -> warren.node.v1.ListResponse
+	27, // 93: warren.node.v1.NodeService.SetEndTime:output_type -> warren.node.v1.SetEndTimeResponse
+	29, // 94: warren.node.v1.NodeService.UpdateNetwork:output_type -> warren.node.v1.UpdateNetworkResponse
+	22, // 95: warren.node.v1.NodeService.Pause:output_type -> warren.node.v1.SandboxResponse
+	22, // 96: warren.node.v1.NodeService.Resume:output_type -> warren.node.v1.SandboxResponse
+	33, // 97: warren.node.v1.NodeService.Fork:output_type -> warren.node.v1.ForkResponse
+	35, // 98: warren.node.v1.NodeService.Kill:output_type -> warren.node.v1.KillResponse
+	37, // 99: warren.node.v1.NodeService.Stats:output_type -> warren.node.v1.StatsResponse
+	39, // 100: warren.node.v1.NodeService.Metrics:output_type -> warren.node.v1.MetricsResponse
+	41, // 101: warren.node.v1.NodeService.Watch:output_type -> warren.node.v1.Event
+	43, // 102: warren.node.v1.NodeService.Capabilities:output_type -> warren.node.v1.CapabilitiesResponse
+	45, // 103: warren.node.v1.NodeService.SetPool:output_type -> warren.node.v1.SetPoolResponse
+	47, // 104: warren.node.v1.NodeService.Reserve:output_type -> warren.node.v1.ReserveResponse
+	49, // 105: warren.node.v1.NodeService.Unreserve:output_type -> warren.node.v1.UnreserveResponse
+	52, // 106: warren.node.v1.NodeService.Pools:output_type -> warren.node.v1.PoolsResponse
+	55, // 107: warren.node.v1.NodeService.TemplatesInUse:output_type -> warren.node.v1.TemplatesInUseResponse
+	57, // 108: warren.node.v1.NodeService.SnapshotSandbox:output_type -> warren.node.v1.SnapshotSandboxResponse
+	59, // 109: warren.node.v1.NodeService.SnapshotTemplate:output_type -> warren.node.v1.SnapshotTemplateResponse
+	61, // 110: warren.node.v1.NodeService.DeleteSnapshot:output_type -> warren.node.v1.DeleteSnapshotResponse
+	65, // 111: warren.node.v1.NodeService.TakeSandboxSnapshot:output_type -> warren.node.v1.TakeSandboxSnapshotResponse
+	67, // 112: warren.node.v1.NodeService.DeleteSandboxSnapshot:output_type -> warren.node.v1.DeleteSandboxSnapshotResponse
+	70, // 113: warren.node.v1.NodeService.SandboxLogs:output_type -> warren.node.v1.SandboxLogsResponse
+	73, // 114: warren.node.v1.NodeService.EgressLog:output_type -> warren.node.v1.EgressLogResponse
+	2,  // 115: warren.node.v1.NodeService.CreateVolume:output_type -> warren.node.v1.CreateVolumeResponse
+	4,  // 116: warren.node.v1.NodeService.DeleteVolume:output_type -> warren.node.v1.DeleteVolumeResponse
+	7,  // 117: warren.node.v1.NodeService.StatVolumePath:output_type -> warren.node.v1.VolumeEntryResponse
+	9,  // 118: warren.node.v1.NodeService.ListVolumeDir:output_type -> warren.node.v1.ListVolumeDirResponse
+	7,  // 119: warren.node.v1.NodeService.MakeVolumeDir:output_type -> warren.node.v1.VolumeEntryResponse
+	7,  // 120: warren.node.v1.NodeService.SetVolumeMetadata:output_type -> warren.node.v1.VolumeEntryResponse
+	12, // 121: warren.node.v1.NodeService.RemoveVolumePath:output_type -> warren.node.v1.RemoveVolumePathResponse
+	13, // 122: warren.node.v1.NodeService.ReadVolumeFile:output_type -> warren.node.v1.VolumeFileChunk
+	7,  // 123: warren.node.v1.NodeService.WriteVolumeFile:output_type -> warren.node.v1.VolumeEntryResponse
+	90, // [90:124] is the sub-list for method output_type
+	56, // [56:90] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -7098,14 +5039,13 @@ func file_node_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   110,
+			NumEnums:      0,
+			NumMessages:   81,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   1,
 		},
 		GoTypes:           file_node_proto_goTypes,
 		DependencyIndexes: file_node_proto_depIdxs,
-		EnumInfos:         file_node_proto_enumTypes,
 		MessageInfos:      file_node_proto_msgTypes,
 	}.Build()
 	File_node_proto = out.File

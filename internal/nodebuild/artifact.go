@@ -8,7 +8,7 @@
 // the sha256 before use. It speaks the node wire's BuildService (served
 // by Node on the node's RPC listener, behind the node's credential and
 // pull grants) and ControlPlaneService (served by Remote beside the API,
-// behind each node's token), both of api/node/node.proto.
+// behind each node's token), both of api/node/build.proto.
 package nodebuild
 
 import (

@@ -230,7 +230,7 @@ func isCode(err error, code connect.Code) bool {
 // procedures are the BuildService's methods, from its descriptor: a test
 // over them covers a method added later too.
 func procedures() []protoreflect.MethodDescriptor {
-	sd := nodepb.File_node_proto.Services().ByName("BuildService")
+	sd := nodepb.File_build_proto.Services().ByName("BuildService")
 	var out []protoreflect.MethodDescriptor
 	for i := range sd.Methods().Len() {
 		out = append(out, sd.Methods().Get(i))

@@ -69,7 +69,7 @@ func TestBuildWireHasNoPathField(t *testing.T) {
 		}
 	}
 	for _, svc := range []protoreflect.Name{"BuildService", "ControlPlaneService"} {
-		sd := nodepb.File_node_proto.Services().ByName(svc)
+		sd := nodepb.File_build_proto.Services().ByName(svc)
 		for i := range sd.Methods().Len() {
 			walk(sd.Methods().Get(i).Input())
 			walk(sd.Methods().Get(i).Output())

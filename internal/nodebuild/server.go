@@ -21,7 +21,7 @@ import (
 )
 
 // The node's side of the build wire: the BuildService of
-// api/node/node.proto, on the node's RPC listener.
+// api/node/build.proto, on the node's RPC listener.
 
 // Handler returns the path prefix and the handler of the node's
 // BuildService: every call to the control plane (its credential),

@@ -15,7 +15,7 @@ import (
 )
 
 // What crosses between the control plane and its nodes of a template, a
-// build and what to build: the build wire's messages (api/node/node.proto:
+// build and what to build: the build wire's messages (api/node/build.proto:
 // CatalogTemplate, CatalogBuild, BuildSpec), made from the storage
 // records (templates.Template, templates.Build, builder.Spec) and back.
 // No message has a field that names a path on either side (a build's
