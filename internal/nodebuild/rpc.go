@@ -11,9 +11,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	nodepb "github.com/warren-sandbox/warren/api/node"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/errdefs/errconnect"
+	"github.com/warren-sandbox/warren/internal/node/noderpc"
 )
 
 // The build wire's Connect plumbing, shared by its two services
@@ -47,11 +47,7 @@ func rpcError(err error) error {
 		return ce
 	}
 	ce = connect.NewError(errconnect.Code(err), err)
-	if msg, ok := errdefs.Message(err); ok {
-		if d, derr := connect.NewErrorDetail(&nodepb.PublicMessage{Message: msg}); derr == nil {
-			ce.AddDetail(d)
-		}
-	}
+	noderpc.AddPublicDetail(ce, err)
 	return ce
 }
 
@@ -82,12 +78,8 @@ func fromRPC(err error) error {
 		class = errdefs.ErrUnavailable
 	}
 	out := error(&wireError{msg: fmt.Sprintf("%s: %s", ce.Code(), ce.Message()), class: class})
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if pm, ok := v.(*nodepb.PublicMessage); ok && pm.GetMessage() != "" {
-				return errdefs.WithMessage(out, pm.GetMessage())
-			}
-		}
+	if pm := noderpc.PublicDetail(ce); pm != "" {
+		return errdefs.WithMessage(out, pm)
 	}
 	return out
 }

@@ -236,11 +236,7 @@ func ToConnectError(err error) error {
 		return err
 	}
 	ce = connect.NewError(errconnect.Code(err), err)
-	if msg, ok := errdefs.Message(err); ok {
-		if d, derr := connect.NewErrorDetail(&nodepb.PublicMessage{Message: msg}); derr == nil {
-			ce.AddDetail(d)
-		}
-	}
+	AddPublicDetail(ce, err)
 	if kill, ok := nodeapi.NodeKill(err); ok {
 		if d, derr := connect.NewErrorDetail(EventToProto(kill)); derr == nil {
 			ce.AddDetail(d)
@@ -267,7 +263,7 @@ func FromConnectError(err error) error {
 			return &nodeapi.KilledError{Kill: kill}
 		}
 		out := error(&classError{msg: msg, class: class})
-		if pm := publicDetail(ce); pm != "" {
+		if pm := PublicDetail(ce); pm != "" {
 			out = errdefs.WithMessage(out, pm)
 		}
 		return out
@@ -319,8 +315,19 @@ func healthFromProto(h string) nodeapi.Health {
 	}
 }
 
-// publicDetail is the PublicMessage detail of ce, "" without one.
-func publicDetail(ce *connect.Error) string {
+// AddPublicDetail adds to ce, as a PublicMessage detail, the message a
+// client may be told of err (errdefs.Message), when err carries one: the
+// node wires' way to pass it without making it from the text.
+func AddPublicDetail(ce *connect.Error, err error) {
+	if msg, ok := errdefs.Message(err); ok {
+		if d, derr := connect.NewErrorDetail(&nodepb.PublicMessage{Message: msg}); derr == nil {
+			ce.AddDetail(d)
+		}
+	}
+}
+
+// PublicDetail is the PublicMessage detail of ce, "" without one.
+func PublicDetail(ce *connect.Error) string {
 	if ce == nil {
 		return ""
 	}
